@@ -1,0 +1,61 @@
+# hpcscope: the two commands of the README are `make demo` and `make test`.
+# Everything a fresh machine needs is installed from here (Python venv, system packages).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-dev
+TORCH  := $(VENV)/.installed-torch
+HTA    := .bench-venv/.installed-hta
+
+.PHONY: demo test check lint typecheck imports unit venv system-deps torch bench clean help
+
+help:
+	@echo "make demo   set up, then run the twin cluster + collector + web UI (prints URL and logins)"
+	@echo "make test   set up everything the tests need, then lint, type-check and run the tests"
+	@echo "make bench  run the benchmarks under bench/"
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(STAMP)
+
+# PyPI's CPU wheel of torch 2.13.0 (taken from the local wheel directory where one exists).
+$(TORCH): $(STAMP)
+	$(BIN)/python -m pip install -q torch==2.13.0
+	touch $@
+
+torch: $(TORCH)
+
+system-deps:
+	scripts/install-system-deps.sh
+
+demo: venv
+	$(BIN)/hpcscope demo $(DEMO_ARGS)
+
+lint: venv
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: venv
+	$(BIN)/mypy
+
+imports: venv
+	$(BIN)/lint-imports
+
+check: lint typecheck imports
+
+unit: venv
+	$(BIN)/pytest -q
+
+test: venv system-deps torch check
+	$(BIN)/pytest -q
+
+bench: venv torch
+	$(BIN)/pytest bench -q --benchmark-only
+
+clean:
+	rm -rf $(VENV) .bench-venv .mypy_cache .ruff_cache test-artifacts

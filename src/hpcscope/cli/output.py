@@ -1,0 +1,71 @@
+"""Shared output helpers: JSON to stdout, tables with Rich, errors to stderr with exit codes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hpcscope.model.errors import SourceError
+
+EXIT_OK = 0
+EXIT_RUNTIME_ERROR = 1
+EXIT_USAGE_ERROR = 2
+
+
+def stdout_console() -> Console:
+    return Console(no_color="NO_COLOR" in os.environ, soft_wrap=True)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, no_color="NO_COLOR" in os.environ)
+
+
+def print_json(data: Any) -> None:
+    """Write ``data`` as JSON (one document, newline-terminated) to stdout."""
+    sys.stdout.buffer.write(
+        orjson.dumps(
+            data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+        )
+        + b"\n"
+    )
+    sys.stdout.flush()
+
+
+def print_table(
+    title: str | None,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    numeric: Sequence[str] = (),
+) -> None:
+    table = Table(title=title, show_lines=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, justify="right" if column in numeric else "left")
+    for row in rows:
+        table.add_row(*["—" if cell is None else str(cell) for cell in row])
+    stdout_console().print(table)
+
+
+def fail(
+    message: str,
+    *,
+    code: int = EXIT_RUNTIME_ERROR,
+    as_json: bool = False,
+    error: SourceError | None = None,
+) -> NoReturn:
+    """Report an error (stderr, or a JSON error document on stdout with --json) and exit."""
+    if as_json:
+        body: dict[str, Any] = {"error": message}
+        if error is not None:
+            body["where"] = error.to_dict()
+        print_json(body)
+    else:
+        stderr_console().print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)

@@ -1,0 +1,206 @@
+"""Arrow schemas of the tables hpcscope stores, with units in every column name.
+
+Conventions (house style): ``ts`` is UTC with microsecond precision; ratios are 0-1, never
+percent; bytes, watts, joules, celsius, hertz are base units. Ingest converts exporter units
+(MiB, mJ, %, MHz) once; nothing downstream converts again.
+
+Each metric column also has a :class:`MetricColumn` descriptor: what it measures and its unit,
+so every number shown to a user can say both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+TS = pa.timestamp("us")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricColumn:
+    """A stored metric: its column, unit, what it measures, and the source field."""
+
+    column: str
+    unit: str
+    description: str
+    source_field: str
+
+
+GPU_METRICS: tuple[MetricColumn, ...] = (
+    MetricColumn(
+        "gpu_util_ratio",
+        "ratio",
+        "Reported utilization: share of time at least one kernel was resident "
+        "(counts a spinning NCCL kernel as busy)",
+        "DCGM_FI_DEV_GPU_UTIL",
+    ),
+    MetricColumn(
+        "sm_active_ratio",
+        "ratio",
+        "Real efficiency: share of SM cycles with at least one warp resident, "
+        "averaged over all SMs",
+        "DCGM_FI_PROF_SM_ACTIVE",
+    ),
+    MetricColumn(
+        "sm_occupancy_ratio",
+        "ratio",
+        "Resident warps over the SMs' maximum",
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+    ),
+    MetricColumn(
+        "tensor_active_ratio",
+        "ratio",
+        "Tensor (HMMA) pipe active: the closest hardware proxy for MFU",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    ),
+    MetricColumn(
+        "dram_active_ratio",
+        "ratio",
+        "HBM interface busy (memory bandwidth used)",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+    ),
+    MetricColumn(
+        "gr_engine_active_ratio",
+        "ratio",
+        "Graphics/compute engine active",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    ),
+    MetricColumn("fb_used_bytes", "bytes", "Framebuffer memory used", "DCGM_FI_DEV_FB_USED"),
+    MetricColumn("fb_free_bytes", "bytes", "Framebuffer memory free", "DCGM_FI_DEV_FB_FREE"),
+    MetricColumn("power_watts", "watts", "Power draw", "DCGM_FI_DEV_POWER_USAGE"),
+    MetricColumn(
+        "energy_joules",
+        "joules",
+        "Energy consumed since the driver loaded (counter)",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    ),
+    MetricColumn(
+        "gpu_temperature_celsius", "celsius", "GPU die temperature", "DCGM_FI_DEV_GPU_TEMP"
+    ),
+    MetricColumn(
+        "memory_temperature_celsius", "celsius", "HBM temperature", "DCGM_FI_DEV_MEMORY_TEMP"
+    ),
+    MetricColumn("sm_clock_hertz", "hertz", "SM clock", "DCGM_FI_DEV_SM_CLOCK"),
+    MetricColumn(
+        "clock_throttle_reasons",
+        "bitmask",
+        "Clock event reasons (power cap, thermal, hardware slowdown...)",
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    ),
+    MetricColumn(
+        "xid_last",
+        "code",
+        "Value of the last Xid error (a code, not a count)",
+        "DCGM_FI_DEV_XID_ERRORS",
+    ),
+    MetricColumn(
+        "pcie_tx_bytes_per_second", "bytes/s", "PCIe transmit rate", "DCGM_FI_PROF_PCIE_TX_BYTES"
+    ),
+    MetricColumn(
+        "pcie_rx_bytes_per_second", "bytes/s", "PCIe receive rate", "DCGM_FI_PROF_PCIE_RX_BYTES"
+    ),
+    MetricColumn(
+        "nvlink_tx_bytes_per_second",
+        "bytes/s",
+        "NVLink transmit rate",
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    ),
+    MetricColumn(
+        "nvlink_rx_bytes_per_second",
+        "bytes/s",
+        "NVLink receive rate",
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+    ),
+)
+
+_INTEGER_COLUMNS = {"clock_throttle_reasons", "xid_last"}
+
+GPU_SAMPLE_SCHEMA = pa.schema(
+    [
+        pa.field("ts", TS, nullable=False),
+        pa.field("node", pa.string(), nullable=False),
+        pa.field("gpu", pa.int16(), nullable=False),
+        pa.field("gpu_instance_id", pa.int16()),
+        pa.field("job_id", pa.string()),
+        *[
+            pa.field(m.column, pa.int64() if m.column in _INTEGER_COLUMNS else pa.float64())
+            for m in GPU_METRICS
+        ],
+    ]
+)
+"""One row per GPU (or MIG instance) per scrape per attributed job.
+
+``job_id`` is null when no job holds the GPU. A GPU shared by two jobs yields two rows with the
+same counters, as dcgm-exporter's job mapping does."""
+
+SCRAPE_SCHEMA = pa.schema(
+    [
+        pa.field("ts", TS, nullable=False),
+        pa.field("target", pa.string(), nullable=False),
+        pa.field("exporter", pa.string(), nullable=False),
+        pa.field("node", pa.string()),
+        pa.field("ok", pa.bool_(), nullable=False),
+        pa.field("duration_seconds", pa.float64(), nullable=False),
+        pa.field("samples", pa.int64(), nullable=False),
+        pa.field("rejected_lines", pa.int64(), nullable=False),
+        pa.field("error", pa.string()),
+    ]
+)
+"""One row per scrape attempt: the collector's own health, and the evidence for gaps."""
+
+GAP_SCHEMA = pa.schema(
+    [
+        pa.field("target", pa.string(), nullable=False),
+        pa.field("node", pa.string()),
+        pa.field("start_ts", TS, nullable=False),
+        pa.field("end_ts", TS, nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+    ]
+)
+"""A window in which a target produced no usable samples. Gaps are data: an analysis must not
+read a missing window as an idle GPU."""
+
+JOB_SCHEMA = pa.schema(
+    [
+        pa.field("job_id", pa.string(), nullable=False),
+        pa.field("cluster", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("user", pa.string()),
+        pa.field("account", pa.string()),
+        pa.field("partition", pa.string()),
+        pa.field("qos", pa.string()),
+        pa.field("state", pa.string()),
+        pa.field("exit_code", pa.int32()),
+        pa.field("submit_time", TS),
+        pa.field("eligible_time", TS),
+        pa.field("start_time", TS),
+        pa.field("end_time", TS),
+        pa.field("time_limit_seconds", pa.int64()),
+        pa.field("gpus", pa.int32()),
+        pa.field("nodes", pa.string()),
+        pa.field("source", pa.string(), nullable=False),
+    ]
+)
+"""Scheduler records of jobs, whatever format they came from (slurmrestd, sacct, prolog)."""
+
+JOB_ALLOCATION_SCHEMA = pa.schema(
+    [
+        pa.field("job_id", pa.string(), nullable=False),
+        pa.field("node", pa.string(), nullable=False),
+        pa.field("gpu", pa.int16(), nullable=False),
+        pa.field("gpu_instance_id", pa.int16()),
+        pa.field("start_time", TS, nullable=False),
+        pa.field("end_time", TS),
+    ]
+)
+"""Which GPUs a job held and when, from the platform's own mapping (prolog/epilog)."""
+
+ACCOUNT_MEMBERSHIP_SCHEMA = pa.schema(
+    [
+        pa.field("user", pa.string(), nullable=False),
+        pa.field("account", pa.string(), nullable=False),
+        pa.field("coordinator", pa.bool_(), nullable=False),
+    ]
+)
+"""Slurm associations: which accounts a user may charge, and which ones they coordinate."""

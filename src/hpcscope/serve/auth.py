@@ -1,0 +1,80 @@
+"""Authentication for pages and API: a signed session cookie, or HTTP Basic for scripts.
+
+Browsers log in on ``/login`` and carry a session cookie. The CLI and scripts send HTTP Basic
+credentials on each request. A request without a valid identity gets 401 on ``/api/...`` and a
+redirect to ``/login`` on pages. There is no route that returns job data without a principal.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from urllib.parse import quote
+
+from fastapi import Request
+
+from hpcscope.model.access import Principal
+from hpcscope.service.core import Service
+
+
+class LoginRequired(Exception):
+    """Raised by page dependencies; turned into a redirect to /login."""
+
+    def __init__(self, next_url: str) -> None:
+        self.next_url = next_url
+
+
+class Unauthorized(Exception):
+    """Raised by API dependencies; turned into 401 with a WWW-Authenticate header."""
+
+
+def service_of(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+def _basic_credentials(request: Request) -> tuple[str, str] | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "basic" or not value:
+        return None
+    try:
+        decoded = base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    name, sep, password = decoded.partition(":")
+    return (name, password) if sep else None
+
+
+def identify(request: Request) -> Principal | None:
+    """The principal behind this request, or None when anonymous."""
+    service = service_of(request)
+    credentials = _basic_credentials(request)
+    if credentials is not None:
+        user = service.users.authenticate(*credentials)
+        return service.principal(user.name) if user is not None else None
+    name = request.session.get("user") if "session" in request.scope else None
+    if isinstance(name, str):
+        return service.principal(name)
+    return None
+
+
+def _is_api(request: Request) -> bool:
+    path = request.url.path
+    return path.startswith("/api/") or path.endswith(".json")
+
+
+def require_principal(request: Request) -> Principal:
+    """FastAPI dependency: the authenticated principal, or 401 / redirect to login."""
+    principal = identify(request)
+    if principal is None:
+        if _is_api(request):
+            raise Unauthorized()
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise LoginRequired(quote(target, safe="/?=&"))
+    return principal
+
+
+def optional_principal(request: Request) -> Principal | None:
+    """FastAPI dependency for pages that anonymous visitors may see in part."""
+    return identify(request)

@@ -1,0 +1,1 @@
+"""HTTP routes, one module per area; each HTML page has a JSON twin."""

@@ -1,0 +1,103 @@
+"""Site settings: one pydantic model, from a YAML/JSON file, environment or flags.
+
+Environment variables use the ``HPCSCOPE_`` prefix (``HPCSCOPE_STORE_PATH``...). Every setting
+is documented in ``docs/settings.md``; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hpcscope.model.errors import SourceError
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def bundled_topology(name: str = "2x8-h100") -> Path:
+    """Path of a topology shipped with hpcscope (``2x8-h100``, ``128x8-h100``)."""
+    candidates = [
+        Path(__file__).resolve().parents[1] / "topologies" / f"{name}.yaml",  # wheel
+        REPO_ROOT / "topologies" / f"{name}.yaml",  # source checkout
+    ]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"no bundled topology named {name!r}")
+
+
+class Settings(BaseModel):
+    """Everything a site configures. Defaults suit a single-machine install."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store_path: Path = Field(
+        Path("var/hpcscope.duckdb"), description="DuckDB file owned by the server process."
+    )
+    topology_path: Path | None = Field(
+        None, description="Cluster topology YAML; default: the bundled 2x8-h100."
+    )
+    users_path: Path | None = Field(
+        None, description="Users file (YAML): name, role, password hash, coordinated accounts."
+    )
+    host: str = Field("127.0.0.1", description="Address the web server listens on.")
+    port: int = Field(8080, ge=0, le=65535, description="Port the web server listens on.")
+    secret_key: str | None = Field(
+        None,
+        description="Key that signs session cookies; "
+        "random per start when unset (sessions end on restart).",
+    )
+    anonymous_diagram: bool = Field(
+        False,
+        description="Let anonymous visitors see the "
+        "cluster diagram: structure, cards, collectors, threats, "
+        "aggregate health, never job or user names.",
+    )
+    targets_path: Path | None = Field(
+        None, description="Prometheus file_sd JSON listing the exporters to scrape."
+    )
+    scrape_interval_seconds: float = Field(15.0, gt=0, description="Seconds between scrapes.")
+    scrape_timeout_seconds: float = Field(5.0, gt=0, description="Per-target scrape timeout.")
+    job_mapping_dir: Path | None = Field(
+        None, description="dcgm-exporter hpc-job-mapping directory root (per-node sub-directories)."
+    )
+    job_records_dir: Path | None = Field(
+        None, description="Directory of job records written by the Slurm prolog/epilog."
+    )
+
+    def resolved_topology_path(self) -> Path:
+        return self.topology_path or bundled_topology()
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Settings from a file (optional), then ``HPCSCOPE_*`` environment, then ``overrides``.
+
+    Raises:
+        SourceError: unreadable file or an invalid setting, naming the file and the field.
+    """
+    values: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise SourceError(f"cannot read settings: {exc}", source=source) from None
+        if not isinstance(loaded, dict):
+            raise SourceError("settings must be a mapping", source=source, line=1)
+        values.update(loaded)
+    for name in Settings.model_fields:
+        env = os.environ.get(f"HPCSCOPE_{name.upper()}")
+        if env is not None:
+            values[name] = env
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise SourceError(first["msg"], source=source, field=field) from None

@@ -1,0 +1,168 @@
+"""The user directory: who can log in, their role, and the accounts they coordinate.
+
+A site maps its identity provider onto POSIX user names (the names Slurm knows). This module
+holds the simplest source, a YAML users file with scrypt password hashes, and the demo users.
+Team leads' coordinated accounts come from the file and from Slurm associations (``sacctmgr``
+coordinators) once those are ingested.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hpcscope.model.access import Principal, Role
+from hpcscope.model.errors import SourceError
+
+_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
+
+
+def hash_password(password: str, *, salt: bytes | None = None) -> str:
+    """An scrypt hash in the form ``scrypt$n$r$p$salt$hash`` (base64)."""
+    salt = salt if salt is not None else secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P)
+    return "$".join(
+        [
+            "scrypt",
+            str(_SCRYPT_N),
+            str(_SCRYPT_R),
+            str(_SCRYPT_P),
+            base64.b64encode(salt).decode(),
+            base64.b64encode(digest).decode(),
+        ]
+    )
+
+
+def verify_password(password: str, encoded: str) -> bool:
+    """Constant-time check of ``password`` against an ``scrypt$...`` hash."""
+    try:
+        scheme, n, r, p, salt_b64, hash_b64 = encoded.split("$")
+        if scheme != "scrypt":
+            return False
+        salt, expected = base64.b64decode(salt_b64), base64.b64decode(hash_b64)
+        digest = hashlib.scrypt(password.encode(), salt=salt, n=int(n), r=int(r), p=int(p))
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(digest, expected)
+
+
+class _UserEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    role: Role
+    password_hash: str
+    accounts: list[str] = Field(default_factory=list)
+    coordinates: list[str] = Field(default_factory=list)
+
+
+class _UsersFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    users: list[_UserEntry]
+
+
+@dataclass(frozen=True, slots=True)
+class UserRecord:
+    name: str
+    role: Role
+    password_hash: str
+    accounts: tuple[str, ...]
+    coordinates: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DemoLogin:
+    name: str
+    password: str
+    role: Role
+    accounts: tuple[str, ...]
+    coordinates: tuple[str, ...]
+
+
+#: The demo cluster's people: two teams' researchers, a team lead of both, an admin.
+DEMO_LOGINS: tuple[DemoLogin, ...] = (
+    DemoLogin("alice", "alice-demo", Role.RESEARCHER, ("vision",), ()),
+    DemoLogin("bob", "bob-demo", Role.RESEARCHER, ("nlp",), ()),
+    DemoLogin("dave", "dave-demo", Role.RESEARCHER, ("speech",), ()),
+    DemoLogin("carol", "carol-demo", Role.TEAM_LEAD, ("vision", "nlp"), ("vision", "nlp")),
+    DemoLogin("admin", "admin-demo", Role.ADMIN, (), ()),
+)
+
+
+class UserDirectory:
+    """Look up and authenticate users."""
+
+    def __init__(self, users: list[UserRecord]) -> None:
+        self._users = {user.name: user for user in users}
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> UserDirectory:
+        """Load a users file.
+
+        Raises:
+            SourceError: unreadable or invalid, naming the file and field.
+        """
+        try:
+            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            parsed = _UsersFile.model_validate(raw)
+        except OSError as exc:
+            raise SourceError(f"cannot read users file: {exc.strerror}", source=str(path)) from None
+        except yaml.YAMLError as exc:
+            raise SourceError(f"not valid YAML: {exc}", source=str(path)) from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise SourceError(
+                first["msg"], source=str(path), field=".".join(str(p) for p in first["loc"])
+            ) from None
+        return cls(
+            [
+                UserRecord(u.name, u.role, u.password_hash, tuple(u.accounts), tuple(u.coordinates))
+                for u in parsed.users
+            ]
+        )
+
+    @classmethod
+    def demo(cls) -> UserDirectory:
+        """The demo users with their published passwords (never use outside the demo)."""
+        salt = b"hpcscope-demo-salt"  # fixed so start-up stays fast and deterministic
+        return cls(
+            [
+                UserRecord(
+                    d.name, d.role, hash_password(d.password, salt=salt), d.accounts, d.coordinates
+                )
+                for d in DEMO_LOGINS
+            ]
+        )
+
+    def get(self, name: str) -> UserRecord | None:
+        return self._users.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._users)
+
+    def authenticate(self, name: str, password: str) -> UserRecord | None:
+        """The user if the password matches, else None (same work either way)."""
+        user = self._users.get(name)
+        if user is None:
+            verify_password(password, hash_password("", salt=b"0" * 16))
+            return None
+        return user if verify_password(password, user.password_hash) else None
+
+    def principal(
+        self, name: str, *, coordinated_from_slurm: frozenset[str] = frozenset()
+    ) -> Principal | None:
+        """The principal for ``name``, with coordinated accounts from the file and Slurm."""
+        user = self._users.get(name)
+        if user is None:
+            return None
+        return Principal(
+            name=user.name,
+            role=user.role,
+            coordinated_accounts=frozenset(user.coordinates) | coordinated_from_slurm,
+        )

@@ -1,0 +1,300 @@
+"""The embedded DuckDB store: one writer thread, readers on per-thread cursors.
+
+DuckDB is a single-writer-process database: while one process holds the file read-write, no
+other process can open it, not even read-only. So one server process owns the file; inside it
+a single thread owns every write (appends, upserts, migrations) and drains a queue, and callers
+get a :class:`concurrent.futures.Future` (the datasette pattern). Reads run on a cursor per
+calling thread. Never open a store before forking.
+
+A write that fails (a batch that does not fit the schema, a constraint) fails alone, inside its
+own transaction: nothing stored before it is lost, and the writer keeps running.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+import pyarrow as pa
+
+from hpcscope.model.access import JobScope
+from hpcscope.store.migrations import MIGRATIONS
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Tables that accept plain appends, and the tables that merge by key.
+APPEND_TABLES = frozenset({"gpu_samples", "scrapes", "collection_gaps", "job_allocations"})
+
+_JOB_MERGE_COLUMNS = (
+    "cluster",
+    "name",
+    "user",
+    "account",
+    "partition",
+    "qos",
+    "state",
+    "exit_code",
+    "submit_time",
+    "eligible_time",
+    "start_time",
+    "end_time",
+    "time_limit_seconds",
+    "gpus",
+    "nodes",
+)
+
+
+class StoreError(RuntimeError):
+    """The store could not be opened or a write was refused."""
+
+
+class StoreClosedError(StoreError):
+    """A write was submitted after :meth:`Store.close`."""
+
+
+_STOP = object()
+
+
+class Store:
+    """hpcscope's embedded store (one DuckDB file, or ``:memory:``).
+
+    Args:
+        path: the database file; created with its parent directory when missing.
+        read_only: open without a writer (offline CLI reads while no server holds the file).
+
+    Example::
+
+        store = Store("var/hpcscope.duckdb")
+        store.append("gpu_samples", batch).result()
+        jobs = store.jobs(scope=principal.job_scope())
+        store.close()
+    """
+
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        self.path = str(path)
+        self.read_only = read_only
+        if self.path != ":memory:" and not read_only:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._con = duckdb.connect(self.path, read_only=read_only)
+        except duckdb.IOException as exc:
+            raise StoreError(f"cannot open store {self.path}: {exc}") from None
+        self._con.execute("SET TimeZone = 'UTC'")
+        self._local = threading.local()
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._closed = False
+        self._writer: threading.Thread | None = None
+        if not read_only:
+            self._migrate()
+            self._writer = threading.Thread(
+                target=self._write_loop, name="hpcscope-store-writer", daemon=True
+            )
+            self._writer.start()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def close(self) -> None:
+        """Finish queued writes, then close the file."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer is not None:
+            self._queue.put(_STOP)
+            self._writer.join()
+        self._con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _migrate(self) -> None:
+        con = self._con
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+            "applied_at TIMESTAMP NOT NULL DEFAULT current_timestamp)"
+        )
+        applied = {
+            row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()
+        }
+        for migration in MIGRATIONS:
+            if migration.version in applied:
+                continue
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute(migration.sql)
+                con.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+                    [migration.version, migration.name],
+                )
+                con.execute("COMMIT")
+            except duckdb.Error:
+                con.execute("ROLLBACK")
+                raise
+            log.info(
+                "store %s: applied migration %04d %s", self.path, migration.version, migration.name
+            )
+
+    def schema_version(self) -> int:
+        """The highest applied migration number."""
+        row = self._cursor().execute("SELECT max(version) FROM schema_migrations").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    # ---------------------------------------------------------------- writes
+
+    def _write_loop(self) -> None:
+        cursor = self._con.cursor()
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                cursor.close()
+                return
+            fn, future = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                cursor.execute("BEGIN TRANSACTION")
+                result = fn(cursor)
+                cursor.execute("COMMIT")
+            except BaseException as exc:  # the writer must survive any bad write
+                try:
+                    cursor.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+    def submit_write(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> Future[T]:
+        """Run ``fn(connection)`` on the writer thread inside one transaction."""
+        if self.read_only:
+            raise StoreError(f"store {self.path} is open read-only")
+        if self._closed:
+            raise StoreClosedError(f"store {self.path} is closed")
+        future: Future[T] = Future()
+        self._queue.put((fn, future))
+        return future
+
+    def append(self, table: str, data: pa.Table | pa.RecordBatch) -> Future[int]:
+        """Append rows to an append-only table (matched by column name).
+
+        Returns:
+            A future with the number of rows written.
+        """
+        if table not in APPEND_TABLES:
+            raise StoreError(f"{table!r} is not an append table ({sorted(APPEND_TABLES)})")
+        arrow = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+
+        def write(con: duckdb.DuckDBPyConnection) -> int:
+            if arrow.num_rows == 0:
+                return 0
+            # DuckDB's replacement scan reads the local Arrow table by its variable name:
+            # no register/unregister pair that could fail inside an aborted transaction.
+            incoming = arrow  # noqa: F841
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM incoming")
+            return int(arrow.num_rows)
+
+        return self.submit_write(write)
+
+    def upsert_jobs(self, jobs: pa.Table) -> Future[int]:
+        """Merge job records by ``job_id``: known fields win over nulls, newer over older.
+
+        Several sources describe the same job (prolog record, slurmrestd, sacct); each fills
+        what it knows. ``source`` keeps the last writer.
+        """
+        columns = [c for c in _JOB_MERGE_COLUMNS if c in jobs.column_names]
+        updates = ", ".join(f'"{c}" = COALESCE(excluded."{c}", jobs."{c}")' for c in columns)
+        select = ", ".join(f'"{c}"' for c in ["job_id", *columns, "source"])
+
+        def write(con: duckdb.DuckDBPyConnection) -> int:
+            if jobs.num_rows == 0:
+                return 0
+            incoming_jobs = jobs  # noqa: F841  (read by DuckDB's replacement scan)
+            con.execute(
+                f"INSERT INTO jobs ({select}) SELECT {select} FROM incoming_jobs "
+                f"ON CONFLICT (job_id) DO UPDATE SET {updates}, source = excluded.source"
+            )
+            return int(jobs.num_rows)
+
+        return self.submit_write(write)
+
+    def replace_account_memberships(self, memberships: pa.Table) -> Future[int]:
+        """Replace the user -> account associations with a fresh copy from Slurm."""
+
+        def write(con: duckdb.DuckDBPyConnection) -> int:
+            con.execute("DELETE FROM account_memberships")
+            incoming_assoc = memberships  # noqa: F841  (read by DuckDB's replacement scan)
+            con.execute(
+                'INSERT OR REPLACE INTO account_memberships ("user", account, coordinator) '
+                'SELECT "user", account, coordinator FROM incoming_assoc'
+            )
+            return int(memberships.num_rows)
+
+        return self.submit_write(write)
+
+    def close_allocations(self, job_id: str, end_time: Any) -> Future[int]:
+        """Mark the open allocations of ``job_id`` as ended at ``end_time``."""
+
+        def write(con: duckdb.DuckDBPyConnection) -> int:
+            con.execute(
+                "UPDATE job_allocations SET end_time = ? WHERE job_id = ? AND end_time IS NULL",
+                [end_time, job_id],
+            )
+            return 0
+
+        return self.submit_write(write)
+
+    def flush(self) -> None:
+        """Wait until every write queued so far is done."""
+        self.submit_write(lambda con: None).result()
+
+    # ---------------------------------------------------------------- reads
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        cursor: duckdb.DuckDBPyConnection | None = getattr(self._local, "cursor", None)
+        if cursor is None:
+            cursor = self._con.cursor()
+            self._local.cursor = cursor
+        return cursor
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> pa.Table:
+        """Run a read-only SQL query and return Arrow. For the store's own query modules."""
+        return self._cursor().sql(sql, params=list(params)).to_arrow_table()
+
+    @staticmethod
+    def scope_sql(
+        scope: JobScope, *, user_column: str = '"user"', account_column: str = "account"
+    ) -> tuple[str, list[object]]:
+        """A WHERE fragment and its parameters that keep only jobs inside ``scope``."""
+        if scope.all_jobs:
+            return "TRUE", []
+        clauses: list[str] = []
+        params: list[object] = []
+        if scope.users:
+            clauses.append(f"{user_column} IN ({', '.join('?' for _ in scope.users)})")
+            params.extend(sorted(scope.users))
+        if scope.accounts:
+            clauses.append(f"{account_column} IN ({', '.join('?' for _ in scope.accounts)})")
+            params.extend(sorted(scope.accounts))
+        return ("(" + " OR ".join(clauses) + ")" if clauses else "FALSE"), params
+
+    def coordinated_accounts(self, user: str) -> frozenset[str]:
+        """Accounts that ``user`` coordinates according to Slurm associations."""
+        rows = (
+            self._cursor()
+            .execute(
+                'SELECT account FROM account_memberships WHERE "user" = ? AND coordinator', [user]
+            )
+            .fetchall()
+        )
+        return frozenset(str(row[0]) for row in rows)

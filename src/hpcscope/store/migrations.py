@@ -1,0 +1,94 @@
+"""Numbered schema migrations for the embedded DuckDB store.
+
+Each migration runs once, in order, inside a transaction, and is recorded in
+``schema_migrations``. Never edit a released migration: add the next number. Column names carry
+their units (see :mod:`hpcscope.model.schemas`); the Arrow schemas there and the tables here are
+checked against each other by a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcscope.model.schemas import GPU_METRICS
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+_METRIC_COLUMNS = ",\n    ".join(
+    f"{m.column} {'BIGINT' if m.column in ('clock_throttle_reasons', 'xid_last') else 'DOUBLE'}"
+    for m in GPU_METRICS
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "initial: gpu samples, scrapes, gaps, jobs, allocations, accounts",
+        f"""
+CREATE TABLE gpu_samples (
+    ts TIMESTAMP NOT NULL,
+    node VARCHAR NOT NULL,
+    gpu SMALLINT NOT NULL,
+    gpu_instance_id SMALLINT,
+    job_id VARCHAR,
+    {_METRIC_COLUMNS}
+);
+CREATE TABLE scrapes (
+    ts TIMESTAMP NOT NULL,
+    target VARCHAR NOT NULL,
+    exporter VARCHAR NOT NULL,
+    node VARCHAR,
+    ok BOOLEAN NOT NULL,
+    duration_seconds DOUBLE NOT NULL,
+    samples BIGINT NOT NULL,
+    rejected_lines BIGINT NOT NULL,
+    error VARCHAR
+);
+CREATE TABLE collection_gaps (
+    target VARCHAR NOT NULL,
+    node VARCHAR,
+    start_ts TIMESTAMP NOT NULL,
+    end_ts TIMESTAMP NOT NULL,
+    reason VARCHAR NOT NULL
+);
+CREATE TABLE jobs (
+    job_id VARCHAR PRIMARY KEY,
+    cluster VARCHAR,
+    name VARCHAR,
+    "user" VARCHAR,
+    account VARCHAR,
+    partition VARCHAR,
+    qos VARCHAR,
+    state VARCHAR,
+    exit_code INTEGER,
+    submit_time TIMESTAMP,
+    eligible_time TIMESTAMP,
+    start_time TIMESTAMP,
+    end_time TIMESTAMP,
+    time_limit_seconds BIGINT,
+    gpus INTEGER,
+    nodes VARCHAR,
+    source VARCHAR NOT NULL
+);
+CREATE TABLE job_allocations (
+    job_id VARCHAR NOT NULL,
+    node VARCHAR NOT NULL,
+    gpu SMALLINT NOT NULL,
+    gpu_instance_id SMALLINT,
+    start_time TIMESTAMP NOT NULL,
+    end_time TIMESTAMP
+);
+CREATE TABLE account_memberships (
+    "user" VARCHAR NOT NULL,
+    account VARCHAR NOT NULL,
+    coordinator BOOLEAN NOT NULL,
+    PRIMARY KEY ("user", account)
+);
+""",
+    ),
+)

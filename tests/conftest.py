@@ -1,0 +1,58 @@
+"""Shared fixtures: a demo service on a temporary store, logged-in HTTP clients, a browser."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from hpcscope.serve.app import create_app
+from hpcscope.service.core import Service
+from hpcscope.service.settings import Settings
+from hpcscope.service.users import DEMO_LOGINS, UserDirectory
+
+pytest_plugins = ["tests.support.browser"]
+
+DEMO_PASSWORDS = {login.name: login.password for login in DEMO_LOGINS}
+
+
+def basic_auth(user: str, password: str | None = None) -> dict[str, str]:
+    """An Authorization header for a demo user."""
+    secret = password if password is not None else DEMO_PASSWORDS[user]
+    token = base64.b64encode(f"{user}:{secret}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    """A service on the bundled 2x8 topology, demo users, an empty store in tmp_path."""
+    settings = Settings(store_path=tmp_path / "store.duckdb", secret_key="test-secret")
+    opened = Service.open(settings, users=UserDirectory.demo())
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def client(service: Service) -> Iterator[TestClient]:
+    """An anonymous in-process client of the web app."""
+    with TestClient(create_app(service)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def client_as(service: Service) -> Iterator[Callable[[str], TestClient]]:
+    """``client_as("alice")``: an in-process client that sends alice's credentials."""
+    clients: list[TestClient] = []
+
+    def make(user: str) -> TestClient:
+        test_client = TestClient(create_app(service), headers=basic_auth(user))
+        test_client.__enter__()
+        clients.append(test_client)
+        return test_client
+
+    yield make
+    for test_client in clients:
+        test_client.__exit__(None, None, None)
