@@ -71,7 +71,7 @@ def parse_measured_job(text: str, *, source: str) -> MeasuredJob:
         report = _TraceReport.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
+        field = ".".join(str(part) for part in first["loc"] if part != "[key]")
         raise SourceError(
             f"{first['msg']} (expected the JSON of `hpcscope traces analyze --json`)",
             source=source,

@@ -78,9 +78,7 @@ def step_page(request: Request, principal: Viewer) -> Response:
 
 
 @router.get("/api/step")
-def step_api(
-    request: Request, principal: Viewer, params: Annotated[StepRequest, Query()]
-) -> Any:
+def step_api(request: Request, principal: Viewer, params: Annotated[StepRequest, Query()]) -> Any:
     """One step of every GPU of the cluster, healthy and with the straggler (the player's data).
 
     Times in seconds from the start of the step; see ``docs/simulate.md`` for the schema.
