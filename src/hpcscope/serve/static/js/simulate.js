@@ -75,7 +75,8 @@
   function showError(field, message) {
     const control = $(FIELD_CONTROL[field] || "");
     const label = control ? form.querySelector(`label[for="${control.id}"]`) : null;
-    ui.error.textContent = `${label ? label.textContent.trim() : field} (${field}): ${message}`;
+    ui.error.textContent = `${label ? label.textContent.trim() : field} (${field}): ${message}. ` +
+      "The chart and the table still show the last valid settings.";
     ui.error.hidden = false;
     if (control) control.setAttribute("aria-invalid", "true");
     root.dataset.state = "error";
@@ -164,9 +165,9 @@
         { label: "GPUs", value: (u, v) => (v == null ? "—" : int(v)) },
         { label: "Efficiency", scale: "%", stroke: "#15803d", width: 2,
           value: (u, v) => (v == null ? "—" : `${fixed(v, 1)} %`) },
-        { label: "p95 step eff.", scale: "%", stroke: "rgba(21,128,61,.35)", width: 1,
+        { label: "Fast steps (p95)", scale: "%", stroke: "rgba(21,128,61,.35)", width: 1,
           value: (u, v) => (v == null ? "—" : `${fixed(v, 1)} %`) },
-        { label: "p5 step eff.", scale: "%", stroke: "rgba(21,128,61,.35)", width: 1,
+        { label: "Slow steps (p5)", scale: "%", stroke: "rgba(21,128,61,.35)", width: 1,
           value: (u, v) => (v == null ? "—" : `${fixed(v, 1)} %`) },
         { label: "Barrier wait", scale: "%", stroke: "#d97706", width: 2, dash: [6, 4],
           value: (u, v) => (v == null ? "—" : `${fixed(v, 1)} %`) },

@@ -267,8 +267,8 @@
     const within = at.step < reduceSteps ? at.step + 1 : at.step - reduceSteps + 1;
     ui.ringCaption.textContent =
       `Ring AllReduce, ${stage} step ${within} of ${reduceSteps}: each GPU sends one chunk to the next`;
-    // reduced motion: chunks sit half-way, without moving inside a step
-    const f = reducedMotion.matches ? 0.5 : at.fraction;
+    // paused or reduced motion: chunks sit half-way along their hop, without moving
+    const f = reducedMotion.matches || !state.playing ? 0.5 : at.fraction;
     const first = at.step * n;
     for (let k = first; k < first + n; k += 1) {
       const [, source, target, chunk] = data.ring.transfers[k];
