@@ -164,3 +164,16 @@ def test_trace_report_extra_fields_are_ignored() -> None:
     job = parse_measured_job(text, source="r.json")
     assert job.step_excess_seconds == (0.001,)
     assert job.actual_step_seconds == 0.021
+
+
+def test_the_seeds_step_on_the_default_clusters_allreduce(cluster: Topology) -> None:
+    """The 42 ms example with the AllReduce modelled on 2 x 8 H100 (two-level, 6.08 ms)."""
+    request = parse_request(
+        SimulationRequest,
+        {"gpus": "16", "steps": 20, "straggler_gpus": "2", "jitter_cv": 0,
+         "hiccup_probability": 0},
+    )  # fmt: skip
+    [point] = report_json(run_simulation(request, cluster))["results"]
+    assert point["allreduce_seconds"] == pytest.approx(6.08e-3, rel=0.005)
+    assert point["step_seconds"] == pytest.approx(0.062 + 0.00008, rel=0.002)
+    assert point["efficiency"] == pytest.approx(0.678, abs=0.001)
