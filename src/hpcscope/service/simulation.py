@@ -67,22 +67,22 @@ class SimulationInputError(ValueError):
 class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    data_load_seconds: float = Field(0.002, ge=0, allow_inf_nan=False)
-    forward_seconds: float = Field(0.010, ge=0, allow_inf_nan=False)
-    backward_seconds: float = Field(0.020, ge=0, allow_inf_nan=False)
-    other_seconds: float = Field(0.0, ge=0, allow_inf_nan=False)
-    optimizer_seconds: float = Field(0.004, ge=0, allow_inf_nan=False)
-    jitter_cv: float = Field(0.05, ge=0, le=1, allow_inf_nan=False)
+    data_load_seconds: float = Field(default=0.002, ge=0, allow_inf_nan=False)
+    forward_seconds: float = Field(default=0.010, ge=0, allow_inf_nan=False)
+    backward_seconds: float = Field(default=0.020, ge=0, allow_inf_nan=False)
+    other_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    optimizer_seconds: float = Field(default=0.004, ge=0, allow_inf_nan=False)
+    jitter_cv: float = Field(default=0.05, ge=0, le=1, allow_inf_nan=False)
     jitter_distribution: Literal["lognormal", "normal"] = "lognormal"
     straggler_phase: StragglerPhase = "backward"
-    straggler_factor: float = Field(2.0, ge=1, allow_inf_nan=False)
-    model_parameters: float = Field(DEFAULT_MODEL_PARAMETERS, gt=0, allow_inf_nan=False)
+    straggler_factor: float = Field(default=2.0, ge=1, allow_inf_nan=False)
+    model_parameters: float = Field(default=DEFAULT_MODEL_PARAMETERS, gt=0, allow_inf_nan=False)
     precision: Precision = "bf16"
     allreduce_protocol: Protocol = "Simple"
-    bucket_bytes: float | None = Field(None, gt=0, allow_inf_nan=False)
-    nic_bytes_per_second: float | None = Field(None, gt=0, allow_inf_nan=False)
-    intra_bytes_per_second: float | None = Field(None, gt=0, allow_inf_nan=False)
-    seed: int = Field(0, ge=0, le=2**63 - 1)
+    bucket_bytes: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    nic_bytes_per_second: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    intra_bytes_per_second: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
 
     def buckets(self) -> int:
         if self.bucket_bytes is None:
@@ -97,16 +97,16 @@ class SimulationRequest(_Params):
     gpus: list[int] = Field(
         default_factory=lambda: list(DEFAULT_GPU_COUNTS), min_length=1, max_length=64
     )
-    steps: int = Field(2000, ge=1, le=1_000_000)
+    steps: int = Field(default=2000, ge=1, le=1_000_000)
     straggler_gpus: list[int] = Field(default_factory=list, max_length=1024)
-    hiccup_probability: float = Field(0.001, ge=0, le=1, allow_inf_nan=False)
-    hiccup_seconds: float = Field(0.020, ge=0, allow_inf_nan=False)
-    gc_interval_steps: int = Field(0, ge=0)
-    gc_pause_seconds: float = Field(0.0, ge=0, allow_inf_nan=False)
+    hiccup_probability: float = Field(default=0.001, ge=0, le=1, allow_inf_nan=False)
+    hiccup_seconds: float = Field(default=0.020, ge=0, allow_inf_nan=False)
+    gc_interval_steps: int = Field(default=0, ge=0)
+    gc_pause_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     gc_synchronized: bool = False
     allreduce_algorithm: AllReduceAlgorithm = "two-level"
-    allreduce_seconds: float | None = Field(None, ge=0, allow_inf_nan=False)
-    gpu_hour_price: float | None = Field(None, ge=0, allow_inf_nan=False)
+    allreduce_seconds: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    gpu_hour_price: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
     @field_validator("gpus", "straggler_gpus", mode="before")
     @classmethod
@@ -164,9 +164,9 @@ class SimulationRequest(_Params):
 class StepRequest(_Params):
     """Parameters of the step player (``GET /api/step``): one step of the whole cluster."""
 
-    straggler_gpu: int = Field(2, ge=0)
-    straggler_factor: float = Field(2.0, ge=1, le=20, allow_inf_nan=False)
-    jitter_cv: float = Field(0.01, ge=0, le=1, allow_inf_nan=False)
+    straggler_gpu: int = Field(default=2, ge=0)
+    straggler_factor: float = Field(default=2.0, ge=1, le=20, allow_inf_nan=False)
+    jitter_cv: float = Field(default=0.01, ge=0, le=1, allow_inf_nan=False)
     allreduce_algorithm: AllReduceAlgorithm = "ring"
 
 
