@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcscope.ingest.dcgm import DcgmConverter, dcgm_page_to_samples
+from hpcscope.ingest.dcgm import DcgmConverter, dcgm_page_to_samples, samples_table
 from hpcscope.ingest.dcgm_fields import FIELDS_BY_EXPORTED_NAME, is_blank
 from hpcscope.ingest.exposition import ExpositionParser, parse_exposition
 from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA
@@ -262,3 +262,37 @@ def test_rows_equal_the_samples_they_come_from(
 
 def test_generated_fields_are_all_known() -> None:
     assert all(spec.name in FIELDS_BY_EXPORTED_NAME for spec in H100_FIELDS)
+
+
+def test_one_table_for_many_pages_equals_the_tables_of_each() -> None:
+    rng = random.Random(5)
+    converters = [DcgmConverter() for _ in range(3)]
+    parsers = [ExpositionParser() for _ in range(3)]
+    conversions = []
+    for index, (parser, converter) in enumerate(zip(parsers, converters, strict=True)):
+        node = f"gpu{index:02d}"
+        text = render_dcgm_page(node, rng=rng, gpus=2 + index, jobs={"0": ["1", "2"]})
+        page = parser.parse(text, source=node)
+        conversions.append(converter.convert(page, ts=TS + timedelta(seconds=index), node=node))
+    conversions.append(_convert(""))  # an empty page takes no part
+    combined = samples_table(conversions)
+    assert combined.equals(pa.concat_tables([c.table for c in conversions]).combine_chunks())
+    assert combined.num_rows == sum(c.rows for c in conversions) == 3 + 4 + 5
+    assert combined.column("ts").to_pylist()[-1] == datetime(2026, 3, 1, 12, 0, 2, 250000)
+    assert samples_table([]).schema.equals(GPU_SAMPLE_SCHEMA)
+
+
+def test_the_last_sample_of_a_cell_wins_and_plans_follow_the_node() -> None:
+    text = (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",hostname="a"} 40\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",hostname="b"} 41\n'
+    )
+    parser = ExpositionParser()
+    page = parser.parse(text, source="t")
+    converter = DcgmConverter()
+    by_host = converter.convert(page, ts=TS)
+    assert by_host.table.column("gpu_temperature_celsius").to_pylist() == [40.0, 41.0]
+    one_node = converter.convert(page, ts=TS, node="gpu01")
+    assert one_node.table.to_pylist()[0]["gpu_temperature_celsius"] == 41.0
+    assert one_node.hostnames == {"a", "b"}
+    assert converter.convert(page, ts=TS).rows == 2

@@ -227,7 +227,10 @@ _QUICK_LINE_RE = re.compile(
 _QUICK_PAIR_RE = re.compile(rf'([a-zA-Z_][a-zA-Z0-9_]*)="({_QUOTED_BODY})"')
 
 
-def _quick_sample(line: str) -> SampleLine | None:
+Labels = tuple[tuple[str, str], ...]
+
+
+def _quick_sample(line: str, label_blocks: dict[str, Labels] | None) -> SampleLine | None:
     """The common layout in a few C-level regex calls, or None to take the careful path."""
     match = _QUICK_LINE_RE.fullmatch(line)
     if match is None:
@@ -241,22 +244,36 @@ def _quick_sample(line: str) -> SampleLine | None:
         timestamp = parse_timestamp(ts_token)
         if timestamp is None:
             return None
-    labels: tuple[tuple[str, str], ...] = ()
+    labels: Labels = ()
     if block:
-        pairs = _QUICK_PAIR_RE.findall(block)
-        if len({label for label, _ in pairs}) != len(pairs):
-            return None
-        if "__" in block and any(label.startswith("__") for label, _ in pairs):
-            return None
-        if "\\" in block:
-            pairs = [(label, _unescape(raw)) for label, raw in pairs]
-        labels = tuple(sorted(pairs))
+        cached = None if label_blocks is None else label_blocks.get(block)
+        if cached is None:
+            pairs = _QUICK_PAIR_RE.findall(block)
+            if len({label for label, _ in pairs}) != len(pairs):
+                return None
+            if "__" in block and any(label.startswith("__") for label, _ in pairs):
+                return None
+            if "\\" in block:
+                pairs = [(label, _unescape(raw)) for label, raw in pairs]
+            cached = tuple(sorted(pairs))
+            if label_blocks is not None:
+                label_blocks[block] = cached
+        labels = cached
     return SampleLine(name, labels, value, timestamp, line[: match.start(3) - 1])
 
 
-def parse_sample_line(line: str) -> SampleLine | LineError:
-    """Parse one sample line (not a comment, not blank)."""
-    quick = _quick_sample(line)
+def parse_sample_line(
+    line: str, label_blocks: dict[str, Labels] | None = None
+) -> SampleLine | LineError:
+    """Parse one sample line (not a comment, not blank).
+
+    Args:
+        line: the line, without its line end.
+        label_blocks: a cache from label block text (between the braces) to its labels, which
+            the caller keeps across lines: a dcgm-exporter page repeats each GPU's block on
+            every field.
+    """
+    quick = _quick_sample(line, label_blocks)
     if quick is not None:
         return quick
     end = len(line)

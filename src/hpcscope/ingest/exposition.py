@@ -30,6 +30,7 @@ from operator import is_not, itemgetter
 from typing import Any, cast
 
 from hpcscope.ingest._exposition_syntax import (
+    Labels,
     LineError,
     MetaLine,
     parse_comment_line,
@@ -55,6 +56,7 @@ _TAIL = itemgetter(2)
 # ~20x faster than a negated one.
 _ODD_VALUE_CHAR_RE = re.compile(r"[\t-\r\x1c-\x1f_a-df-zA-DF-Z]")
 _META_CACHE_LIMIT = 10_000
+_BLOCK_CACHE_LIMIT = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,10 @@ class ExpositionParser:
         self._index: dict[Series, int] = {}
         self._meta: dict[str, MetaLine | LineError] = {}
         self._layout: _Layout | None = None
+        self._strings: dict[str, str] = {}
+        self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
+        self._label_sets: dict[Labels, Labels] = {}
+        self._blocks: dict[str, Labels] = {}
         self._max_errors = max_errors
         self._compact_above = compact_above
 
@@ -239,13 +245,25 @@ class ExpositionParser:
             if value is not None and stamp is not None:
                 slow[i] = (sid, value, stamp)
                 return False
-        parsed = parse_sample_line(line)
+        if len(self._blocks) > _BLOCK_CACHE_LIMIT:
+            self._blocks.clear()
+        parsed = parse_sample_line(line, self._blocks)
         if isinstance(parsed, LineError):
             self._reject(i, parsed, page)
             return False
         series = Series(parsed.name, parsed.labels)
         sid = self._index.get(series)
         if sid is None:
+            # Share equal strings and label pairs between series (a GPU's UUID and model name
+            # repeat on every field): the key cache of a dcgm target is half the size.
+            share = self._strings.setdefault
+            labels = self._label_sets.get(parsed.labels)
+            if labels is None:
+                share_pair = self._pairs.setdefault
+                pairs = [(share(k, k), share(v, v)) for k, v in parsed.labels]
+                labels = tuple(share_pair(pair, pair) for pair in pairs)
+                self._label_sets[labels] = labels
+            series = Series(share(parsed.name, parsed.name), labels)
             sid = len(self.series)
             self.series.append(series)
             self._index[series] = sid
@@ -400,6 +418,10 @@ class ExpositionParser:
         renumber = {old: new for new, old in enumerate(live)}
         self.series = [self.series[old] for old in live]
         self._index = {series: sid for sid, series in enumerate(self.series)}
+        self._strings = {}
+        self._pairs = {}
+        self._label_sets = {}
+        self._blocks = {}
         self._keys = {key: renumber[sid] for key, sid in self._keys.items() if sid in renumber}
         page.series_ids = [renumber[sid] for sid in page.series_ids]
         self.generation += 1
