@@ -1,7 +1,7 @@
 """Speed and memory of the straggler simulator, as a script (``make bench`` runs it via pytest).
 
-    python bench/simulate_scale.py                       # both targets, human-readable
-    python bench/simulate_scale.py --gpus 16384 --steps 1000 --json   # one run, JSON
+    .venv/bin/python -m bench.simulate_scale              # both targets, human-readable
+    .venv/bin/python -m bench.simulate_scale --gpus 16384 --steps 1000 --json   # one run
 
 Targets (issue 4): 1,024 GPUs x 10,000 steps in under 1 s; 16,384 GPUs x 1,000 steps without
 exceeding 1 GB of RAM. Memory is the peak resident set size of this process (``VmHWM``, see
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -51,13 +52,15 @@ def run_once(gpus: int, steps: int, seed: int) -> dict[str, float]:
         stragglers=(Straggler(2, "backward", 1.5),),
     )
     baseline = peak_rss_bytes()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     [point] = simulate_scaling(model, [gpus], {gpus: 0.006}, steps=steps, seed=seed)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     return {
         "gpus": gpus,
         "steps": steps,
         "seconds": elapsed,
+        "cpu_seconds": cpu,
+        "load_average_1m": os.getloadavg()[0],
         "gpu_steps_per_second": gpus * steps / elapsed,
         "peak_rss_bytes": peak_rss_bytes(),
         "baseline_rss_bytes": baseline,
@@ -92,8 +95,9 @@ def main() -> None:
     speed = in_subprocess(1024, 10_000)
     memory = in_subprocess(16_384, 1_000)
     print(
-        f"1,024 GPUs x 10,000 steps: {speed['seconds']:.3f} s "
-        f"({speed['gpu_steps_per_second'] / 1e6:.1f} M GPU-steps/s; target < 1 s)"
+        f"1,024 GPUs x 10,000 steps: {speed['seconds']:.3f} s wall, {speed['cpu_seconds']:.3f} s "
+        f"CPU ({speed['gpu_steps_per_second'] / 1e6:.1f} M GPU-steps/s; target < 1 s; load "
+        f"average {speed['load_average_1m']:.1f} on {os.cpu_count()} CPUs)"
     )
     print(
         f"16,384 GPUs x 1,000 steps: {memory['seconds']:.3f} s, peak RSS "

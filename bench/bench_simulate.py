@@ -1,16 +1,22 @@
 """Targets of the straggler simulator (issue 4), measured with pytest-benchmark.
 
-* 1,024 GPUs x 10,000 steps in under 1 s (median of 5 rounds, in this process).
+* 1,024 GPUs x 10,000 steps in under 1 s (median of 5 rounds, in this process). Timed in
+  CPU seconds of this process (``time.process_time``): the development machine is shared, and
+  wall time there mostly measures the other users' load; ``bench/simulate_scale.py`` prints
+  both for a fresh process.
 * 16,384 GPUs x 1,000 steps without exceeding 1 GB: peak RSS of a fresh process
   (``bench/simulate_scale.py``), so the figure is the simulation's, not the test runner's.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import pytest
+
+from bench.simulate_scale import in_subprocess
 from hpcscope.analysis.stepsim import StepModel, Straggler, simulate_scaling
-from simulate_scale import in_subprocess  # bench/ is on sys.path (pytest's rootdir import)
 
 GB = 10**9
 MODEL = StepModel(
@@ -23,6 +29,7 @@ MODEL = StepModel(
 )
 
 
+@pytest.mark.benchmark(timer=time.process_time)
 def test_1024_gpus_10000_steps_under_one_second(benchmark: Any) -> None:
     result = benchmark.pedantic(
         simulate_scaling, args=(MODEL, [1024], {1024: 0.006}), kwargs={"steps": 10_000},
@@ -30,11 +37,12 @@ def test_1024_gpus_10000_steps_under_one_second(benchmark: Any) -> None:
     )  # fmt: skip
     median = benchmark.stats["median"]
     benchmark.extra_info["gpu_steps_per_second"] = 1024 * 10_000 / median
-    print(f"\n1,024 GPUs x 10,000 steps: median {median:.3f} s")
+    print(f"\n1,024 GPUs x 10,000 steps: median {median:.3f} CPU s")
     assert result[0].steps == 10_000
     assert median < 1.0, f"{median:.3f} s"
 
 
+@pytest.mark.benchmark(timer=time.process_time)
 def test_whole_curve_costs_about_its_largest_point(benchmark: Any) -> None:
     counts = [8, 16, 32, 64, 128, 256, 512, 1024]
     benchmark.pedantic(
