@@ -187,6 +187,31 @@ def test_simulator_updates_live_from_the_keyboard(page: Any, base_url: str) -> N
     slower_8 = page.inner_text("#sim-table tbody tr[data-gpus='8'] td:nth-child(5)")
     assert float(slower_8.rstrip(" %")) < float(efficiency_8.rstrip(" %")) - 10
 
+    # the hiccup-rate slider (logarithmic) drives its field: 1e-3 -> 1e-2
+    tab_to(page, "hiccup-slider")
+    requests = int(page.get_attribute("#simulator", "data-requests") or 0)
+    for _ in range(4):
+        page.keyboard.press("ArrowRight")
+    page.wait_for_function(
+        f"Number(document.querySelector('#simulator').dataset.requests) > {requests}"
+        " && document.querySelector('#simulator').dataset.state === 'ready'"
+    )
+    assert page.input_value("#hiccup-prob") == "0.01"
+
+    # the price slider drives the cost column: 2.50 -> 2.55 per GPU-hour
+    tab_to(page, "price-slider")
+    lost_hours = page.inner_text("#sim-table tbody tr[data-gpus='1024'] td:nth-child(7)")
+    requests = int(page.get_attribute("#simulator", "data-requests") or 0)
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function(
+        f"Number(document.querySelector('#simulator').dataset.requests) > {requests}"
+        " && document.querySelector('#simulator').dataset.state === 'ready'"
+    )
+    assert page.input_value("#price") == "2.55"
+    lost_cost = page.inner_text("#sim-table tbody tr[data-gpus='1024'] td:nth-child(8)")
+    hours = float(lost_hours.replace(",", ""))
+    assert float(lost_cost.replace(",", "")) == pytest.approx(hours * 2.55, abs=1.0)
+
 
 def test_simulator_shows_the_apis_error_naming_the_field(page: Any, base_url: str) -> None:
     page.goto(f"{base_url}/simulate")

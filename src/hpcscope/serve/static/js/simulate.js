@@ -17,7 +17,8 @@
   const ui = {
     gpusMax: $("gpus-max"), jitter: $("jitter"), straggler: $("straggler-factor"),
     hiccupProb: $("hiccup-prob"), hiccupMs: $("hiccup-ms"), modelSize: $("model-size"),
-    price: $("price"), steps: $("steps"), error: $("sim-error"), status: $("sim-status"),
+    price: $("price"), steps: $("steps"), hiccupSlider: $("hiccup-slider"),
+    priceSlider: $("price-slider"), error: $("sim-error"), status: $("sim-status"),
     chart: $("sim-chart"), tbody: document.querySelector("#sim-table tbody"),
   };
   let plot = null;
@@ -156,7 +157,7 @@
       width, height: 320,
       scales: { x: { time: false, distr: 3, log: 2 }, "%": { range: [0, 100] }, h: {} },
       axes: [
-        { label: "GPUs", values: (u, ticks) => ticks.map((t) => int(t)) },
+        { label: "GPUs", space: 44, values: (u, ticks) => ticks.map((t) => int(t)) },
         { scale: "%", label: "%", values: (u, ticks) => ticks.map((t) => `${t} %`) },
         { scale: "h", side: 1, label: "GPU-hours lost / day", grid: { show: false },
           values: (u, ticks) => ticks.map((t) => int(t)) },
@@ -200,6 +201,19 @@
     ui.tbody.replaceChildren(...rows);
   }
 
+  // each slider drives its field; a typed value moves the slider when it is in the slider's range
+  ui.hiccupSlider.addEventListener("input", () => {
+    ui.hiccupProb.value = Number((10 ** Number(ui.hiccupSlider.value)).toPrecision(2));
+  });
+  ui.hiccupProb.addEventListener("input", () => {
+    const p = Number(ui.hiccupProb.value);
+    if (p >= 1e-6 && p <= 0.1) ui.hiccupSlider.value = String(Math.log10(p));
+  });
+  ui.priceSlider.addEventListener("input", () => { ui.price.value = Number(ui.priceSlider.value).toFixed(2); });
+  ui.price.addEventListener("input", () => {
+    const price = Number(ui.price.value);
+    if (price >= 0 && price <= 12) ui.priceSlider.value = String(price);
+  });
   form.addEventListener("input", schedule);
   form.addEventListener("change", schedule);
   form.addEventListener("submit", (event) => { event.preventDefault(); run(); });
