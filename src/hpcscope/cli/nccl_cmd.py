@@ -59,7 +59,7 @@ def analyze(
     report = run(files, world_size=world_size)
     if json_output:
         print_json(report)
-    else:
+    elif report["inputs"]:
         render(report, stdout_console())
     errors = report["errors"]
     for error in errors:

@@ -88,7 +88,7 @@ def parse_nccl_log_bytes(data: bytes, *, source: str) -> NcclLogParse:
     text = data.decode("utf-8", errors="replace")
     result = parse_nccl_log_text(text, source=source)
     if "\ufffd" in text and b"\xef\xbf\xbd" not in data:
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(_lines(text), start=1):
             column = line.find("\ufffd")
             if column >= 0:
                 result.warnings.append(
@@ -108,7 +108,7 @@ def parse_nccl_log_text(text: str, *, source: str) -> NcclLogParse:
     result = NcclLogParse(source=source)
     tests = NcclTestsReader(source)
     last_died: int | None = None
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(_lines(text), start=1):
         result.lines += 1
         if not raw.strip():
             result.blank_lines += 1
@@ -135,6 +135,15 @@ def parse_nccl_log_text(text: str, *, source: str) -> NcclLogParse:
             last_died = len(result.watchdog) - 1
     result.nccl_tests = tests.results
     return result
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as editors and ``grep -n`` number them: split on ``\n`` only (a ``\r`` before it
+    is dropped), so form feeds, ``\x85`` or U+2028 inside a line do not shift line numbers."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
 
 
 def _dispatch(line: str, at: LineRef, result: NcclLogParse, tests: NcclTestsReader) -> bool:
