@@ -210,6 +210,13 @@ def _notes(dumps: Sequence[FlightRecorderDump], wd: WdFindings) -> tuple[str, ..
             "dumps without a rank (no 'rank' key, no number ending the file name) were "
             f"ignored: {', '.join(unranked)}"
         )
+    ranks = [d.rank for d in dumps if d.rank is not None]
+    repeated = sorted({r for r in ranks if ranks.count(r) > 1})
+    if repeated:
+        notes.append(
+            f"several dumps for ranks {','.join(map(str, repeated))} (dumps of different runs "
+            "mixed?): the last file read for a rank wins"
+        )
     statuses = [s for d in dumps for s in d.pg_status]
     if statuses and all(s.last_started < 0 for s in statuses):
         notes.append(

@@ -156,8 +156,15 @@ def _group(
     """Steps 2-3 for one group."""
     desc = next((e.pg_desc for _, _, e in placed.values() if e.pg_desc), None)
     name = label(key, desc)
+    # A status line (``at work: N``) names no op: it takes the op another rank printed for N.
+    ops: dict[int, set[str]] = defaultdict(set)
+    for seq, op, _ in placed.values():
+        if op is not None:
+            ops[seq].add(op)
     positions: dict[tuple[int, str | None], list[int]] = defaultdict(list)
     for rank, (seq, op, _) in sorted(placed.items()):
+        if op is None and len(ops[seq]) == 1:
+            op = next(iter(ops[seq]))
         positions[(seq, op)].append(rank)
     ordered = sorted(positions.items(), key=lambda kv: (-len(kv[1]), kv[0][0]))
     (seq, op), entered = ordered[0]
@@ -189,7 +196,9 @@ def _group(
                         f"assumed >= {highest + 1} from the highest rank seen",
                     )
                 )
-    event = placed[entered[0]][2]
+    event = next(
+        (placed[r][2] for r in entered if placed[r][2].op is not None), placed[entered[0]][2]
+    )
     numel = event.numel_in
     findings.hung.append(
         HungCollective(

@@ -138,7 +138,7 @@ def _nccl(nccl: dict[str, Any], console: Console) -> None:
             f"{len(init['ranks_started'])} START seen"
         )
         if init["ranks_started_not_completed"]:
-            line += f"; never completed: {_list(init['ranks_started_not_completed'])}"
+            line += f"; no COMPLETE line for: {_list(init['ranks_started_not_completed'])}"
         console.print(line, highlight=False)
     timings = nccl["init_timings"]
     if timings:
