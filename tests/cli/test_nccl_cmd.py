@@ -47,11 +47,8 @@ def test_human_summary_of_nccl_setup_and_errors() -> None:
 
 
 def test_json_contract() -> None:
-    result = runner.invoke(
-        app,
-        ["nccl", "analyze", "--json", str(NCCL / "pytorch_watchdog_timeout_legacy_format.log")]
-        + ["--world-size", "8"],
-    )
+    log = NCCL / "pytorch_watchdog_timeout_legacy_format.log"
+    result = runner.invoke(app, ["nccl", "analyze", "--json", str(log), "--world-size", "8"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["schema"] == "hpcscope.nccl.analyze/1"
