@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hpcscope.analysis.hangs import localize_hang
 from hpcscope.ingest.flight_recorder import parse_flight_recorder
 from hpcscope.ingest.log_prefix import strip_launcher_prefix
 from hpcscope.ingest.nccl_logs import NcclLogParse, parse_nccl_log_bytes, parse_nccl_log_text
@@ -103,3 +107,35 @@ def test_bytes_never_crash_the_dump_parser(data: bytes) -> None:
 def test_launcher_rank_is_read_from_the_prefix(rank: int) -> None:
     assert strip_launcher_prefix(f"{rank}: NCCL WARN x").launcher_rank == rank
     assert strip_launcher_prefix(f"[1,{rank}]<stdout>:x").launcher_rank == rank
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+_ENTRY_KEYS = st.sampled_from(
+    ["record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "profiling_name",
+     "time_created_ns", "input_sizes", "input_dtypes", "state", "is_p2p", "timeout_ms"]
+)  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    entries=st.lists(st.dictionaries(_ENTRY_KEYS, _JSONISH, max_size=8), max_size=4),
+    pg_config=st.dictionaries(st.text(max_size=4), _JSONISH, max_size=3),
+    pg_status=st.dictionaries(st.text(max_size=4), _JSONISH, max_size=3),
+    version=_JSONISH,
+)
+def test_malformed_dump_documents_never_crash(
+    entries: list[dict[str, object]], pg_config: object, pg_status: object, version: object
+) -> None:
+    """Wrong types anywhere in a dump: skipped with a warning, never an exception."""
+    document = {"version": version, "pg_config": pg_config, "pg_status": pg_status}
+    document["entries"] = entries
+    dump = parse_flight_recorder(json.dumps(document).encode(), source="m.json", rank=1)
+    assert len(dump.entries) <= len(entries)
+    # and the analysis takes whatever the parser let through
+    localize_hang(dumps=[dump, replace(dump, rank=2, source="n.json")])

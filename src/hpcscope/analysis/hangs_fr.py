@@ -277,4 +277,4 @@ def _ranks(ranks: Sequence[int]) -> str:
 
 def _numeric(name: str | None) -> tuple[int, int | str]:
     text = name or ""
-    return (0, int(text)) if text.isdigit() else (1, text)
+    return (0, int(text)) if text.isascii() and text.isdigit() else (1, text)

@@ -43,6 +43,7 @@ ENTRY_KEYS = frozenset(
 IGNORED_TOP_KEYS = frozenset({"nccl_comm_state"})
 _TRAILING_DIGITS = re.compile(r"(\d+)$")
 _RANK_LIST = re.compile(r"-?\d+")
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 class FlightRecorderError(SourceError):
@@ -256,18 +257,30 @@ def _status(
             continue
         local = str(key)
         name = known.get(local) or inferred.get(local)
+        try:
+            counters = [
+                int(value.get(field, -1))
+                for field in (
+                    "last_enqueued_collective",
+                    "last_started_collective",
+                    "last_completed_collective",
+                )
+            ]
+        except (TypeError, ValueError):
+            warnings.append(f"pg_status.{key} has counters that are not integers; skipped")
+            continue
         result.append(
             PgStatus(
                 local_id=local,
                 name=name,
                 name_inferred=local not in known and name is not None,
-                last_enqueued=int(value.get("last_enqueued_collective", -1)),
-                last_started=int(value.get("last_started_collective", -1)),
-                last_completed=int(value.get("last_completed_collective", -1)),
+                last_enqueued=counters[0],
+                last_started=counters[1],
+                last_completed=counters[2],
             )
         )
     return tuple(result)
 
 
 def _numeric_key(text: str) -> tuple[int, int | str]:
-    return (0, int(text)) if text.lstrip("-").isdigit() else (1, text)
+    return (0, int(text)) if _INTEGER.fullmatch(text) else (1, text)
