@@ -23,9 +23,11 @@ not posted its receive is usually blocked elsewhere).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from hpcscope.analysis.hang_types import (
     Culprit,
+    Evidence,
     HangReport,
     HungCollective,
     Verdict,
@@ -118,11 +120,10 @@ def _order_hung(fr: FrFindings, wd: WdFindings) -> list[HungCollective]:
     """
     hung = list(fr.hung)
     if not any(h.primary for h in hung) and wd.hung:
-        from dataclasses import replace
-
-        best = max(wd.hung, key=lambda h: (len(h.missing_ranks) > 0, len(h.entered_ranks)))
-        hung.extend(replace(h, primary=h is best) for h in wd.hung)
-        hung.sort(key=lambda h: not h.primary)
+        # Without dumps nothing orders one group's timeout before another's: each group's
+        # stuck collective is primary, those with silent members first.
+        ordered = sorted(wd.hung, key=lambda h: (not h.missing_ranks, -len(h.entered_ranks)))
+        hung.extend(replace(h, primary=True) for h in ordered)
     else:
         hung.extend(wd.hung)
     return hung
@@ -168,7 +169,9 @@ def _summary(
             texts.append(f"{desync.pg}: {where}")
         return "Desync: " + "; ".join(texts) + "." + tail
     if verdict is Verdict.TIMEOUT_UNLOCALIZED:
-        text = "Timeout: " + "; ".join(_describe(h) for h in hung if h.primary) + "."
+        shown = [h for h in hung if h.primary]
+        text = "Timeout: " + "; ".join(_describe(h) for h in shown[:4])
+        text += f" (and {len(shown) - 4} more groups)." if len(shown) > 4 else "."
         assumed = sorted({r for r, _ in wd.assumed_silent})
         if assumed:
             text += (
@@ -195,6 +198,8 @@ def _describe(h: HungCollective) -> str:
         group += f" ({h.pg_desc})"
     what = " ".join(p for p in (h.op, f"seq {h.seq}" if h.seq is not None else None) if p)
     shape = " ".join(p for p in (h.size, h.dtype) if p)
+    if shape and h.evidence is Evidence.WATCHDOG:
+        shape = f"({shape})"
     text = f"{group} {what}" + (f" {shape}" if shape else "")
     text += f": {_ranks(h.entered_ranks)} entered"
     if h.missing_ranks:

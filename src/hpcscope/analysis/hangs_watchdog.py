@@ -87,8 +87,9 @@ def analyse_watchdog(
             or (event.seq == previous[0] and previous[1] is None)
         ):
             placed[rank] = (event.seq, op, event)
+    descs = {k: e.pg_desc for k, e in zip(keys, events, strict=True) if e.pg_desc}
     for key in sorted(where):
-        _group(key, where[key], world_size, pg_members, findings)
+        _group(key, descs.get(key), where[key], world_size, pg_members, findings)
     return findings
 
 
@@ -148,13 +149,13 @@ def _queue_depth(event: WatchdogEvent, rank: int, key: str, findings: WdFindings
 
 def _group(
     key: str,
+    desc: str | None,
     placed: dict[int, tuple[int, str | None, WatchdogEvent]],
     world_size: int | None,
     pg_members: Mapping[str, tuple[int, ...]],
     findings: WdFindings,
 ) -> None:
     """Steps 2-3 for one group."""
-    desc = next((e.pg_desc for _, _, e in placed.values() if e.pg_desc), None)
     name = label(key, desc)
     # A status line (``at work: N``) names no op: it takes the op another rank printed for N.
     ops: dict[int, set[str]] = defaultdict(set)

@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from hpcscope.cli.output import (
     EXIT_OK,
@@ -70,7 +71,9 @@ def analyze(
                 where += f":{error['column']}"
         if error.get("field"):
             where += f" ({error['field']})"
-        stderr_console().print(f"[bold red]error:[/] {where}: {error['message']}", highlight=False)
+        err = stderr_console()
+        err.print("[bold red]error:[/] ", end="", highlight=False)
+        err.print(f"{where}: {error['message']}", markup=False, highlight=False)
     raise typer.Exit(EXIT_RUNTIME_ERROR if errors else EXIT_OK)
 
 
@@ -103,7 +106,7 @@ def _inputs(inputs: list[dict[str, Any]]) -> None:
                 ]
             )
     if rows:
-        print_table(
+        _table(
             "Inputs",
             ["file", "kind", "lines/entries", "parsed", "unknown"],
             rows,
@@ -113,10 +116,10 @@ def _inputs(inputs: list[dict[str, Any]]) -> None:
 
 def _nccl(nccl: dict[str, Any], console: Console) -> None:
     for v in nccl["versions"]:
-        console.print(f"NCCL {v['nccl']} (CUDA {v['cuda']})", highlight=False)
+        console.print(f"NCCL {v['nccl']} (CUDA {v['cuda']})", markup=False, highlight=False)
     procs = [p for p in nccl["processes"] if p["net"] or p["bootstrap"] or p["ranks"]]
     if procs:
-        print_table(
+        _table(
             "Processes and network transport",
             ["process", "ranks", "GPUs", "bootstrap", "transport", "NICs", "missing"],
             [
@@ -139,13 +142,14 @@ def _nccl(nccl: dict[str, Any], console: Console) -> None:
         )
         if init["ranks_started_not_completed"]:
             line += f"; no COMPLETE line for: {_list(init['ranks_started_not_completed'])}"
-        console.print(line, highlight=False)
+        console.print(line, markup=False, highlight=False)
     timings = nccl["init_timings"]
     if timings:
         slowest = max(timings, key=lambda t: t["total_seconds"])
         console.print(
             f"Init timings: {len(timings)} ranks, slowest rank {slowest['rank']} "
             f"{slowest['total_seconds']:.2f} s ({_parts(slowest['parts_seconds'])})",
+            markup=False,
             highlight=False,
         )
     topo = nccl["topology"]
@@ -153,38 +157,45 @@ def _nccl(nccl: dict[str, Any], console: Console) -> None:
         console.print(
             f"Topology: {comm['nranks']} ranks on {comm['nnodes']} nodes, "
             f"{comm['local_ranks']} per node, MNNVL {comm['mnnvl']}",
+            markup=False,
             highlight=False,
         )
     for system in topo["system"]:
         console.print(
             f"Topology search: maxBw {system['max_bw_bytes_per_second'] / _GB:.1f} GB/s, "
             f"totalBw {system['total_bw_bytes_per_second'] / _GB:.1f} GB/s",
+            markup=False,
             highlight=False,
         )
     rings = nccl["rings"]
     for ring in rings[:_SHOWN]:
         console.print(
             f"Ring channel {ring['channel']}: {' -> '.join(str(r) for r in ring['order'])}",
+            markup=False,
             highlight=False,
         )
     if len(rings) > _SHOWN:
-        console.print(f"... {len(rings) - _SHOWN} more rings (see --json)")
+        _say(console, f"... {len(rings) - _SHOWN} more rings (see --json)")
     trees = nccl["trees"]
     if trees:
         roots = sorted({(t["channel"], t["rank"]) for t in trees if t["parent"] < 0})
         console.print(
             f"Trees: {len(trees)} (channel, rank) entries; roots: "
             + (", ".join(f"ch{c}:rank {r}" for c, r in roots) or "none seen"),
+            markup=False,
             highlight=False,
         )
     connections = nccl["connections"]
     if connections["count"]:
         by_via = ", ".join(f"{k} x{v}" for k, v in sorted(connections["by_via"].items()))
-        console.print(f"Connections ({connections['count']}): {by_via}", highlight=False)
+        console.print(
+            f"Connections ({connections['count']}): {by_via}", markup=False, highlight=False
+        )
     for ch in nccl["channels"][:1]:
         console.print(
             f"Channels: {ch['coll']} coll, {ch['collnet'] or 0} collnet, {ch['nvls'] or 0} "
             f"nvls, {ch['p2p']} p2p ({ch['p2p_per_peer']} per peer)",
+            markup=False,
             highlight=False,
         )
 
@@ -197,11 +208,11 @@ def _findings(findings: list[dict[str, Any]], console: Console) -> None:
         colour = {"error": "red", "warning": "yellow"}.get(f["severity"], "cyan")
         count = f" (x{f['count']})" if f["count"] > 1 else ""
         where = f" on {', '.join(f['where'][:6])}" if f["where"] else ""
-        console.print(
-            f"[{colour}]{f['severity'].upper()}[/] {f['title']}{count}{where}\n"
-            f"  means: {f['meaning']}\n  do: {f['action']}\n"
+        console.print(f"[{colour}]{f['severity'].upper()}[/] ", end="", highlight=False)
+        _say(
+            console,
+            f"{f['title']}{count}{where}\n  means: {f['meaning']}\n  do: {f['action']}\n"
             f"  first at {f['first']['source']}:{f['first']['line']}",
-            highlight=False,
         )
 
 
@@ -222,7 +233,7 @@ def _watchdog(events: list[dict[str, Any]]) -> None:
         if e["seq"] is not None
     ]
     if rows:
-        print_table(
+        _table(
             "PyTorch watchdog ([rankN] global rank, [Rank n] rank in its group)",
             [
                 "rank",
@@ -251,6 +262,7 @@ def _tests(tests: list[dict[str, Any]], console: Console) -> None:
             f"{len(t['devices'])} ranks listed, {len(t['rows'])} sizes in {t['runs']} run(s); "
             f"peak bus bandwidth {peak / _GB:.2f} GB/s at {t['peak_size_bytes']} B"
             + (f"; average {avg / _GB:.3f} GB/s" if avg is not None else ""),
+            markup=False,
             highlight=False,
         )
 
@@ -270,10 +282,11 @@ def _stragglers(items: dict[str, Any], console: Console) -> None:
 
 
 def _hang(hang: dict[str, Any], console: Console) -> None:
-    console.print(f"\n[bold]Hang verdict: {hang['verdict']}[/]\n{hang['summary']}", highlight=False)
+    console.print(f"\n[bold]Hang verdict: {hang['verdict']}[/]", highlight=False)
+    _say(console, hang["summary"])
     hung = hang["hung"]
     if hung:
-        print_table(
+        _table(
             "Collectives not completed on every member",
             ["primary", "from", "group", "op", "seq", "size", "dtype", "entered", "missing"],
             [
@@ -296,11 +309,12 @@ def _hang(hang: dict[str, Any], console: Console) -> None:
             f"rank {c['rank']}: {c['kind']} ({c['confidence']} confidence)\n  "
             + "\n  ".join(c["reasons"][:4])
             + (f"\n  ... {len(c['reasons']) - 4} more" if len(c["reasons"]) > 4 else ""),
+            markup=False,
             highlight=False,
         )
     depths = sorted(hang["queue_depths"], key=lambda q: -q["depth"])[:_SHOWN]
     if depths:
-        print_table(
+        _table(
             "Queue depth (enqueued - completed)",
             ["rank", "group", "last enqueued", "last completed", "depth", "oldest pending"],
             [
@@ -317,7 +331,20 @@ def _hang(hang: dict[str, Any], console: Console) -> None:
             numeric=["rank", "last enqueued", "last completed", "depth"],
         )
     for note in hang["notes"]:
-        console.print(f"note: {note}", highlight=False)
+        console.print(f"note: {note}", markup=False, highlight=False)
+
+
+def _say(console: Console, text: str) -> None:
+    """Print data (paths, log text, group names may hold ``[...]``) without Rich markup."""
+    console.print(text, markup=False, highlight=False)
+
+
+def _table(
+    title: str, columns: list[str], rows: list[list[Any]], *, numeric: list[str] | None = None
+) -> None:
+    """A table whose title and cells print as written (Rich markup escaped: ``[0]mlx5_0``)."""
+    cells = [[escape(c) if isinstance(c, str) else c for c in row] for row in rows]
+    print_table(escape(title), columns, cells, numeric=numeric or [])
 
 
 def _pg(event: dict[str, Any]) -> str | None:
