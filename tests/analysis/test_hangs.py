@@ -263,6 +263,23 @@ def test_missing_ranks_are_exactly_the_ones_that_stopped(
     assert {c.rank for c in report.culprits} == stopped
 
 
+def test_collective_every_member_entered_is_stuck_inside_nccl() -> None:
+    """All ranks enqueued seq 11..12 and none saw 11 complete: no missing rank, not a no-hang."""
+    members = (0, 1, 2, 3)
+    report = localize_hang(dumps=[_dump(r, members, 12, 10) for r in members])
+    assert report.verdict is Verdict.TIMEOUT_UNLOCALIZED
+    (hung,) = report.hung
+    assert (hung.seq, hung.entered_ranks, hung.missing_ranks, hung.primary) == (
+        11,
+        members,
+        (),
+        True,
+    )
+    assert "stuck inside NCCL" in report.summary and report.culprits == ()
+    healthy = localize_hang(dumps=[_dump(r, members, 12, 12) for r in members])
+    assert healthy.verdict is Verdict.NO_HANG
+
+
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32), case=st.sampled_from(CASES))
 def test_input_order_does_not_change_the_verdict(seed: int, case: str) -> None:

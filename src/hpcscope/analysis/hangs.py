@@ -118,7 +118,7 @@ def _order_hung(fr: FrFindings, wd: WdFindings) -> list[HungCollective]:
 
     Watchdog collectives are primary when no dump localised anything.
     """
-    hung = list(fr.hung)
+    hung = list(fr.hung) or list(fr.stuck_everywhere)
     if not any(h.primary for h in hung) and wd.hung:
         # Without dumps nothing orders one group's timeout before another's: each group's
         # stuck collective is primary, those with silent members first.
@@ -180,6 +180,11 @@ def _summary(
             )
         else:
             text += " No rank is known to be missing."
+        if not fr.hung and fr.stuck_everywhere:
+            text += (
+                " Every member entered it: it is stuck inside NCCL (network or GPU) or behind "
+                "another group's collective; look for IB errors and Xids."
+            )
         return text + tail
     if verdict is Verdict.INSUFFICIENT_DATA:
         deepest = max(fr.queue_depths, key=lambda q: q.depth)

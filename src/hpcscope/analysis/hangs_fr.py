@@ -56,6 +56,8 @@ class FrFindings:
     #: (rank, kind) -> reasons
     evidence: dict[tuple[int, str], list[str]] = field(default_factory=dict)
     comparable_groups: int = 0
+    #: collectives every member entered and some never saw complete
+    stuck_everywhere: list[HungCollective] = field(default_factory=list)
 
 
 def collect_groups(dumps: Sequence[FlightRecorderDump]) -> dict[str, FrGroup]:
@@ -92,6 +94,7 @@ def analyse_dumps(groups: dict[str, FrGroup]) -> FrFindings:
             findings.comparable_groups += 1
             _collective(group, findings)
     findings.hung = _mark_primary(findings.hung, groups)
+    findings.stuck_everywhere = _mark_primary(findings.stuck_everywhere, groups)
     return findings
 
 
@@ -109,43 +112,58 @@ def _collective(group: FrGroup, findings: FrFindings) -> None:
             )
     low, high = min(enqueued.values()), max(enqueued.values())
     if low == high:
+        oldest = min(completed.values()) + 1
+        if oldest <= low:
+            # Every member entered, some never saw it complete: stuck inside NCCL (network,
+            # GPU) or queued behind another group's collective. Kept aside: only reported
+            # when no group has a missing member.
+            findings.stuck_everywhere.append(_hung(group, oldest, sorted(enqueued), [], completed))
         return
     seq = low + 1
     entered = sorted(r for r, e in enqueued.items() if e >= seq)
     missing = sorted(r for r, e in enqueued.items() if e < seq)
+    hung = _hung(group, seq, entered, missing, completed)
+    findings.hung.append(hung)
+    for rank in missing:
+        findings.evidence.setdefault((rank, "never_entered"), []).append(
+            f"{label}: {_ranks(entered)} entered {hung.op + ' ' if hung.op else ''}seq {seq}; "
+            f"rank {rank} never enqueued it (last enqueued seq {enqueued[rank]})"
+        )
+
+
+def _hung(
+    group: FrGroup,
+    seq: int,
+    entered: list[int],
+    missing: list[int],
+    completed: dict[int, int],
+) -> HungCollective:
+    """The collective ``seq`` of ``group`` as the entries of the ranks that entered it show."""
     at_seq = {r: group.entries.get(r, {}).get(seq) for r in entered}
     present = {r: e for r, e in at_seq.items() if e is not None}
     names = Counter(e.profiling_name for e in present.values())
     first = present[min(present)] if present else None
-    members = tuple(sorted(group.ranks)) if group.ranks else tuple(sorted(enqueued))
-    findings.hung.append(
-        HungCollective(
-            evidence=Evidence.FLIGHT_RECORDER,
-            pg_name=group.name,
-            pg_desc=group.desc or None,
-            pg_ranks=members,
-            seq=seq,
-            op=names.most_common(1)[0][0] if names else None,
-            size=_shape(first.input_sizes[0]) if first and first.input_sizes else None,
-            dtype=first.input_dtypes[0] if first and first.input_dtypes else None,
-            sizes_by_rank=tuple(
-                (r, _shape(e.input_sizes[0])) for r, e in sorted(present.items()) if e.input_sizes
-            ),
-            entered_ranks=tuple(entered),
-            missing_ranks=tuple(missing),
-            not_completed_ranks=tuple(r for r in entered if completed[r] < seq),
-            no_data_ranks=tuple(r for r in members if r not in group.status),
-            primary=False,
-            timeout_seconds=first.timeout_seconds if first else None,
-            time_created_ns=min((e.time_created_ns for e in present.values()), default=None),
-        )
+    members = tuple(sorted(group.ranks)) if group.ranks else tuple(sorted(completed))
+    return HungCollective(
+        evidence=Evidence.FLIGHT_RECORDER,
+        pg_name=group.name,
+        pg_desc=group.desc or None,
+        pg_ranks=members,
+        seq=seq,
+        op=names.most_common(1)[0][0] if names else None,
+        size=_shape(first.input_sizes[0]) if first and first.input_sizes else None,
+        dtype=first.input_dtypes[0] if first and first.input_dtypes else None,
+        sizes_by_rank=tuple(
+            (r, _shape(e.input_sizes[0])) for r, e in sorted(present.items()) if e.input_sizes
+        ),
+        entered_ranks=tuple(entered),
+        missing_ranks=tuple(missing),
+        not_completed_ranks=tuple(r for r in entered if completed[r] < seq),
+        no_data_ranks=tuple(r for r in members if r not in group.status),
+        primary=False,
+        timeout_seconds=first.timeout_seconds if first else None,
+        time_created_ns=min((e.time_created_ns for e in present.values()), default=None),
     )
-    what = f"{names.most_common(1)[0][0]} " if names else ""
-    for rank in missing:
-        findings.evidence.setdefault((rank, "never_entered"), []).append(
-            f"{label}: {_ranks(entered)} entered {what}seq {seq}; rank {rank} never "
-            f"enqueued it (last enqueued seq {enqueued[rank]})"
-        )
 
 
 def _queue_depths(group: FrGroup, findings: FrFindings) -> None:
