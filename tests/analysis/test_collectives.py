@@ -16,7 +16,7 @@ from hpcscope.analysis.collectives import (
     message_bytes_for,
 )
 from hpcscope.model.errors import SourceError
-from hpcscope.model.nccl import (
+from hpcscope.model.nccl_latency import (
     NcclLatencies,
     default_nccl_latencies,
     load_nccl_latencies,

@@ -23,7 +23,7 @@ from hpcscope.analysis.stepsim import (
     Straggler,
     simulate_scaling,
 )
-from hpcscope.model.nccl import default_nccl_latencies
+from hpcscope.model.nccl_latency import default_nccl_latencies
 
 POWERS = [8, 16, 32, 64, 128, 256, 512, 1024]
 

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from hpcscope.model.nccl import Link, NcclLatencies, Protocol
+from hpcscope.model.nccl_latency import Link, NcclLatencies, Protocol
 from hpcscope.model.topology import Topology
 
 AllReduceAlgorithm = Literal["ring", "two-level", "two-level-sum"]
@@ -178,7 +178,7 @@ def allreduce_cost(
         message_bytes: the whole gradient (all buckets together).
         gpus: ranks taking part; packed onto ``ceil(gpus / gpus_per_node)`` nodes.
         fabric: bandwidths and NICs (see :class:`Fabric`).
-        latencies: NCCL's latency table (``hpcscope.model.nccl``).
+        latencies: NCCL's latency table (``hpcscope.model.nccl_latency``).
         algorithm: ``ring``, ``two-level`` (pipelined) or ``two-level-sum``.
         protocol: NCCL protocol whose latencies apply (``Simple`` for large gradients).
         buckets: collectives the gradient is split into; each pays the latency once.

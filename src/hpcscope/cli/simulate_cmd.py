@@ -19,7 +19,7 @@ from rich.table import Table
 
 from hpcscope.cli.output import EXIT_USAGE_ERROR, fail, print_json, stdout_console
 from hpcscope.model.errors import SourceError
-from hpcscope.model.nccl import NcclLatencies, default_nccl_latencies, load_nccl_latencies
+from hpcscope.model.nccl_latency import NcclLatencies, default_nccl_latencies, load_nccl_latencies
 from hpcscope.model.topology import Topology, load_topology
 from hpcscope.service.measured_job import load_measured_job
 from hpcscope.service.settings import bundled_topology

@@ -39,7 +39,7 @@ from hpcscope.analysis.stepsim import (
     Straggler,
     simulate_scaling,
 )
-from hpcscope.model.nccl import NcclLatencies, Protocol, default_nccl_latencies
+from hpcscope.model.nccl_latency import NcclLatencies, Protocol, default_nccl_latencies
 from hpcscope.model.topology import Topology
 
 DEFAULT_GPU_COUNTS = (8, 16, 32, 64, 128, 256, 512, 1024)
