@@ -1,0 +1,369 @@
+"""Store queries behind the live cluster diagram.
+
+Every query that can reveal a job takes a :class:`~hpcscope.model.access.JobScope` and applies
+it here, in SQL: a GPU held by a job outside the scope comes back as *allocated* with its job
+id, user and counters nulled out, so nothing outside the scope leaves the store. Aggregates
+(cluster-wide counts and means, queue length) are returned unscoped on purpose: they are the
+"aggregate health" every viewer may see and they name no job or user.
+
+Times are naive UTC ``TIMESTAMP`` values, as stored. Ratios are 0-1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from hpcscope.model.access import JobScope
+from hpcscope.model.schemas import GPU_METRICS
+from hpcscope.store.duck import Store
+
+#: Counters a GPU card shows; nulled when the viewer may not see the GPU's job.
+LIVE_GPU_COLUMNS: tuple[str, ...] = tuple(m.column for m in GPU_METRICS)
+
+_NO_JOB = "('', '0')"  # dcgm-exporter mapping files: "" and "0" mean no job
+
+
+def _scope(scope: JobScope, alias: str = "j") -> tuple[str, list[object]]:
+    """A boolean SQL expression (never NULL) that admits jobs of ``alias`` inside ``scope``."""
+    sql, params = Store.scope_sql(
+        scope, user_column=f'{alias}."user"', account_column=f"{alias}.account"
+    )
+    return f"coalesce({sql}, FALSE)", params
+
+
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = table.to_pylist()
+    return rows
+
+
+def gpu_states(
+    store: Store, *, scope: JobScope, since: datetime, idle_values: bool
+) -> list[dict[str, Any]]:
+    """The latest state of every GPU seen since ``since`` or held by an open allocation.
+
+    Jobs holding a GPU come from open ``job_allocations`` (the prolog's mapping) and from the
+    ``job_id`` label of the GPU's latest sample. A GPU shared by several jobs has one sample row
+    per job with the same counters; they are folded into one row here.
+
+    Args:
+        store: the store.
+        scope: jobs the viewer may see; counters of a GPU are returned only when the GPU is
+            held by at least one job inside the scope, or (with ``idle_values``) by no job.
+        since: ignore samples older than this (they are not "live").
+        idle_values: return counters of GPUs that no job holds (false for anonymous viewers).
+
+    Returns:
+        One dict per GPU: ``node``, ``gpu``, ``ts`` (latest sample, None if none since
+        ``since``), ``allocated`` (bool), ``visible_jobs`` (list of job ids inside the scope),
+        ``hidden_jobs`` (count of jobs outside it), ``values_visible`` (bool), and every column
+        of :data:`LIVE_GPU_COLUMNS` (None unless ``values_visible``).
+    """
+    scope_sql, scope_params = _scope(scope)
+    masked = ",\n  ".join(
+        f"CASE WHEN values_visible THEN m.{c} END AS {c}" for c in LIVE_GPU_COLUMNS
+    )
+    folded = ", ".join(f"any_value({c}) AS {c}" for c in LIVE_GPU_COLUMNS)
+    sql = f"""
+WITH recent AS (SELECT * FROM gpu_samples WHERE ts >= ?),
+latest AS (SELECT node, gpu, max(ts) AS ts FROM recent GROUP BY node, gpu),
+cur AS (SELECT r.* FROM recent r JOIN latest l USING (node, gpu, ts)),
+holders AS (
+  SELECT node, gpu, job_id FROM job_allocations WHERE end_time IS NULL
+  UNION
+  SELECT node, gpu, job_id FROM cur WHERE job_id IS NOT NULL AND job_id NOT IN {_NO_JOB}
+),
+judged AS (
+  SELECT h.node, h.gpu, h.job_id, {scope_sql} AS visible
+  FROM holders h LEFT JOIN jobs j ON j.job_id = h.job_id
+),
+per_gpu AS (
+  SELECT node, gpu,
+         coalesce(list(job_id ORDER BY job_id) FILTER (WHERE visible), []) AS visible_jobs,
+         count(*) FILTER (WHERE NOT visible) AS hidden_jobs,
+         count(*) AS jobs
+  FROM judged GROUP BY node, gpu
+),
+m AS (SELECT node, gpu, max(ts) AS ts, {folded} FROM cur GROUP BY node, gpu),
+joined AS (
+  SELECT coalesce(m.node, p.node) AS node, coalesce(m.gpu, p.gpu) AS gpu, m.ts,
+         coalesce(p.jobs, 0) > 0 AS allocated,
+         coalesce(p.visible_jobs, []) AS visible_jobs,
+         coalesce(p.hidden_jobs, 0) AS hidden_jobs,
+         (len(coalesce(p.visible_jobs, [])) > 0 OR (coalesce(p.jobs, 0) = 0 AND ?))
+           AND m.ts IS NOT NULL AS values_visible,
+         m.* EXCLUDE (node, gpu, ts)
+  FROM m FULL OUTER JOIN per_gpu p ON m.node = p.node AND m.gpu = p.gpu
+)
+SELECT node, gpu, ts, allocated, visible_jobs, hidden_jobs, values_visible,
+  {masked}
+FROM joined m ORDER BY node, gpu
+"""
+    return _rows(store.query(sql, [since, *scope_params, idle_values]))
+
+
+def last_sample_times(store: Store) -> dict[tuple[str, int], datetime]:
+    """When each GPU last reported, whatever its age (to say how stale a silent GPU is).
+
+    Timestamps only: no job, no counter, so no scope applies.
+    """
+    rows = _rows(store.query("SELECT node, gpu, max(ts) AS ts FROM gpu_samples GROUP BY ALL"))
+    return {(r["node"], int(r["gpu"])): r["ts"] for r in rows}
+
+
+def visible_jobs(store: Store, *, scope: JobScope, job_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Scheduler records of ``job_ids`` that are inside ``scope`` (others are simply absent)."""
+    if not job_ids:
+        return []
+    scope_sql, scope_params = _scope(scope)
+    marks = ", ".join("?" for _ in job_ids)
+    sql = f"""
+SELECT j.job_id, j.name, j."user", j.account, j.partition, j.state, j.submit_time,
+       j.start_time, j.end_time, j.gpus, j.nodes
+FROM jobs j WHERE j.job_id IN ({marks}) AND {scope_sql} ORDER BY j.job_id
+"""
+    return _rows(store.query(sql, [*job_ids, *scope_params]))
+
+
+def job_gpu_means(
+    store: Store, *, scope: JobScope, job_id: str, node: str | None = None, gpu: int | None = None
+) -> list[dict[str, Any]]:
+    """Mean counters of one job over its whole run, per GPU (or for one GPU).
+
+    Empty when the job is outside ``scope`` (or unknown to the scheduler records while the
+    viewer is not an admin). Means are over samples: the collector scrapes at a fixed interval,
+    so a sample mean is a time-weighted mean over the scraped windows.
+
+    Returns:
+        One dict per GPU: ``node``, ``gpu``, ``samples``, ``first_ts``, ``last_ts``,
+        ``gpu_util_ratio``, ``sm_active_ratio``, ``tensor_active_ratio``,
+        ``sm_occupancy_ratio``, ``dram_active_ratio``, ``power_watts``,
+        ``max_gpu_temperature_celsius``, ``last_xid``.
+    """
+    scope_sql, scope_params = _scope(scope)
+    where = ["s.job_id = ?"]
+    params: list[object] = [job_id]
+    if node is not None:
+        where.append("s.node = ?")
+        params.append(node)
+    if gpu is not None:
+        where.append("s.gpu = ?")
+        params.append(gpu)
+    sql = f"""
+SELECT s.node, s.gpu, count(*) AS samples, min(s.ts) AS first_ts, max(s.ts) AS last_ts,
+       avg(s.gpu_util_ratio) AS gpu_util_ratio, avg(s.sm_active_ratio) AS sm_active_ratio,
+       avg(s.tensor_active_ratio) AS tensor_active_ratio,
+       avg(s.sm_occupancy_ratio) AS sm_occupancy_ratio,
+       avg(s.dram_active_ratio) AS dram_active_ratio, avg(s.power_watts) AS power_watts,
+       max(s.gpu_temperature_celsius) AS max_gpu_temperature_celsius,
+       arg_max(s.xid_last, s.ts) AS last_xid
+FROM gpu_samples s LEFT JOIN jobs j ON j.job_id = s.job_id
+WHERE {" AND ".join(where)} AND {scope_sql}
+GROUP BY s.node, s.gpu ORDER BY s.node, s.gpu
+"""
+    return _rows(store.query(sql, [*params, *scope_params]))
+
+
+def cluster_health(store: Store, *, since: datetime) -> dict[str, Any]:
+    """Cluster-wide aggregate of the GPUs' latest samples (names no job or user).
+
+    Returns:
+        ``gpus_reporting``, ``gpus_allocated``, ``gpu_util_ratio`` and ``sm_active_ratio``
+        (means over allocated GPUs), ``gpus_with_xid`` (last Xid non-zero), ``latest_ts``.
+    """
+    sql = f"""
+WITH recent AS (SELECT * FROM gpu_samples WHERE ts >= ?),
+latest AS (SELECT node, gpu, max(ts) AS ts FROM recent GROUP BY node, gpu),
+cur AS (
+  SELECT r.node, r.gpu, any_value(r.gpu_util_ratio) AS util, any_value(r.sm_active_ratio) AS sm,
+         any_value(r.xid_last) AS xid,
+         bool_or(r.job_id IS NOT NULL AND r.job_id NOT IN {_NO_JOB}) AS labelled,
+         max(r.ts) AS ts
+  FROM recent r JOIN latest l USING (node, gpu, ts) GROUP BY r.node, r.gpu
+),
+open_alloc AS (SELECT DISTINCT node, gpu FROM job_allocations WHERE end_time IS NULL),
+c AS (
+  SELECT cur.*, labelled OR a.node IS NOT NULL AS allocated
+  FROM cur LEFT JOIN open_alloc a USING (node, gpu)
+)
+SELECT count(*) AS gpus_reporting,
+       count(*) FILTER (WHERE allocated) AS gpus_allocated,
+       avg(util) FILTER (WHERE allocated) AS gpu_util_ratio,
+       avg(sm) FILTER (WHERE allocated) AS sm_active_ratio,
+       count(*) FILTER (WHERE coalesce(xid, 0) <> 0) AS gpus_with_xid,
+       max(ts) AS latest_ts
+FROM c
+"""
+    rows = _rows(store.query(sql, [since]))
+    return rows[0]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTime:
+    """Allocated GPU time and how much of it the SMs were really active.
+
+    ``allocated_seconds`` counts every scraped interval a job held a GPU; ``measured_seconds``
+    the part with a real-efficiency sample (SM_ACTIVE; unknown while profiling is paused);
+    ``useful_seconds`` = sum of interval x SM_ACTIVE; ``reported_busy_seconds`` = sum of
+    interval x GPU_UTIL. Lost = measured - useful.
+    """
+
+    allocated_seconds: float
+    measured_seconds: float
+    useful_seconds: float
+    reported_busy_seconds: float
+    first_ts: datetime | None
+    last_ts: datetime | None
+    jobs: int
+
+
+def gpu_time(
+    store: Store,
+    *,
+    scope: JobScope,
+    since: datetime,
+    until: datetime,
+    max_interval_seconds: float,
+) -> GpuTime:
+    """GPU time of jobs inside ``scope`` between ``since`` and ``until``.
+
+    Each sample stands for the interval until the same GPU's next sample of the same job,
+    capped at ``max_interval_seconds``: a longer silence is a collection gap, and a gap is not
+    counted as time (neither useful nor lost). A job's last sample counts for nothing.
+    """
+    scope_sql, scope_params = _scope(scope)
+    sql = f"""
+WITH s AS (
+  SELECT s.node, s.gpu, s.job_id, s.ts, s.gpu_util_ratio, s.sm_active_ratio,
+         date_diff('microsecond', s.ts,
+                   lead(s.ts) OVER (PARTITION BY s.node, s.gpu, s.job_id ORDER BY s.ts)) / 1e6
+           AS dt
+  FROM gpu_samples s LEFT JOIN jobs j ON j.job_id = s.job_id
+  WHERE s.ts >= ? AND s.ts < ? AND s.job_id IS NOT NULL AND s.job_id NOT IN {_NO_JOB}
+    AND {scope_sql}
+),
+w AS (SELECT *, CASE WHEN dt <= ? THEN dt ELSE 0 END AS seconds FROM s)
+SELECT coalesce(sum(seconds), 0) AS allocated_seconds,
+       coalesce(sum(seconds) FILTER (WHERE sm_active_ratio IS NOT NULL), 0) AS measured_seconds,
+       coalesce(sum(seconds * sm_active_ratio), 0) AS useful_seconds,
+       coalesce(sum(seconds * gpu_util_ratio), 0) AS reported_busy_seconds,
+       min(ts) AS first_ts, max(ts) AS last_ts, count(DISTINCT job_id) AS jobs
+FROM w
+"""
+    row = _rows(store.query(sql, [since, until, *scope_params, max_interval_seconds]))[0]
+    return GpuTime(
+        allocated_seconds=float(row["allocated_seconds"]),
+        measured_seconds=float(row["measured_seconds"]),
+        useful_seconds=float(row["useful_seconds"]),
+        reported_busy_seconds=float(row["reported_busy_seconds"]),
+        first_ts=row["first_ts"],
+        last_ts=row["last_ts"],
+        jobs=int(row["jobs"]),
+    )
+
+
+def scheduler_summary(store: Store, *, now: datetime, since: datetime) -> dict[str, Any]:
+    """Queue and wait figures over every job (counts and durations only, no names).
+
+    Returns:
+        ``pending``, ``running``, ``oldest_pending_submit``, ``started_since`` (jobs started
+        after ``since``), ``wait_median_seconds`` and ``wait_p90_seconds`` (start - submit of
+        those), ``eligible_wait_median_seconds`` (start - eligible).
+    """
+    sql = """
+WITH j AS (SELECT *, upper(coalesce(state, '')) AS st FROM jobs),
+started AS (
+  SELECT date_diff('microsecond', submit_time, start_time) / 1e6 AS wait,
+         date_diff('microsecond', coalesce(eligible_time, submit_time), start_time) / 1e6
+           AS eligible_wait
+  FROM j WHERE start_time >= ? AND start_time <= ? AND submit_time IS NOT NULL
+)
+SELECT (SELECT count(*) FROM j WHERE st LIKE 'PENDING%') AS pending,
+       (SELECT count(*) FROM j WHERE st LIKE 'RUNNING%') AS running,
+       (SELECT min(submit_time) FROM j WHERE st LIKE 'PENDING%') AS oldest_pending_submit,
+       (SELECT count(*) FROM started) AS started_since,
+       (SELECT quantile_cont(greatest(wait, 0), 0.5) FROM started) AS wait_median_seconds,
+       (SELECT quantile_cont(greatest(wait, 0), 0.9) FROM started) AS wait_p90_seconds,
+       (SELECT quantile_cont(greatest(eligible_wait, 0), 0.5) FROM started)
+         AS eligible_wait_median_seconds
+"""
+    return _rows(store.query(sql, [since, now]))[0]
+
+
+def active_jobs(store: Store, *, scope: JobScope, limit: int = 50) -> list[dict[str, Any]]:
+    """Pending and running jobs inside ``scope``, oldest submission first."""
+    scope_sql, scope_params = _scope(scope)
+    sql = f"""
+SELECT j.job_id, j.name, j."user", j.account, j.partition, j.state, j.submit_time,
+       j.start_time, j.gpus, j.nodes
+FROM jobs j
+WHERE (upper(coalesce(j.state, '')) LIKE 'PENDING%' OR upper(coalesce(j.state, '')) LIKE
+       'RUNNING%') AND {scope_sql}
+ORDER BY j.submit_time NULLS LAST, j.job_id LIMIT ?
+"""
+    return _rows(store.query(sql, [*scope_params, limit]))
+
+
+def scrape_health(store: Store, *, since: datetime) -> list[dict[str, Any]]:
+    """hpcscope's own collection, per exporter: targets, last scrape, failures since ``since``.
+
+    Returns:
+        One dict per exporter name: ``exporter``, ``targets``, ``last_ts``, ``last_ok_ts``,
+        ``scrapes`` and ``failures`` since ``since``, ``failing_targets`` (targets whose latest
+        scrape failed), ``last_error`` (text of the latest failure), ``rejected_lines`` since
+        ``since``.
+    """
+    sql = """
+WITH last_per_target AS (
+  SELECT exporter, target, arg_max(ok, ts) AS ok FROM scrapes GROUP BY exporter, target
+)
+SELECT s.exporter,
+       count(DISTINCT s.target) AS targets,
+       max(s.ts) AS last_ts,
+       max(s.ts) FILTER (WHERE s.ok) AS last_ok_ts,
+       count(*) FILTER (WHERE s.ts >= ?) AS scrapes,
+       count(*) FILTER (WHERE s.ts >= ? AND NOT s.ok) AS failures,
+       CAST(coalesce(sum(s.rejected_lines) FILTER (WHERE s.ts >= ?), 0) AS BIGINT)
+         AS rejected_lines,
+       arg_max(s.error, s.ts) FILTER (WHERE NOT s.ok) AS last_error,
+       (SELECT count(*) FROM last_per_target t WHERE t.exporter = s.exporter AND NOT t.ok)
+         AS failing_targets
+FROM scrapes s GROUP BY s.exporter ORDER BY s.exporter
+"""
+    return _rows(store.query(sql, [since, since, since]))
+
+
+#: The table security detections will write, and the columns the diagram needs from it.
+ALERTS_TABLE = "alerts"
+ALERT_COLUMNS = frozenset({"vector", "node", "resolved_ts"})
+
+
+def open_alert_counts(store: Store) -> list[dict[str, Any]] | None:
+    """Open security alerts per threat vector and node, or None when detections do not exist.
+
+    Detections land with the security work in a table ``alerts`` with at least ``vector``
+    (a threat-vector id of the catalog), ``node`` (nullable) and ``resolved_ts`` (null while
+    open). Until that table exists, the diagram says detections are not configured instead of
+    showing zeros.
+    """
+    columns = {
+        str(r["column_name"])
+        for r in _rows(
+            store.query(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ?",
+                [ALERTS_TABLE],
+            )
+        )
+    }
+    if not columns >= ALERT_COLUMNS:
+        return None
+    return _rows(
+        store.query(
+            f"SELECT vector, node, count(*) AS open FROM {ALERTS_TABLE} "
+            "WHERE resolved_ts IS NULL GROUP BY vector, node ORDER BY vector, node"
+        )
+    )
