@@ -91,7 +91,7 @@ class GpuState(StrEnum):
     ACTIVE = "active"  # held by a job the viewer may see: counters shown
     ALLOCATED = "allocated"  # held only by jobs the viewer may not see: no counter, no name
     IDLE = "idle"  # no job holds it
-    STALE = "stale"  # reported before, but not within the freshness window
+    STALE = "stale"  # reported before, but not within the freshness window (jobs still named)
     NODATA = "nodata"  # never reported
 
 
@@ -236,12 +236,12 @@ def _gpu_live(
     visible = tuple(str(j) for j in row["visible_jobs"])
     hidden = int(row["hidden_jobs"])
     ts = row["ts"]
-    if visible:
+    if ts is None:  # held by a job, but silent: a gap is never shown as a value
+        state = GpuState.STALE if last_seen is not None else GpuState.NODATA
+    elif visible:
         state = GpuState.ACTIVE
     elif hidden:
         state = GpuState.ALLOCATED
-    elif ts is None:
-        state = GpuState.STALE if last_seen is not None else GpuState.NODATA
     else:
         state = GpuState.IDLE
     sample_ts = ts if ts is not None else last_seen
@@ -355,26 +355,16 @@ def alert_summary(service: Service, viewer: Viewer) -> AlertSummary:
     return AlertSummary(configured=True, shown=True, by_vector=by_vector, by_node=by_node)
 
 
-def live_state(
-    service: Service,
-    viewer: Viewer,
-    *,
-    now: datetime | None = None,
-    nodes: Iterable[str] | None = None,
-) -> LiveState:
-    """What the diagram shows live for ``viewer``.
-
-    Args:
-        service: the running service.
-        viewer: who is looking (scope and anonymity).
-        now: the instant (naive UTC); default the wall clock.
-        nodes: restrict GPUs and nodes to these (a zoomed view); default every node.
-    """
-    now = now if now is not None else utc_now()
+def gpu_views(
+    service: Service, viewer: Viewer, *, now: datetime, nodes: Iterable[str] | None = None
+) -> tuple[dict[str, GpuLive], dict[str, NodeLive]]:
+    """Every GPU and node of the topology (or of ``nodes``) as ``viewer`` may see them now."""
     fresh = fresh_seconds(service.settings)
-    since = now - timedelta(seconds=fresh)
     rows = queries.gpu_states(
-        service.store, scope=viewer.scope(), since=since, idle_values=not viewer.anonymous
+        service.store,
+        scope=viewer.scope(),
+        since=now - timedelta(seconds=fresh),
+        idle_values=not viewer.anonymous,
     )
     by_gpu = {(r["node"], int(r["gpu"])): r for r in rows}
     last_seen = queries.last_sample_times(service.store)
@@ -397,8 +387,14 @@ def live_state(
         ]
         gpus.update({g.element_id: g for g in members})
         node_states[node.element_id] = _node_live(node.element_id, node.name, members)
+    return gpus, node_states
+
+
+def cluster_health(service: Service, *, now: datetime) -> ClusterHealth:
+    """The cluster-wide aggregate every viewer may see."""
+    since = now - timedelta(seconds=fresh_seconds(service.settings))
     health = queries.cluster_health(service.store, since=since)
-    cluster = ClusterHealth(
+    return ClusterHealth(
         gpus_total=service.topology.gpu_count,
         gpus_reporting=int(health["gpus_reporting"]),
         gpus_allocated=int(health["gpus_allocated"]),
@@ -407,13 +403,32 @@ def live_state(
         gpus_with_xid=int(health["gpus_with_xid"]),
         latest_ts=health["latest_ts"],
     )
+
+
+def live_state(
+    service: Service,
+    viewer: Viewer,
+    *,
+    now: datetime | None = None,
+    nodes: Iterable[str] | None = None,
+) -> LiveState:
+    """What the diagram shows live for ``viewer``.
+
+    Args:
+        service: the running service.
+        viewer: who is looking (scope and anonymity).
+        now: the instant (naive UTC); default the wall clock.
+        nodes: restrict GPUs and nodes to these (a zoomed view); default every node.
+    """
+    now = now if now is not None else utc_now()
+    gpus, node_states = gpu_views(service, viewer, now=now, nodes=nodes)
     return LiveState(
         generated_at=now,
-        fresh_seconds=fresh,
+        fresh_seconds=fresh_seconds(service.settings),
         viewer_anonymous=viewer.anonymous,
         gpus=gpus,
         nodes=node_states,
         collectors=collector_health(service, now=now),
-        cluster=cluster,
+        cluster=cluster_health(service, now=now),
         alerts=alert_summary(service, viewer),
     )

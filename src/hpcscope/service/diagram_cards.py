@@ -27,7 +27,7 @@ from hpcscope.service.diagram import (
     Viewer,
     alert_summary,
     collector_health,
-    live_state,
+    gpu_views,
     utc_now,
 )
 from hpcscope.store import diagram as queries
@@ -226,8 +226,8 @@ def _gpu_card(service: Service, viewer: Viewer, element: Element, now: datetime)
     node_name = element.parent_id.removeprefix("node-") if element.parent_id else ""
     node = service.topology.node(node_name)
     index = int(element.id.rsplit("-", 1)[1])
-    state = live_state(service, viewer, now=now, nodes=[node_name])
-    gpu = state.gpus[element.id]
+    gpus, _ = gpu_views(service, viewer, now=now, nodes=[node_name])
+    gpu = gpus[element.id]
     over: list[JobGpuMeans] = []
     for job_id in gpu.job_ids:
         rows = queries.job_gpu_means(service.store, scope=viewer.scope(), job_id=job_id)
@@ -260,9 +260,9 @@ def _node_card(
     health: dict[str, CollectorHealth],
 ) -> NodeCardLive:
     node_name = element.id.removeprefix("node-")
-    state = live_state(service, viewer, now=now, nodes=[node_name])
-    live = state.nodes[element.id]
-    gpus = tuple(g for g in state.gpus.values() if g.node == node_name)
+    gpu_map, nodes = gpu_views(service, viewer, now=now, nodes=[node_name])
+    live = nodes[element.id]
+    gpus = tuple(gpu_map.values())
     missing = [
         (what, cid)
         for what, cid in (
@@ -281,8 +281,8 @@ def _nvswitch_card(
     service: Service, viewer: Viewer, element: Element, now: datetime
 ) -> NvswitchCardLive:
     node_name = element.id.removeprefix("nvswitch-")
-    state = live_state(service, viewer, now=now, nodes=[node_name])
-    seen = [g for g in state.gpus.values() if g.nvlink_tx_bytes_per_second is not None]
+    gpus, _ = gpu_views(service, viewer, now=now, nodes=[node_name])
+    seen = [g for g in gpus.values() if g.nvlink_tx_bytes_per_second is not None]
     return NvswitchCardLive(
         nvlink_tx_bytes_per_second=sum(g.nvlink_tx_bytes_per_second or 0.0 for g in seen)
         if seen
@@ -291,7 +291,7 @@ def _nvswitch_card(
         if seen
         else None,
         gpus_counted=len(seen),
-        gpus_hidden=sum(1 for g in state.gpus.values() if g.hidden_jobs and not g.job_ids),
+        gpus_hidden=sum(1 for g in gpus.values() if g.hidden_jobs and not g.job_ids),
     )
 
 

@@ -47,8 +47,10 @@ def gpu_states(
     """The latest state of every GPU seen since ``since`` or held by an open allocation.
 
     Jobs holding a GPU come from open ``job_allocations`` (the prolog's mapping) and from the
-    ``job_id`` label of the GPU's latest sample. A GPU shared by several jobs has one sample row
-    per job with the same counters; they are folded into one row here.
+    ``job_id`` labels of the GPU's latest sample (a GPU shared by several jobs has one row per
+    job with the same counters). Each holder is judged against ``scope`` in SQL; counters are
+    then kept only for GPUs the viewer may see, before anything leaves this module. (Two
+    small queries plan in a fraction of the time one query joining both takes.)
 
     Args:
         store: the store.
@@ -58,52 +60,76 @@ def gpu_states(
         idle_values: return counters of GPUs that no job holds (false for anonymous viewers).
 
     Returns:
-        One dict per GPU: ``node``, ``gpu``, ``ts`` (latest sample, None if none since
-        ``since``), ``allocated`` (bool), ``visible_jobs`` (list of job ids inside the scope),
-        ``hidden_jobs`` (count of jobs outside it), ``values_visible`` (bool), and every column
-        of :data:`LIVE_GPU_COLUMNS` (None unless ``values_visible``).
+        One dict per GPU, ordered by node and GPU: ``node``, ``gpu``, ``ts`` (latest sample,
+        None if none since ``since``), ``allocated`` (bool), ``visible_jobs`` (job ids inside
+        the scope), ``hidden_jobs`` (count of jobs outside it), ``values_visible`` (bool), and
+        every column of :data:`LIVE_GPU_COLUMNS` (None unless ``values_visible``).
     """
     scope_sql, scope_params = _scope(scope)
-    masked = ",\n  ".join(
-        f"CASE WHEN values_visible THEN m.{c} END AS {c}" for c in LIVE_GPU_COLUMNS
-    )
-    folded = ", ".join(f"any_value({c}) AS {c}" for c in LIVE_GPU_COLUMNS)
-    sql = f"""
-WITH recent AS (SELECT * FROM gpu_samples WHERE ts >= ?),
-latest AS (SELECT node, gpu, max(ts) AS ts FROM recent GROUP BY node, gpu),
-cur AS (SELECT r.* FROM recent r JOIN latest l USING (node, gpu, ts)),
+    holders = _rows(
+        store.query(
+            f"""
+WITH latest AS (
+  SELECT node, gpu, job_id FROM gpu_samples WHERE ts >= ?
+  QUALIFY ts = max(ts) OVER (PARTITION BY node, gpu)
+),
 holders AS (
   SELECT node, gpu, job_id FROM job_allocations WHERE end_time IS NULL
   UNION
-  SELECT node, gpu, job_id FROM cur WHERE job_id IS NOT NULL AND job_id NOT IN {_NO_JOB}
-),
-judged AS (
-  SELECT h.node, h.gpu, h.job_id, {scope_sql} AS visible
-  FROM holders h LEFT JOIN jobs j ON j.job_id = h.job_id
-),
-per_gpu AS (
-  SELECT node, gpu,
-         coalesce(list(job_id ORDER BY job_id) FILTER (WHERE visible), []) AS visible_jobs,
-         count(*) FILTER (WHERE NOT visible) AS hidden_jobs,
-         count(*) AS jobs
-  FROM judged GROUP BY node, gpu
-),
-m AS (SELECT node, gpu, max(ts) AS ts, {folded} FROM cur GROUP BY node, gpu),
-joined AS (
-  SELECT coalesce(m.node, p.node) AS node, coalesce(m.gpu, p.gpu) AS gpu, m.ts,
-         coalesce(p.jobs, 0) > 0 AS allocated,
-         coalesce(p.visible_jobs, []) AS visible_jobs,
-         coalesce(p.hidden_jobs, 0) AS hidden_jobs,
-         (len(coalesce(p.visible_jobs, [])) > 0 OR (coalesce(p.jobs, 0) = 0 AND ?))
-           AND m.ts IS NOT NULL AS values_visible,
-         m.* EXCLUDE (node, gpu, ts)
-  FROM m FULL OUTER JOIN per_gpu p ON m.node = p.node AND m.gpu = p.gpu
+  SELECT node, gpu, job_id FROM latest WHERE job_id IS NOT NULL AND job_id NOT IN {_NO_JOB}
 )
-SELECT node, gpu, ts, allocated, visible_jobs, hidden_jobs, values_visible,
-  {masked}
-FROM joined m ORDER BY node, gpu
-"""
-    return _rows(store.query(sql, [since, *scope_params, idle_values]))
+SELECT h.node, h.gpu, h.job_id, {scope_sql} AS visible
+FROM holders h LEFT JOIN jobs j ON j.job_id = h.job_id
+""",
+            [since, *scope_params],
+        )
+    )
+    latest = ", ".join(f"arg_max({c}, ts) AS {c}" for c in LIVE_GPU_COLUMNS)
+    counters = _rows(
+        store.query(
+            f"SELECT node, gpu, max(ts) AS ts, {latest} FROM gpu_samples WHERE ts >= ? "
+            "GROUP BY node, gpu",
+            [since],
+        )
+    )
+    merged: dict[tuple[str, int], dict[str, Any]] = {}
+    empty = dict.fromkeys(LIVE_GPU_COLUMNS)
+    for row in counters:
+        merged[(row["node"], int(row["gpu"]))] = {
+            **row,
+            "allocated": False,
+            "visible_jobs": [],
+            "hidden_jobs": 0,
+        }
+    for holder in holders:
+        key = (holder["node"], int(holder["gpu"]))
+        entry = merged.setdefault(
+            key,
+            {
+                "node": key[0],
+                "gpu": key[1],
+                "ts": None,
+                **empty,
+                "allocated": False,
+                "visible_jobs": [],
+                "hidden_jobs": 0,
+            },
+        )
+        entry["allocated"] = True
+        if holder["visible"]:
+            entry["visible_jobs"].append(str(holder["job_id"]))
+        else:
+            entry["hidden_jobs"] += 1
+    out: list[dict[str, Any]] = []
+    for key in sorted(merged):
+        entry = merged[key]
+        entry["visible_jobs"].sort()
+        permitted = bool(entry["visible_jobs"]) or (not entry["allocated"] and idle_values)
+        entry["values_visible"] = permitted and entry["ts"] is not None
+        if not entry["values_visible"]:
+            entry.update(empty)
+        out.append(entry)
+    return out
 
 
 def last_sample_times(store: Store) -> dict[tuple[str, int], datetime]:

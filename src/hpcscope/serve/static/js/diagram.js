@@ -104,7 +104,7 @@
       if (ticket !== cardRequest) { return; }
       region.setAttribute("aria-live", "polite");
       region.innerHTML = html;
-      region.dataset.open = id;
+      region.dataset.cardOpen = id;
       region.removeAttribute("aria-busy");
       updateUrl();
       if (options.scroll) {
@@ -122,7 +122,7 @@
     cardRequest++;
     markSelected(null);
     region.innerHTML = placeholder;
-    delete region.dataset.open;
+    delete region.dataset.cardOpen;
     updateUrl();
     return was;
   }
