@@ -280,7 +280,8 @@ def test_first_render_of_1024_gpus_under_one_second(
                         first_contentful_paint_ms: paint ? paint.startTime : null,
                         bytes: n.transferSize});
                       new PerformanceObserver(list => {
-                        const fcp = list.getEntries().find(e => e.name === 'first-contentful-paint');
+                        const fcp = list.getEntries()
+                          .find(e => e.name === 'first-contentful-paint');
                         if (fcp) { done(fcp); }
                       }).observe({type: 'paint', buffered: true});
                       setTimeout(() => done(null), 3000);

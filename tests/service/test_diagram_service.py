@@ -61,6 +61,13 @@ def test_gpu_states_per_viewer(fleet: Service) -> None:
     assert alice.gpus["gpu-gpu01-0"].job_ids == ("4410001",)
     hidden = alice.gpus["gpu-gpu02-2"]
     assert hidden.state is GpuState.ALLOCATED and hidden.job_ids == () and not hidden.has_values
+    # live verdicts come from the analysis of the job report, for visible jobs only
+    assert admin.gpus["gpu-gpu02-2"].verdict == "straggler"
+    assert admin.gpus["gpu-gpu02-0"].verdict == "waiting_at_barrier"
+    assert admin.gpus["gpu-gpu01-0"].verdict == "busy_not_computing"
+    assert admin.gpus["gpu-gpu01-4"].verdict == "idle"
+    assert alice.gpus["gpu-gpu01-0"].verdict == "busy_not_computing"
+    assert alice.gpus["gpu-gpu02-2"].verdict is None
     node = alice.nodes["node-gpu01"]
     assert (node.active, node.allocated_hidden, node.idle) == (4, 2, 2)
     assert node.sm_active_ratio == pytest.approx(0.19) and node.job_ids == ("4410001",)
@@ -126,10 +133,16 @@ def test_gpu_card_shows_real_beside_reported_now_and_over_the_job(fleet: Service
     assert card.live.gpu.sm_active_ratio == pytest.approx(0.92)
     assert card.live.gpu.gpu_util_ratio == pytest.approx(0.99)
     assert [j.user for j in card.live.jobs] == ["bob"]
+    assert card.live.gpu.verdict == "straggler"
     (over,) = card.live.over_job
-    assert over.samples == SAMPLES and over.job_gpus == 8
-    assert over.sm_active_ratio == pytest.approx(0.92)
+    report = fleet.job_report(fleet.principal("bob"), "4410002", now=NOW)  # type: ignore[arg-type]
+    assert report is not None and over.gpu is not None
+    # the card shows the job report's numbers, not numbers of its own
+    assert over.gpu == next(g for g in report.gpus if (g.node, g.gpu) == ("gpu02", 2))
+    assert over.gpu.verdict == "straggler" and over.job_verdict == report.verdict == "straggler"
+    assert over.job_sm_active_ratio == report.sm_active_ratio
     assert over.job_sm_active_ratio == pytest.approx((7 * 0.55 + 0.92) / 8)
+    assert over.gpus_observed == 8 and over.explanation == report.explanation
     assert card.live.paired_hca == "hca-gpu02-mlx5_2"
     assert [v.number for v in card.vectors] == [1, 5, 6]
     assert {h.id for h in card.collectors} == {"dcgm-exporter"}

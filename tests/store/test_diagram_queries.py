@@ -99,14 +99,14 @@ def test_old_samples_are_not_live(store: Store) -> None:
     assert q.last_sample_times(store)[("gpu02", 2)] == NOW
 
 
-def test_job_means_are_scoped(store: Store) -> None:
-    rows = q.job_gpu_means(store, scope=ALL, job_id="4410002")
-    assert len(rows) == 8 and all(r["samples"] == SAMPLES for r in rows)
-    assert rows[2]["sm_active_ratio"] == pytest.approx(0.92)
-    assert q.job_gpu_means(store, scope=ALICE, job_id="4410002") == []
-    assert q.job_gpu_means(store, scope=CAROL, job_id="4410002", node="gpu02", gpu=2)[0][
-        "gpu_util_ratio"
-    ] == pytest.approx(0.99)
+def test_recent_job_samples_are_scoped(store: Store) -> None:
+    since = NOW - timedelta(minutes=5)
+    everything = q.recent_job_samples(store, scope=ALL, since=since)
+    assert set(everything.column("job_id").to_pylist()) == {"4410001", "4410002", "4410003"}
+    assert everything.num_rows == 14 * 21  # 14 held GPUs, the last 21 scrapes (5 min at 15 s)
+    alice = q.recent_job_samples(store, scope=ALICE, since=since)
+    assert set(alice.column("job_id").to_pylist()) == {"4410001"}
+    assert q.recent_job_samples(store, scope=NOBODY, since=since).num_rows == 0
 
 
 def test_cluster_health_is_an_aggregate(store: Store) -> None:

@@ -18,12 +18,16 @@ Cards (:mod:`hpcscope.service.diagram_cards`) and the decision-maker figures
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+import polars as pl
+
+from hpcscope.analysis.efficiency import gpu_summary
 from hpcscope.model.access import JobScope, Principal
 from hpcscope.model.catalog import Collector
 from hpcscope.service.core import Service
@@ -36,6 +40,8 @@ STALE_SCRAPES = 4
 MIN_FRESH_SECONDS = 60.0
 #: Window over which collector failures are counted.
 HEALTH_WINDOW_SECONDS = 15 * 60.0
+#: Window of the live per-GPU verdict (straggler, waiting at the barrier...) the diagram shows.
+VERDICT_WINDOW_SECONDS = 5 * 60.0
 
 #: Exporter names (``scrapes.exporter``) that stand for each collector of the catalog.
 COLLECTOR_EXPORTERS: Mapping[str, tuple[str, ...]] = {
@@ -120,7 +126,7 @@ class GpuLive:
     nvlink_tx_bytes_per_second: float | None = None
     nvlink_rx_bytes_per_second: float | None = None
     xid_last: int | None = None
-    verdict: str | None = None
+    verdict: str | None = None  # GpuVerdict over the last VERDICT_WINDOW_SECONDS, own jobs only
 
     @property
     def has_values(self) -> bool:
@@ -355,6 +361,34 @@ def alert_summary(service: Service, viewer: Viewer) -> AlertSummary:
     return AlertSummary(configured=True, shown=True, by_vector=by_vector, by_node=by_node)
 
 
+def live_verdicts(
+    service: Service, viewer: Viewer, *, now: datetime
+) -> dict[tuple[str, str, int], str]:
+    """Per (job, node, GPU) verdict over the last few minutes, for jobs inside the scope.
+
+    The verdicts are :func:`hpcscope.analysis.efficiency.gpu_summary`'s, the same analysis as
+    the job report, over a recent window: the diagram shows what a GPU is doing now
+    (straggler, waiting at the barrier, busy but not computing...), the job report what it did
+    over the whole run.
+    """
+    if viewer.anonymous:
+        return {}
+    table = queries.recent_job_samples(
+        service.store,
+        scope=viewer.scope(),
+        since=now - timedelta(seconds=VERDICT_WINDOW_SECONDS),
+    )
+    if table.num_rows == 0:
+        return {}
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    summary = gpu_summary(frame, max_interval_seconds=3 * service.settings.scrape_interval_seconds)
+    return {
+        (str(row["job_id"]), str(row["node"]), int(row["gpu"])): str(row["verdict"])
+        for row in summary.select("job_id", "node", "gpu", "verdict").iter_rows(named=True)
+    }
+
+
 def gpu_views(
     service: Service, viewer: Viewer, *, now: datetime, nodes: Iterable[str] | None = None
 ) -> tuple[dict[str, GpuLive], dict[str, NodeLive]]:
@@ -368,14 +402,16 @@ def gpu_views(
     )
     by_gpu = {(r["node"], int(r["gpu"])): r for r in rows}
     last_seen = queries.last_sample_times(service.store)
+    verdicts = live_verdicts(service, viewer, now=now)
     wanted = set(nodes) if nodes is not None else None
     gpus: dict[str, GpuLive] = {}
     node_states: dict[str, NodeLive] = {}
     for node in service.topology.nodes:
         if wanted is not None and node.name not in wanted:
             continue
-        members = [
-            _gpu_live(
+        members = []
+        for gpu in node.gpus:
+            live = _gpu_live(
                 gpu.element_id,
                 node.name,
                 gpu.index,
@@ -383,8 +419,17 @@ def gpu_views(
                 now,
                 last_seen.get((node.name, gpu.index)),
             )
-            for gpu in node.gpus
-        ]
+            if live.state is GpuState.ACTIVE:
+                verdict = next(
+                    (
+                        verdicts[(job, node.name, gpu.index)]
+                        for job in live.job_ids
+                        if (job, node.name, gpu.index) in verdicts
+                    ),
+                    None,
+                )
+                live = dataclasses.replace(live, verdict=verdict)
+            members.append(live)
         gpus.update({g.element_id: g for g in members})
         node_states[node.element_id] = _node_live(node.element_id, node.name, members)
     return gpus, node_states

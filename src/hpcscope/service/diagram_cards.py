@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
+from hpcscope.analysis.jobs import GpuReport
 from hpcscope.model.catalog import Card, ThreatVector
 from hpcscope.model.topology import Element, ElementKind, Layer
 from hpcscope.service.core import Service
@@ -75,26 +75,25 @@ class JobBrief:
 
 
 @dataclass(frozen=True, slots=True)
-class JobGpuMeans:
-    """Means over a job's whole run: on this GPU and over all the job's GPUs."""
+class GpuInJob:
+    """This GPU over a job's whole run, and the job's own figures: the job report's numbers."""
 
     job_id: str
-    samples: int
-    first_ts: datetime | None
-    last_ts: datetime | None
-    gpu_util_ratio: float | None
-    sm_active_ratio: float | None
-    tensor_active_ratio: float | None
-    job_gpu_util_ratio: float | None
+    gpu: GpuReport | None
+    job_verdict: str
+    explanation: str
+    job_reported_util_ratio: float | None
     job_sm_active_ratio: float | None
-    job_gpus: int
+    gpus_observed: int
+    cost_lost: float | None
+    currency: str
 
 
 @dataclass(frozen=True, slots=True)
 class GpuCardLive:
     gpu: GpuLive
     jobs: tuple[JobBrief, ...]
-    over_job: tuple[JobGpuMeans, ...]
+    over_job: tuple[GpuInJob, ...]
     paired_hca: str | None
 
 
@@ -215,39 +214,32 @@ def _not_collected(
     )
 
 
-def _sample_weighted(rows: list[dict[str, Any]], column: str) -> float | None:
-    """Mean of per-GPU means weighted by their sample counts (= the mean over all samples)."""
-    present = [(float(r[column]), int(r["samples"])) for r in rows if r[column] is not None]
-    weight = sum(w for _, w in present)
-    return sum(v * w for v, w in present) / weight if weight else None
-
-
 def _gpu_card(service: Service, viewer: Viewer, element: Element, now: datetime) -> GpuCardLive:
     node_name = element.parent_id.removeprefix("node-") if element.parent_id else ""
     node = service.topology.node(node_name)
     index = int(element.id.rsplit("-", 1)[1])
     gpus, _ = gpu_views(service, viewer, now=now, nodes=[node_name])
     gpu = gpus[element.id]
-    over: list[JobGpuMeans] = []
-    for job_id in gpu.job_ids:
-        rows = queries.job_gpu_means(service.store, scope=viewer.scope(), job_id=job_id)
-        mine = next((r for r in rows if r["node"] == node_name and int(r["gpu"]) == index), None)
-        if mine is None:
-            continue
-        over.append(
-            JobGpuMeans(
-                job_id=job_id,
-                samples=int(mine["samples"]),
-                first_ts=mine["first_ts"],
-                last_ts=mine["last_ts"],
-                gpu_util_ratio=mine["gpu_util_ratio"],
-                sm_active_ratio=mine["sm_active_ratio"],
-                tensor_active_ratio=mine["tensor_active_ratio"],
-                job_gpu_util_ratio=_sample_weighted(rows, "gpu_util_ratio"),
-                job_sm_active_ratio=_sample_weighted(rows, "sm_active_ratio"),
-                job_gpus=len(rows),
+    over: list[GpuInJob] = []
+    if viewer.principal is not None:
+        for job_id in gpu.job_ids:
+            report = service.job_report(viewer.principal, job_id, now=now)
+            if report is None:
+                continue
+            mine = next((g for g in report.gpus if g.node == node_name and g.gpu == index), None)
+            over.append(
+                GpuInJob(
+                    job_id=job_id,
+                    gpu=mine,
+                    job_verdict=report.verdict,
+                    explanation=report.explanation,
+                    job_reported_util_ratio=report.reported_util_ratio,
+                    job_sm_active_ratio=report.sm_active_ratio,
+                    gpus_observed=report.gpus_observed,
+                    cost_lost=report.cost_lost,
+                    currency=report.currency,
+                )
             )
-        )
     hca = next((h.element_id for h in node.hcas if h.gpu_index == index), None)
     return GpuCardLive(gpu, _jobs(service, viewer, list(gpu.job_ids)), tuple(over), hca)
 

@@ -155,43 +155,19 @@ FROM jobs j WHERE j.job_id IN ({marks}) AND {scope_sql} ORDER BY j.job_id
     return _rows(store.query(sql, [*job_ids, *scope_params]))
 
 
-def job_gpu_means(
-    store: Store, *, scope: JobScope, job_id: str, node: str | None = None, gpu: int | None = None
-) -> list[dict[str, Any]]:
-    """Mean counters of one job over its whole run, per GPU (or for one GPU).
+def recent_job_samples(store: Store, *, scope: JobScope, since: datetime) -> pa.Table:
+    """GPU samples since ``since`` of the jobs inside ``scope`` (for live per-GPU verdicts).
 
-    Empty when the job is outside ``scope`` (or unknown to the scheduler records while the
-    viewer is not an admin). Means are over samples: the collector scrapes at a fixed interval,
-    so a sample mean is a time-weighted mean over the scraped windows.
-
-    Returns:
-        One dict per GPU: ``node``, ``gpu``, ``samples``, ``first_ts``, ``last_ts``,
-        ``gpu_util_ratio``, ``sm_active_ratio``, ``tensor_active_ratio``,
-        ``sm_occupancy_ratio``, ``dram_active_ratio``, ``power_watts``,
-        ``max_gpu_temperature_celsius``, ``last_xid``.
+    Samples of a job the scheduler has not described are returned to admins only.
     """
     scope_sql, scope_params = _scope(scope)
-    where = ["s.job_id = ?"]
-    params: list[object] = [job_id]
-    if node is not None:
-        where.append("s.node = ?")
-        params.append(node)
-    if gpu is not None:
-        where.append("s.gpu = ?")
-        params.append(gpu)
-    sql = f"""
-SELECT s.node, s.gpu, count(*) AS samples, min(s.ts) AS first_ts, max(s.ts) AS last_ts,
-       avg(s.gpu_util_ratio) AS gpu_util_ratio, avg(s.sm_active_ratio) AS sm_active_ratio,
-       avg(s.tensor_active_ratio) AS tensor_active_ratio,
-       avg(s.sm_occupancy_ratio) AS sm_occupancy_ratio,
-       avg(s.dram_active_ratio) AS dram_active_ratio, avg(s.power_watts) AS power_watts,
-       max(s.gpu_temperature_celsius) AS max_gpu_temperature_celsius,
-       arg_max(s.xid_last, s.ts) AS last_xid
-FROM gpu_samples s LEFT JOIN jobs j ON j.job_id = s.job_id
-WHERE {" AND ".join(where)} AND {scope_sql}
-GROUP BY s.node, s.gpu ORDER BY s.node, s.gpu
-"""
-    return _rows(store.query(sql, [*params, *scope_params]))
+    return store.query(
+        f"""
+SELECT s.* FROM gpu_samples s LEFT JOIN jobs j ON j.job_id = s.job_id
+WHERE s.ts >= ? AND s.job_id IS NOT NULL AND s.job_id NOT IN {_NO_JOB} AND {scope_sql}
+""",
+        [since, *scope_params],
+    )
 
 
 def cluster_health(store: Store, *, since: datetime) -> dict[str, Any]:

@@ -50,7 +50,7 @@ COLLECTOR_HEIGHT = 32.0  # a collector: its name, then its health
 PILL_GAP = 5.0
 
 GPU_WIDTH = 92.0
-GPU_HEIGHT = 66.0
+GPU_HEIGHT = 88.0
 GPU_GAP = 10.0
 NODE_PAD = 14.0
 NODE_HEADER = 26.0

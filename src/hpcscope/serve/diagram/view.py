@@ -70,20 +70,34 @@ def node_class(node: NodeLive, open_alerts: int) -> str:
     return " ".join(classes)
 
 
-def gpu_lines(gpu: GpuLive, label: str) -> tuple[str, str, str, str]:
-    """Four text lines of a detailed GPU box: name, real, reported, job tag."""
-    job = gpu.job_ids[0] if gpu.job_ids else ""
+#: Short words for the analysis' per-GPU verdicts (hpcscope.analysis.efficiency.GpuVerdict).
+VERDICT_WORDS = {
+    "straggler": "straggler",
+    "waiting_at_barrier": "at barrier",
+    "busy_not_computing": "not computing",
+    "low_efficiency": "low efficiency",
+    "idle": "idle",
+    "xid_error": "Xid error",
+    "healthy": "healthy",
+    "no_data": "",
+}
+
+
+def gpu_lines(gpu: GpuLive, label: str) -> tuple[str, str, str, str, str]:
+    """Five text lines of a detailed GPU box: name, real, reported, job tag, verdict."""
+    job = f"job {gpu.job_ids[0]}" if gpu.job_ids else ""
     if len(gpu.job_ids) > 1:
         job += f" +{len(gpu.job_ids) - 1}"
     if gpu.state in _STATE_WORDS and not gpu.has_values:
-        return label, _STATE_WORDS[gpu.state], "", job
+        return label, _STATE_WORDS[gpu.state], "", job, ""
     if gpu.state is GpuState.IDLE:
-        return label, "idle", f"rep. {percent(gpu.gpu_util_ratio)}", ""
+        return label, "idle", f"rep. {percent(gpu.gpu_util_ratio)}", "", ""
     return (
         label,
         f"real {percent(gpu.sm_active_ratio)}",
         f"rep. {percent(gpu.gpu_util_ratio)}",
         job,
+        VERDICT_WORDS.get(gpu.verdict or "", gpu.verdict or ""),
     )
 
 
@@ -92,9 +106,11 @@ def gpu_aria(gpu: GpuLive, node: str, label: str) -> str:
     where = f"{label} of {node}"
     if gpu.state is GpuState.ACTIVE:
         jobs = ", ".join(gpu.job_ids)
+        verdict = VERDICT_WORDS.get(gpu.verdict or "", "")
         return (
             f"{where}: job {jobs}, real efficiency {percent(gpu.sm_active_ratio)} SM active, "
             f"reported utilisation {percent(gpu.gpu_util_ratio)}"
+            + (f", {verdict}" if verdict else "")
             + (f", last Xid {gpu.xid_last}" if gpu.xid_last else "")
         )
     if gpu.state is GpuState.IDLE and gpu.has_values:
