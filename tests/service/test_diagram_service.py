@@ -105,6 +105,12 @@ def test_collector_health_from_our_own_scrapes(fleet: Service) -> None:
     assert dcgm.targets == 2 and dcgm.failures_in_window == 1 and dcgm.staleness_seconds == 0
     assert health["ib-counters"].status is CollectorStatus.NOT_CONFIGURED
     assert health["lustre-metrics"].status is CollectorStatus.NOT_CONFIGURED
+    assert health["slurm-exporter"].status is CollectorStatus.NOT_CONFIGURED
+    # the scheduler read through slurmrestd: configured, and said to be so, without a health
+    fleet.settings.slurmrestd_url = "http://127.0.0.1:6820"
+    slurm = {h.id: h for h in live_state(fleet, Viewer(None), now=NOW).collectors}["slurm-exporter"]
+    assert slurm.status is CollectorStatus.CONFIGURED
+    assert slurm.note is not None and "slurmrestd (http://127.0.0.1:6820)" in slurm.note
     # three scrape intervals without a good scrape: stale
     late = live_state(fleet, Viewer(None), now=NOW + timedelta(seconds=50))
     assert {h.id: h for h in late.collectors}["dcgm-exporter"].status is CollectorStatus.STALE

@@ -153,9 +153,12 @@ class NodeLive:
 
 
 class CollectorStatus(StrEnum):
+    """Health of hpcscope's own collection from one collector."""
+
     OK = "ok"
     STALE = "stale"
     FAILING = "failing"
+    CONFIGURED = "configured"  # set up, but hpcscope records no per-attempt health for it
     NOT_CONFIGURED = "not-configured"
 
 
@@ -179,6 +182,7 @@ class CollectorHealth:
     rejected_lines_in_window: int = 0
     last_error: str | None = None
     window_seconds: float = HEALTH_WINDOW_SECONDS
+    note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +315,7 @@ def collector_health(
             "signals": collector.signals,
         }
         if not found:
-            out.append(CollectorHealth(status=CollectorStatus.NOT_CONFIGURED, **base))
+            out.append(_configured_elsewhere(service, collector.id, base))
             continue
         last_ts = max(r["last_ts"] for r in found)
         oks = [r["last_ok_ts"] for r in found if r["last_ok_ts"] is not None]
@@ -342,6 +346,21 @@ def collector_health(
             )
         )
     return tuple(out)
+
+
+def _configured_elsewhere(
+    service: Service, collector_id: str, base: dict[str, Any]
+) -> CollectorHealth:
+    """A collector without scrape records: configured another way, or not configured."""
+    settings = service.settings
+    if collector_id == "slurm-exporter" and settings.slurmrestd_url:
+        note = (
+            f"hpcscope reads the scheduler from slurmrestd ({settings.slurmrestd_url}) every "
+            f"{settings.scheduler_poll_seconds:g} s instead of slurm-exporter; the health of "
+            "those polls is not recorded yet."
+        )
+        return CollectorHealth(status=CollectorStatus.CONFIGURED, note=note, **base)
+    return CollectorHealth(status=CollectorStatus.NOT_CONFIGURED, **base)
 
 
 def alert_summary(service: Service, viewer: Viewer) -> AlertSummary:

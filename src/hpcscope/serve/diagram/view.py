@@ -173,6 +173,8 @@ def collector_status_text(health: CollectorHealth) -> str:
     """``ok · 4 s``, ``stale · 3 min``, ``failing · 1 of 2 targets``, ``not configured``."""
     if health.status is CollectorStatus.NOT_CONFIGURED:
         return "not configured"
+    if health.status is CollectorStatus.CONFIGURED:
+        return "configured · health not recorded"
     if health.status is CollectorStatus.FAILING:
         return f"failing · {health.failing_targets} of {health.targets} targets"
     return f"{health.status.value} · {duration(health.staleness_seconds)}"
