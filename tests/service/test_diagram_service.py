@@ -68,6 +68,7 @@ def test_gpu_states_per_viewer(fleet: Service) -> None:
     assert admin.gpus["gpu-gpu01-4"].verdict == "idle"
     assert alice.gpus["gpu-gpu01-0"].verdict == "busy_not_computing"
     assert alice.gpus["gpu-gpu02-2"].verdict is None
+    assert admin.gpus["gpu-gpu01-7"].has_values and not alice.gpus["gpu-gpu01-7"].has_values
     node = alice.nodes["node-gpu01"]
     assert (node.active, node.allocated_hidden, node.idle) == (4, 2, 2)
     assert node.sm_active_ratio == pytest.approx(0.19) and node.job_ids == ("4410001",)

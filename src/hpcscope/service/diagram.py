@@ -5,8 +5,10 @@ store knows now: each GPU's state and counters, node aggregates, the health of h
 collection per collector, open alerts when detections exist. Every query passes the viewer's
 job scope to the store, which nulls out what the viewer may not see:
 
-* a researcher sees the counters of GPUs held by their own jobs (and of GPUs no job holds);
-  a GPU held by someone else's job is *allocated*, with no job id, user or counter;
+* a researcher sees the counters of GPUs held by their own jobs only; a GPU held by someone
+  else's job is *allocated*, with no job id, user or counter, and a GPU no job holds is *idle*;
+  the counters of idle GPUs (memory left behind after a job is a security signal) are for
+  admins;
 * a team lead sees their accounts' jobs too; an admin sees everything;
 * an anonymous visitor (only when ``Settings.anonymous_diagram`` is on) sees structure,
   cards, collectors, threats and cluster-wide aggregates, never a job, a user or a per-GPU
@@ -417,7 +419,7 @@ def gpu_views(
         service.store,
         scope=viewer.scope(),
         since=now - timedelta(seconds=fresh),
-        idle_values=not viewer.anonymous,
+        idle_values=viewer.principal is not None and viewer.principal.is_admin,
     )
     by_gpu = {(r["node"], int(r["gpu"])): r for r in rows}
     last_seen = queries.last_sample_times(service.store)

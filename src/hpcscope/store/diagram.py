@@ -57,7 +57,7 @@ def gpu_states(
         scope: jobs the viewer may see; counters of a GPU are returned only when the GPU is
             held by at least one job inside the scope, or (with ``idle_values``) by no job.
         since: ignore samples older than this (they are not "live").
-        idle_values: return counters of GPUs that no job holds (false for anonymous viewers).
+        idle_values: return counters of GPUs that no job holds (the service: admins only).
 
     Returns:
         One dict per GPU, ordered by node and GPU: ``node``, ``gpu``, ``ts`` (latest sample,
