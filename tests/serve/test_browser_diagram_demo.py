@@ -107,9 +107,18 @@ def _box_style(page: Any, element_id: str) -> tuple[str, ...]:
     return tuple(style)
 
 
+def _bucket(page: Any, element_id: str) -> int:
+    """The real-efficiency colour bucket (eff-0 ... eff-4) of a GPU."""
+    classes = (page.get_attribute(f"#{element_id}", "class") or "").split()
+    (bucket,) = [
+        int(c.removeprefix("eff-")) for c in classes if c[4:].isdigit() and c.startswith("eff-")
+    ]
+    return bucket
+
+
 def _card_pair(text: str) -> tuple[float, float]:
     """The first 'This GPU: real X % reported Y %' of a GPU card."""
-    match = re.search(r"This GPU: real (\d+) % reported (\d+) %", text)
+    match = re.search(r"This GPU:\s*real (\d+) %\s*reported (\d+) %", text)
     assert match, text
     return float(match.group(1)), float(match.group(2))
 
@@ -140,8 +149,10 @@ def test_straggler_and_data_starved_gpus_are_distinct_and_match_the_job_report(
     assert page.locator(f"#{slow_id} .el-verdict").text_content() == "straggler"
     assert page.locator(f"#{peer_id} .el-verdict").text_content() == "at barrier"
     for element_id in starved_ids:
-        assert "eff-0" in (page.get_attribute(f"#{element_id}", "class") or "")
         assert page.locator(f"#{element_id} .el-verdict").text_content() == "not computing"
+    # colour by real efficiency: the straggler computes most, the data-starved GPUs least
+    buckets = {i: _bucket(page, i) for i in [slow_id, peer_id, *starved_ids]}
+    assert buckets[slow_id] > buckets[peer_id] > max(buckets[i] for i in starved_ids), buckets
     # visibly distinct: fill, frame colour, width or dash differ between the three
     styles = {
         "straggler": _box_style(page, slow_id),
