@@ -20,7 +20,6 @@ Cards (:mod:`hpcscope.service.diagram_cards`) and the decision-maker figures
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -42,6 +41,8 @@ STALE_SCRAPES = 4
 MIN_FRESH_SECONDS = 60.0
 #: Window over which collector failures are counted.
 HEALTH_WINDOW_SECONDS = 15 * 60.0
+#: How far back a silent GPU's last sample is looked for (older: "no data").
+LAST_SEEN_LOOKBACK = timedelta(days=1)
 #: Window of the live per-GPU verdict (straggler, waiting at the barrier...) the diagram shows.
 VERDICT_WINDOW_SECONDS = 5 * 60.0
 
@@ -233,6 +234,12 @@ def fresh_seconds(settings: Settings) -> float:
     return max(MIN_FRESH_SECONDS, STALE_SCRAPES * settings.scrape_interval_seconds)
 
 
+#: Counter columns of the store that GpuLive carries (the others stay in the store).
+_LIVE_VALUES = tuple(
+    c for c in queries.LIVE_GPU_COLUMNS if c in GpuLive.__dataclass_fields__ and c != "xid_last"
+)
+
+
 def _gpu_live(
     element_id: str,
     node: str,
@@ -240,6 +247,7 @@ def _gpu_live(
     row: Mapping[str, Any] | None,
     now: datetime,
     last_seen: datetime | None,
+    verdicts: Mapping[tuple[str, str, int], str],
 ) -> GpuLive:
     if row is None:
         state = GpuState.STALE if last_seen is not None else GpuState.NODATA
@@ -257,8 +265,13 @@ def _gpu_live(
     else:
         state = GpuState.IDLE
     sample_ts = ts if ts is not None else last_seen
-    values = {c: row[c] for c in queries.LIVE_GPU_COLUMNS if c in GpuLive.__dataclass_fields__}
-    xid = values.pop("xid_last", None)
+    values = {c: row[c] for c in _LIVE_VALUES}
+    xid = row["xid_last"]
+    verdict = None
+    if state is GpuState.ACTIVE:
+        verdict = next(
+            (verdicts[(j, node, gpu)] for j in visible if (j, node, gpu) in verdicts), None
+        )
     return GpuLive(
         element_id,
         node,
@@ -269,6 +282,7 @@ def _gpu_live(
         job_ids=visible,
         hidden_jobs=hidden,
         xid_last=int(xid) if xid is not None else None,
+        verdict=verdict,
         **values,
     )
 
@@ -412,55 +426,49 @@ def live_verdicts(
 
 def gpu_views(
     service: Service, viewer: Viewer, *, now: datetime, nodes: Iterable[str] | None = None
-) -> tuple[dict[str, GpuLive], dict[str, NodeLive]]:
-    """Every GPU and node of the topology (or of ``nodes``) as ``viewer`` may see them now."""
+) -> tuple[dict[str, GpuLive], dict[str, NodeLive], ClusterHealth]:
+    """Every GPU and node of the topology (or of ``nodes``) as ``viewer`` may see them now,
+    and the cluster-wide aggregate."""
     fresh = fresh_seconds(service.settings)
-    rows = queries.gpu_states(
+    states = queries.gpu_states(
         service.store,
         scope=viewer.scope(),
         since=now - timedelta(seconds=fresh),
         idle_values=viewer.principal is not None and viewer.principal.is_admin,
     )
-    by_gpu = {(r["node"], int(r["gpu"])): r for r in rows}
-    last_seen = queries.last_sample_times(service.store)
-    verdicts = live_verdicts(service, viewer, now=now)
+    by_gpu = {(r["node"], int(r["gpu"])): r for r in states.rows}
     wanted = set(nodes) if nodes is not None else None
+    silent = any(
+        by_gpu.get((gpu.node, gpu.index), {}).get("ts") is None
+        for node in service.topology.nodes
+        if wanted is None or node.name in wanted
+        for gpu in node.gpus
+    )
+    last_seen = (
+        queries.last_sample_times(service.store, since=now - LAST_SEEN_LOOKBACK) if silent else {}
+    )
+    verdicts = live_verdicts(service, viewer, now=now)
     gpus: dict[str, GpuLive] = {}
     node_states: dict[str, NodeLive] = {}
     for node in service.topology.nodes:
         if wanted is not None and node.name not in wanted:
             continue
-        members = []
-        for gpu in node.gpus:
-            live = _gpu_live(
+        members = [
+            _gpu_live(
                 gpu.element_id,
                 node.name,
                 gpu.index,
                 by_gpu.get((node.name, gpu.index)),
                 now,
                 last_seen.get((node.name, gpu.index)),
+                verdicts,
             )
-            if live.state is GpuState.ACTIVE:
-                verdict = next(
-                    (
-                        verdicts[(job, node.name, gpu.index)]
-                        for job in live.job_ids
-                        if (job, node.name, gpu.index) in verdicts
-                    ),
-                    None,
-                )
-                live = dataclasses.replace(live, verdict=verdict)
-            members.append(live)
+            for gpu in node.gpus
+        ]
         gpus.update({g.element_id: g for g in members})
         node_states[node.element_id] = _node_live(node.element_id, node.name, members)
-    return gpus, node_states
-
-
-def cluster_health(service: Service, *, now: datetime) -> ClusterHealth:
-    """The cluster-wide aggregate every viewer may see."""
-    since = now - timedelta(seconds=fresh_seconds(service.settings))
-    health = queries.cluster_health(service.store, since=since)
-    return ClusterHealth(
+    health = states.health
+    cluster = ClusterHealth(
         gpus_total=service.topology.gpu_count,
         gpus_reporting=int(health["gpus_reporting"]),
         gpus_allocated=int(health["gpus_allocated"]),
@@ -469,6 +477,7 @@ def cluster_health(service: Service, *, now: datetime) -> ClusterHealth:
         gpus_with_xid=int(health["gpus_with_xid"]),
         latest_ts=health["latest_ts"],
     )
+    return gpus, node_states, cluster
 
 
 def live_state(
@@ -487,7 +496,7 @@ def live_state(
         nodes: restrict GPUs and nodes to these (a zoomed view); default every node.
     """
     now = now if now is not None else utc_now()
-    gpus, node_states = gpu_views(service, viewer, now=now, nodes=nodes)
+    gpus, node_states, cluster = gpu_views(service, viewer, now=now, nodes=nodes)
     return LiveState(
         generated_at=now,
         fresh_seconds=fresh_seconds(service.settings),
@@ -495,6 +504,6 @@ def live_state(
         gpus=gpus,
         nodes=node_states,
         collectors=collector_health(service, now=now),
-        cluster=cluster_health(service, now=now),
+        cluster=cluster,
         alerts=alert_summary(service, viewer),
     )

@@ -218,7 +218,7 @@ def _gpu_card(service: Service, viewer: Viewer, element: Element, now: datetime)
     node_name = element.parent_id.removeprefix("node-") if element.parent_id else ""
     node = service.topology.node(node_name)
     index = int(element.id.rsplit("-", 1)[1])
-    gpus, _ = gpu_views(service, viewer, now=now, nodes=[node_name])
+    gpus, _, _ = gpu_views(service, viewer, now=now, nodes=[node_name])
     gpu = gpus[element.id]
     over: list[GpuInJob] = []
     if viewer.principal is not None:
@@ -252,7 +252,7 @@ def _node_card(
     health: dict[str, CollectorHealth],
 ) -> NodeCardLive:
     node_name = element.id.removeprefix("node-")
-    gpu_map, nodes = gpu_views(service, viewer, now=now, nodes=[node_name])
+    gpu_map, nodes, _ = gpu_views(service, viewer, now=now, nodes=[node_name])
     live = nodes[element.id]
     gpus = tuple(gpu_map.values())
     missing = [
@@ -273,7 +273,7 @@ def _nvswitch_card(
     service: Service, viewer: Viewer, element: Element, now: datetime
 ) -> NvswitchCardLive:
     node_name = element.id.removeprefix("nvswitch-")
-    gpus, _ = gpu_views(service, viewer, now=now, nodes=[node_name])
+    gpus, _, _ = gpu_views(service, viewer, now=now, nodes=[node_name])
     seen = [g for g in gpus.values() if g.nvlink_tx_bytes_per_second is not None]
     return NvswitchCardLive(
         nvlink_tx_bytes_per_second=sum(g.nvlink_tx_bytes_per_second or 0.0 for g in seen)

@@ -11,6 +11,7 @@ Times are naive UTC ``TIMESTAMP`` values, as stored. Ratios are 0-1.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,9 +42,41 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
     return rows
 
 
-def gpu_states(
-    store: Store, *, scope: JobScope, since: datetime, idle_values: bool
-) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class GpuStates:
+    """The latest state of every GPU for one viewer, and the cluster-wide aggregate.
+
+    Attributes:
+        rows: one dict per GPU (see :func:`gpu_states`), counters masked for the viewer.
+        health: the aggregate every viewer may see, computed before masking and naming no
+            job: ``gpus_reporting``, ``gpus_allocated``, ``gpu_util_ratio`` and
+            ``sm_active_ratio`` (means over allocated reporting GPUs), ``gpus_with_xid``,
+            ``latest_ts``.
+    """
+
+    rows: list[dict[str, Any]]
+    health: dict[str, Any]
+
+
+def _aggregate(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    reporting = [e for e in entries if e["ts"] is not None]
+    allocated = [e for e in reporting if e["allocated"]]
+
+    def mean(column: str) -> float | None:
+        values = [float(e[column]) for e in allocated if e[column] is not None]
+        return math.fsum(values) / len(values) if values else None
+
+    return {
+        "gpus_reporting": len(reporting),
+        "gpus_allocated": len(allocated),
+        "gpu_util_ratio": mean("gpu_util_ratio"),
+        "sm_active_ratio": mean("sm_active_ratio"),
+        "gpus_with_xid": sum(1 for e in reporting if e["xid_last"]),
+        "latest_ts": max((e["ts"] for e in reporting), default=None),
+    }
+
+
+def gpu_states(store: Store, *, scope: JobScope, since: datetime, idle_values: bool) -> GpuStates:
     """The latest state of every GPU seen since ``since`` or held by an open allocation.
 
     Jobs holding a GPU come from open ``job_allocations`` (the prolog's mapping) and from the
@@ -60,10 +93,11 @@ def gpu_states(
         idle_values: return counters of GPUs that no job holds (the service: admins only).
 
     Returns:
-        One dict per GPU, ordered by node and GPU: ``node``, ``gpu``, ``ts`` (latest sample,
-        None if none since ``since``), ``allocated`` (bool), ``visible_jobs`` (job ids inside
-        the scope), ``hidden_jobs`` (count of jobs outside it), ``values_visible`` (bool), and
-        every column of :data:`LIVE_GPU_COLUMNS` (None unless ``values_visible``).
+        :class:`GpuStates`: one row per GPU, ordered by node and GPU, with ``node``, ``gpu``,
+        ``ts`` (latest sample, None if none since ``since``), ``allocated`` (bool),
+        ``visible_jobs`` (job ids inside the scope), ``hidden_jobs`` (count of jobs outside
+        it), ``values_visible`` (bool) and every column of :data:`LIVE_GPU_COLUMNS` (None
+        unless ``values_visible``); and the cluster-wide aggregate.
     """
     scope_sql, scope_params = _scope(scope)
     holders = _rows(
@@ -120,24 +154,28 @@ FROM holders h LEFT JOIN jobs j ON j.job_id = h.job_id
             entry["visible_jobs"].append(str(holder["job_id"]))
         else:
             entry["hidden_jobs"] += 1
-    out: list[dict[str, Any]] = []
-    for key in sorted(merged):
-        entry = merged[key]
+    entries = [merged[key] for key in sorted(merged)]
+    health = _aggregate(entries)  # before masking: an aggregate names no job
+    for entry in entries:
         entry["visible_jobs"].sort()
         permitted = bool(entry["visible_jobs"]) or (not entry["allocated"] and idle_values)
         entry["values_visible"] = permitted and entry["ts"] is not None
         if not entry["values_visible"]:
             entry.update(empty)
-        out.append(entry)
-    return out
+    return GpuStates(entries, health)
 
 
-def last_sample_times(store: Store) -> dict[tuple[str, int], datetime]:
-    """When each GPU last reported, whatever its age (to say how stale a silent GPU is).
+def last_sample_times(store: Store, *, since: datetime) -> dict[tuple[str, int], datetime]:
+    """When each GPU last reported since ``since`` (to say how stale a silent GPU is).
 
-    Timestamps only: no job, no counter, so no scope applies.
+    Bounded by ``since`` so that a poll never scans the whole history. Timestamps only: no
+    job, no counter, so no scope applies.
     """
-    rows = _rows(store.query("SELECT node, gpu, max(ts) AS ts FROM gpu_samples GROUP BY ALL"))
+    rows = _rows(
+        store.query(
+            "SELECT node, gpu, max(ts) AS ts FROM gpu_samples WHERE ts >= ? GROUP BY ALL", [since]
+        )
+    )
     return {(r["node"], int(r["gpu"])): r["ts"] for r in rows}
 
 
@@ -168,40 +206,6 @@ WHERE s.ts >= ? AND s.job_id IS NOT NULL AND s.job_id NOT IN {_NO_JOB} AND {scop
 """,
         [since, *scope_params],
     )
-
-
-def cluster_health(store: Store, *, since: datetime) -> dict[str, Any]:
-    """Cluster-wide aggregate of the GPUs' latest samples (names no job or user).
-
-    Returns:
-        ``gpus_reporting``, ``gpus_allocated``, ``gpu_util_ratio`` and ``sm_active_ratio``
-        (means over allocated GPUs), ``gpus_with_xid`` (last Xid non-zero), ``latest_ts``.
-    """
-    sql = f"""
-WITH recent AS (SELECT * FROM gpu_samples WHERE ts >= ?),
-latest AS (SELECT node, gpu, max(ts) AS ts FROM recent GROUP BY node, gpu),
-cur AS (
-  SELECT r.node, r.gpu, any_value(r.gpu_util_ratio) AS util, any_value(r.sm_active_ratio) AS sm,
-         any_value(r.xid_last) AS xid,
-         bool_or(r.job_id IS NOT NULL AND r.job_id NOT IN {_NO_JOB}) AS labelled,
-         max(r.ts) AS ts
-  FROM recent r JOIN latest l USING (node, gpu, ts) GROUP BY r.node, r.gpu
-),
-open_alloc AS (SELECT DISTINCT node, gpu FROM job_allocations WHERE end_time IS NULL),
-c AS (
-  SELECT cur.*, labelled OR a.node IS NOT NULL AS allocated
-  FROM cur LEFT JOIN open_alloc a USING (node, gpu)
-)
-SELECT count(*) AS gpus_reporting,
-       count(*) FILTER (WHERE allocated) AS gpus_allocated,
-       avg(util) FILTER (WHERE allocated) AS gpu_util_ratio,
-       avg(sm) FILTER (WHERE allocated) AS sm_active_ratio,
-       count(*) FILTER (WHERE coalesce(xid, 0) <> 0) AS gpus_with_xid,
-       max(ts) AS latest_ts
-FROM c
-"""
-    rows = _rows(store.query(sql, [since]))
-    return rows[0]
 
 
 @dataclass(frozen=True, slots=True)

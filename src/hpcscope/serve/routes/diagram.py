@@ -18,6 +18,7 @@ service constrains every query with the viewer's job scope.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -55,13 +56,28 @@ ViewerDep = Annotated[Viewer, Depends(viewer_of)]
 NodeQuery = Annotated[str | None, Query(description="Zoom into this node.")]
 
 
+#: Layouts are pure functions of (topology, catalog, zoom): computed once per process. The
+#: cached value holds the topology itself, so its id cannot be reused while the entry lives.
+_LAYOUTS: OrderedDict[tuple[int, int, str | None], tuple[object, DiagramLayout]] = OrderedDict()
+_LAYOUT_CACHE_SIZE = 256
+
+
 def _layout(service: Service, node: str | None) -> DiagramLayout:
     if node is not None:
         try:
             service.topology.node(node)
         except KeyError:
             raise HTTPException(404, f"no node {node!r} in {service.topology.name}") from None
-    return layout_diagram(service.topology, service.catalog, zoom_node=node)
+    key = (id(service.topology), id(service.catalog), node)
+    cached = _LAYOUTS.get(key)
+    if cached is not None and cached[0] is service.topology:
+        _LAYOUTS.move_to_end(key)
+        return cached[1]
+    layout = layout_diagram(service.topology, service.catalog, zoom_node=node)
+    _LAYOUTS[key] = (service.topology, layout)
+    while len(_LAYOUTS) > _LAYOUT_CACHE_SIZE:
+        _LAYOUTS.popitem(last=False)
+    return layout
 
 
 def _state(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveState:
