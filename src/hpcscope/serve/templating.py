@@ -25,6 +25,8 @@ NAV: list[tuple[str, str]] = [
     ("/", "Cluster"),
     ("/jobs", "Jobs"),
     ("/diagram", "Diagram"),
+    ("/step", "Training step"),
+    ("/simulate", "Simulator"),
 ]
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
