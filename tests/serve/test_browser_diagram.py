@@ -161,8 +161,10 @@ def test_try_this_walks_the_seed(page: Any, base_url: str) -> None:
     wait_card(page, "weights")
     text = page.locator("#diagram-card").inner_text()
     assert "eBPF on checkpoints" in text and "not configured" in text
-    assert page.locator("a[href='/step']").count() >= 1
-    assert page.locator("a[href='/simulate']").count() >= 1
+    # the step player and the simulator the page links to exist
+    for target in ("/step", "/simulate"):
+        assert page.locator(f"a[href='{target}']").count() >= 1
+        assert page.request.get(f"{base_url}{target}").status == 200
 
 
 def test_live_values_update_without_reload_and_pause_when_hidden(
