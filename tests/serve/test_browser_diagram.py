@@ -247,6 +247,10 @@ def test_phone_width_scrolls_sideways_and_the_card_stays_readable(
         assert widths[0] <= widths[1] + 1 and widths[2] <= widths[1] + 1, widths
         assert "real 19 %" in page.locator("#diagram-card").inner_text()
         screenshot(page, "diagram-phone")
+        page.evaluate("() => window.scrollTo(0, 0)")
+        screenshot(page, "diagram-phone-top", full_page=False)
+        page.locator("#diagram-card h2").scroll_into_view_if_needed()
+        screenshot(page, "diagram-phone-card", full_page=False)
     finally:
         context.close()
     assert not errors, errors
