@@ -31,6 +31,7 @@ import signal
 import socket
 import stat
 import subprocess
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator, Sequence
@@ -42,6 +43,7 @@ from tests.support.paths import REPO_ROOT
 DEPLOY = REPO_ROOT / "deploy" / "slurm"
 NODE = "hpcs-node01"
 CLUSTER = "hpcstest"
+RESTD_USER = "hpcs_carol"
 
 #: The test users and the accounts they charge; carol coordinates both teams.
 TEST_USERS: dict[str, tuple[str, ...]] = {
@@ -103,6 +105,7 @@ class SlurmCluster:
     hook_log: Path
     accounting: bool
     slurmctld_port: int
+    restd_socket: Path | None = None
     startup_seconds: dict[str, float] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -199,7 +202,9 @@ class SlurmCluster:
     def diagnostics(self) -> str:
         """The tails of the daemon logs and the hook log, for failure messages."""
         parts = []
-        for name in ("slurmctld.log", "slurmd.log", "slurmdbd.log", "munged.log", "hooks.log"):
+        names = ("slurmctld.log", "slurmd.log", "slurmdbd.log", "munged.log", "hooks.log")
+        names += tuple(sorted(p.name for p in (self.root / "log").glob("*.stdout")))
+        for name in names:
             path = self.root / "log" / name
             if path.exists():
                 lines = path.read_text(errors="replace").splitlines()[-15:]
@@ -449,8 +454,16 @@ def _setup_associations(cluster: SlurmCluster) -> None:
             ]
         )
     for user, coordinated in COORDINATORS.items():
-        run(["sacctmgr", "-i", "add", "coordinator", f"Accounts={','.join(coordinated)}",
-             f"Names={user}"])  # fmt: skip
+        run(
+            [
+                "sacctmgr",
+                "-i",
+                "add",
+                "coordinator",
+                f"Accounts={','.join(coordinated)}",
+                f"Names={user}",
+            ]
+        )
 
 
 def _node_ready(cluster: SlurmCluster) -> bool:
@@ -510,15 +523,21 @@ def leftover_processes(cluster: SlurmCluster) -> list[int]:
 
 @contextlib.contextmanager
 def slurm_cluster(
-    root: Path, *, accounting: bool = True, gpus: int = 8, restd: bool = False
+    artifacts: Path, *, accounting: bool = True, gpus: int = 8, restd: bool = False
 ) -> Iterator[SlurmCluster]:
     """Start munge (+ MariaDB and slurmdbd), slurmctld and slurmd; stop them all on exit.
 
+    The cluster lives in its own directory under ``/tmp`` (configs, sockets, state, spool,
+    logs, database, mapping files, job records), world-traversable because job scripts run as
+    the test users and slurmrestd reads its config after dropping root, while pytest's own
+    temporary directories are private (0700). It is removed at teardown, after its logs are
+    copied into ``artifacts/slurm-logs`` for a failing test to show.
+
     Args:
-        root: an empty directory for configs, state, spool, logs and the mapping directory.
+        artifacts: where the daemon logs are kept after teardown (a test's ``tmp_path``).
         accounting: run slurmdbd over a private MariaDB (for ``sacct`` and ``sacctmgr``).
         gpus: fake GPUs on the node.
-        restd: also start slurmrestd on a free loopback port (``cluster.restd_url``).
+        restd: also start slurmrestd on a UNIX socket (``cluster.restd_socket``).
     """
     if os.geteuid() != 0:
         raise SlurmUnavailable("the Slurm test cluster needs root (slurmd runs the prolog)")
@@ -527,8 +546,8 @@ def slurm_cluster(
     if not (DEPLOY / "prolog").exists():
         raise SlurmUnavailable(f"{DEPLOY}/prolog missing")
     ensure_test_users()
-    root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o755)  # job processes run as the test users; the prolog as root
+    root = Path(tempfile.mkdtemp(prefix="hpcscope-slurm-"))
+    root.chmod(0o755)
     ports = {"slurmctld": _free_port(), "slurmd": _free_port(), "slurmdbd": _free_port()}
     hostname = socket.gethostname().split(".")[0]
     _write_configs(root, ports=ports, accounting=accounting, gpus=gpus, hostname=hostname)
@@ -569,7 +588,7 @@ def slurm_cluster(
     finally:
         with contextlib.suppress(Exception):
             subprocess.run(
-                ["scancel", "--full", f"--partition=gpu"],
+                ["scancel", "--full", "--partition=gpu"],
                 env=cluster.env,
                 capture_output=True,
                 timeout=10,
@@ -577,21 +596,38 @@ def slurm_cluster(
         problems = _stop(cluster)
         if problems:
             (root / "log" / "teardown.log").write_text("\n".join(problems) + "\n")
+        with contextlib.suppress(OSError):
+            shutil.copytree(root / "log", artifacts / "slurm-logs", dirs_exist_ok=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _start_restd(cluster: SlurmCluster) -> None:
-    port = _free_port()
-    env = dict(cluster.env)
-    env["SLURM_JWT"] = ""
+    """slurmrestd on a UNIX socket with ``rest_auth/local`` (peer credentials: no JWT keys)."""
+    # slurmrestd binds its socket after dropping root, as RESTD_USER
+    sock_dir = cluster.root / "restd"
+    sock_dir.mkdir()
+    entry = pwd.getpwnam(RESTD_USER)
+    os.chown(sock_dir, entry.pw_uid, entry.pw_gid)  # slurmrestd binds after dropping root
+    sock = sock_dir / "slurmrestd.socket"
+    plugins = "openapi/v0.0.38,openapi/v0.0.37"
+    if cluster.accounting:
+        plugins += ",openapi/dbv0.0.38,openapi/dbv0.0.37"
     _start(
         cluster,
         "slurmrestd",
-        [_which("slurmrestd"), "-a", "rest_auth/local", "-s", "openapi/v0.0.38,openapi/v0.0.37,"
-         "openapi/dbv0.0.38" if cluster.accounting else "openapi/v0.0.38,openapi/v0.0.37",
-         f"127.0.0.1:{port}"],
-        env=env,
-    )  # fmt: skip
-    cluster.restd_url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
+        [
+            _which("slurmrestd"),
+            "-a",
+            "rest_auth/local",
+            "-u",
+            RESTD_USER,
+            "-s",
+            plugins,
+            f"unix:{sock}",
+        ],
+    )
+    _wait_for("slurmrestd socket", sock.exists, 15, cluster)
+    cluster.restd_socket = sock
 
 
 def read_json(text: str) -> dict[str, object]:
