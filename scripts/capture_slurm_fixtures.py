@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.slurm import slurm_cluster  # noqa: E402
 
-from hpcscope.ingest.slurm import squeue_format_argument  # noqa: E402
+from hpcscope.ingest.slurm import SINFO_NODE_FIELDS, squeue_format_argument  # noqa: E402
 
 OUT = REPO / "tests" / "fixtures" / "slurm" / "debian-22.05"
 
@@ -157,7 +157,7 @@ def main() -> None:
                 "-h",
                 "-N",
                 "-O",
-                "NodeList: ,AllocMem: ,Memory: ,CPUsState: ,StateLong: ,Partition: ,Gres: ,GresUsed:",
+                ",".join(f"{name}: " for name in SINFO_NODE_FIELDS).rstrip(" "),
             ],
         )
         run("sinfo_partitions.txt", ["sinfo", "-h", "-o", "%P|%a|%l|%D|%N"])
