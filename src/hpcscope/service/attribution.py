@@ -116,6 +116,54 @@ class MappingCollector:
         return slurm_store.job_id_for_labels(self.store, [str(label) for label in labels])
 
 
+def node_mapping_dirs(root: Path) -> dict[str, Path]:
+    """Per-node mapping directories under ``root``: ``<root>/<node>/`` holding mapping files,
+    or ``<root>/<node>/hpc-job-mapping/`` (the twin's state layout)."""
+    found: dict[str, Path] = {}
+    try:
+        children = sorted(p for p in root.iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return found
+    for child in children:
+        nested = child / "hpc-job-mapping"
+        found[child.name] = nested if nested.is_dir() else child
+    return found
+
+
+def node_record_dirs(root: Path | None) -> list[Path]:
+    """``root`` and its sub-directories (records may be shared or kept per node)."""
+    if root is None or not root.is_dir():
+        return []
+    return [root, *sorted(p for p in root.iterdir() if p.is_dir())]
+
+
+@dataclass
+class MappingRoot:
+    """Mapping collectors for every node directory under a root (discovered each pass)."""
+
+    store: Store
+    mapping_root: Path
+    records_root: Path | None = None
+    clock: Callable[[], float] = time.time
+    _collectors: dict[str, MappingCollector] = field(default_factory=dict)
+
+    def collect_once(self) -> int:
+        """One pass over every node; returns the number of mapping lines seen."""
+        lines = 0
+        for node, directory in node_mapping_dirs(self.mapping_root).items():
+            collector = self._collectors.get(node)
+            if collector is None:
+                records = self.records_root
+                if records is not None and (records / node).is_dir():
+                    records = records / node
+                collector = self._collectors[node] = MappingCollector(
+                    self.store, node=node, mapping_dir=directory, record_dir=records,
+                    clock=self.clock,
+                )  # fmt: skip
+            lines += collector.collect_once()["mapping_lines"]
+        return lines
+
+
 def _rename(table: pa.Table, resolved: dict[str, str]) -> pa.Table:
     if table.num_rows == 0 or not resolved:
         return table
@@ -166,6 +214,21 @@ def store_attributed(store: Store, samples: pa.Table) -> Attribution:
             mismatch["job_id"] or "no job",
         )
     return result
+
+
+def store_dcgm_samples(store: Store, samples: pa.Table) -> Attribution:
+    """Store rows converted from dcgm-exporter pages (:mod:`hpcscope.ingest.dcgm`).
+
+    The converter puts the page's ``hpc_job`` label in ``job_id``; that label comes from the
+    platform's mapping files through dcgm-exporter, so it is kept as ``platform_job_id`` (the
+    fallback of rule 2) and the job is decided by the allocations.
+    """
+    index = samples.schema.get_field_index("job_id")
+    labels = samples.column(index)
+    relabelled = samples.set_column(
+        index, samples.schema.field(index), pa.nulls(samples.num_rows, pa.string())
+    ).append_column("platform_job_id", labels)
+    return store_attributed(store, relabelled)
 
 
 def attributed_samples(store: Store, *, since: datetime | None = None) -> pa.Table:

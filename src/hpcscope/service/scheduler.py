@@ -41,7 +41,7 @@ from hpcscope.ingest.slurm import (
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 from hpcscope.store import Store
-from hpcscope.store import slurm as slurm_store
+from hpcscope.store.slurm import merge_allocations, upsert_aliases
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +213,24 @@ class AssociationSource:
         return account_memberships(users.rows, users.rows + accounts.rows, cluster=self.cluster)
 
 
+def apply_snapshot(store: Store, snapshot: SchedulerSnapshot) -> int:
+    """Write a scheduler snapshot through the store's merges.
+
+    Jobs are upserted, allocations merged, raw-id aliases recorded (renaming rows stored under
+    a raw id), and the open allocations of jobs that have ended are closed at their end time.
+
+    Returns:
+        The number of allocation rows added.
+    """
+    store.upsert_jobs(snapshot.jobs).result()
+    added = merge_allocations(store, snapshot.allocations).result()
+    upsert_aliases(store, snapshot.aliases).result()
+    for row in snapshot.jobs.select(["job_id", "end_time"]).to_pylist():
+        if row["end_time"] is not None:
+            store.close_allocations(row["job_id"], row["end_time"]).result()
+    return added
+
+
 @dataclass
 class PollResult:
     """What one poll did."""
@@ -245,12 +263,7 @@ class SchedulerCollector:
             return PollResult(ok=False, error=str(exc))
         for warning in snapshot.warnings:
             log.warning("%s", warning)
-        self.store.upsert_jobs(snapshot.jobs).result()
-        added = slurm_store.merge_allocations(self.store, snapshot.allocations).result()
-        slurm_store.upsert_aliases(self.store, snapshot.aliases).result()
-        for row in snapshot.jobs.select(["job_id", "end_time"]).to_pylist():
-            if row["end_time"] is not None:
-                self.store.close_allocations(row["job_id"], row["end_time"]).result()
+        added = apply_snapshot(self.store, snapshot)
         if memberships is not None and memberships.num_rows > 0:
             self.store.replace_account_memberships(memberships).result()
         self._record(ts, started, ok=True, samples=snapshot.jobs.num_rows, error=None)
@@ -288,6 +301,7 @@ __all__ = [
     "SchedulerCollector",
     "SchedulerFormatError",
     "SlurmrestdSource",
+    "apply_snapshot",
     "merge_snapshots",
     "run_command",
 ]
