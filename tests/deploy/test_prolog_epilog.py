@@ -235,3 +235,19 @@ def test_runs_under_the_system_python_without_third_party_modules() -> None:
     }
     assert imported <= set(sys.stdlib_module_names)
     assert os.readlink(EPILOG) == "prolog"
+
+
+def test_shipped_config_examples_are_valid(site: Path) -> None:
+    """Every key of hpcscope.conf.example and every line of gpu-map.example is accepted."""
+    deploy = REPO_ROOT / "deploy" / "slurm"
+    example = (deploy / "hpcscope.conf.example").read_text()
+    example = example.replace("/run/dcgm-exporter/job-mapping", str(site / "mapping"))
+    example = example.replace("/run/hpcscope/jobs", str(site / "records"))
+    example = example.replace("log_file=\n", f"log_file={site}/hooks.log\n")
+    example = example.replace("log_level=warning", "log_level=info")
+    example = example.replace("gpu_map=\n", f"gpu_map={deploy}/gpu-map.example\n")
+    (site / "hpcscope.conf").write_text(example)
+    assert run_hook(PROLOG, site, "131", gpus="0,1").returncode == 0
+    log = (site / "hooks.log").read_text()
+    assert "ignored" not in log and "bad gpu_map line" not in log, log
+    assert mapping(site) == {"2": "131\n", "3": "131\n"}  # 0 -> 2, 1 -> 3 in the example map
