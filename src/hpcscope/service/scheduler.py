@@ -41,7 +41,7 @@ from hpcscope.ingest.slurm import (
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 from hpcscope.store import Store
-from hpcscope.store.slurm import merge_allocations, upsert_aliases
+from hpcscope.store.slurm import close_open_allocations, merge_allocations, upsert_aliases
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class SlurmrestdSource:
     token: str | None = None
     timeout_seconds: float = 10.0
     name: str = "slurmrestd"
+    live_view: bool = True  # /jobs lists every job slurmctld holds
 
     def _client(self) -> httpx2.Client:
         headers = {}
@@ -139,6 +140,7 @@ class CommandSource:
     since_hours: float = 24.0
     runner: Runner = run_command
     name: str = "slurm-commands"
+    live_view: bool = True  # squeue --all lists every job slurmctld holds
 
     def fetch(self) -> SchedulerSnapshot:
         squeue = ["squeue", "--all", "--json"]
@@ -213,11 +215,23 @@ class AssociationSource:
         return account_memberships(users.rows, users.rows + accounts.rows, cluster=self.cluster)
 
 
-def apply_snapshot(store: Store, snapshot: SchedulerSnapshot) -> int:
+_HOLDING = frozenset({"RUNNING", "SUSPENDED"})
+
+
+def apply_snapshot(
+    store: Store, snapshot: SchedulerSnapshot, *, live_view_at: datetime | None = None
+) -> int:
     """Write a scheduler snapshot through the store's merges.
 
     Jobs are upserted, allocations merged, raw-id aliases recorded (renaming rows stored under
     a raw id), and the open allocations of jobs that have ended are closed at their end time.
+
+    Args:
+        live_view_at: the snapshot is slurmctld's complete job list at this instant
+            (slurmrestd ``/jobs``, ``squeue --json``): allocations of jobs it does not show
+            holding GPUs are closed then, so a job that left the list without a recorded end
+            never keeps a GPU. The Slurm user must see every job (no ``PrivateData=jobs``
+            restriction), or other users' jobs lose their attribution, never gain a wrong one.
 
     Returns:
         The number of allocation rows added.
@@ -225,9 +239,14 @@ def apply_snapshot(store: Store, snapshot: SchedulerSnapshot) -> int:
     store.upsert_jobs(snapshot.jobs).result()
     added = merge_allocations(store, snapshot.allocations).result()
     upsert_aliases(store, snapshot.aliases).result()
-    for row in snapshot.jobs.select(["job_id", "end_time"]).to_pylist():
+    holding: set[str] = set()
+    for row in snapshot.jobs.select(["job_id", "state", "end_time"]).to_pylist():
         if row["end_time"] is not None:
             store.close_allocations(row["job_id"], row["end_time"]).result()
+        elif row["state"] in _HOLDING:
+            holding.add(str(row["job_id"]))
+    if live_view_at is not None:
+        close_open_allocations(store, keep_job_ids=holding, end_time=live_view_at).result()
     return added
 
 
@@ -263,7 +282,8 @@ class SchedulerCollector:
             return PollResult(ok=False, error=str(exc))
         for warning in snapshot.warnings:
             log.warning("%s", warning)
-        added = apply_snapshot(self.store, snapshot)
+        live = ts if getattr(self.source, "live_view", False) else None
+        added = apply_snapshot(self.store, snapshot, live_view_at=live)
         if memberships is not None and memberships.num_rows > 0:
             self.store.replace_account_memberships(memberships).result()
         self._record(ts, started, ok=True, samples=snapshot.jobs.num_rows, error=None)

@@ -80,21 +80,30 @@ def merge_allocations(store: Store, allocations: pa.Table) -> Future[int]:
 
 
 def close_open_allocations(
-    store: Store, *, node: str, keep_job_ids: set[str], end_time: datetime
+    store: Store, *, keep_job_ids: set[str], end_time: datetime, node: str | None = None
 ) -> Future[int]:
-    """End the open allocations on ``node`` of jobs not in ``keep_job_ids`` (their mapping
-    lines are gone: the epilog ran, and its record may have been lost)."""
+    """End the open allocations (on ``node``, or anywhere) of jobs not in ``keep_job_ids``.
+
+    For a complete view of what runs: the scheduler's job list (a job slurmctld no longer lists
+    as running holds no GPU), or a node's mapping files.
+
+    Returns:
+        A future with the number of allocations ended.
+    """
     keep = sorted(keep_job_ids)
 
     def write(con: duckdb.DuckDBPyConnection) -> int:
-        params: list[Any] = [end_time, node]
+        params: list[Any] = [end_time]
         clause = ""
+        if node is not None:
+            clause += " AND node = ?"
+            params.append(node)
         if keep:
-            clause = f" AND job_id NOT IN ({', '.join('?' for _ in keep)})"
+            clause += f" AND job_id NOT IN ({', '.join('?' for _ in keep)})"
             params.extend(keep)
         rows = con.execute(
-            "UPDATE job_allocations SET end_time = ? "
-            f"WHERE node = ? AND end_time IS NULL{clause} RETURNING job_id",
+            "UPDATE job_allocations SET end_time = greatest(start_time, ?) "
+            f"WHERE end_time IS NULL{clause} RETURNING job_id",
             params,
         ).fetchall()
         return len(rows)
