@@ -324,3 +324,41 @@ def test_sacctmgr_without_header_or_fields_is_an_error() -> None:
 
 def test_manifest_lists_the_captured_jobs() -> None:
     assert MANIFEST["slurm"] == "slurm-wlm 22.05.8"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    key=st.sampled_from(
+        sorted(json.loads((SARC / "sacct_json_slurm_23_2_6.json").read_text())["jobs"][0])
+    ),
+    value=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+        lambda children: (
+            st.lists(children, max_size=3)
+            | st.dictionaries(st.text(max_size=6), children, max_size=3)
+        ),
+        max_leaves=8,
+    ),
+)
+def test_sacct_json_any_field_any_value_never_crashes(key: str, value: object) -> None:
+    doc = json.loads((SARC / "sacct_json_slurm_23_2_6.json").read_text())
+    doc["jobs"][0][key] = value
+    snap = parse_sacct_json(doc, source="prop")
+    assert snap.jobs.num_rows + sum("skipped" in w.message for w in snap.warnings) == 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(names=st.sets(st.from_regex(r"[a-z][a-z_]{2,12}", fullmatch=True), min_size=1, max_size=4))
+def test_sacct_json_unknown_fields_warn_once_each(names: set[str]) -> None:
+    doc = json.loads((DEB / "sacct.json").read_text())
+    known = set(doc["jobs"][0])
+    fresh = {n for n in names if n not in known}
+    for job in doc["jobs"]:
+        for name in fresh:
+            job[name] = {"set": True, "number": 1}
+    snap = parse_sacct_json(doc, source="prop")
+    assert snap.jobs.num_rows == 9
+    unknown = [w for w in snap.warnings if "unknown field" in w.message]
+    from hpcscope.ingest.slurm.fields import SLURMDBD_JOB_KEYS
+
+    assert len(unknown) == len(fresh - SLURMDBD_JOB_KEYS)
