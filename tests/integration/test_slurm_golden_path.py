@@ -90,6 +90,15 @@ def gpus_by_job(cluster: SlurmCluster, raw_ids: Sequence[str]) -> dict[str, list
     return out
 
 
+def wait_for_records(cluster: SlurmCluster, raw_ids: Sequence[str], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    missing = set(raw_ids)
+    while missing and time.monotonic() < deadline:
+        missing = {raw for raw in missing if not (cluster.record_dir / f"{raw}.json").exists()}
+        time.sleep(0.05)
+    assert not missing, f"no prolog record for {sorted(missing)}\n{cluster.diagnostics()}"
+
+
 def scrape(endpoint_url: str, parser: ExpositionParser) -> object:
     body = httpx2.get(endpoint_url, timeout=5).content
     page = parser.parse(body, source=endpoint_url)
@@ -130,6 +139,9 @@ def test_golden_path_on_real_slurm(cluster: SlurmCluster, tmp_path: Path) -> Non
 
     # ---------------------------------------------------------------- 2. mapping files
     gpu_jobs = [jobs["alice"], jobs["bob"], jobs["carol_fails"], *array_tasks.values()]
+    # with PrologFlags=Alloc a job shows RUNNING while its prolog still runs; the prolog writes
+    # the record last, after the mapping files: wait for the records
+    wait_for_records(cluster, [*gpu_jobs, jobs["cpu_only"]])
     assigned = gpus_by_job(cluster, gpu_jobs)
     expected_labels = {str(gpu): [raw] for raw, gpus in assigned.items() for gpu in gpus}
     assert sum(len(g) for g in assigned.values()) == 2 + 3 + 1 + 1 + 1

@@ -23,7 +23,6 @@ Usage::
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pwd
 import shutil
@@ -300,6 +299,7 @@ def _write_configs(
     # the prolog/epilog find their site config next to slurm.conf (see deploy/slurm/README.md)
     (root / "hpcscope.conf").write_text(
         f"mapping_dir={root}/mapping\nrecord_dir={root}/records\nlog_file={root}/log/hooks.log\n"
+        "log_level=info\n"
     )
     if accounting:
         (root / "slurmdbd.conf").write_text(
@@ -628,9 +628,3 @@ def _start_restd(cluster: SlurmCluster) -> None:
     )
     _wait_for("slurmrestd socket", sock.exists, 15, cluster)
     cluster.restd_socket = sock
-
-
-def read_json(text: str) -> dict[str, object]:
-    """Decode a JSON command output (helper for tests)."""
-    loaded: dict[str, object] = json.loads(text)
-    return loaded

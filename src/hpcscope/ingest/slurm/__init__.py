@@ -12,16 +12,18 @@ Job ids follow one rule everywhere (``docs/golden-path.md``): ``"123"``, array t
 """
 
 from hpcscope.ingest.slurm.common import (
-    GresEntry,
     JobIdText,
     SchedulerFormatError,
     SchedulerSnapshot,
     canonical_job_id,
+    normalize_state,
+    parse_job_id_text,
+)
+from hpcscope.ingest.slurm.gres import (
+    GresEntry,
     gpus_from_tres_list,
     gpus_from_tres_string,
-    normalize_state,
     parse_gres,
-    parse_job_id_text,
 )
 from hpcscope.ingest.slurm.inventory import InventorySnapshot, SlurmNode, SlurmPartition
 from hpcscope.ingest.slurm.parsable import (

@@ -29,9 +29,11 @@ from hpcscope.ingest.slurm.common import (
     SchedulerFormatError,
     SchedulerSnapshot,
     exit_code_from_text,
-    gpus_from_tres_string,
     normalize_state,
     parse_job_id_text,
+)
+from hpcscope.ingest.slurm.gres import (
+    gpus_from_tres_string,
 )
 from hpcscope.model.errors import SourceError
 

@@ -17,7 +17,6 @@ from typing import Any
 
 from hpcscope.ingest.slurm.common import (
     FINISHED_STATES,
-    GresEntry,
     JobRows,
     SchedulerFormatError,
     SchedulerSnapshot,
@@ -25,15 +24,18 @@ from hpcscope.ingest.slurm.common import (
     epoch_or_none,
     exit_code_from,
     exit_code_from_wait_status,
-    gpus_from_tres_string,
     load_json_document,
     normalize_state,
-    parse_gres,
     slurm_int,
     string_or_none,
     time_limit_seconds,
 )
 from hpcscope.ingest.slurm.fields import DOCUMENT_KEYS, NODE_KEYS, SLURMCTLD_JOB_KEYS
+from hpcscope.ingest.slurm.gres import (
+    GresEntry,
+    gpus_from_tres_string,
+    parse_gres,
+)
 from hpcscope.ingest.slurm.inventory import InventorySnapshot, SlurmNode, SlurmPartition
 from hpcscope.model.errors import SourceError
 from hpcscope.model.hostlist import HostlistError, expand_hostlist

@@ -27,7 +27,6 @@ from hpcscope.ingest.slurm.common import (
     canonical_job_id,
     epoch_or_none,
     exit_code_from,
-    gpus_from_tres_list,
     load_json_document,
     normalize_state,
     slurm_int,
@@ -35,6 +34,9 @@ from hpcscope.ingest.slurm.common import (
     time_limit_seconds,
 )
 from hpcscope.ingest.slurm.fields import SLURMDBD_JOB_KEYS
+from hpcscope.ingest.slurm.gres import (
+    gpus_from_tres_list,
+)
 from hpcscope.ingest.slurm.rest import _document_list, _Warnings
 
 

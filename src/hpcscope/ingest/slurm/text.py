@@ -18,15 +18,17 @@ from dataclasses import dataclass, field
 
 from hpcscope.ingest.slurm.common import (
     FINISHED_STATES,
-    GresEntry,
     JobRows,
     SchedulerFormatError,
     SchedulerSnapshot,
     canonical_job_id,
-    gpus_from_tres_string,
     normalize_state,
-    parse_gres,
     parse_job_id_text,
+)
+from hpcscope.ingest.slurm.gres import (
+    GresEntry,
+    gpus_from_tres_string,
+    parse_gres,
 )
 from hpcscope.ingest.slurm.inventory import InventorySnapshot, SlurmNode, SlurmPartition
 from hpcscope.ingest.slurm.parsable import duration_seconds, time_epoch
