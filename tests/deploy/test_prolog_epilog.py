@@ -129,8 +129,9 @@ def test_uuids_resolve_through_the_gpu_map_and_mig_names(site: Path) -> None:
     )
     with (site / "hpcscope.conf").open("a") as conf:
         conf.write(f"gpu_map={site}/gpu-map\n")
-    run_hook(PROLOG, site, "404", gpus="0,1")
-    assert mapping(site) == {"2": "404\n", "3": "404\n"}
+    run_hook(PROLOG, site, "404", gpus="0,1,7")
+    assert mapping(site) == {"2": "404\n", "3": "404\n"}  # 7 is not in the map: not guessed
+    assert "GPU '7': no dcgm index known" in (site / "hooks.log").read_text()
     # newer Slurm: UUIDs in CUDA_VISIBLE_DEVICES, indices absent
     run_hook(PROLOG, site, "505", gpus="", CUDA_VISIBLE_DEVICES="GPU-aaaa-bbbb,MIG-1234-5678")
     assert mapping(site)["5"] == "505\n"
