@@ -18,7 +18,11 @@ log = logging.getLogger(__name__)
 def collector_config(service: Service) -> CollectorConfig | None:
     """The collector the settings ask for, or None when nothing is configured to collect."""
     settings = service.settings
-    if settings.targets_path is None and settings.slurmrestd_url is None:
+    if (
+        settings.targets_path is None
+        and settings.slurmrestd_url is None
+        and settings.job_mapping_dir is None
+    ):
         return None
     return CollectorConfig(
         targets_path=settings.targets_path,
@@ -26,6 +30,8 @@ def collector_config(service: Service) -> CollectorConfig | None:
         scrape_interval_seconds=settings.scrape_interval_seconds,
         scrape_timeout_seconds=settings.scrape_timeout_seconds,
         scheduler_poll_seconds=settings.scheduler_poll_seconds,
+        job_mapping_dir=settings.job_mapping_dir,
+        job_records_dir=settings.job_records_dir,
     )
 
 

@@ -32,6 +32,8 @@ from hpcscope.ingest.scrape import Scraper, ScrapeResult, Target, load_file_sd
 from hpcscope.ingest.slurm import SchedulerFormatError, parse_slurmrestd_jobs
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
+from hpcscope.service.attribution import MappingRoot, store_dcgm_samples
+from hpcscope.service.scheduler import apply_snapshot
 from hpcscope.store import Store
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,10 @@ class CollectorConfig:
     scrape_interval_seconds: float = 15.0
     scrape_timeout_seconds: float = 5.0
     scheduler_poll_seconds: float = 10.0
+    job_mapping_dir: Path | None = None
+    """Root of per-node hpc-job-mapping directories (``service/attribution.py``)."""
+    job_records_dir: Path | None = None
+    """Directory of the Slurm prolog's job records."""
 
 
 @dataclass
@@ -86,6 +92,11 @@ class Collector:
         self._last_success: dict[str, datetime] = {}
         self._failing_since: dict[str, tuple[datetime, str]] = {}
         self._last_scheduler_poll = 0.0
+        self._mapping = (
+            MappingRoot(store, config.job_mapping_dir, config.job_records_dir)
+            if config.job_mapping_dir is not None
+            else None
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.cycles = 0
@@ -151,6 +162,12 @@ class Collector:
     async def collect_once(self) -> CycleReport:
         """Scrape every target once, store what came back, poll the scheduler if due."""
         report = CycleReport(started_at=datetime.now(UTC).replace(tzinfo=None))
+        if self._mapping is not None:  # allocations first: the samples below are judged by them
+            try:
+                await asyncio.to_thread(self._mapping.collect_once)
+            except Exception as exc:  # a bad mapping directory must not stop scraping
+                log.exception("job mapping collection failed")
+                report.errors.append(f"job mapping: {exc}")
         targets = [t for t in self.targets() if t.exporter == "dcgm"]
         report.targets = len(targets)
         results = await self._scraper.scrape(targets) if targets else []
@@ -162,7 +179,9 @@ class Collector:
         if sample_tables:
             table = pa.concat_tables(sample_tables)
             report.samples_written = table.num_rows
-            self.store.append("gpu_samples", table)
+            # the job of each sample is decided from the platform's allocations; the page's
+            # hpc_job label is only the fallback (service/attribution.py)
+            await asyncio.to_thread(store_dcgm_samples, self.store, table)
         if scrape_rows:
             self.store.append("scrapes", pa.Table.from_pylist(scrape_rows, schema=SCRAPE_SCHEMA))
         if gap_rows:
@@ -246,7 +265,8 @@ class Collector:
             return 0
         for warning in snapshot.warnings[:5]:
             log.info("scheduler: %s", warning)
-        self.store.upsert_jobs(snapshot.jobs)
+        now = datetime.now(UTC).replace(tzinfo=None)
+        await asyncio.to_thread(apply_snapshot, self.store, snapshot, live_view_at=now)
         return int(snapshot.jobs.num_rows)
 
     def close_open_gaps(self) -> None:
