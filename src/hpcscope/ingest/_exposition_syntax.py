@@ -19,11 +19,15 @@ Grammar accepted (the intersection of what ``prometheus_client.parser`` and Prom
     comment  := ws* '#' ...; '# HELP name text' and '# TYPE name type' carry metadata
     ws       := ' ' | '\\t'
 
-Deliberate differences, each pinned by a test in ``tests/ingest/test_exposition_conformance.py``:
-``prometheus_client`` also accepts text after the value and timestamp (``a 1 2 3``), float
-timestamps, leading or doubled commas in a label block, unknown escapes (kept literally), signed
-NaN, non-ASCII digits and overflowing values (read as infinity), ``{__name__="a"}`` and quoted
-UTF-8 names; Prometheus rejects all of these and so do we, line by line.
+Differences, each pinned by ``tests/ingest/test_exposition_conformance.py`` (which runs
+prometheus_client and Prometheus' ``promtool`` on the same pages): ``prometheus_client`` also
+accepts text after the value and timestamp (``a 1 2 3``), float timestamps, leading or doubled
+commas in a label block, unknown escapes (kept literally), signed NaN, overflowing values (read
+as infinity), non-ASCII digits, ``{__name__="a"}``, quoted UTF-8 names and OpenMetrics types
+(``info``...); Prometheus rejects these and so do we. Prometheus accepts label names starting
+with ``__`` and a TYPE line without a type, prometheus_client rejects them and so do we. Blanks
+that carry no meaning (CRLF line ends, trailing blanks) are accepted, as prometheus_client does.
+Every rejection is per line: the rest of the page is kept.
 """
 
 from __future__ import annotations
