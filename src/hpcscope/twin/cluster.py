@@ -26,7 +26,7 @@ from typing import Any
 
 from hpcscope.model.topology import Topology
 from hpcscope.twin.dcgm import DcgmEndpoint
-from hpcscope.twin.scheduler import JobState, Scheduler
+from hpcscope.twin.scheduler import Scheduler
 from hpcscope.twin.slurmrestd import jobs_response
 from hpcscope.twin.workloads import TimeShares, shares_for
 
@@ -203,6 +203,11 @@ class TwinCluster:
                     return None
                 position = job.allocation.index((node, gpu_index))
                 memory = self.topology.node(node).gpus[gpu_index].model.memory_bytes
+                if job.faulted(self.now()):
+                    # the faulty GPU stops; its peers hang in NCCL until the job is killed
+                    if self.scheduler.failing_gpu(job) == (node, gpu_index):
+                        return TimeShares(0.0, 0.0, 0.0, 0.0, 0.3 * memory, 0.0, 0.0)
+                    return TimeShares(0.0, 1.0, 0.0, 0.0, 0.8 * memory, 0.0, 0.0)
                 return shares_for(
                     job.profile,
                     gpu_index=position,
@@ -215,13 +220,7 @@ class TwinCluster:
     def _xid_source(self, node: str) -> Callable[[int], int]:
         def xid(gpu_index: int) -> int:
             with self._lock:
-                for job in self.scheduler.jobs.values():
-                    if job.state is JobState.FAILED and self.scheduler.failing_gpu(job) == (
-                        node,
-                        gpu_index,
-                    ):
-                        return job.xid or 0
-            return 0
+                return self.scheduler.xid_of(node, gpu_index, self.now())
 
         return xid
 
