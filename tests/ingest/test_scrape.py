@@ -218,3 +218,16 @@ def test_scrapes_a_real_asgi_exporter_with_gzip() -> None:
         result = asyncio.run(run())
     assert result.ok, result.error
     assert result.samples == SAMPLES
+
+
+def test_series_table_of_a_target() -> None:
+    async def run() -> None:
+        async with loopback_exporters({"/metrics": page(GOOD)}) as (base, _), Scraper() as scraper:
+            target = _target(base, "/metrics")
+            assert scraper.series(target) == ()
+            [result] = await scraper.scrape([target])
+            assert result.page is not None
+            assert scraper.series(target) is result.page.series
+            assert len(scraper.series(target)) == SAMPLES
+
+    asyncio.run(run())

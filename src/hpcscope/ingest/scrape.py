@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 import httpx2
 import pyarrow as pa
 
-from hpcscope.ingest.exposition import ExpositionParser, ParsedPage
+from hpcscope.ingest.exposition import ExpositionParser, ParsedPage, Series
 from hpcscope.ingest.targets import Target, TargetsError, load_file_sd, parse_file_sd
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 
@@ -245,6 +245,15 @@ class Scraper:
                     raise _Failed(f"body too large: more than {self.max_body_bytes} bytes", size)
                 chunks.append(chunk)
             return b"".join(chunks)
+
+    def series(self, target: Target) -> Sequence[Series]:
+        """The series table of ``target``'s parser: what its pages' ``series_ids`` index.
+
+        The same object as ``result.page.series`` for the target's latest page (empty before
+        the first scrape). Pass it, or nothing, to the dcgm converter.
+        """
+        parser = self._parsers.get(target.url)
+        return () if parser is None else parser.series
 
     # -- staleness ---------------------------------------------------------------------------
 
