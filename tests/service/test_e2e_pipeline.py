@@ -31,14 +31,14 @@ RUN_SECONDS = 24.0
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCSCOPE_LOG_LEVEL": "INFO"}
-    handle = log.open("wb")
-    return subprocess.Popen(
-        [sys.executable, "-m", "hpcscope", *args],
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
+    with log.open("wb") as handle:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "hpcscope", *args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

@@ -121,6 +121,10 @@ class Collector:
                 next_tick = time.monotonic()
                 delay = 0.0
             await asyncio.sleep(min(delay, interval))
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the scraper's HTTP connections (in the loop that used them)."""
         await self._scraper.aclose()
 
     # ------------------------------------------------------------------ one cycle
@@ -183,17 +187,16 @@ class Collector:
         ts = _naive_utc(result.started_at)
         samples = 0
         error = result.error
+        ok = result.ok
         if result.page is not None:
             converter = self._converters.setdefault(target.url, DcgmConverter())
-            series = self._scraper.series(target)
             try:
-                conversion = converter.convert(result.page, series, ts=ts, node=node)
+                conversion = converter.convert(result.page, ts=ts, node=node)
             except SourceError as exc:
-                error = exc.describe()
+                ok, error = False, exc.describe()
             else:
                 sample_tables.append(conversion.table)
                 samples = conversion.table.num_rows
-        ok = result.ok and error is None
         if ok:
             report.ok += 1
             if target.url in self._failing_since:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,14 @@ Route = Callable[[], tuple[int, str, bytes]]
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a scraper that gives up (timeout) closes the socket: not an error of the twin
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            log.debug("twin http: client %s went away (%s)", client_address, error)
+            return
+        super().handle_error(request, client_address)
 
 
 def serve_routes(
