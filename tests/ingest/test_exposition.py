@@ -227,3 +227,13 @@ def test_values_prometheus_rejects_are_rejected_for_known_series_too() -> None:
     page = parser.parse("m -nan\nn 1e400\no +Infinity\n", source="t")
     assert [(error.line, error.column) for error in page.errors] == [(1, 3), (2, 3)]
     assert page.values == [math.inf]
+
+
+def test_a_large_target_is_not_reexamined_on_every_scrape() -> None:
+    parser = ExpositionParser(compact_above=50)
+    text = "".join(f'm{{gpu="{gpu}"}} 1\n' for gpu in range(120))
+    for _ in range(3):
+        page = parser.parse(text, source="t")
+        assert len(page) == 120 and page.new_series in (0, 120)
+    assert parser.generation == 0  # every series is live: nothing to drop
+    assert parser._compact_at == 240

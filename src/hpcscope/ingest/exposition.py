@@ -158,6 +158,7 @@ class ExpositionParser:
         self._blocks: dict[str, Labels] = {}
         self._max_errors = max_errors
         self._compact_above = compact_above
+        self._compact_at = compact_above
 
     def parse(self, text: str | bytes, *, source: str) -> ParsedPage:
         """Parse one page; malformed lines are reported in ``errors`` and skipped.
@@ -205,7 +206,7 @@ class ExpositionParser:
             page.series_ids = fast_sids
             page.values = values
             page.timestamps_ms = [None] * len(values)
-        if len(self.series) > self._compact_above:
+        if len(self.series) > self._compact_at:
             self._compact(page)
         page.series = self.series
         page.errors.sort(key=lambda error: error.line or 0)
@@ -413,8 +414,12 @@ class ExpositionParser:
 
     def _compact(self, page: ParsedPage) -> None:
         live = sorted(set(page.series_ids))
+        # Look again only once the table has doubled: a target that really serves this many
+        # series is not re-examined on every scrape.
+        self._compact_at = max(self._compact_above, 2 * len(self.series))
         if len(self.series) <= 4 * len(live):
             return
+        self._compact_at = max(self._compact_above, 2 * len(live))
         renumber = {old: new for new, old in enumerate(live)}
         self.series = [self.series[old] for old in live]
         self._index = {series: sid for sid, series in enumerate(self.series)}
