@@ -135,6 +135,16 @@ class _Layout:
     errors: tuple[tuple[int, LineError], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _Steady:
+    """The last page, when every line was known: what the next identical page maps to."""
+
+    heads: list[str]
+    mask: list[bool]
+    fast_sids: list[int]
+    layout: _Layout | None
+
+
 class ExpositionParser:
     """Parser for one scrape target; remembers the target's series keys between pages.
 
@@ -152,6 +162,7 @@ class ExpositionParser:
         self._index: dict[Series, int] = {}
         self._meta: dict[str, MetaLine | LineError] = {}
         self._layout: _Layout | None = None
+        self._steady: _Steady | None = None
         self._strings: dict[str, str] = {}
         self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
         self._label_sets: dict[Labels, Labels] = {}
@@ -177,7 +188,10 @@ class ExpositionParser:
             lines.pop()
         page.lines = len(lines)
         parts = list(map(_RPARTITION, lines, repeat(" ")))
-        sids: list[int | None] = list(map(self._keys.get, map(_HEAD, parts)))
+        heads = list(map(_HEAD, parts))
+        if self._steady_state(heads, lines, parts, page):
+            return page
+        sids: list[int | None] = list(map(self._keys.get, heads))
         slow: dict[int, tuple[int, float, int | None]] = {}
         misses = sids.count(None)
         if misses and not self._replay_layout(lines, sids, misses, page):
@@ -197,9 +211,17 @@ class ExpositionParser:
         fast_sids = cast(list[int], list(compress(sids, mask)))
         tokens = list(compress(map(_TAIL, parts), mask))
         values = _fast_values(tokens)
+        self._steady = None
         if values is None:
             self._exact_values(sids, lines, parts, slow, page)
             fast_sids, values = [], []
+        elif not slow and (
+            misses == 0 or (self._layout is not None and self._layout.misses == misses)
+        ):
+            # Every line was a known series or a remembered comment (no new series, no
+            # rejected line): the next page with the same heads needs no look-up at all.
+            layout = self._layout if misses else None
+            self._steady = _Steady(heads, mask, fast_sids.copy(), layout)
         if slow:
             self._merge(sids, fast_sids, values, slow, page)
         else:
@@ -274,6 +296,36 @@ class ExpositionParser:
         slow[i] = (sid, parsed.value, parsed.timestamp_ms)
         return False
 
+    def _steady_state(
+        self,
+        heads: list[str],
+        lines: list[str],
+        parts: list[tuple[str, str, str]],
+        page: ParsedPage,
+    ) -> bool:
+        """Fill ``page`` if it repeats the previous page but for its values (the usual case).
+
+        Same heads in the same order means the same series ids and the same comment lines
+        up to their last word, which is checked; then only the values are read.
+        """
+        steady = self._steady
+        if steady is None or heads != steady.heads:
+            return False
+        layout = steady.layout
+        if layout is not None and layout.pick(lines) != layout.texts:
+            return False
+        values = _fast_values(list(compress(map(_TAIL, parts), steady.mask)))
+        if values is None:
+            return False
+        page.series_ids = steady.fast_sids.copy()
+        page.values = values
+        page.timestamps_ms = [None] * len(values)
+        if layout is not None:
+            self._apply_layout(layout, page)
+        page.series = self.series
+        page.errors.sort(key=lambda error: error.line or 0)
+        return True
+
     def _replay_layout(
         self, lines: list[str], sids: list[int | None], misses: int, page: ParsedPage
     ) -> bool:
@@ -292,11 +344,14 @@ class ExpositionParser:
             or layout.pick(lines) != layout.texts
         ):
             return False
+        self._apply_layout(layout, page)
+        return True
+
+    def _apply_layout(self, layout: _Layout, page: ParsedPage) -> None:
         page.types.update(layout.types)
         page.helps.update(layout.helps)
         for i, error in layout.errors:
             self._reject(i, error, page)
-        return True
 
     def _remember_layout(self, lines: list[str], meta_lines: list[int], page: ParsedPage) -> None:
         if len(meta_lines) < 2 or page.rejected_lines > len(page.errors):
@@ -429,6 +484,7 @@ class ExpositionParser:
         self._blocks = {}
         self._keys = {key: renumber[sid] for key, sid in self._keys.items() if sid in renumber}
         page.series_ids = [renumber[sid] for sid in page.series_ids]
+        self._steady = None
         self.generation += 1
 
 
