@@ -103,6 +103,33 @@ def parse_value(token: str) -> float | None:
     return value
 
 
+# In the value tokens of a page joined by spaces: control whitespace, '_' or a letter other
+# than the exponent's (empty tokens make float() raise). `re` scans a positive character class
+# ~20x faster than a negated one.
+_ODD_VALUE_CHAR_RE = re.compile(r"[\t-\r\x1c-\x1f_a-df-zA-DF-Z]")
+
+
+def fast_values(tokens: list[str]) -> list[float] | None:
+    """Floats of plain decimal tokens in C-level passes, or None if any token needs care.
+
+    ``float`` accepts more than the format allows (``1_0``, non-ASCII digits, surrounding
+    control whitespace, ``+nan``, ``1e400`` read as infinity), so the page's tokens are first
+    screened as one string: any such character, or any letter but an exponent's ``e``, sends
+    the page's values through :func:`parse_value` one by one instead.
+    """
+    joined = " ".join(tokens)
+    if not joined.isascii() or _ODD_VALUE_CHAR_RE.search(joined) is not None:
+        return None
+    try:
+        values = list(map(float, tokens))
+    except ValueError:
+        return None
+    total = sum(values)
+    if total - total != 0.0:  # an overflow to infinity somewhere (no letters, so no NaN/Inf)
+        return None
+    return values
+
+
 def parse_timestamp(token: str) -> int | None:
     """Milliseconds since the epoch from a timestamp token, or None if it is not an int64."""
     if TIMESTAMP_RE.fullmatch(token) is None:
