@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from hpcscope import __version__
 from hpcscope.serve.auth import LoginRequired, Unauthorized
-from hpcscope.serve.routes import auth_routes, cluster, health, jobs, metrics_route
+from hpcscope.serve.routes import auth_routes, cluster, health, jobs, metrics_route, simulate
 from hpcscope.serve.templating import STATIC_DIR
 from hpcscope.service.core import Service
 
@@ -28,6 +28,7 @@ ROUTERS = [
     cluster.router,
     jobs.router,
     metrics_route.router,
+    simulate.router,
 ]
 
 

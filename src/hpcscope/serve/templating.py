@@ -24,6 +24,8 @@ STATIC_DIR = Path(__file__).parent / "static"
 NAV: list[tuple[str, str]] = [
     ("/", "Cluster"),
     ("/jobs", "Jobs"),
+    ("/step", "Training step"),
+    ("/simulate", "Simulator"),
 ]
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
