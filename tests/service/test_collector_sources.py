@@ -29,7 +29,9 @@ def test_node_exporter_targets_fill_infiniband_counters_and_slurmrestd_fills_job
     ):
         targets = json.loads((tmp_path / "twin" / "targets.json").read_text())
         host_port = url.removeprefix("http://").removesuffix("/metrics")
-        targets.append({"targets": [host_port], "labels": {"exporter": "node", "node": "gpu01"}})
+        targets.append(
+            {"targets": [host_port], "labels": {"exporter": "node", "node": "real-node"}}
+        )
         (tmp_path / "targets.json").write_text(json.dumps(targets))
         collector = Collector(
             store,
@@ -49,8 +51,16 @@ def test_node_exporter_targets_fill_infiniband_counters_and_slurmrestd_fills_job
 
         asyncio.run(run())
         store.flush()
-    ports = store.query("SELECT node, count(*) AS n FROM ib_port_counters GROUP BY node")
-    assert ports.to_pylist() == [{"node": "gpu01", "n": 9}]  # 8 NDR ports + 1 Ethernet
+    ports = store.query(
+        "SELECT node, count(*) AS n FROM ib_port_counters GROUP BY node ORDER BY node"
+    ).to_pylist()
+    # the real node_exporter over a captured H100 sysfs tree (8 NDR + 1 Ethernet ports), and
+    # the twin's own node_exporter pages (8 HCAs per node)
+    assert ports == [
+        {"node": "gpu01", "n": 8},
+        {"node": "gpu02", "n": 8},
+        {"node": "real-node", "n": 9},
+    ]
     jobs = store.query('SELECT job_id, "user", account, gpus FROM jobs ORDER BY job_id')
     assert [row["user"] for row in jobs.to_pylist()] == ["alice", "bob", "dave", "bob", "alice"]
     health = store.query("SELECT exporter, ok FROM scrapes ORDER BY exporter").to_pylist()

@@ -179,5 +179,5 @@ def test_collector_health_is_recorded(pipeline: dict[str, Any]) -> None:
     dcgm = [t for t in targets if t["exporter"] == "dcgm"]
     assert {t["node"] for t in dcgm} == {"gpu01", "gpu02"}
     assert all(t["last_samples"] >= 8 for t in dcgm)
-    assert {t["exporter"] for t in targets} == {"dcgm", "slurmrestd"}
+    assert {t["exporter"] for t in targets} == {"dcgm", "node", "slurmrestd"}
     assert all(t["failures_since_success"] == 0 for t in targets)
