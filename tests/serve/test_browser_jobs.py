@@ -1,0 +1,45 @@
+"""The overview and job pages in a real headless Chromium: figures, chart, keyboard, no errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hpcscope.serve.app import create_app
+from hpcscope.service.core import Service
+from hpcscope.service.reports import utcnow
+from tests.support.browser import login, screenshot
+from tests.support.data import populate
+from tests.support.servers import live_server
+
+pytestmark = pytest.mark.browser
+
+
+def test_overview_to_job_page_by_keyboard_with_the_chart(service: Service, page: Any) -> None:
+    populate(service.store, now=utcnow(), seconds=600)
+    with live_server(create_app(service)) as base:
+        login(page, base, "carol", "carol-demo")
+        page.goto(f"{base}/")
+        tiles = page.locator(".gpu-tile")
+        assert tiles.count() == 16
+        # carol leads vision and nlp: she sees 101 and 102, dave's 103 is "allocated"
+        assert page.locator("#gpu-gpu01-4").inner_text().count("19 % SM") == 1
+        assert "allocated" in page.locator("#gpu-gpu02-0").inner_text()
+        assert "103" not in page.locator("#overview-live").inner_text()
+        screenshot(page, "overview-desktop")
+        link = page.locator("a[href='/jobs/102']").first
+        link.focus()
+        page.keyboard.press("Enter")
+        page.wait_for_url(f"{base}/jobs/102")
+        page.wait_for_selector("#job-chart canvas")  # uPlot drew the per-GPU series
+        text = page.locator("main").inner_text()
+        assert "87 % reported GPU utilization, 19 % real" in text
+        assert "Busy, not computing" in text
+        screenshot(page, "job-desktop")
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.goto(f"{base}/")
+        screenshot(page, "overview-phone")
+        # the live fragment refreshes without a reload (htmx polling every 5 s)
+        page.wait_for_timeout(5500)
+        assert page.locator("#overview-live").count() == 1
