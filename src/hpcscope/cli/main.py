@@ -8,7 +8,7 @@ import os
 import typer
 
 from hpcscope import __version__
-from hpcscope.cli import serve_cmd
+from hpcscope.cli import serve_cmd, traces_cmd
 from hpcscope.cli.output import print_json
 
 app = typer.Typer(
@@ -21,6 +21,7 @@ app = typer.Typer(
 )
 
 serve_cmd.register(app)
+traces_cmd.register(app)
 
 
 @app.command()
