@@ -89,8 +89,19 @@ def _archive_members(file: Path) -> list[TraceInput]:
     return [TraceInput(str(file), member) for member in sorted(members)]
 
 
-def _parse_rank(item: TraceInput) -> RankTimeline | SourceError:
-    """Worker: parse one rank and reduce it. Errors come back as values (picklable)."""
+_ErrorTuple = tuple[str, str, int | None, int | None]
+
+
+def _parse_rank(item: TraceInput) -> RankTimeline | _ErrorTuple:
+    """Worker: parse one rank and reduce it. Errors come back as plain tuples (message,
+    source, line, column), which pickle whatever the exception class."""
+    try:
+        return _parse_rank_or_raise(item)
+    except SourceError as exc:
+        return (exc.message, exc.source, exc.line, exc.column)
+
+
+def _parse_rank_or_raise(item: TraceInput) -> RankTimeline:
     try:
         if item.member is None:
             trace = read_kineto(item.path)
@@ -101,10 +112,8 @@ def _parse_rank(item: TraceInput) -> RankTimeline | SourceError:
                     raise TraceError("not a regular file in the archive", source=item.name)
                 trace = read_kineto(item.member, source=item.name, stream=io.BytesIO(handle.read()))
         return rank_timeline(trace)
-    except SourceError as exc:
-        return exc
     except (OSError, tarfile.TarError, EOFError) as exc:
-        return TraceError(f"cannot read: {exc}", source=item.name)
+        raise TraceError(f"cannot read: {exc}", source=item.name) from None
 
 
 def parse_ranks(
@@ -121,7 +130,7 @@ def parse_ranks(
             traces that claim the same rank.
     """
     workers = max(1, min(workers or os.cpu_count() or 1, len(items)))
-    results: list[RankTimeline | SourceError] = []
+    results: list[RankTimeline | _ErrorTuple] = []
     if workers == 1:
         for i, item in enumerate(items):
             results.append(_parse_rank(item))
@@ -137,8 +146,9 @@ def parse_ranks(
     timelines: list[RankTimeline] = []
     seen: dict[int, str] = {}
     for result in results:
-        if isinstance(result, SourceError):
-            raise result
+        if isinstance(result, tuple):
+            message, source, line, column = result
+            raise TraceError(message, source=source, line=line, column=column)
         if result.rank in seen:
             raise SourceError(
                 f"two traces for rank {result.rank}: {seen[result.rank]} and this one",

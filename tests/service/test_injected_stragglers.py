@@ -1,0 +1,138 @@
+"""Acceptance: real gloo ranks under the real profiler, one straggler injected per scenario.
+
+For every phase (data, forward, backward, optimizer), with DDP and with a manual AllReduce, with
+and without ``record_function`` annotations, the analysis must name the injected rank and phase,
+estimate the delay, and estimate the slowdown within 10 % of what the timings imply: the ranks'
+own step wall times over those minus the delay the straggler measured around its injected
+sleep, ``T / (T - d)``. (Comparing with a separate run without injection is not reliable on a
+shared 2-core machine: three ranks contend for two cores there, and the step time of the
+injected run benefits from the straggler's idle core.)
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpcscope.service.traces import analyze, to_json
+from tests.support.torch_ranks import PHASES, Injection, Run, Scenario, generate
+
+pytestmark = pytest.mark.torch
+
+WORLD = 3
+DELAY_SECONDS = 0.03
+CONFIGS = [("ddp", True), ("ddp", False), ("manual", True), ("manual", False)]
+ANALYSIS_PHASE = {
+    "data": "data_load",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+}
+
+
+def _name(mode: str, annotate: bool, phase: str | None) -> str:
+    return f"{mode}-{'annotated' if annotate else 'plain'}-{phase or 'baseline'}"
+
+
+def _scenarios() -> list[Scenario]:
+    scenarios = []
+    for i, (mode, annotate) in enumerate(CONFIGS):
+        scenarios.append(Scenario(_name(mode, annotate, None), mode=mode, annotate=annotate))
+        for j, phase in enumerate(PHASES):
+            rank = (i + j) % WORLD
+            scenarios.append(
+                Scenario(
+                    _name(mode, annotate, phase),
+                    mode=mode,
+                    annotate=annotate,
+                    injection=Injection(rank, phase, DELAY_SECONDS),
+                    gzip_rank0=(j % 2 == 0),
+                )
+            )
+    return scenarios
+
+
+@pytest.fixture(scope="session")
+def torch_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return generate(_scenarios(), tmp_path_factory.mktemp("torch-ranks"), world_size=WORLD)
+
+
+@pytest.fixture(scope="session")
+def analyses(torch_run: Run) -> dict[str, dict[str, Any]]:
+    return {
+        name: to_json(analyze([torch_run.trace_dir(name)], workers=2))
+        for name in torch_run.scenarios
+    }
+
+
+def _mean_step(run: Run, name: str) -> float:
+    return statistics.mean(
+        statistics.median(truth.step_seconds) for truth in run.truth[name].values()
+    )
+
+
+INJECTED = [
+    (mode, annotate, phase) for mode, annotate in CONFIGS for phase in PHASES
+]
+
+
+@pytest.mark.parametrize(("mode", "annotate", "phase"), INJECTED,
+                         ids=[_name(*case) for case in INJECTED])
+def test_names_the_injected_rank_and_phase(
+    torch_run: Run, analyses: dict[str, dict[str, Any]], mode: str, annotate: bool, phase: str
+) -> None:
+    name = _name(mode, annotate, phase)
+    doc = analyses[name]
+    injection = torch_run.scenarios[name].injection
+    assert injection is not None
+    assert [(s["rank"], s["phase"]) for s in doc["stragglers"]] == [
+        (injection.rank, ANALYSIS_PHASE[phase])
+    ], doc["stragglers"]
+    injected = statistics.median(torch_run.truth[name][injection.rank].injected_seconds)
+    excess = doc["stragglers"][0]["excess_seconds_per_step"]
+    assert excess == pytest.approx(injected, rel=0.25)
+    # slowdown implied by the timings: T / (T - d), T the ranks' mean step wall time
+    step = _mean_step(torch_run, name)
+    implied = step / (step - injected)
+    estimated = doc["what_if"]["slowdown"]
+    assert estimated == pytest.approx(implied, rel=0.10), (estimated, implied)
+    assert doc["what_if"]["worst_rank"] == injection.rank
+    assert doc["what_if"]["worst_rank_share"] > 0.8
+
+
+@pytest.mark.parametrize(("mode", "annotate"), CONFIGS,
+                         ids=[_name(m, a, None) for m, a in CONFIGS])
+def test_no_straggler_without_injection(
+    analyses: dict[str, dict[str, Any]], mode: str, annotate: bool
+) -> None:
+    # Unrelated load on a shared 2-core machine (three ranks on two cores, other jobs) can make
+    # one rank up to ~1.4x slower for a few steps: no rank may look 2x slower than the fastest.
+    doc = analyses[_name(mode, annotate, None)]
+    assert all(score > 0.5 for score in doc["scores"].values()), doc["scores"]
+    assert doc["partial"] is False
+
+
+def test_phases_add_up_to_the_step(analyses: dict[str, dict[str, Any]]) -> None:
+    for doc in analyses.values():
+        for step in doc["per_step"]:
+            for values in step["ranks"].values():
+                total = sum(v for k, v in values.items() if k != "step_seconds")
+                assert total == pytest.approx(values["step_seconds"], abs=5e-6)
+
+
+def test_reads_any_file_naming_and_gzip(torch_run: Run, analyses: dict[str, dict[str, Any]]) -> None:
+    files = sorted(p.name for p in torch_run.trace_dir(_name("ddp", True, "data")).iterdir())
+    assert any(f.endswith(".json.gz") for f in files)
+    assert any(f.startswith("worker") for f in files)
+    doc = analyses[_name("ddp", True, "data")]
+    assert doc["ranks"] == [0, 1, 2]
+    assert all(s["backend"] == "gloo" for s in doc["sources"])
+
+
+def save_matrix(analyses: dict[str, dict[str, Any]], out: Path) -> None:  # pragma: no cover
+    """Helper for reports: the straggler matrix as text."""
+    lines = [f"{n}: {d['stragglers']} {d['what_if']}" for n, d in analyses.items()]
+    out.write_text("\n".join(lines))
