@@ -4,12 +4,13 @@ Input: one :class:`~hpcscope.analysis.rank_timeline.RankTimeline` per rank. Outp
 :class:`PhaseTable` whose seven phases add up, for every rank and step, to the step's duration.
 
 **Barrier wait.** The same collective is matched across ranks by (step, type and process group,
-order within the step). A collective cannot complete on any rank before the last rank has
-arrived, so the rank that arrived last has the shortest instance: its duration is the transfer
-itself. For every other rank, ``wait = duration - shortest duration`` is the time spent waiting
-for the last arrival (equal to ``last arrival - own arrival`` when the instances end together),
-and the remainder is communication. Durations come from each rank's own clock, so clock skew
-between nodes cannot bias the split; the end times are compared only to *report* skew.
+order within the step). When every trace comes from the same host (Kineto's ``host_name``), the
+ranks share one clock and ``wait = last arrival - own arrival`` (clipped to the instance). Across
+hosts, clocks are skewed, so the wait comes from durations only: a collective cannot complete
+before the last rank has arrived, so the last arrival has the shortest instance (the transfer
+itself) and ``wait = duration - shortest duration`` (equal to the arrival difference when the
+instances end together); clock skew cannot bias it. The end times are compared only to
+*report* skew. The rest of the collective is communication.
 
 **Labelling.** Every instant of a step window gets one phase, by priority. GPU runs (NCCL
 kernels): GPU compute (by the phase that launched it) > communication > barrier wait > CPU
@@ -85,6 +86,8 @@ def collective_waits(timelines: Sequence[RankTimeline]) -> tuple[list[F64], int,
                    int(tl.collective_ordinal[i]))
             groups[key].append((r, i))
     waits = [np.zeros(tl.collective_step.shape[0]) for tl in timelines]
+    hosts = {tl.host for tl in timelines}
+    same_clock = len(hosts) == 1 and None not in hosts
     matched = unmatched = 0
     spreads: list[float] = []
     n = len(timelines)
@@ -101,9 +104,15 @@ def collective_waits(timelines: Sequence[RankTimeline]) -> tuple[list[F64], int,
             for r, i in members
         ])
         ends = np.array([timelines[r].collective_end_us[i] for r, i in members])
-        shortest = float(durs.min())
-        for (r, i), dur in zip(members, durs, strict=True):
-            waits[r][i] = max(0.0, float(dur) - shortest)
+        starts = ends - durs
+        if same_clock:
+            last = float(starts.max())
+            for (r, i), start, dur in zip(members, starts, durs, strict=True):
+                waits[r][i] = min(max(0.0, last - float(start)), float(dur))
+        else:
+            shortest = float(durs.min())
+            for (r, i), dur in zip(members, durs, strict=True):
+                waits[r][i] = max(0.0, float(dur) - shortest)
         spreads.append(float(ends.max() - ends.min()))
     skew = float(np.median(spreads)) if spreads else None
     return waits, matched, unmatched, skew
@@ -196,7 +205,8 @@ def attribute_phases(
             f"{unmatched} collective instances could not be matched on every rank "
             "(their wait is measured against the ranks that have them)"
         )
-    if skew is not None and skew > SKEW_REPORT_US:
+    hosts = {tl.host for tl in timelines}
+    if skew is not None and skew > SKEW_REPORT_US and not (len(hosts) == 1 and None not in hosts):
         notes.append(
             f"the same collectives end {skew / 1000:.1f} ms apart across ranks (median): clock "
             "skew between nodes; barrier wait uses durations, which do not depend on it"

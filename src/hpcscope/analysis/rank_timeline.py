@@ -109,6 +109,7 @@ class RankTimeline:
     events: int = 0
     bytes_read: int = 0
     device: str | None = None
+    host: str | None = None
     launch_gap_us: F64 = field(default_factory=lambda: np.zeros(0))
 
 
@@ -291,6 +292,8 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
         events=len(ev),
         bytes_read=trace.bytes_read,
         device=trace.device,
+        host=trace.metadata.get("host_name") if isinstance(
+            trace.metadata.get("host_name"), str) else None,
     )
 
 

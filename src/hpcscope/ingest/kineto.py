@@ -196,12 +196,52 @@ class _Columns:
         )
 
 
+class _Gunzip:
+    """Gzip decompression that hands back every byte it could decode before a cut or a
+    corruption (``gzip.GzipFile.read`` raises and drops the partial block), then raises
+    ``EOFError``/``zlib.error`` on the next read."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.failure: Exception | None = None
+
+    def read(self, size: int) -> bytes:
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
+        out = b""
+        while not out:
+            chunk = self.raw.read(max(size // 4, 65536))
+            if not chunk:
+                if not self.unzip.eof:
+                    self.failure = EOFError("compressed file ended before the end of its stream")
+                    out = self.unzip.flush()
+                    if not out:
+                        failure, self.failure = self.failure, None
+                        raise failure
+                return out
+            try:
+                out = self.unzip.decompress(chunk)
+            except zlib.error as exc:
+                self.failure = exc
+                return b""
+            while self.unzip.eof and self.unzip.unused_data:  # concatenated gzip members
+                rest = self.unzip.unused_data
+                self.unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                out += self.unzip.decompress(rest)
+        return out
+
+    def close(self) -> None:
+        self.raw.close()
+
+
 def _open(path: Path) -> IO[bytes]:
     handle = path.open("rb")
     magic = handle.read(2)
     handle.seek(0)
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=handle, mode="rb")  # type: ignore[return-value]
+        return _Gunzip(handle)  # type: ignore[return-value]
     return handle
 
 
@@ -463,7 +503,7 @@ def read_kineto(
 def _maybe_gunzip(stream: IO[bytes]) -> IO[bytes]:
     data = stream.read()
     if data[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb")  # type: ignore[return-value]
+        return _Gunzip(io.BytesIO(data))  # type: ignore[return-value]
     return io.BytesIO(data)
 
 
@@ -502,5 +542,9 @@ def _rank_trace(name: str, metadata: dict[str, Any], columns: _Columns, reader: 
         problems=tuple(problems),
         bytes_read=reader.offset + len(reader.buf),
         device=device,
-        metadata={k: v for k, v in metadata.items() if k in ("distributedInfo", "schemaVersion")},
+        metadata={
+            k: v
+            for k, v in metadata.items()
+            if k in ("distributedInfo", "schemaVersion", "host_name", "baseTimeNanoseconds")
+        },
     )
