@@ -39,8 +39,9 @@ def _tree_rss_bytes(pid: int) -> int:
 
 
 def measure(tool: str, path: str) -> dict[str, object]:
-    proc = subprocess.Popen([sys.executable, __file__, "--run", tool, path],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--run", tool, path], stdout=subprocess.PIPE, text=True
+    )
     peak = 0
     done = threading.Event()
 
@@ -62,7 +63,7 @@ def measure(tool: str, path: str) -> dict[str, object]:
 
 def json_bytes(path: str) -> int:
     total = 0
-    for file in (sorted(Path(path).rglob("*")) if Path(path).is_dir() else [Path(path)]):
+    for file in sorted(Path(path).rglob("*")) if Path(path).is_dir() else [Path(path)]:
         name = file.name
         if name.endswith((".tar.gz", ".tgz", ".tar")):
             with tarfile.open(file) as tar:
@@ -83,9 +84,14 @@ def run_hpcscope(path: str) -> dict[str, object]:
     result = analyze([path])
     wall = time.perf_counter() - t0
     gpu = {t.rank: t.gpu for t in result.timelines}
-    return {"wall_seconds": wall, "totals": {
-        str(r): [g.idle_seconds * 1e6, g.compute_seconds * 1e6, g.non_compute_seconds * 1e6]
-        for r, g in gpu.items() if g is not None}}
+    return {
+        "wall_seconds": wall,
+        "totals": {
+            str(r): [g.idle_seconds * 1e6, g.compute_seconds * 1e6, g.non_compute_seconds * 1e6]
+            for r, g in gpu.items()
+            if g is not None
+        },
+    }
 
 
 def run_hta(path: str) -> dict[str, object]:
@@ -109,9 +115,17 @@ def run_hta(path: str) -> dict[str, object]:
     wall = time.perf_counter() - t0
     if workdir:
         shutil.rmtree(workdir)
-    return {"wall_seconds": wall, "totals": {
-        str(int(row["rank"])): [float(row["idle_time(us)"]), float(row["compute_time(us)"]),
-                                float(row["non_compute_time(us)"])] for _, row in df.iterrows()}}
+    return {
+        "wall_seconds": wall,
+        "totals": {
+            str(int(row["rank"])): [
+                float(row["idle_time(us)"]),
+                float(row["compute_time(us)"]),
+                float(row["non_compute_time(us)"]),
+            ]
+            for _, row in df.iterrows()
+        },
+    }
 
 
 def main() -> None:
@@ -125,20 +139,26 @@ def main() -> None:
         print(f"== {path}: {size / 1e6:.1f} MB of JSON")
         for name, r in (("hpcscope", ours), ("HTA 0.5.0", theirs)):
             wall = float(r["wall_seconds"])  # type: ignore[arg-type]
-            print(f"  {name:9s} {wall:7.3f} s  {size / wall / 1e6:7.1f} MB/s  "
-                  f"peak RSS {int(r['peak_rss_bytes']) / 2**20:7.1f} MiB")  # type: ignore[arg-type]
-        print(f"  throughput ratio hpcscope/HTA: "
-              f"{float(theirs['wall_seconds']) / float(ours['wall_seconds']):.1f}x; "  # type: ignore[arg-type]
-              f"peak RSS ratio hpcscope/HTA: "
-              f"{int(ours['peak_rss_bytes']) / int(theirs['peak_rss_bytes']):.2f}")  # type: ignore[arg-type]
+            print(
+                f"  {name:9s} {wall:7.3f} s  {size / wall / 1e6:7.1f} MB/s  "
+                f"peak RSS {int(r['peak_rss_bytes']) / 2**20:7.1f} MiB"
+            )  # type: ignore[arg-type]
+        print(
+            f"  throughput ratio hpcscope/HTA: "
+            f"{float(theirs['wall_seconds']) / float(ours['wall_seconds']):.1f}x; "  # type: ignore[arg-type]
+            f"peak RSS ratio hpcscope/HTA: "
+            f"{int(ours['peak_rss_bytes']) / int(theirs['peak_rss_bytes']):.2f}"
+        )  # type: ignore[arg-type]
         worst = 0.0
         for rank, hta in sorted(theirs["totals"].items(), key=lambda kv: int(kv[0])):  # type: ignore[union-attr]
             mine = ours["totals"][rank]  # type: ignore[index]
             diffs = [abs(a - b) / b * 100 if b else 0.0 for a, b in zip(mine, hta, strict=True)]
             worst = max(worst, *diffs)
-            print(f"  rank {rank}: idle/compute/non-compute us hpcscope "
-                  f"{[round(x) for x in mine]} HTA {[round(x) for x in hta]} diff % "
-                  f"{[round(d, 3) for d in diffs]}")
+            print(
+                f"  rank {rank}: idle/compute/non-compute us hpcscope "
+                f"{[round(x) for x in mine]} HTA {[round(x) for x in hta]} diff % "
+                f"{[round(d, 3) for d in diffs]}"
+            )
         print(f"  largest totals difference: {worst:.3f} %")
 
 

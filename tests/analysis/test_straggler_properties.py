@@ -20,12 +20,23 @@ def _table(busy: np.ndarray, slow: int | None, extra: float, phase: int) -> Phas
     total = seconds.sum(axis=2)
     step = total.max(axis=0)
     seconds[:, :, PHASES.index("barrier_wait")] += step - total
-    return PhaseTable(tuple(range(n_ranks)), tuple(range(n_steps)), seconds,
-                      seconds.sum(axis=2), 0, 0, None, (), False)
+    return PhaseTable(
+        tuple(range(n_ranks)),
+        tuple(range(n_steps)),
+        seconds,
+        seconds.sum(axis=2),
+        0,
+        0,
+        None,
+        (),
+        False,
+    )
 
 
 cases = st.tuples(
-    st.integers(3, 8), st.integers(2, 6), st.integers(0, 2**31 - 1),
+    st.integers(3, 8),
+    st.integers(2, 6),
+    st.integers(0, 2**31 - 1),
     st.sampled_from(["data_load", "forward", "backward", "optimizer"]),
 )
 
@@ -53,12 +64,23 @@ def test_scores_invariant_under_permutation_and_scaling(
     table = _table(busy, 0, 0.01, PHASES.index(phase))
     base = straggler_report(table)
     perm = rng.permutation(n_ranks)
-    permuted = PhaseTable(table.ranks, table.steps, table.seconds[perm] * scale,
-                          table.step_seconds[perm] * scale, 0, 0, None, (), False)
+    permuted = PhaseTable(
+        table.ranks,
+        table.steps,
+        table.seconds[perm] * scale,
+        table.step_seconds[perm] * scale,
+        0,
+        0,
+        None,
+        (),
+        False,
+    )
     other = straggler_report(permuted)
     for new, old in enumerate(perm):
-        assert other.scores[new] == np.float64(base.scores[int(old)]) or abs(
-            other.scores[new] - base.scores[int(old)]) < 1e-9
+        assert (
+            other.scores[new] == np.float64(base.scores[int(old)])
+            or abs(other.scores[new] - base.scores[int(old)]) < 1e-9
+        )
     assert abs(other.what_if.slowdown - base.what_if.slowdown) < 1e-9
 
 

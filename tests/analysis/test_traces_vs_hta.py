@@ -11,9 +11,14 @@ from tests.support.paths import FIXTURES
 # rank: (idle, compute, non_compute, kernel) microseconds, HTA 0.5.0 get_temporal_breakdown
 HTA_2RANK = {0: (321378, 106252, 172428, 600058), 1: (328671, 135548, 136455, 600674)}
 HTA_PARAM = {
-    0: (6419, 1034, 5556, 13009), 1: (6428, 1246, 11075, 18749), 2: (7046, 1068, 3236, 11350),
-    3: (8145, 1240, 9468, 18853), 4: (8887, 1126, 6576, 16589), 5: (9121, 1041, 6230, 16392),
-    6: (7051, 1051, 3308, 11410), 7: (8308, 1059, 1600, 10967),
+    0: (6419, 1034, 5556, 13009),
+    1: (6428, 1246, 11075, 18749),
+    2: (7046, 1068, 3236, 11350),
+    3: (8145, 1240, 9468, 18853),
+    4: (8887, 1126, 6576, 16589),
+    5: (9121, 1041, 6230, 16392),
+    6: (7051, 1051, 3308, 11410),
+    7: (8308, 1059, 1600, 10967),
 }
 
 
@@ -21,7 +26,9 @@ HTA_PARAM = {
     ("path", "expected"),
     [("hta_trace_filter_2rank", HTA_2RANK), ("param_dlrm_8rank/dlrm_kineto.tar.gz", HTA_PARAM)],
 )
-def test_gpu_totals_within_one_percent_of_hta(path: str, expected: dict[int, tuple[int, ...]]) -> None:
+def test_gpu_totals_within_one_percent_of_hta(
+    path: str, expected: dict[int, tuple[int, ...]]
+) -> None:
     result = analyze([FIXTURES / "traces" / path], workers=2)
     got = {t.rank: t.gpu for t in result.timelines}
     assert sorted(got) == sorted(expected)

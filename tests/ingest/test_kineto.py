@@ -18,7 +18,11 @@ HTA0 = TRACES / "hta_trace_filter_2rank" / "sampled_rank-0.json.gz"
 def test_reads_the_hta_sample() -> None:
     trace = read_kineto(HTA0)
     assert (trace.rank, trace.rank_from, trace.world_size, trace.backend) == (
-        0, "distributedInfo", 128, "nccl")
+        0,
+        "distributedInfo",
+        128,
+        "nccl",
+    )
     names = set(trace.events.names)
     assert {"ProfilerStep#551", "ProfilerStep#552"} <= names
     assert (trace.events.kind == EventKind.KERNEL).sum() > 1000
@@ -76,8 +80,11 @@ def test_invalid_json_names_line_and_column(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(b"", "empty file"), (b"[1, 2]", "expected a JSON object"),
-     (b'{"schemaVersion": 1}', "no traceEvents array")],
+    [
+        (b"", "empty file"),
+        (b"[1, 2]", "expected a JSON object"),
+        (b'{"schemaVersion": 1}', "no traceEvents array"),
+    ],
 )
 def test_not_a_trace(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "rank-0.json"

@@ -74,13 +74,12 @@ def _mean_step(run: Run, name: str) -> float:
     )
 
 
-INJECTED = [
-    (mode, annotate, phase) for mode, annotate in CONFIGS for phase in PHASES
-]
+INJECTED = [(mode, annotate, phase) for mode, annotate in CONFIGS for phase in PHASES]
 
 
-@pytest.mark.parametrize(("mode", "annotate", "phase"), INJECTED,
-                         ids=[_name(*case) for case in INJECTED])
+@pytest.mark.parametrize(
+    ("mode", "annotate", "phase"), INJECTED, ids=[_name(*case) for case in INJECTED]
+)
 def test_names_the_injected_rank_and_phase(
     torch_run: Run, analyses: dict[str, dict[str, Any]], mode: str, annotate: bool, phase: str
 ) -> None:
@@ -103,8 +102,7 @@ def test_names_the_injected_rank_and_phase(
     assert doc["what_if"]["worst_rank_share"] > 0.8
 
 
-@pytest.mark.parametrize(("mode", "annotate"), CONFIGS,
-                         ids=[_name(m, a, None) for m, a in CONFIGS])
+@pytest.mark.parametrize(("mode", "annotate"), CONFIGS, ids=[_name(m, a, None) for m, a in CONFIGS])
 def test_no_straggler_without_injection(
     analyses: dict[str, dict[str, Any]], mode: str, annotate: bool
 ) -> None:
@@ -123,7 +121,9 @@ def test_phases_add_up_to_the_step(analyses: dict[str, dict[str, Any]]) -> None:
                 assert total == pytest.approx(values["step_seconds"], abs=5e-6)
 
 
-def test_reads_any_file_naming_and_gzip(torch_run: Run, analyses: dict[str, dict[str, Any]]) -> None:
+def test_reads_any_file_naming_and_gzip(
+    torch_run: Run, analyses: dict[str, dict[str, Any]]
+) -> None:
     files = sorted(p.name for p in torch_run.trace_dir(_name("ddp", True, "data")).iterdir())
     assert any(f.endswith(".json.gz") for f in files)
     assert any(f.startswith("worker") for f in files)

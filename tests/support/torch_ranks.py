@@ -74,23 +74,32 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def generate(scenarios: list[Scenario], out_dir: Path, *, world_size: int = 3,
-             timeout_seconds: float = 600) -> Run:
+def generate(
+    scenarios: list[Scenario], out_dir: Path, *, world_size: int = 3, timeout_seconds: float = 600
+) -> Run:
     """Run every scenario on ``world_size`` gloo ranks; return where the traces are.
 
     Raises:
         RuntimeError: the ranks failed (their output is in the message).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    spec = {"world_size": world_size, "port": _free_port(),
-            "scenarios": [asdict(s) for s in scenarios]}
+    spec = {
+        "world_size": world_size,
+        "port": _free_port(),
+        "scenarios": [asdict(s) for s in scenarios],
+    }
     spec_path = out_dir / "spec.json"
     spec_path.write_text(json.dumps(spec))
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "tests.support.torch_ranks", str(spec_path), str(out_dir)],
-        capture_output=True, text=True, timeout=timeout_seconds, env=env, cwd=root, check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout_seconds,
+        env=env,
+        cwd=root,
+        check=False,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"torch ranks failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -176,7 +185,8 @@ def _rank_main(rank: int, spec: dict[str, Any], out_dir: str) -> None:  # pragma
         net = Net()
         model: torch.nn.Module = (
             torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.05)
-            if raw["mode"] == "ddp" else net
+            if raw["mode"] == "ddp"
+            else net
         )
         if raw["mode"] != "ddp":
             for p in net.parameters():
@@ -193,8 +203,11 @@ def _rank_main(rank: int, spec: dict[str, Any], out_dir: str) -> None:  # pragma
         target = Path(out_dir) / raw["name"]
         target.mkdir(parents=True, exist_ok=True)
         suffix = ".json.gz" if raw["gzip_rank0"] and rank == 0 else ".json"
-        trace_path = target / (f"rank-{rank}{suffix}" if rank % 2 == 0
-                               else f"worker{rank}_step_{raw['steps']}.pt.trace{suffix}")
+        trace_path = target / (
+            f"rank-{rank}{suffix}"
+            if rank % 2 == 0
+            else f"worker{rank}_step_{raw['steps']}.pt.trace{suffix}"
+        )
         step_seconds: list[float] = []
         dist.barrier()
         with profile(
@@ -225,8 +238,9 @@ def _rank_main(rank: int, spec: dict[str, Any], out_dir: str) -> None:  # pragma
         keep = raw["steps"]
         truth_dir = Path(out_dir) / f"{raw['name']}.truth"
         truth_dir.mkdir(exist_ok=True)
-        (truth_dir / f"{rank}.json").write_text(json.dumps(
-            {"step_seconds": step_seconds[-keep:], "injected_seconds": injected[-keep:]}))
+        (truth_dir / f"{rank}.json").write_text(
+            json.dumps({"step_seconds": step_seconds[-keep:], "injected_seconds": injected[-keep:]})
+        )
         dist.barrier()
     dist.destroy_process_group()
 

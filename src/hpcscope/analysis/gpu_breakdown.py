@@ -47,8 +47,10 @@ def gpu_breakdown(ev: EventTable, *, steps: npt.NDArray[np.float64]) -> GpuBreak
     Returns:
         The breakdown, or None when the rank has no GPU event.
     """
-    gpu = (ev.kind == EventKind.KERNEL) | (ev.kind == EventKind.MEMCPY) | (
-        ev.kind == EventKind.MEMSET
+    gpu = (
+        (ev.kind == EventKind.KERNEL)
+        | (ev.kind == EventKind.MEMCPY)
+        | (ev.kind == EventKind.MEMSET)
     )
     rows = np.flatnonzero(gpu)
     if steps.shape[0] >= 2 and rows.shape[0]:
@@ -64,10 +66,9 @@ def gpu_breakdown(ev: EventTable, *, steps: npt.NDArray[np.float64]) -> GpuBreak
     span = float(busy.end[-1] - busy.start[0])
     idle = span - busy.total()
     is_compute = np.fromiter(
-        (
-            _NOT_COMPUTE.match(name) is None and _MEMORY.match(name) is None
-            for name in ev.names
-        ), bool, len(ev.names)
+        (_NOT_COMPUTE.match(name) is None and _MEMORY.match(name) is None for name in ev.names),
+        bool,
+        len(ev.names),
     )
     comp_rows = is_compute[ev.name[rows]]
     compute = merge(start[comp_rows], end[comp_rows]).total()

@@ -82,8 +82,11 @@ def collective_waits(timelines: Sequence[RankTimeline]) -> tuple[list[F64], int,
             step = int(tl.collective_step[i])
             if step < 0:
                 continue
-            key = (tl.steps[step], tl.collective_keys[int(tl.collective_key[i])],
-                   int(tl.collective_ordinal[i]))
+            key = (
+                tl.steps[step],
+                tl.collective_keys[int(tl.collective_key[i])],
+                int(tl.collective_ordinal[i]),
+            )
             groups[key].append((r, i))
     waits = [np.zeros(tl.collective_step.shape[0]) for tl in timelines]
     hosts = {tl.host for tl in timelines}
@@ -99,10 +102,12 @@ def collective_waits(timelines: Sequence[RankTimeline]) -> tuple[list[F64], int,
             unmatched += len(members)
         else:
             matched += len(members)
-        durs = np.array([
-            timelines[r].collective_end_us[i] - timelines[r].collective_start_us[i]
-            for r, i in members
-        ])
+        durs = np.array(
+            [
+                timelines[r].collective_end_us[i] - timelines[r].collective_start_us[i]
+                for r, i in members
+            ]
+        )
         ends = np.array([timelines[r].collective_end_us[i] for r, i in members])
         starts = ends - durs
         if same_clock:

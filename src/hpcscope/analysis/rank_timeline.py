@@ -188,15 +188,14 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
         markers.append("Optimizer.step")
 
     data = merge(
-        np.concatenate([ev.ts_us[data_rows | data_ann]]), np.concatenate([end[data_rows | data_ann]])
+        np.concatenate([ev.ts_us[data_rows | data_ann]]),
+        np.concatenate([end[data_rows | data_ann]]),
     )
     optimizer = merge(ev.ts_us[opt_rows | opt_ann], end[opt_rows | opt_ann])
     loop_ops = np.flatnonzero(
         (kind == EventKind.CPU_OP) & (ev.thread == main) & ~comm_op & ~bwd_ops & ~opt_rows
     )
-    loop_ops = loop_ops[
-        ~covers(data, ev.ts_us[loop_ops]) & ~covers(optimizer, ev.ts_us[loop_ops])
-    ]
+    loop_ops = loop_ops[~covers(data, ev.ts_us[loop_ops]) & ~covers(optimizer, ev.ts_us[loop_ops])]
     bwd_parts: list[Intervals] = []
     fwd_parts: list[Intervals] = []
     for lo, hi in zip(step_start, step_end, strict=True):
@@ -223,9 +222,7 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
 
     # ---- CPU operators executing (what hides a collective on a CPU-only run)
     coll_threads = np.unique(ev.thread[cpu & _name_flags(names, CPU_COLLECTIVE_RE)[ev.name]])
-    busy_rows = (
-        (kind == EventKind.CPU_OP) & ~comm_op & ~np.isin(ev.thread, coll_threads)
-    )
+    busy_rows = (kind == EventKind.CPU_OP) & ~comm_op & ~np.isin(ev.thread, coll_threads)
     busy = merge(ev.ts_us[busy_rows], end[busy_rows])
     cpu_busy: dict[str, Intervals] = {}
     claimed = Intervals.empty()
@@ -292,8 +289,9 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
         events=len(ev),
         bytes_read=trace.bytes_read,
         device=trace.device,
-        host=trace.metadata.get("host_name") if isinstance(
-            trace.metadata.get("host_name"), str) else None,
+        host=trace.metadata.get("host_name")
+        if isinstance(trace.metadata.get("host_name"), str)
+        else None,
     )
 
 

@@ -132,7 +132,9 @@ def straggler_report(
         peers = np.delete(busy[:, s], r)
         excess = float(busy[r, s] - np.median(peers)) if peers.size else 0.0
         per_step.append(
-            StepStraggler(step, ranks[r], float(busy[r, s]), excess, float(table.step_seconds[r, s]))
+            StepStraggler(
+                step, ranks[r], float(busy[r, s]), excess, float(table.step_seconds[r, s])
+            )
         )
     busy_median = np.median(busy, axis=1)
     reference = float(busy_median.min())

@@ -106,8 +106,11 @@ def _print_human(doc: dict[str, object]) -> None:
         f"What-if: actual step {_ms(what['actual_step_seconds'])} ms, ideal (every rank at the "
         f"peer median of each phase) {_ms(what['ideal_step_seconds'])} ms, slowdown "
         f"{what['slowdown']:.3f}x"
-        + (f"; fixing rank {what['worst_rank']} alone removes {share * 100:.0f} % of it." if share
-           is not None else ".")
+        + (
+            f"; fixing rank {what['worst_rank']} alone removes {share * 100:.0f} % of it."
+            if share is not None
+            else "."
+        )
     )
     for note in doc["notes"]:  # type: ignore[attr-defined]
         console.print(f"[yellow]note:[/] {note}", highlight=False)

@@ -507,7 +507,9 @@ def _maybe_gunzip(stream: IO[bytes]) -> IO[bytes]:
     return io.BytesIO(data)
 
 
-def _rank_trace(name: str, metadata: dict[str, Any], columns: _Columns, reader: _Reader) -> RankTrace:
+def _rank_trace(
+    name: str, metadata: dict[str, Any], columns: _Columns, reader: _Reader
+) -> RankTrace:
     info = metadata.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
     rank = info.get("rank")

@@ -71,8 +71,10 @@ def find_traces(paths: Iterable[str | Path]) -> list[TraceInput]:
             elif name.endswith(_TRACE_SUFFIXES) or not path.is_dir():
                 found.append(TraceInput(str(file)))
     if not found:
-        raise SourceError("no trace files (.json, .json.gz, or a tar of them)", source=", ".join(
-            str(p) for p in paths))
+        raise SourceError(
+            "no trace files (.json, .json.gz, or a tar of them)",
+            source=", ".join(str(p) for p in paths),
+        )
     return found
 
 
@@ -80,8 +82,10 @@ def _archive_members(file: Path) -> list[TraceInput]:
     try:
         with tarfile.open(file) as archive:
             members = [
-                m.name for m in archive.getmembers()
-                if m.isfile() and m.name.lower().endswith(_TRACE_SUFFIXES)
+                m.name
+                for m in archive.getmembers()
+                if m.isfile()
+                and m.name.lower().endswith(_TRACE_SUFFIXES)
                 and not Path(m.name).name.startswith("._")
             ]
     except (tarfile.TarError, OSError, EOFError) as exc:
@@ -189,7 +193,9 @@ def _round(value: float | None, digits: int = 6) -> float | None:
     return None if value is None else round(float(value), digits)
 
 
-def to_json(result: TraceAnalysis, *, evidence: dict[int, list[str]] | None = None) -> dict[str, Any]:
+def to_json(
+    result: TraceAnalysis, *, evidence: dict[int, list[str]] | None = None
+) -> dict[str, Any]:
     """The stable ``--json`` document (schema ``hpcscope.traces.analysis/1``)."""
     table, report = result.table, result.report
     ranks = list(table.ranks)

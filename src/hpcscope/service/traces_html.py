@@ -84,12 +84,24 @@ def render_report(doc: dict[str, Any], *, width: int = 900) -> str:
             seconds = doc["phases"][rank][phase]
             w = seconds * scale
             segments.append(
-                {"x": round(x, 2), "w": round(w, 2), "phase": phase, "ms": seconds * 1000,
-                 "colour": PHASE_COLOURS[phase]}
+                {
+                    "x": round(x, 2),
+                    "w": round(w, 2),
+                    "phase": phase,
+                    "ms": seconds * 1000,
+                    "colour": PHASE_COLOURS[phase],
+                }
             )
             x += w
-        bars.append({"rank": rank, "y": 8 + 24 * i, "segments": segments, "end": x,
-                     "total": sum(doc["phases"][rank].values()) * 1000})
+        bars.append(
+            {
+                "rank": rank,
+                "y": 8 + 24 * i,
+                "segments": segments,
+                "end": x,
+                "total": sum(doc["phases"][rank].values()) * 1000,
+            }
+        )
     return _ENV.from_string(_TEMPLATE).render(
         doc=doc, phases=PHASES, colours=PHASE_COLOURS, bars=bars, width=width
     )

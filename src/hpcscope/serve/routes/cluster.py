@@ -15,8 +15,8 @@ router = APIRouter()
 
 
 @router.get("/")
-def overview(request: Request,
-             principal: Annotated[Principal, Depends(require_principal)]) -> Response:
+def overview(
+    request: Request, principal: Annotated[Principal, Depends(require_principal)]
+) -> Response:
     service = service_of(request)
-    return render(request, "overview.html", {"topology": service.topology},
-                  principal=principal)
+    return render(request, "overview.html", {"topology": service.topology}, principal=principal)
