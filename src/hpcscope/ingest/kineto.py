@@ -295,7 +295,7 @@ def _decode_span(buf: bytearray, start: int, stop: int) -> list[Any] | None:
     """Decode ``buf[start:stop]`` (a JSON array of events); None when it is not valid JSON."""
     view = memoryview(buf)[start:stop]
     try:
-        return _DECODER.decode(view)  # type: ignore[no-any-return]
+        return _DECODER.decode(view)
     except msgspec.ValidationError:
         try:
             loose: list[Any] = msgspec.json.decode(view)
