@@ -204,3 +204,15 @@ ACCOUNT_MEMBERSHIP_SCHEMA = pa.schema(
     ]
 )
 """Slurm associations: which accounts a user may charge, and which ones they coordinate."""
+
+JOB_ALIAS_SCHEMA = pa.schema(
+    [
+        pa.field("raw_job_id", pa.string(), nullable=False),
+        pa.field("job_id", pa.string(), nullable=False),
+        pa.field("cluster", pa.string()),
+    ]
+)
+"""Slurm's raw numeric id of an array task or het component -> hpcscope's job id.
+
+``7745162`` -> ``7725337_411``; ``901`` -> ``900+1``. A label, log line or prolog record that
+carries the raw id resolves to the same job (see ``docs/golden-path.md``)."""

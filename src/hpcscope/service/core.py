@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
 
+from hpcscope.analysis.jobs import JobReport
 from hpcscope.model.access import Principal
 from hpcscope.model.catalog import Catalog, default_catalog
 from hpcscope.model.topology import Topology, load_topology
+from hpcscope.service import reports
 from hpcscope.service.settings import Settings
 from hpcscope.service.users import UserDirectory
 from hpcscope.store import Store
+from hpcscope.store import reports as report_queries
 
 log = logging.getLogger(__name__)
 
@@ -51,3 +56,87 @@ class Service:
         """The principal for a logged-in user name, with Slurm coordinator rights merged."""
         coordinated = self.store.coordinated_accounts(name)
         return self.users.principal(name, coordinated_from_slurm=coordinated)
+
+    # ------------------------------------------------------------------ job reports
+
+    def job_reports(self, principal: Principal, *, now: datetime | None = None) -> list[JobReport]:
+        """Reports of every job ``principal`` may see, newest first."""
+        found = reports.reports_for(
+            self.store,
+            principal,
+            now=now or reports.utcnow(),
+            scrape_interval_seconds=self.settings.scrape_interval_seconds,
+            gpu_hour_price=self.topology.gpu_hour_price,
+            currency=self.topology.currency,
+        )
+        return sorted(found, key=lambda r: (r.start_time is None, r.start_time), reverse=True)
+
+    def job_report(
+        self, principal: Principal, job_id: str, *, now: datetime | None = None
+    ) -> JobReport | None:
+        """One job's report, or None when it does not exist *or* is not visible (the two are
+        indistinguishable on purpose: no probing for other people's job ids)."""
+        found = reports.reports_for(
+            self.store,
+            principal,
+            job_ids=[job_id],
+            now=now or reports.utcnow(),
+            scrape_interval_seconds=self.settings.scrape_interval_seconds,
+            gpu_hour_price=self.topology.gpu_hour_price,
+            currency=self.topology.currency,
+        )
+        return found[0] if found else None
+
+    def job_timeseries(
+        self, principal: Principal, job_id: str, *, max_points: int = 720
+    ) -> dict[str, Any] | None:
+        """Per-GPU reported vs real over the job's life, at most ``max_points`` buckets."""
+        if self.job_report(principal, job_id) is None:
+            return None
+        first, last = report_queries.sample_time_range(self.store, job_id)
+        if first is None or last is None:
+            return {"job_id": job_id, "bucket_seconds": None, "series": []}
+        span = max(1.0, (last - first).total_seconds())
+        bucket = max(int(self.settings.scrape_interval_seconds), int(span / max_points) + 1)
+        rows = report_queries.gpu_timeseries(self.store, job_id, bucket_seconds=bucket)
+        series: dict[tuple[str, int], dict[str, list[Any]]] = {}
+        for row in rows.to_pylist():
+            entry = series.setdefault(
+                (row["node"], int(row["gpu"])),
+                {
+                    "t": [],
+                    "reported_util_ratio": [],
+                    "sm_active_ratio": [],
+                    "tensor_active_ratio": [],
+                },
+            )
+            entry["t"].append(
+                row["bucket"].timestamp()
+                if row["bucket"].tzinfo
+                else (row["bucket"] - datetime(1970, 1, 1)).total_seconds()
+            )
+            for key in ("reported_util_ratio", "sm_active_ratio", "tensor_active_ratio"):
+                entry[key].append(row[key])
+        return {
+            "job_id": job_id,
+            "bucket_seconds": bucket,
+            "series": [
+                {"node": node, "gpu": gpu, **values}
+                for (node, gpu), values in sorted(series.items())
+            ],
+        }
+
+    def cluster_state(
+        self, principal: Principal, *, now: datetime | None = None
+    ) -> reports.ClusterState:
+        """Every GPU's latest state as ``principal`` may see it, and collector health."""
+        return reports.cluster_state(
+            self.store,
+            principal,
+            node_gpus=[(gpu.node, gpu.index) for gpu in self.topology.gpus],
+            now=now or reports.utcnow(),
+            scrape_interval_seconds=self.settings.scrape_interval_seconds,
+        )
+
+    def live_window(self) -> timedelta:
+        return timedelta(seconds=max(30.0, 3 * self.settings.scrape_interval_seconds))

@@ -91,4 +91,16 @@ CREATE TABLE account_memberships (
 );
 """,
     ),
+    Migration(
+        2,
+        "job aliases: raw Slurm ids of array tasks and het components",
+        """
+CREATE TABLE job_aliases (
+    raw_job_id VARCHAR NOT NULL,
+    job_id VARCHAR NOT NULL,
+    cluster VARCHAR,
+    PRIMARY KEY (raw_job_id)
+);
+""",
+    ),
 )

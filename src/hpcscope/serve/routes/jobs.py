@@ -1,0 +1,70 @@
+"""Job pages and their JSON twins: the list, one job, its per-GPU time series."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from starlette.responses import Response
+
+from hpcscope.model.access import Principal
+from hpcscope.serve.auth import require_principal, service_of
+from hpcscope.serve.templating import render
+
+router = APIRouter()
+
+PrincipalDep = Annotated[Principal, Depends(require_principal)]
+
+
+@router.get("/jobs")
+def jobs_page(request: Request, principal: PrincipalDep) -> Response:
+    service = service_of(request)
+    reports = service.job_reports(principal)
+    return render(
+        request,
+        "jobs.html",
+        {"reports": reports, "topology": service.topology},
+        principal=principal,
+    )
+
+
+@router.get("/api/jobs")
+def jobs_json(request: Request, principal: PrincipalDep) -> dict[str, Any]:
+    """Every job you may see: reported vs real, GPU-hours, cost, verdict (newest first)."""
+    reports = service_of(request).job_reports(principal)
+    return {"jobs": [report.to_dict() for report in reports]}
+
+
+@router.get("/jobs/{job_id}")
+def job_page(request: Request, job_id: str, principal: PrincipalDep) -> Response:
+    service = service_of(request)
+    report = service.job_report(principal, job_id)
+    if report is None:
+        return render(
+            request,
+            "not_found.html",
+            {"what": f"job {job_id}"},
+            principal=principal,
+            status_code=404,
+        )
+    return render(
+        request, "job.html", {"report": report, "topology": service.topology}, principal=principal
+    )
+
+
+@router.get("/api/jobs/{job_id}")
+def job_json(request: Request, job_id: str, principal: PrincipalDep) -> dict[str, Any]:
+    """One job's report; 404 when it does not exist or you may not see it."""
+    report = service_of(request).job_report(principal, job_id)
+    if report is None:
+        raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
+    return report.to_dict()
+
+
+@router.get("/api/jobs/{job_id}/timeseries")
+def job_timeseries_json(request: Request, job_id: str, principal: PrincipalDep) -> dict[str, Any]:
+    """Per-GPU reported vs real efficiency over time, downsampled on the server."""
+    series = service_of(request).job_timeseries(principal, job_id)
+    if series is None:
+        raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
+    return series

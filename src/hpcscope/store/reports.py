@@ -1,0 +1,148 @@
+"""Queries behind the job reports, the cluster overview and the collector's own health.
+
+Every query that returns job data takes a :class:`JobScope` and applies it in SQL: samples are
+visible only through a job the scope admits; samples of a job the scheduler has not described
+(no row in ``jobs``) are visible to admins only (deny by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import pyarrow as pa
+
+from hpcscope.model.access import JobScope
+from hpcscope.store.duck import Store
+
+_SAMPLE_COLUMNS = "s.*"
+
+
+def _job_filter(scope: JobScope, alias: str = "j") -> tuple[str, list[object]]:
+    where, params = Store.scope_sql(
+        scope, user_column=f'{alias}."user"', account_column=f"{alias}.account"
+    )
+    return where, params
+
+
+def visible_jobs(store: Store, scope: JobScope, *, limit: int = 1000) -> pa.Table:
+    """Scheduler records of the jobs ``scope`` admits, newest first."""
+    where, params = _job_filter(scope)
+    return store.query(
+        f"SELECT * FROM jobs j WHERE {where} "
+        "ORDER BY coalesce(j.start_time, j.submit_time) DESC NULLS LAST, j.job_id DESC "
+        f"LIMIT {int(limit)}",
+        params,
+    )
+
+
+def job_ids_in_samples(store: Store, scope: JobScope, *, since: datetime) -> list[str]:
+    """Job ids seen in GPU samples since ``since`` that ``scope`` admits.
+
+    Admins also see ids that have no scheduler record (a GPU in use by a job Slurm does not
+    know is itself a finding)."""
+    if scope.all_jobs:
+        rows = store.query(
+            "SELECT DISTINCT job_id FROM gpu_samples WHERE ts >= ? AND job_id IS NOT NULL", [since]
+        )
+    else:
+        where, params = _job_filter(scope)
+        rows = store.query(
+            "SELECT DISTINCT s.job_id FROM gpu_samples s JOIN jobs j ON j.job_id = s.job_id "
+            f"WHERE s.ts >= ? AND {where}",
+            [since, *params],
+        )
+    return [str(v) for v in rows.column("job_id").to_pylist()]
+
+
+def job_record(store: Store, job_id: str, scope: JobScope) -> pa.Table:
+    """The scheduler record of ``job_id`` if ``scope`` admits it (0 or 1 row)."""
+    where, params = _job_filter(scope)
+    return store.query(f"SELECT * FROM jobs j WHERE j.job_id = ? AND {where}", [job_id, *params])
+
+
+def samples_for_jobs(
+    store: Store,
+    job_ids: Sequence[str],
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> pa.Table:
+    """GPU samples of the given jobs (the caller has already checked visibility)."""
+    if not job_ids:
+        return store.query("SELECT * FROM gpu_samples WHERE FALSE")
+    clauses = [f"job_id IN ({', '.join('?' for _ in job_ids)})"]
+    params: list[object] = list(job_ids)
+    if since is not None:
+        clauses.append("ts >= ?")
+        params.append(since)
+    if until is not None:
+        clauses.append("ts <= ?")
+        params.append(until)
+    return store.query(f"SELECT * FROM gpu_samples WHERE {' AND '.join(clauses)}", params)
+
+
+def latest_gpu_samples(store: Store, *, since: datetime) -> pa.Table:
+    """The last sample of every (node, GPU, instance, job) since ``since``, with the job's
+    user and account when the scheduler knows the job. Callers redact by scope."""
+    return store.query(
+        'SELECT s.*, j."user" AS job_user, j.account AS job_account, j.name AS job_name '
+        "FROM (SELECT * FROM gpu_samples WHERE ts >= ? "
+        "      QUALIFY row_number() OVER (PARTITION BY node, gpu, gpu_instance_id, job_id "
+        "                                 ORDER BY ts DESC) = 1) s "
+        "LEFT JOIN jobs j ON j.job_id = s.job_id "
+        "ORDER BY s.node, s.gpu, s.gpu_instance_id, s.job_id",
+        [since],
+    )
+
+
+def gpu_timeseries(
+    store: Store, job_id: str, *, bucket_seconds: int, since: datetime | None = None
+) -> pa.Table:
+    """Per GPU of a job, reported and real efficiency averaged in time buckets (downsampled on
+    the server: a chart never receives raw per-second points)."""
+    params: list[object] = [job_id]
+    window = ""
+    if since is not None:
+        window = " AND ts >= ?"
+        params.append(since)
+    return store.query(
+        f"SELECT time_bucket(INTERVAL '{int(bucket_seconds)} seconds', ts) AS bucket, node, gpu, "
+        "avg(gpu_util_ratio) AS reported_util_ratio, avg(sm_active_ratio) AS sm_active_ratio, "
+        "avg(tensor_active_ratio) AS tensor_active_ratio "
+        f"FROM gpu_samples WHERE job_id = ?{window} "
+        "GROUP BY ALL ORDER BY bucket, node, gpu",
+        params,
+    )
+
+
+def sample_time_range(store: Store, job_id: str) -> tuple[datetime | None, datetime | None]:
+    """First and last sample time of a job."""
+    row = store.query(
+        "SELECT min(ts) AS first, max(ts) AS last FROM gpu_samples WHERE job_id = ?", [job_id]
+    ).to_pylist()[0]
+    return row["first"], row["last"]
+
+
+def scrape_health(store: Store, *, since: datetime) -> pa.Table:
+    """Per target: last attempt, last success, failures since the last success, last error."""
+    return store.query(
+        "WITH recent AS (SELECT * FROM scrapes WHERE ts >= ?), "
+        "last_ok AS (SELECT target, max(ts) AS last_success FROM recent WHERE ok "
+        "            GROUP BY target) "
+        "SELECT r.target, any_value(r.exporter) AS exporter, any_value(r.node) AS node, "
+        "max(r.ts) AS last_attempt, any_value(l.last_success) AS last_success, "
+        "count(*) FILTER (WHERE NOT r.ok AND (l.last_success IS NULL OR r.ts > l.last_success))"
+        "  AS failures_since_success, "
+        "arg_max(r.error, r.ts) AS last_error, arg_max(r.duration_seconds, r.ts) AS "
+        "last_duration_seconds, arg_max(r.samples, r.ts) AS last_samples, "
+        "sum(r.rejected_lines) AS rejected_lines "
+        "FROM recent r LEFT JOIN last_ok l ON l.target = r.target "
+        "GROUP BY r.target ORDER BY r.target",
+        [since],
+    )
+
+
+def collection_gaps(store: Store, *, since: datetime) -> pa.Table:
+    """Recorded collection gaps that end after ``since``."""
+    return store.query("SELECT * FROM collection_gaps WHERE end_ts >= ? ORDER BY start_ts", [since])

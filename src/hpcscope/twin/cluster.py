@@ -1,0 +1,273 @@
+"""The running twin: scheduler, per-node dcgm-exporter endpoints and slurmrestd, on loopback.
+
+:class:`TwinCluster` starts one HTTP server per node serving ``/metrics`` (dcgm-exporter format)
+and one serving ``/slurm/v0.0.40/jobs`` (slurmrestd format), advances the simulated scheduler on
+a background thread, and writes a Prometheus ``file_sd`` targets file so that any scraper —
+hpcscope's collector or a real Prometheus — finds the endpoints. Simulated time runs at
+``speed`` times real time from the moment the twin starts.
+
+State directory layout::
+
+    <state_dir>/targets.json            file_sd: dcgm endpoints (labels: node, exporter)
+    <state_dir>/twin.json               ports, slurmrestd URL and settings of this run
+    <state_dir>/nodes/<node>/hpc-job-mapping/<gpu>   what the Slurm prolog writes
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from hpcscope.model.topology import Topology
+from hpcscope.twin.dcgm import DcgmEndpoint
+from hpcscope.twin.scheduler import JobState, Scheduler
+from hpcscope.twin.slurmrestd import jobs_response
+from hpcscope.twin.workloads import TimeShares, shares_for
+
+log = logging.getLogger(__name__)
+
+Route = Callable[[], tuple[int, str, bytes]]
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def serve_routes(
+    host: str, port: int, routes: dict[str, Route]
+) -> tuple[_Server, threading.Thread]:
+    """Serve GET ``routes`` (path -> callable returning status, content type, body)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            route = routes.get(self.path.split("?", 1)[0])
+            if route is None:
+                status, content_type, body = 404, "text/plain", b"not found\n"
+            else:
+                try:
+                    status, content_type, body = route()
+                except Exception as exc:  # an endpoint bug must not kill the server
+                    log.exception("twin endpoint %s failed", self.path)
+                    status, content_type, body = 500, "text/plain", f"{exc}\n".encode()
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("twin http %s", format % args)
+
+    server = _Server((host, port), Handler)
+    thread = threading.Thread(target=server.serve_forever, name=f"twin-http-{port}", daemon=True)
+    thread.start()
+    return server, thread
+
+
+class TwinCluster:
+    """A simulated cluster emitting real formats on loopback.
+
+    Args:
+        topology: the cluster to simulate.
+        state_dir: where mapping files, the targets file and run info go.
+        seed: seeds arrivals, profiles and counter noise (same seed, same run).
+        speed: simulated seconds per real second.
+        host: listen address (loopback by default).
+        base_port: first port of the per-node dcgm endpoints (0: ephemeral ports).
+        scenario: ``"demo"`` submits one job per workload profile at start; ``"empty"`` none.
+        arrivals_per_hour: mean rate of new random jobs (simulated hours).
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        state_dir: Path,
+        *,
+        seed: int = 42,
+        speed: float = 1.0,
+        host: str = "127.0.0.1",
+        base_port: int = 0,
+        scenario: str = "demo",
+        arrivals_per_hour: float = 20.0,
+    ) -> None:
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self.topology = topology
+        self.state_dir = state_dir
+        self.seed = seed
+        self.speed = speed
+        self.host = host
+        self.base_port = base_port
+        self.scenario = scenario
+        self._start_wall = time.time()
+        self._start_monotonic = time.monotonic()
+        self.scheduler = Scheduler(
+            topology,
+            state_dir / "nodes",
+            start_time=self._start_wall,
+            seed=seed,
+            arrivals_per_hour=arrivals_per_hour,
+        )
+        self._lock = threading.RLock()
+        self._servers: list[_Server] = []
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        self.dcgm_ports: dict[str, int] = {}
+        self.slurmrestd_port: int | None = None
+
+    def now(self) -> float:
+        """Simulated epoch seconds."""
+        return self._start_wall + (time.monotonic() - self._start_monotonic) * self.speed
+
+    def mapping_dir(self, node: str) -> Path:
+        return self.scheduler.mapping_dir(node)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            if self.scenario == "demo":
+                self.scheduler.submit_demo_scenario()
+            elif self.scenario != "empty":
+                raise ValueError(f"unknown scenario {self.scenario!r}")
+            self.scheduler.tick(self.now())
+        for offset, node in enumerate(self.topology.nodes):
+            endpoint = DcgmEndpoint(
+                node.name,
+                node.gpus,
+                self.mapping_dir(node.name),
+                shares=self._shares_source(node.name),
+                clock=self.now,
+                seed=self.seed * 1000 + offset,
+                xid_source=self._xid_source(node.name),
+            )
+            port = self.base_port + offset if self.base_port else 0
+            server, _ = serve_routes(self.host, port, {"/metrics": self._metrics_route(endpoint)})
+            self._servers.append(server)
+            self.dcgm_ports[node.name] = server.server_address[1]
+        rest_port = self.base_port + len(self.topology.nodes) if self.base_port else 0
+        rest, _ = serve_routes(self.host, rest_port, {"/slurm/v0.0.40/jobs": self._jobs_route})
+        self._servers.append(rest)
+        self.slurmrestd_port = rest.server_address[1]
+        self._write_run_files()
+        self._ticker = threading.Thread(target=self._tick_loop, name="twin-scheduler", daemon=True)
+        self._ticker.start()
+        log.info(
+            "twin %s started: %d dcgm endpoints, slurmrestd on %s:%s, speed x%g",
+            self.topology.name,
+            len(self.dcgm_ports),
+            self.host,
+            self.slurmrestd_port,
+            self.speed,
+        )
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+        self._servers.clear()
+
+    def __enter__(self) -> TwinCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(0.25):
+            with self._lock:
+                self.scheduler.tick(self.now())
+
+    # ------------------------------------------------------------------ endpoints
+
+    def _shares_source(self, node: str) -> Callable[[int], TimeShares | None]:
+        def shares(gpu_index: int) -> TimeShares | None:
+            with self._lock:
+                self.scheduler.tick(self.now())
+                job = self.scheduler.running_on(node).get(gpu_index)
+                if job is None:
+                    return None
+                position = job.allocation.index((node, gpu_index))
+                memory = self.topology.node(node).gpus[gpu_index].model.memory_bytes
+                return shares_for(
+                    job.profile,
+                    gpu_index=position,
+                    straggler_gpu=job.straggler_gpu,
+                    memory_bytes=memory,
+                )
+
+        return shares
+
+    def _xid_source(self, node: str) -> Callable[[int], int]:
+        def xid(gpu_index: int) -> int:
+            with self._lock:
+                for job in self.scheduler.jobs.values():
+                    if job.state is JobState.FAILED and self.scheduler.failing_gpu(job) == (
+                        node,
+                        gpu_index,
+                    ):
+                        return job.xid or 0
+            return 0
+
+        return xid
+
+    @staticmethod
+    def _metrics_route(endpoint: DcgmEndpoint) -> Route:
+        def route() -> tuple[int, str, bytes]:
+            return 200, "text/plain; version=0.0.4; charset=utf-8", endpoint.collect().encode()
+
+        return route
+
+    def _jobs_route(self) -> tuple[int, str, bytes]:
+        with self._lock:
+            self.scheduler.tick(self.now())
+            body = jobs_response(
+                self.scheduler.visible_jobs(),
+                cluster=self.topology.slurm_cluster_name,
+                now=self.now(),
+            )
+        return 200, "application/json", json.dumps(body).encode()
+
+    # ------------------------------------------------------------------ discovery
+
+    def targets(self) -> list[dict[str, Any]]:
+        """Prometheus file_sd entries for every endpoint of the twin."""
+        return [
+            {"targets": [f"{self.host}:{port}"], "labels": {"exporter": "dcgm", "node": node}}
+            for node, port in self.dcgm_ports.items()
+        ]
+
+    @property
+    def slurmrestd_url(self) -> str:
+        return f"http://{self.host}:{self.slurmrestd_port}"
+
+    def _write_run_files(self) -> None:
+        (self.state_dir / "targets.json").write_text(json.dumps(self.targets(), indent=2))
+        (self.state_dir / "twin.json").write_text(
+            json.dumps(
+                {
+                    "topology": self.topology.name,
+                    "seed": self.seed,
+                    "speed": self.speed,
+                    "dcgm_ports": self.dcgm_ports,
+                    "slurmrestd_port": self.slurmrestd_port,
+                    "slurmrestd_url": self.slurmrestd_url,
+                    "started_at": self._start_wall,
+                },
+                indent=2,
+            )
+        )

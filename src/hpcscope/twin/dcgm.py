@@ -1,0 +1,275 @@
+"""A dcgm-exporter-compatible ``/metrics`` page for one twin node.
+
+The page has what dcgm-exporter 4.x prints: ``# HELP``/``# TYPE`` per family, then one line per
+GPU with the labels in the exporter's order (``gpu``, ``UUID``, ``pci_bus_id``, ``device``,
+``modelName``, ``hostname``, ``DCGM_FI_DRIVER_VERSION`` and, when the job mapping names jobs,
+``hpc_job``), integer fields printed as integers and float fields as Go's ``%f``. Like the real
+exporter, it lists the hpc-job-mapping directory on every collection and copies every series of a
+GPU once per job id found in that GPU's file.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hpcscope.model.topology import Gpu
+from hpcscope.twin import mapping
+from hpcscope.twin.workloads import GpuCounters, GpuPhysics, TimeShares
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    name: str
+    type: str
+    help: str
+    attribute: str
+    is_float: bool
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "sm_clock_mhz", False),
+    Family(
+        "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "mem_clock_mhz", False
+    ),
+    Family(
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "gauge",
+        "Memory temperature (in C).",
+        "memory_temp_celsius",
+        False,
+    ),
+    Family("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "gpu_temp_celsius", False),
+    Family("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power_watts", True),
+    Family(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "Total energy consumption since boot (in mJ).",
+        "energy_millijoules",
+        False,
+    ),
+    Family("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "gpu_util_percent", False),
+    Family(
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "gauge",
+        "Memory utilization (in %).",
+        "mem_copy_util_percent",
+        False,
+    ),
+    Family(
+        "DCGM_FI_DEV_XID_ERRORS",
+        "gauge",
+        "Value of the last XID error encountered.",
+        "xid_last",
+        False,
+    ),
+    Family(
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+        "gauge",
+        "Current clock throttle reasons (bitmask).",
+        "clock_throttle_reasons",
+        False,
+    ),
+    Family(
+        "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "fb_free_mib", False
+    ),
+    Family(
+        "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "fb_used_mib", False
+    ),
+    Family(
+        "DCGM_FI_DEV_FB_RESERVED",
+        "gauge",
+        "Framebuffer memory reserved (in MiB).",
+        "fb_reserved_mib",
+        False,
+    ),
+    Family(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "gauge",
+        "Ratio of time the graphics engine is active.",
+        "gr_engine_active_ratio",
+        True,
+    ),
+    Family(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "gauge",
+        "The ratio of cycles an SM has at least 1 warp assigned.",
+        "sm_active_ratio",
+        True,
+    ),
+    Family(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "gauge",
+        "The ratio of number of warps resident on an SM.",
+        "sm_occupancy_ratio",
+        True,
+    ),
+    Family(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        "tensor_active_ratio",
+        True,
+    ),
+    Family(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        "dram_active_ratio",
+        True,
+    ),
+    Family(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over the PCIe bus "
+        "- including both protocol headers and data payloads - in bytes per second.",
+        "pcie_tx_bytes_per_second",
+        True,
+    ),
+    Family(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "gauge",
+        "The rate of data received over the PCIe bus - "
+        "including both protocol headers and data payloads - in bytes per second.",
+        "pcie_rx_bytes_per_second",
+        True,
+    ),
+    Family(
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over NVLink, "
+        "not including protocol headers, in bytes per second.",
+        "nvlink_tx_bytes_per_second",
+        True,
+    ),
+    Family(
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "gauge",
+        "The rate of data received over NVLink, not "
+        "including protocol headers, in bytes per second.",
+        "nvlink_rx_bytes_per_second",
+        True,
+    ),
+)
+
+
+def _value(counters: GpuCounters, family: Family) -> str:
+    if family.attribute == "mem_copy_util_percent":
+        return str(round(counters.dram_active_ratio * 100))
+    value = getattr(counters, family.attribute)
+    return f"{value:f}" if family.is_float else str(int(value))
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_page(
+    gpus: Sequence[Gpu],
+    counters: Mapping[int, GpuCounters],
+    jobs_by_gpu: Mapping[str, Sequence[str]],
+    *,
+    hostname: str,
+    driver_version: str = "550.127.08",
+) -> str:
+    """Render a dcgm-exporter page.
+
+    Args:
+        gpus: the node's GPUs, in index order.
+        counters: GPU index -> counters at this collection.
+        jobs_by_gpu: the mapping directory's content (GPU key -> job ids, one series copy each).
+        hostname: the ``hostname`` label value.
+    """
+    label_sets: list[tuple[int, str]] = []
+    for gpu in gpus:
+        base = (
+            f'gpu="{gpu.index}",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",'
+            f'device="{gpu.device}",modelName="{_escape(gpu.model.name)}",'
+            f'hostname="{_escape(hostname)}",DCGM_FI_DRIVER_VERSION="{driver_version}"'
+        )
+        jobs = jobs_by_gpu.get(str(gpu.index))
+        if jobs:
+            label_sets.extend((gpu.index, f'{base},hpc_job="{_escape(job)}"') for job in jobs)
+        else:
+            label_sets.append((gpu.index, base))
+    lines: list[str] = []
+    for family in FAMILIES:
+        lines.append(f"# HELP {family.name} {family.help}")
+        lines.append(f"# TYPE {family.name} {family.type}")
+        for index, labels in label_sets:
+            lines.append(f"{family.name}{{{labels}}} {_value(counters[index], family)}")
+    xid_lines = [
+        f'DCGM_EXP_XID_ERRORS_COUNT{{{labels},xid="{counters[index].xid_last}"}} 1'
+        for index, labels in label_sets
+        if counters[index].xid_last
+    ]
+    if xid_lines:
+        lines.append(
+            "# HELP DCGM_EXP_XID_ERRORS_COUNT Count of XID Errors within user-specified "
+            "time window (see xid-count-window-size param)."
+        )
+        lines.append("# TYPE DCGM_EXP_XID_ERRORS_COUNT gauge")
+        lines.extend(xid_lines)
+    return "\n".join(lines) + "\n"
+
+
+SharesSource = Callable[[int], TimeShares | None]
+"""GPU index -> what the GPU is doing now (None: no job on it)."""
+
+
+class DcgmEndpoint:
+    """The live state behind one node's page: GPU physics advanced at each collection.
+
+    Args:
+        node: host name (the ``hostname`` label).
+        gpus: the node's GPUs.
+        mapping_dir: the hpc-job-mapping directory read on every collection.
+        shares: what each GPU is doing (from the twin's scheduler, or a fixed profile).
+        clock: simulated time source (epoch seconds).
+        seed: noise seed.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        gpus: Sequence[Gpu],
+        mapping_dir: str | object,
+        *,
+        shares: SharesSource,
+        clock: Callable[[], float] = time.time,
+        seed: int = 0,
+        xid_source: Callable[[int], int] | None = None,
+    ) -> None:
+        from pathlib import Path
+
+        self.node = node
+        self.gpus = tuple(gpus)
+        self.mapping_dir = Path(str(mapping_dir))
+        self._shares = shares
+        self._clock = clock
+        self._xid_source = xid_source
+        self._physics = {gpu.index: GpuPhysics(gpu.model) for gpu in self.gpus}
+        self._last = clock()
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+
+    def collect(self) -> str:
+        """Advance the GPUs to now and render the page (what one scrape returns)."""
+        with self._lock:
+            now = self._clock()
+            dt = max(0.0, now - self._last)
+            self._last = now
+            counters: dict[int, GpuCounters] = {}
+            for gpu in self.gpus:
+                physics = self._physics[gpu.index]
+                if self._xid_source is not None:
+                    physics.xid_last = self._xid_source(gpu.index) or physics.xid_last
+                counters[gpu.index] = physics.step(
+                    self._shares(gpu.index), dt_seconds=dt, rng=self._rng
+                )
+            jobs = mapping.read_mapping(self.mapping_dir)
+        return render_page(self.gpus, counters, jobs, hostname=self.node)

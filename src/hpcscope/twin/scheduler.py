@@ -1,0 +1,339 @@
+"""The twin's simulated Slurm: queue, allocation, job lifecycle, prolog/epilog side effects.
+
+Jobs from several users and accounts arrive over simulated time, wait in the queue, get GPUs
+(first fit, whole jobs on one node up to a node's GPU count, larger jobs over whole nodes),
+run with a workload profile, and end (completed, failed with an Xid, cancelled by time limit).
+On start the scheduler does what the Slurm prolog does: it writes the job id into the
+hpc-job-mapping file of each allocated GPU; on end, what the epilog does: it removes only that
+job's line. Everything is deterministic under the seed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+import numpy as np
+
+from hpcscope.model.topology import Topology
+from hpcscope.twin import mapping
+from hpcscope.twin.workloads import Profile
+
+log = logging.getLogger(__name__)
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+
+
+@dataclass
+class SimJob:
+    """One job of the simulated scheduler (times in simulated epoch seconds)."""
+
+    job_id: int
+    name: str
+    user: str
+    account: str
+    profile: Profile
+    gpus: int
+    duration_seconds: float
+    submit_time: float
+    partition: str = "gpu"
+    qos: str = "normal"
+    time_limit_minutes: int = 24 * 60
+    straggler_gpu: int | None = None  # index within the job's GPU list
+    fail_after_seconds: float | None = None
+    xid: int | None = None
+    state: JobState = JobState.PENDING
+    start_time: float | None = None
+    end_time: float | None = None
+    exit_code: int = 0
+    allocation: list[tuple[str, int]] = field(default_factory=list)  # (node, gpu index)
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted({node for node, _ in self.allocation})
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    account: str
+    users: tuple[str, ...]
+
+
+DEFAULT_TEAMS = (
+    Team("vision", ("alice",)),
+    Team("nlp", ("bob",)),
+    Team("speech", ("dave",)),
+)
+
+_JOB_NAMES = {
+    Profile.HEALTHY: ("llama-ft", "vit-pretrain", "whisper-train", "diffusion-xl", "moe-sweep"),
+    Profile.DATA_STARVED: ("bert-finetune", "clip-laion-stream", "video-mae"),
+    Profile.STRAGGLER: ("llama-7b-pretrain", "gpt-neox-20b", "t5-xxl"),
+    Profile.IDLE_ALLOCATED: ("jupyter-debug", "interactive", "vscode-tunnel"),
+    Profile.FAILED: ("vit-sweep", "rl-rollout", "eval-harness"),
+}
+
+_XIDS = (79, 48, 94, 31)
+
+
+class Scheduler:
+    """A deterministic simulated Slurm over a topology.
+
+    Args:
+        topology: the cluster.
+        mapping_root: directory holding ``<node>/hpc-job-mapping/`` for each node.
+        start_time: simulated epoch seconds at which the scheduler starts.
+        seed: the random seed of arrivals, profiles and noise.
+        arrivals_per_hour: mean rate of new jobs after the initial scenario.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        mapping_root: Path,
+        *,
+        start_time: float,
+        seed: int = 42,
+        arrivals_per_hour: float = 20.0,
+        teams: tuple[Team, ...] = DEFAULT_TEAMS,
+        first_job_id: int = 41230,
+    ) -> None:
+        self.topology = topology
+        self.mapping_root = mapping_root
+        self.rng = np.random.default_rng(seed)
+        self.teams = teams
+        self.arrivals_per_hour = arrivals_per_hour
+        self.jobs: dict[int, SimJob] = {}
+        self._next_id = first_job_id
+        self._free: dict[str, set[int]] = {
+            n.name: {g.index for g in n.gpus} for n in topology.nodes
+        }
+        self._next_arrival = start_time + self._interarrival()
+        self.now = start_time
+        for node in topology.nodes:
+            self.mapping_dir(node.name).mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------------ submission
+
+    def mapping_dir(self, node: str) -> Path:
+        """The node's hpc-job-mapping directory (what dcgm-exporter is pointed at)."""
+        return self.mapping_root / node / "hpc-job-mapping"
+
+    def submit(
+        self,
+        *,
+        name: str,
+        user: str,
+        account: str,
+        profile: Profile,
+        gpus: int,
+        duration_seconds: float,
+        straggler_gpu: int | None = None,
+        fail_after_seconds: float | None = None,
+        submit_time: float | None = None,
+    ) -> SimJob:
+        """Queue a job; it starts on the next :meth:`tick` that finds free GPUs."""
+        job = SimJob(
+            job_id=self._next_id,
+            name=name,
+            user=user,
+            account=account,
+            profile=profile,
+            gpus=gpus,
+            duration_seconds=duration_seconds,
+            submit_time=self.now if submit_time is None else submit_time,
+            straggler_gpu=straggler_gpu,
+            fail_after_seconds=fail_after_seconds,
+        )
+        if profile is Profile.FAILED:
+            job.xid = int(self.rng.choice(_XIDS))
+            if job.fail_after_seconds is None:
+                job.fail_after_seconds = float(self.rng.uniform(60, 600))
+        self._next_id += 1
+        self.jobs[job.job_id] = job
+        return job
+
+    def submit_demo_scenario(self) -> list[SimJob]:
+        """The demo's opening jobs, one per workload profile, filling the 2 x 8 cluster.
+
+        gpu01: an 8-GPU pretraining job whose GPU 2 is a thermally throttled straggler.
+        gpu02: the seeds' data-starved job (87 % reported, 19 % real) on 4 GPUs, a healthy
+        2-GPU job, an allocated-but-idle interactive job, and a job that will fail with an Xid.
+        """
+        hours = 3600.0
+        return [
+            self.submit(
+                name="llama-7b-pretrain",
+                user="alice",
+                account="vision",
+                profile=Profile.STRAGGLER,
+                gpus=8,
+                duration_seconds=8 * hours,
+                straggler_gpu=2,
+            ),
+            self.submit(
+                name="bert-finetune",
+                user="bob",
+                account="nlp",
+                profile=Profile.DATA_STARVED,
+                gpus=4,
+                duration_seconds=8 * hours,
+            ),
+            self.submit(
+                name="whisper-train",
+                user="dave",
+                account="speech",
+                profile=Profile.HEALTHY,
+                gpus=2,
+                duration_seconds=8 * hours,
+            ),
+            self.submit(
+                name="jupyter-debug",
+                user="bob",
+                account="nlp",
+                profile=Profile.IDLE_ALLOCATED,
+                gpus=1,
+                duration_seconds=8 * hours,
+            ),
+            self.submit(
+                name="vit-sweep-17",
+                user="alice",
+                account="vision",
+                profile=Profile.FAILED,
+                gpus=1,
+                duration_seconds=2 * hours,
+                fail_after_seconds=120.0,
+            ),
+        ]
+
+    def _interarrival(self) -> float:
+        if self.arrivals_per_hour <= 0:
+            return float("inf")
+        return float(self.rng.exponential(3600.0 / self.arrivals_per_hour))
+
+    def _random_job(self) -> None:
+        profiles = list(Profile)
+        profile = profiles[int(self.rng.choice(len(profiles), p=[0.5, 0.15, 0.1, 0.15, 0.1]))]
+        team = self.teams[int(self.rng.integers(len(self.teams)))]
+        user = team.users[int(self.rng.integers(len(team.users)))]
+        names = _JOB_NAMES[profile]
+        gpus = int(self.rng.choice([1, 2, 4, 8], p=[0.35, 0.25, 0.25, 0.15]))
+        self.submit(
+            name=f"{names[int(self.rng.integers(len(names)))]}-{int(self.rng.integers(100))}",
+            user=user,
+            account=team.account,
+            profile=profile,
+            gpus=gpus,
+            duration_seconds=float(self.rng.uniform(600, 3 * 3600)),
+            straggler_gpu=int(self.rng.integers(gpus))
+            if profile is Profile.STRAGGLER and gpus > 1
+            else None,
+        )
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, now: float) -> list[SimJob]:
+        """Advance simulated time to ``now``: end, fail and start jobs. Returns changed jobs."""
+        self.now = now
+        changed: list[SimJob] = []
+        while self._next_arrival <= now:
+            self._random_job()
+            self._next_arrival += self._interarrival()
+        for job in list(self.jobs.values()):
+            if job.state is not JobState.RUNNING or job.start_time is None:
+                continue
+            if (
+                job.fail_after_seconds is not None
+                and now >= job.start_time + job.fail_after_seconds
+            ):
+                self._end(
+                    job, JobState.FAILED, job.start_time + job.fail_after_seconds, exit_code=1
+                )
+                changed.append(job)
+            elif now >= job.start_time + min(job.duration_seconds, job.time_limit_minutes * 60.0):
+                timeout = job.duration_seconds > job.time_limit_minutes * 60.0
+                self._end(
+                    job,
+                    JobState.TIMEOUT if timeout else JobState.COMPLETED,
+                    job.start_time + min(job.duration_seconds, job.time_limit_minutes * 60.0),
+                )
+                changed.append(job)
+        for job in sorted(self.jobs.values(), key=lambda j: (j.submit_time, j.job_id)):
+            if job.state is JobState.PENDING and self._try_start(job, now):
+                changed.append(job)
+        return changed
+
+    def _try_start(self, job: SimJob, now: float) -> bool:
+        allocation = self._find_gpus(job.gpus)
+        if allocation is None:
+            return False
+        job.allocation = allocation
+        job.state = JobState.RUNNING
+        job.start_time = now
+        for node, gpu in allocation:
+            self._free[node].discard(gpu)
+            mapping.add_job(self.mapping_dir(node), str(gpu), str(job.job_id))  # the prolog
+        log.info(
+            "twin: job %s (%s, %s) started on %s",
+            job.job_id,
+            job.user,
+            job.profile,
+            ",".join(f"{n}:{g}" for n, g in allocation),
+        )
+        return True
+
+    def _find_gpus(self, count: int) -> list[tuple[str, int]] | None:
+        per_node = max(len(n.gpus) for n in self.topology.nodes)
+        if count <= per_node:
+            for node in self.topology.nodes:
+                free = sorted(self._free[node.name])
+                if len(free) >= count:
+                    return [(node.name, g) for g in free[:count]]
+            return None
+        needed = -(-count // per_node)
+        whole = [n for n in self.topology.nodes if len(self._free[n.name]) == len(n.gpus)]
+        if len(whole) < needed:
+            return None
+        allocation = [(n.name, g.index) for n in whole[:needed] for g in n.gpus]
+        return allocation[:count]
+
+    def _end(self, job: SimJob, state: JobState, end_time: float, *, exit_code: int = 0) -> None:
+        job.state = state
+        job.end_time = end_time
+        job.exit_code = exit_code
+        for node, gpu in job.allocation:
+            self._free[node].add(gpu)
+            mapping.remove_job(self.mapping_dir(node), str(gpu), str(job.job_id))  # the epilog
+        log.info("twin: job %s ended %s", job.job_id, state)
+
+    # ------------------------------------------------------------------ views
+
+    def running_on(self, node: str) -> dict[int, SimJob]:
+        """GPU index -> the running job that holds it, on ``node``."""
+        held: dict[int, SimJob] = {}
+        for job in self.jobs.values():
+            if job.state is JobState.RUNNING:
+                for job_node, gpu in job.allocation:
+                    if job_node == node:
+                        held[gpu] = job
+        return held
+
+    def failing_gpu(self, job: SimJob) -> tuple[str, int] | None:
+        """The GPU that raises the job's Xid (its first GPU), if the job fails."""
+        return job.allocation[0] if job.xid is not None and job.allocation else None
+
+    def visible_jobs(self, *, keep_finished_seconds: float = 3600.0) -> Iterable[SimJob]:
+        """Jobs slurmctld still reports: pending, running, and recently finished (MinJobAge)."""
+        for job in self.jobs.values():
+            if job.end_time is None or self.now - job.end_time <= keep_finished_seconds:
+                yield job
