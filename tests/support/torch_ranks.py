@@ -118,7 +118,6 @@ def generate(
 def _rank_main(rank: int, spec: dict[str, Any], out_dir: str) -> None:  # pragma: no cover
     import torch
     import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(spec["port"])
@@ -128,121 +127,132 @@ def _rank_main(rank: int, spec: dict[str, Any], out_dir: str) -> None:  # pragma
     torch.manual_seed(0)
 
     for raw in spec["scenarios"]:
-        inj = raw["injection"]
-        delay = inj["delay_seconds"] if inj and inj["rank"] == rank else 0.0
-        where = inj["phase"] if inj else None
-        injected: list[float] = []
-
-        work = dict(zip(PHASES, raw["work_seconds"], strict=True))
-
-        def pause(phase: str, seconds: float, share: float = 1.0, where: Any = where) -> None:
-            time.sleep(work[phase] * share)
-            if seconds > 0 and where == phase:
-                t0 = time.perf_counter()
-                time.sleep(seconds * share)
-                injected[-1] += time.perf_counter() - t0
-
-        class Data(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
-            def __init__(self) -> None:
-                self.x = torch.randn(4096, 64)
-                self.y = torch.randint(0, 10, (4096,))
-
-            def __len__(self) -> int:
-                return 4096
-
-            def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-                pause("data", delay, share=1 / 16)
-                return self.x[i], self.y[i]
-
-        class SlowBackward(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-                return x.view_as(x)
-
-            @staticmethod
-            def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-                pause("backward", delay)
-                return grad
-
-        class Net(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.a = torch.nn.Linear(64, 256)
-                self.b = torch.nn.Linear(256, 256)
-                self.c = torch.nn.Linear(256, 10)
-
-            def forward(self, x: torch.Tensor) -> torch.Tensor:
-                h = torch.relu(self.a(x))
-                pause("forward", delay)
-                h = SlowBackward.apply(torch.relu(self.b(h)))
-                return self.c(h)
-
-        class SlowSGD(torch.optim.SGD):
-            def step(self, closure: Any = None) -> Any:
-                pause("optimizer", delay)
-                return super().step(closure)
-
-        net = Net()
-        model: torch.nn.Module = (
-            torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.05)
-            if raw["mode"] == "ddp"
-            else net
-        )
-        if raw["mode"] != "ddp":
-            for p in net.parameters():
-                dist.broadcast(p.data, 0)
-        opt = SlowSGD(model.parameters(), lr=0.01)
-        loader = iter(torch.utils.data.DataLoader(Data(), batch_size=16))
-        annotate = raw["annotate"]
-
-        def region(label: str) -> Any:
-            import contextlib
-
-            return record_function(label) if annotate else contextlib.nullcontext()
-
-        target = Path(out_dir) / raw["name"]
-        target.mkdir(parents=True, exist_ok=True)
-        suffix = ".json.gz" if raw["gzip_rank0"] and rank == 0 else ".json"
-        trace_path = target / (
-            f"rank-{rank}{suffix}"
-            if rank % 2 == 0
-            else f"worker{rank}_step_{raw['steps']}.pt.trace{suffix}"
-        )
-        step_seconds: list[float] = []
-        dist.barrier()
-        with profile(
-            activities=[ProfilerActivity.CPU],
-            schedule=schedule(wait=1, warmup=1, active=raw["steps"]),
-            on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
-        ) as prof:
-            for _ in range(raw["steps"] + 2):
-                injected.append(0.0)
-                t0 = time.perf_counter()
-                with region("## data_load ##"):
-                    x, y = next(loader)
-                with region("## forward ##"):
-                    loss = torch.nn.functional.cross_entropy(model(x), y)
-                opt.zero_grad()
-                with region("## backward ##"):
-                    loss.backward()
-                if raw["mode"] != "ddp":
-                    for p in net.parameters():
-                        assert p.grad is not None
-                        dist.all_reduce(p.grad)
-                        p.grad /= world
-                with region("## optimizer ##"):
-                    opt.step()
-                step_seconds.append(time.perf_counter() - t0)
-                prof.step()
-        # the profiled steps are the last `steps` iterations
-        keep = raw["steps"]
-        truth_dir = Path(out_dir) / f"{raw['name']}.truth"
-        truth_dir.mkdir(exist_ok=True)
-        (truth_dir / f"{rank}.json").write_text(
-            json.dumps({"step_seconds": step_seconds[-keep:], "injected_seconds": injected[-keep:]})
-        )
-        dist.barrier()
+        _run_scenario(rank, world, raw, out_dir)
     dist.destroy_process_group()
+
+
+def _run_scenario(  # pragma: no cover
+    rank: int, world: int, raw: dict[str, Any], out_dir: str
+) -> None:
+    """One scenario on this rank: train under the profiler, write the trace and the truth."""
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    inj = raw["injection"]
+    delay = inj["delay_seconds"] if inj and inj["rank"] == rank else 0.0
+    where = inj["phase"] if inj else None
+    injected: list[float] = []
+
+    work = dict(zip(PHASES, raw["work_seconds"], strict=True))
+
+    def pause(phase: str, seconds: float, share: float = 1.0, where: Any = where) -> None:
+        time.sleep(work[phase] * share)
+        if seconds > 0 and where == phase:
+            t0 = time.perf_counter()
+            time.sleep(seconds * share)
+            injected[-1] += time.perf_counter() - t0
+
+    class Data(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
+        def __init__(self) -> None:
+            self.x = torch.randn(4096, 64)
+            self.y = torch.randint(0, 10, (4096,))
+
+        def __len__(self) -> int:
+            return 4096
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            pause("data", delay, share=1 / 16)
+            return self.x[i], self.y[i]
+
+    class SlowBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            pause("backward", delay)
+            return grad
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(64, 256)
+            self.b = torch.nn.Linear(256, 256)
+            self.c = torch.nn.Linear(256, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.relu(self.a(x))
+            pause("forward", delay)
+            h = SlowBackward.apply(torch.relu(self.b(h)))
+            return self.c(h)
+
+    class SlowSGD(torch.optim.SGD):
+        def step(self, closure: Any = None) -> Any:
+            pause("optimizer", delay)
+            return super().step(closure)
+
+    net = Net()
+    model: torch.nn.Module = (
+        torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.05)
+        if raw["mode"] == "ddp"
+        else net
+    )
+    if raw["mode"] != "ddp":
+        for p in net.parameters():
+            dist.broadcast(p.data, 0)
+    opt = SlowSGD(model.parameters(), lr=0.01)
+    loader = iter(torch.utils.data.DataLoader(Data(), batch_size=16))
+    annotate = raw["annotate"]
+
+    def region(label: str) -> Any:
+        import contextlib
+
+        return record_function(label) if annotate else contextlib.nullcontext()
+
+    target = Path(out_dir) / raw["name"]
+    target.mkdir(parents=True, exist_ok=True)
+    suffix = ".json.gz" if raw["gzip_rank0"] and rank == 0 else ".json"
+    trace_path = target / (
+        f"rank-{rank}{suffix}"
+        if rank % 2 == 0
+        else f"worker{rank}_step_{raw['steps']}.pt.trace{suffix}"
+    )
+    step_seconds: list[float] = []
+    dist.barrier()
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=raw["steps"]),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
+    ) as prof:
+        for _ in range(raw["steps"] + 2):
+            injected.append(0.0)
+            t0 = time.perf_counter()
+            with region("## data_load ##"):
+                x, y = next(loader)
+            with region("## forward ##"):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            with region("## backward ##"):
+                loss.backward()
+            if raw["mode"] != "ddp":
+                for p in net.parameters():
+                    assert p.grad is not None
+                    dist.all_reduce(p.grad)
+                    p.grad /= world
+            with region("## optimizer ##"):
+                opt.step()
+            step_seconds.append(time.perf_counter() - t0)
+            prof.step()
+    # the profiled steps are the last `steps` iterations
+    keep = raw["steps"]
+    truth_dir = Path(out_dir) / f"{raw['name']}.truth"
+    truth_dir.mkdir(exist_ok=True)
+    (truth_dir / f"{rank}.json").write_text(
+        json.dumps({"step_seconds": step_seconds[-keep:], "injected_seconds": injected[-keep:]})
+    )
+    dist.barrier()
 
 
 def main() -> None:  # pragma: no cover

@@ -85,8 +85,8 @@ def _print_human(doc: dict[str, object]) -> None:
     ]
     columns = ["rank", "step ms", *[f"{p} ms" for p in PHASES], "score"]
     print_table(
-        f"Mean milliseconds per step over {doc['steps']} steps (score: fastest median busy time "
-        "/ this rank's, 1 = fastest)",
+        f"Mean milliseconds per step over {doc['steps']} steps (score: peers' median busy time "
+        "/ this rank's; 1 = as fast as its peers, below 0.75 a straggler by default)",
         columns,
         rows,
         numeric=columns[1:],
@@ -95,16 +95,20 @@ def _print_human(doc: dict[str, object]) -> None:
     if not stragglers:
         console.print("No straggler: every rank's score is at or above the threshold.")
     for s in stragglers:
+        phase_excess: dict[str, float] = s["phase_excess_seconds_per_step"]  # type: ignore[assignment]
         console.print(
-            f"[bold]Straggler: rank {s['rank']}[/] — {s['phase']} is "
-            f"{_ms(s['excess_seconds_per_step'])} ms/step slower than its peers' median "  # type: ignore[arg-type]
-            f"(score {s['score']}). Hint: {s['hint']}"
+            f"[bold]Straggler: rank {s['rank']}[/] is {_ms(s['excess_seconds_per_step'])} ms/step "  # type: ignore[arg-type]
+            f"slower than its peers' median (score {s['score']}); slowest phase: {s['phase']} "
+            f"(+{_ms(phase_excess[str(s['phase'])])} ms/step). Hint: {s['hint']}",
+            highlight=False,
         )
+        for item in s["evidence"]:  # type: ignore[attr-defined]
+            console.print(f"  evidence: {item['summary']}", highlight=False)
     what: dict[str, float] = doc["what_if"]  # type: ignore[assignment]
     share = what["worst_rank_share"]
     console.print(
-        f"What-if: actual step {_ms(what['actual_step_seconds'])} ms, ideal (every rank at the "
-        f"peer median of each phase) {_ms(what['ideal_step_seconds'])} ms, slowdown "
+        f"What-if: actual step {_ms(what['actual_step_seconds'])} ms, ideal (every rank at its "
+        f"peers' median busy time) {_ms(what['ideal_step_seconds'])} ms, slowdown "
         f"{what['slowdown']:.3f}x"
         + (
             f"; fixing rank {what['worst_rank']} alone removes {share * 100:.0f} % of it."

@@ -258,6 +258,8 @@ def to_json(
                 "phase_excess_seconds_per_step": {
                     k: _round(v) for k, v in s.phase_excess_seconds_per_step.items()
                 },
+                "unexplained_seconds_per_step": _round(s.unexplained_seconds_per_step),
+                "slow_steps_ratio": _round(s.slow_steps_ratio, 4),
                 "hint": s.hint,
                 "evidence": (evidence or {}).get(s.rank, []),
             }
