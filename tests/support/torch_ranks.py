@@ -7,7 +7,8 @@ truth each rank measured itself: its step wall times and the seconds actually sp
 injected delay.
 
 A scenario chooses DDP (bucketed AllReduce overlapping backward) or a manual AllReduce of
-every gradient after backward, with or without ``record_function`` phase annotations, and at
+the flattened gradients after backward (one collective per step, not overlapped), with or
+without ``record_function`` phase annotations, and at
 most one injection: a ``time.sleep`` of ``delay_seconds`` per step on one rank inside one phase
 (data: in ``Dataset.__getitem__``, so under ``DataLoader.__next__``; forward: between two layers;
 backward: in the backward of an identity autograd function; optimizer: in ``step``). Every rank
@@ -237,10 +238,16 @@ def _run_scenario(  # pragma: no cover
             with region("## backward ##"):
                 loss.backward()
             if raw["mode"] != "ddp":
-                for p in net.parameters():
-                    assert p.grad is not None
-                    dist.all_reduce(p.grad)
-                    p.grad /= world
+                # one AllReduce of the flattened gradients (a fusion buffer, as apex's
+                # flat_dist_call and Horovod do): one collective per step, after backward
+                grads = [p.grad for p in net.parameters() if p.grad is not None]
+                flat = torch._utils._flatten_dense_tensors(grads)
+                dist.all_reduce(flat)
+                flat /= world
+                for grad, reduced in zip(
+                    grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True
+                ):
+                    grad.copy_(reduced)
             with region("## optimizer ##"):
                 opt.step()
             step_seconds.append(time.perf_counter() - t0)

@@ -151,7 +151,7 @@ def _label(window: tuple[float, float], sources: list[tuple[int, Intervals]]) ->
 def _sources(tl: RankTimeline, comm: Intervals, wait: Intervals) -> list[tuple[int, Intervals]]:
     p = PHASES.index
     regions = [(p(name), tl.regions[name]) for name in REGION_PHASES]
-    collectives = [(p("communication"), comm), (p("barrier_wait"), wait)]
+    collectives = [(p("barrier_wait"), wait), (p("communication"), comm)]
     if tl.has_gpu:
         gpu = [
             (p(name), tl.gpu_compute.get(name, Intervals.empty()))

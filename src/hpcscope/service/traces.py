@@ -1,46 +1,25 @@
-"""Trace analysis wiring: find the per-rank files, parse ranks in parallel, attribute phases,
-find stragglers, and shape the result as the documented JSON contract (``docs/traces.md``).
-
-Ranks parse in worker processes (one file per task, at most one worker per CPU core). Workers
-run :func:`_parse_rank` only: the parser and the per-rank reduction, both pure of any store;
-what comes back is a small :class:`~hpcscope.analysis.rank_timeline.RankTimeline`. The CLI
-forks (nothing is open yet); a server that holds the DuckDB file must use ``forkserver`` or
-``spawn`` (never fork a process with DuckDB open).
+"""Trace analysis wiring: find the per-rank files, parse them (in parallel when large, see
+:mod:`hpcscope.service.trace_inputs`), attribute phases, find stragglers, and shape the result
+as the documented JSON contract (``docs/traces.md``).
 """
 
 from __future__ import annotations
 
-import io
-import multiprocessing
-import os
-import tarfile
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hpcscope.analysis.phases import PhaseTable, attribute_phases
-from hpcscope.analysis.rank_timeline import PHASES, RankTimeline, rank_timeline
+from hpcscope.analysis.rank_timeline import PHASES, RankTimeline
 from hpcscope.analysis.stragglers import StragglerReport, straggler_report
-from hpcscope.ingest.kineto import TraceError, read_kineto
 from hpcscope.model.errors import SourceError
+from hpcscope.service.trace_inputs import TraceInput, find_traces, parse_ranks
 
 SCHEMA = "hpcscope.traces.analysis/1"
-_TRACE_SUFFIXES = (".json", ".json.gz")
-_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
-
-@dataclass(frozen=True, slots=True)
-class TraceInput:
-    """One rank's trace: a file, or a member of a tar archive."""
-
-    path: str
-    member: str | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.path}:{self.member}" if self.member else self.path
+__all__ = ["SCHEMA", "TraceAnalysis", "TraceInput", "analyze", "find_traces", "to_json"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,122 +31,12 @@ class TraceAnalysis:
     report: StragglerReport
 
 
-def find_traces(paths: Iterable[str | Path]) -> list[TraceInput]:
-    """Expand directories (recursively) and tar archives into per-rank trace inputs.
-
-    Raises:
-        SourceError: a path that does not exist, or no trace found at all.
-    """
-    found: list[TraceInput] = []
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise SourceError("no such file or directory", source=str(path))
-        candidates = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        for file in candidates:
-            name = file.name.lower()
-            if name.endswith(_ARCHIVE_SUFFIXES):
-                found.extend(_archive_members(file))
-            elif name.endswith(_TRACE_SUFFIXES) or not path.is_dir():
-                found.append(TraceInput(str(file)))
-    if not found:
-        raise SourceError(
-            "no trace files (.json, .json.gz, or a tar of them)",
-            source=", ".join(str(p) for p in paths),
-        )
-    return found
-
-
-def _archive_members(file: Path) -> list[TraceInput]:
-    try:
-        with tarfile.open(file) as archive:
-            members = [
-                m.name
-                for m in archive.getmembers()
-                if m.isfile()
-                and m.name.lower().endswith(_TRACE_SUFFIXES)
-                and not Path(m.name).name.startswith("._")
-            ]
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise SourceError(f"cannot read archive: {exc}", source=str(file)) from None
-    return [TraceInput(str(file), member) for member in sorted(members)]
-
-
-_ErrorTuple = tuple[str, str, int | None, int | None]
-
-
-def _parse_rank(item: TraceInput) -> RankTimeline | _ErrorTuple:
-    """Worker: parse one rank and reduce it. Errors come back as plain tuples (message,
-    source, line, column), which pickle whatever the exception class."""
-    try:
-        return _parse_rank_or_raise(item)
-    except SourceError as exc:
-        return (exc.message, exc.source, exc.line, exc.column)
-
-
-def _parse_rank_or_raise(item: TraceInput) -> RankTimeline:
-    try:
-        if item.member is None:
-            trace = read_kineto(item.path)
-        else:
-            with tarfile.open(item.path) as archive:
-                handle = archive.extractfile(item.member)
-                if handle is None:
-                    raise TraceError("not a regular file in the archive", source=item.name)
-                trace = read_kineto(item.member, source=item.name, stream=io.BytesIO(handle.read()))
-        return rank_timeline(trace)
-    except (OSError, tarfile.TarError, EOFError) as exc:
-        raise TraceError(f"cannot read: {exc}", source=item.name) from None
-
-
-def parse_ranks(
-    items: Sequence[TraceInput],
-    *,
-    workers: int | None = None,
-    start_method: str = "fork",
-    progress: Callable[[int, int], None] | None = None,
-) -> list[RankTimeline]:
-    """Parse every rank, in parallel processes when there are several.
-
-    Raises:
-        SourceError: the first file that cannot be read (naming it and the position), or two
-            traces that claim the same rank.
-    """
-    workers = max(1, min(workers or os.cpu_count() or 1, len(items)))
-    results: list[RankTimeline | _ErrorTuple] = []
-    if workers == 1:
-        for i, item in enumerate(items):
-            results.append(_parse_rank(item))
-            if progress:
-                progress(i + 1, len(items))
-    else:
-        context = multiprocessing.get_context(start_method)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            for i, result in enumerate(pool.map(_parse_rank, items)):
-                results.append(result)
-                if progress:
-                    progress(i + 1, len(items))
-    timelines: list[RankTimeline] = []
-    seen: dict[int, str] = {}
-    for result in results:
-        if isinstance(result, tuple):
-            message, source, line, column = result
-            raise TraceError(message, source=source, line=line, column=column)
-        if result.rank in seen:
-            raise SourceError(
-                f"two traces for rank {result.rank}: {seen[result.rank]} and this one",
-                source=result.source,
-            )
-        seen[result.rank] = result.source
-        timelines.append(result)
-    return timelines
-
-
 def analyze(
     paths: Iterable[str | Path],
     *,
     threshold: float = 0.75,
     workers: int | None = None,
+    executor: Executor | None = None,
     start_method: str = "fork",
     world_size: int | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -179,7 +48,9 @@ def analyze(
             raise, it makes the result partial.
     """
     items = find_traces(paths)
-    timelines = parse_ranks(items, workers=workers, start_method=start_method, progress=progress)
+    timelines = parse_ranks(
+        items, workers=workers, executor=executor, start_method=start_method, progress=progress
+    )
     table = attribute_phases(timelines, expected_world_size=world_size)
     if not table.steps:
         raise SourceError(

@@ -1,0 +1,219 @@
+"""Finding per-rank trace files and parsing them, in this process or in parallel processes.
+
+Workers run :func:`parse_one` only: the streaming parser and the per-rank reduction, both pure
+of any store; what comes back is a small
+:class:`~hpcscope.analysis.rank_timeline.RankTimeline`, never the events.
+
+When to parse in parallel: starting a worker process costs ~50-100 ms (fork, or an interpreter
+and imports with ``spawn``), about what parsing 10-20 MB of JSON costs. So inputs whose JSON
+adds up to less than :data:`IN_PROCESS_JSON_BYTES` parse here, one rank after the other, and
+larger inputs use one worker per core (at most one per rank). A long-running server passes an
+executor it created once (with ``forkserver``/``spawn``: never fork a process that holds the
+DuckDB file), so no request pays the start-up.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import struct
+import tarfile
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcscope.analysis.rank_timeline import RankTimeline, rank_timeline
+from hpcscope.ingest.kineto import TraceError, read_kineto
+from hpcscope.model.errors import SourceError
+
+_TRACE_SUFFIXES = (".json", ".json.gz")
+_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+
+#: Below this much JSON in all, ranks parse in this process (no worker start-up to pay).
+IN_PROCESS_JSON_BYTES = 48 << 20
+#: Expansion assumed for a gzip member of a compressed tar (its size is not readable cheaply).
+GZIP_RATIO_GUESS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class TraceInput:
+    """One rank's trace: a file, or a member of a tar archive.
+
+    Attributes:
+        path: the file (or the archive).
+        member: the archive member, None for a plain file.
+        json_bytes: uncompressed JSON size, exact or estimated (decides in-process parsing).
+    """
+
+    path: str
+    member: str | None = None
+    json_bytes: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.path}:{self.member}" if self.member else self.path
+
+
+def find_traces(paths: Iterable[str | Path]) -> list[TraceInput]:
+    """Expand directories (recursively) and tar archives into per-rank trace inputs.
+
+    Raises:
+        SourceError: a path that does not exist, or no trace found at all.
+    """
+    found: list[TraceInput] = []
+    paths = list(paths)
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise SourceError("no such file or directory", source=str(path))
+        candidates = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in candidates:
+            name = file.name.lower()
+            if name.endswith(_ARCHIVE_SUFFIXES):
+                found.extend(_archive_members(file))
+            elif name.endswith(_TRACE_SUFFIXES) or not path.is_dir():
+                found.append(TraceInput(str(file), json_bytes=_json_bytes(file)))
+    if not found:
+        raise SourceError(
+            "no trace files (.json, .json.gz, or a tar of them)",
+            source=", ".join(str(p) for p in paths),
+        )
+    return found
+
+
+def _json_bytes(file: Path) -> int:
+    """Uncompressed size: the file size, or gzip's ISIZE trailer (size mod 2**32)."""
+    try:
+        size = file.stat().st_size
+        with file.open("rb") as handle:
+            if handle.read(2) != b"\x1f\x8b" or size < 18:
+                return size
+            handle.seek(-4, os.SEEK_END)
+            return max(size, int(struct.unpack("<I", handle.read(4))[0]))
+    except OSError:
+        return 0
+
+
+def _archive_members(file: Path) -> list[TraceInput]:
+    try:
+        with tarfile.open(file) as archive:
+            members = [
+                m
+                for m in archive.getmembers()
+                if m.isfile()
+                and m.name.lower().endswith(_TRACE_SUFFIXES)
+                and not Path(m.name).name.startswith("._")
+            ]
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise SourceError(f"cannot read archive: {exc}", source=str(file)) from None
+    return [
+        TraceInput(
+            str(file),
+            m.name,
+            m.size * (GZIP_RATIO_GUESS if m.name.lower().endswith(".gz") else 1),
+        )
+        for m in sorted(members, key=lambda m: m.name)
+    ]
+
+
+_ErrorTuple = tuple[str, str, int | None, int | None]
+
+
+def parse_one(item: TraceInput) -> RankTimeline | _ErrorTuple:
+    """Worker: parse one rank and reduce it. Errors come back as plain tuples (message,
+    source, line, column), which pickle whatever the exception class."""
+    try:
+        return _parse_or_raise(item)
+    except SourceError as exc:
+        return (exc.message, exc.source, exc.line, exc.column)
+
+
+def _parse_or_raise(item: TraceInput) -> RankTimeline:
+    try:
+        if item.member is None:
+            trace = read_kineto(item.path)
+        else:
+            with tarfile.open(item.path) as archive:
+                handle = archive.extractfile(item.member)
+                if handle is None:
+                    raise TraceError("not a regular file in the archive", source=item.name)
+                trace = read_kineto(item.member, source=item.name, stream=handle)
+        return rank_timeline(trace)
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        raise TraceError(f"cannot read: {exc}", source=item.name) from None
+
+
+def plan_workers(items: Sequence[TraceInput], workers: int | None) -> int:
+    """How many processes to parse ``items`` with (1 = in this process)."""
+    if workers is not None:
+        return max(1, min(workers, len(items)))
+    if len(items) < 2 or sum(i.json_bytes for i in items) < IN_PROCESS_JSON_BYTES:
+        return 1
+    return max(1, min(os.cpu_count() or 1, len(items)))
+
+
+def parse_ranks(
+    items: Sequence[TraceInput],
+    *,
+    workers: int | None = None,
+    executor: Executor | None = None,
+    start_method: str = "fork",
+    progress: Callable[[int, int], None] | None = None,
+) -> list[RankTimeline]:
+    """Parse every rank: in this process for small inputs, else in parallel processes.
+
+    Args:
+        items: the per-rank inputs (:func:`find_traces`).
+        workers: processes to use (default: :func:`plan_workers` decides).
+        executor: an existing pool to use instead of starting one (a server's).
+        start_method: for a pool started here.
+        progress: called with (done, total) after each rank.
+
+    Raises:
+        SourceError: the first file that cannot be read (naming it and the position), or two
+            traces that claim the same rank.
+    """
+    count = plan_workers(items, workers) if executor is None else len(items)
+    results: list[RankTimeline | _ErrorTuple] = []
+    if executor is None and count == 1:
+        for i, item in enumerate(items):
+            results.append(parse_one(item))
+            if progress:
+                progress(i + 1, len(items))
+    elif executor is not None:
+        results = _collect(executor, items, progress)
+    else:
+        context = multiprocessing.get_context(start_method)
+        with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+            results = _collect(pool, items, progress)
+    timelines: list[RankTimeline] = []
+    seen: dict[int, str] = {}
+    for result in results:
+        if isinstance(result, tuple):
+            message, source, line, column = result
+            raise TraceError(message, source=source, line=line, column=column)
+        if result.rank in seen:
+            raise SourceError(
+                f"two traces for rank {result.rank}: {seen[result.rank]} and this one",
+                source=result.source,
+            )
+        seen[result.rank] = result.source
+        timelines.append(result)
+    return timelines
+
+
+def _collect(
+    pool: Executor,
+    items: Sequence[TraceInput],
+    progress: Callable[[int, int], None] | None,
+) -> list[RankTimeline | _ErrorTuple]:
+    results: list[RankTimeline | _ErrorTuple] = []
+    # largest first, so the longest rank does not start last
+    order = sorted(range(len(items)), key=lambda i: -items[i].json_bytes)
+    futures = {i: pool.submit(parse_one, items[i]) for i in order}
+    for done, i in enumerate(range(len(items)), start=1):
+        results.append(futures[i].result())
+        if progress:
+            progress(done, len(items))
+    return results
