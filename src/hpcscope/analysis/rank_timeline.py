@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hpcscope.analysis.gpu_breakdown import GpuBreakdown, gpu_breakdown
-from hpcscope.analysis.intervals import Intervals, covers, hull, intersect, merge
+from hpcscope.analysis.intervals import Intervals, clip, covers, hull, intersect, merge
 from hpcscope.model.trace_events import EventKind, EventTable, RankTrace
 
 F64 = npt.NDArray[np.float64]
@@ -84,6 +84,14 @@ class RankTimeline:
             ordinal of that key within the step, start and end.
         has_gpu: the trace has GPU kernels (GPU activity outranks CPU regions).
         markers: which markers were found (for the report: annotations used or not).
+        gc_seconds: per step, Python garbage collection (``Python GC`` events; zeros when the
+            profiler did not record them).
+        launch_gap_seconds: per step, GPU idle time the CPU caused: idle gaps that end with a
+            kernel launched after the gap began (zeros on CPU-only traces).
+        gpu_index: CUDA device index of the rank's kernels (see :class:`RankTrace`).
+        epoch_offset_us: add to the trace's times to get Unix time in µs (Kineto's
+            ``baseTimeNanoseconds``, or 0 when the times are already Unix µs); None when the
+            trace does not say.
     """
 
     rank: int
@@ -110,7 +118,10 @@ class RankTimeline:
     bytes_read: int = 0
     device: str | None = None
     host: str | None = None
-    launch_gap_us: F64 = field(default_factory=lambda: np.zeros(0))
+    gc_seconds: F64 = field(default_factory=lambda: np.zeros(0))
+    launch_gap_seconds: F64 = field(default_factory=lambda: np.zeros(0))
+    gpu_index: int | None = None
+    epoch_offset_us: float | None = None
 
 
 def _name_flags(names: tuple[str, ...], pattern: re.Pattern[str]) -> npt.NDArray[np.bool_]:
@@ -158,11 +169,13 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
         steps = tuple(int(STEP_RE.match(names[ev.name[i]]).group(1)) for i in order)  # type: ignore[union-attr]
         step_start = ev.ts_us[order].copy()
         step_end = end[order].copy()
+    elif not cpu.any():
+        problems.append("no CPU event at all: nothing to analyse")
+        steps, step_start, step_end = (), np.zeros(0), np.zeros(0)
     else:
         problems.append("no ProfilerStep#N markers: the whole trace is analysed as one step")
         span = np.flatnonzero(cpu)
-        lo = float(ev.ts_us[span].min()) if span.shape[0] else 0.0
-        hi = float(end[span].max()) if span.shape[0] else 0.0
+        lo, hi = float(ev.ts_us[span].min()), float(end[span].max())
         steps, step_start, step_end = (0,), np.array([lo]), np.array([hi])
         main = main if main is not None else _busiest_thread(ev, cpu)
 
@@ -292,7 +305,53 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
         host=trace.metadata.get("host_name")
         if isinstance(trace.metadata.get("host_name"), str)
         else None,
+        gc_seconds=_per_step(ev.kind == EventKind.PYTHON_GC, ev, step_start, step_end),
+        launch_gap_seconds=_launch_gaps(ev, gpu, launch, step_start, step_end),
+        gpu_index=trace.gpu_index,
+        epoch_offset_us=_epoch_offset(trace, ev),
     )
+
+
+#: Kineto times at or above this are Unix microseconds (2001-09-09) rather than relative.
+_UNIX_US = 1e15
+
+
+def _epoch_offset(trace: RankTrace, ev: EventTable) -> float | None:
+    base = trace.metadata.get("baseTimeNanoseconds")
+    if isinstance(base, int) and base > 0:
+        return base / 1000.0
+    if len(ev) and float(ev.ts_us.min()) >= _UNIX_US:
+        return 0.0
+    return None
+
+
+def _per_step(rows: npt.NDArray[np.bool_], ev: EventTable, lo: F64, hi: F64) -> F64:
+    """Seconds the (merged) intervals of ``rows`` cover inside each step window."""
+    merged = merge(ev.ts_us[rows], ev.ts_us[rows] + ev.dur_us[rows])
+    out = np.zeros(lo.shape[0])
+    for i in range(lo.shape[0]):
+        out[i] = clip(merged, float(lo[i]), float(hi[i])).total() / 1e6
+    return out
+
+
+def _launch_gaps(ev: EventTable, gpu: npt.NDArray[np.bool_], launch: F64, lo: F64, hi: F64) -> F64:
+    """Per step, GPU idle time caused by the CPU: a gap between busy GPU intervals whose next
+    kernel was launched after the gap began (the GPU waited for the launch, from the gap's
+    start to the launch)."""
+    out = np.zeros(lo.shape[0])
+    rows = np.flatnonzero(gpu)
+    if rows.shape[0] < 2:
+        return out
+    rows = rows[np.argsort(ev.ts_us[rows], kind="stable")]
+    start, end = ev.ts_us[rows], ev.ts_us[rows] + ev.dur_us[rows]
+    running = np.maximum.accumulate(end)
+    opens = np.flatnonzero(start[1:] > running[:-1]) + 1  # first event after each gap
+    gap_start, gap_end = running[opens - 1], start[opens]
+    waited = np.clip(np.minimum(launch[rows[opens]], gap_end) - gap_start, 0.0, None)
+    step = np.searchsorted(lo, gap_start, side="right") - 1
+    inside = (step >= 0) & (gap_start < hi[np.clip(step, 0, None)])
+    np.add.at(out, step[inside], waited[inside] / 1e6)
+    return out
 
 
 def _busiest_thread(ev: EventTable, cpu: npt.NDArray[np.bool_]) -> int | None:

@@ -69,7 +69,9 @@ _CATEGORIES: dict[str, EventKind] = {
     "cuda_runtime": EventKind.RUNTIME,
     "cuda_driver": EventKind.RUNTIME,
     "gpu_user_annotation": EventKind.GPU_ANNOTATION,
+    "python_function": EventKind.PYTHON_GC,  # only the "Python GC" ones are kept
 }
+_GC_NAME = "Python GC"
 
 
 class TraceError(SourceError):
@@ -80,6 +82,7 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     external_id: int | str | None = msgspec.field(default=-1, name="External id")
     correlation: int | None = -1
     stream: int | str | None = -1
+    device: int | str | None = -1
     group: str | None = msgspec.field(default=None, name="Process Group Name")
 
 
@@ -157,6 +160,7 @@ _CORRELATION = attrgetter("correlation")
 _EXTERNAL = attrgetter("external_id")
 _STREAM = attrgetter("stream")
 _GROUP = attrgetter("group")
+_DEVICE = attrgetter("device")
 
 
 def _ints(values: Iterable[Any], count: int) -> npt.NDArray[np.int64]:
@@ -179,6 +183,7 @@ class _Columns:
         self.threads = _ThreadCodes()
         self.streams = _StreamCodes()
         self.kinds = _KindCodes({k: int(v) for k, v in _CATEGORIES.items()})
+        self.devices: dict[int, int] = {}
         self.skipped = 0
 
     def add(self, events: list[_Event]) -> None:
@@ -194,19 +199,38 @@ class _Columns:
             kind, dur, n = kind[keep], dur[keep], int(keep.sum())
             if not n:
                 return
+        names = np.fromiter(map(self.names.__getitem__, map(_NAME, events)), np.int32, n)
+        python = kind == EventKind.PYTHON_GC
+        if python.any():
+            keep = ~python | (names == self.names[_GC_NAME])
+            if not keep.all():
+                events = [e for e, k in zip(events, keep.tolist(), strict=True) if k]
+                kind, dur, names, n = kind[keep], dur[keep], names[keep], int(keep.sum())
+                if not n:
+                    return
         args = [a if a is not None else _NO_ARGS for a in map(_ARGS, events)]
         thread = np.fromiter(map(self.threads.__getitem__, map(_TID, events)), np.int64, n)
         on_stream = (kind >= EventKind.KERNEL) & (kind != EventKind.RUNTIME)
+        on_stream &= kind != EventKind.PYTHON_GC
         if on_stream.any():
             stream = np.fromiter(map(self.streams.__getitem__, map(_STREAM, args)), np.int64, n)
             thread = np.where(on_stream & (stream >= 0), stream, thread)
+            kernels = kind == EventKind.KERNEL
+            if kernels.any():
+                device = _ints(
+                    map(_DEVICE, (a for a, k in zip(args, kernels.tolist(), strict=True) if k)),
+                    int(kernels.sum()),
+                )
+                values, counts = np.unique(device[device >= 0], return_counts=True)
+                for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+                    self.devices[value] = self.devices.get(value, 0) + count
         group = np.fromiter(
             (-1 if g is None else self.groups[g] for g in map(_GROUP, args)), np.int32, n
         )
         self.chunks.append(
             (
                 kind,
-                np.fromiter(map(self.names.__getitem__, map(_NAME, events)), np.int32, n),
+                names,
                 thread,
                 np.fromiter(map(_TS, events), np.float64, n),
                 dur,
@@ -682,6 +706,9 @@ def _rank_trace(
         problems=tuple(problems),
         bytes_read=reader.offset + len(reader.buf),
         device=device,
+        gpu_index=max(columns.devices, key=lambda d: columns.devices[d])
+        if columns.devices
+        else None,
         metadata={
             k: v
             for k, v in metadata.items()

@@ -37,6 +37,10 @@ class EventKind(IntEnum):
     MEMSET = 4  #: ``gpu_memset``
     RUNTIME = 5  #: ``cuda_runtime`` / ``cuda_driver``: a launch on a CPU thread
     GPU_ANNOTATION = 6  #: ``gpu_user_annotation``: a record_function range mirrored on a stream
+    #: ``python_function`` named ``Python GC``: a garbage collection (recorded with
+    #: ``_ExperimentalConfig(record_python_gc_info=True)`` and ``with_stack=True``); other
+    #: Python frames are not kept
+    PYTHON_GC = 7
 
 
 GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
@@ -108,6 +112,11 @@ class RankTrace:
         problems: what was wrong with the file but did not stop parsing (a truncated
             file keeps every event read before the cut): each names the position.
         bytes_read: uncompressed JSON bytes read.
+        device: the GPU model (``deviceProperties``), when the trace has GPUs.
+        gpu_index: the CUDA device index its kernels ran on (``args.device``, the most common
+            one): an index among the GPUs visible to the process (``CUDA_VISIBLE_DEVICES``).
+        metadata: ``distributedInfo``, ``schemaVersion``, ``host_name``,
+            ``baseTimeNanoseconds`` when present.
     """
 
     source: str
@@ -119,4 +128,5 @@ class RankTrace:
     problems: tuple[str, ...] = ()
     bytes_read: int = 0
     device: str | None = None
+    gpu_index: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -18,11 +18,11 @@ from starlette.responses import Response
 
 from hpcscope import __version__
 from hpcscope.serve.auth import LoginRequired, Unauthorized
-from hpcscope.serve.routes import auth_routes, cluster, health, jobs
+from hpcscope.serve.routes import auth_routes, cluster, health, jobs, traces
 from hpcscope.serve.templating import STATIC_DIR
 from hpcscope.service.core import Service
 
-ROUTERS = [health.router, auth_routes.router, cluster.router, jobs.router]
+ROUTERS = [health.router, auth_routes.router, cluster.router, jobs.router, traces.router]
 
 
 def create_app(

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from hpcscope.analysis.phases import PhaseTable, attribute_phases
 from hpcscope.analysis.rank_timeline import PHASES, RankTimeline
+from hpcscope.analysis.straggler_evidence import Evidence, straggler_evidence
 from hpcscope.analysis.stragglers import StragglerReport, straggler_report
 from hpcscope.model.errors import SourceError
 from hpcscope.service.trace_inputs import TraceInput, find_traces, parse_ranks
@@ -24,11 +26,12 @@ __all__ = ["SCHEMA", "TraceAnalysis", "TraceInput", "analyze", "find_traces", "t
 
 @dataclass(frozen=True, slots=True)
 class TraceAnalysis:
-    """The full result: inputs, phase table, straggler report."""
+    """The full result: inputs, phase table, straggler report, evidence from the traces."""
 
     timelines: tuple[RankTimeline, ...]
     table: PhaseTable
     report: StragglerReport
+    evidence: dict[int, tuple[Evidence, ...]] = field(default_factory=dict)
 
 
 def analyze(
@@ -53,22 +56,58 @@ def analyze(
     )
     table = attribute_phases(timelines, expected_world_size=world_size)
     if not table.steps:
+        empty = [t for t in timelines if not t.steps]
         raise SourceError(
-            "the ranks have no profiler step in common (ProfilerStep#N)",
-            source=", ".join(t.source for t in timelines),
+            "no event to analyse (the file holds no complete event before it ends)"
+            if empty
+            else "the ranks have no profiler step in common (ProfilerStep#N)",
+            source=", ".join(t.source for t in (empty or timelines)),
         )
-    return TraceAnalysis(tuple(timelines), table, straggler_report(table, threshold=threshold))
+    report = straggler_report(table, threshold=threshold)
+    evidence = straggler_evidence(table, report, timelines=timelines)
+    return TraceAnalysis(tuple(timelines), table, report, evidence)
+
+
+def profiled_window(result: TraceAnalysis) -> tuple[datetime, datetime] | None:
+    """The analysed steps in UTC (naive datetimes), from the ranks whose trace says its clock
+    (Kineto's ``baseTimeNanoseconds`` or Unix-time stamps); None when none does."""
+    starts: list[float] = []
+    ends: list[float] = []
+    for tl in result.timelines:
+        if tl.epoch_offset_us is None or not len(tl.steps):
+            continue
+        index = [i for i, n in enumerate(tl.steps) if n in set(result.table.steps)]
+        if not index:
+            continue
+        starts.append(float(tl.step_start_us[index].min()) + tl.epoch_offset_us)
+        ends.append(float(tl.step_end_us[index].max()) + tl.epoch_offset_us)
+    if not starts:
+        return None
+    epoch = datetime(1970, 1, 1)
+    return (
+        epoch + timedelta(microseconds=min(starts)),
+        epoch + timedelta(microseconds=max(ends)),
+    )
 
 
 def _round(value: float | None, digits: int = 6) -> float | None:
     return None if value is None else round(float(value), digits)
 
 
-def to_json(
-    result: TraceAnalysis, *, evidence: dict[int, list[str]] | None = None
-) -> dict[str, Any]:
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="microseconds") + "Z"
+
+
+def _mean_on(tl: RankTimeline, per_step: Any, steps: set[int]) -> float:
+    values = [float(per_step[i]) for i, n in enumerate(tl.steps) if n in steps]
+    return sum(values) / len(values) if values and len(per_step) == len(tl.steps) else 0.0
+
+
+def to_json(result: TraceAnalysis) -> dict[str, Any]:
     """The stable ``--json`` document (schema ``hpcscope.traces.analysis/1``)."""
     table, report = result.table, result.report
+    window = profiled_window(result)
+    common = set(table.steps)
     ranks = list(table.ranks)
     mean = table.seconds.mean(axis=1)  # [rank, phase]
     per_step = []
@@ -132,7 +171,7 @@ def to_json(
                 "unexplained_seconds_per_step": _round(s.unexplained_seconds_per_step),
                 "slow_steps_ratio": _round(s.slow_steps_ratio, 4),
                 "hint": s.hint,
-                "evidence": (evidence or {}).get(s.rank, []),
+                "evidence": [e.to_dict() for e in result.evidence.get(s.rank, ())],
             }
             for s in report.stragglers
         ],
@@ -145,6 +184,18 @@ def to_json(
             "fixed_worst_step_seconds": _round(what.fixed_worst_step_seconds),
         },
         "gpu_time": gpu,
+        "software": {
+            str(t.rank): {
+                "gc_seconds_per_step": _round(_mean_on(t, t.gc_seconds, common)),
+                "launch_gap_seconds_per_step": _round(
+                    _mean_on(t, t.launch_gap_seconds, common) if t.has_gpu else None
+                ),
+            }
+            for t in result.timelines
+        },
+        "window": None
+        if window is None
+        else {"start_utc": _iso(window[0]), "end_utc": _iso(window[1])},
         "collectives": {
             "matched": table.collectives_matched,
             "unmatched": table.collectives_unmatched,
@@ -159,6 +210,8 @@ def to_json(
                 "backend": t.backend,
                 "world_size": t.world_size,
                 "device": t.device,
+                "host": t.host,
+                "gpu_index": t.gpu_index,
                 "markers": list(t.markers),
                 "problems": list(t.problems),
             }
