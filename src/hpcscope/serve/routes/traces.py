@@ -12,8 +12,8 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from urllib.parse import quote
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse, RedirectResponse
