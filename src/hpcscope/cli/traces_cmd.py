@@ -7,7 +7,14 @@ from pathlib import Path
 
 import typer
 
-from hpcscope.cli.output import EXIT_RUNTIME_ERROR, fail, print_json, print_table, stdout_console
+from hpcscope.cli.output import (
+    EXIT_RUNTIME_ERROR,
+    fail,
+    print_json,
+    print_table,
+    stderr_console,
+    stdout_console,
+)
 from hpcscope.model.errors import SourceError
 
 traces_app = typer.Typer(help="PyTorch profiler (Kineto) traces: steps, phases, stragglers.")
@@ -20,10 +27,14 @@ def register(app: typer.Typer) -> None:
 @traces_app.command("analyze")
 def analyze_command(
     paths: list[Path] = typer.Argument(
-        ..., help="Per-rank trace files (.json, .json.gz), directories or tar archives."
+        ...,
+        exists=True,
+        help="Per-rank trace files (.json, .json.gz), directories or tar archives.",
     ),
     json_output: bool = typer.Option(False, "--json", help="Print the JSON document."),
-    html: Path | None = typer.Option(None, "--html", help="Also write a self-contained report."),
+    html: Path | None = typer.Option(
+        None, "--html", dir_okay=False, help="Also write a self-contained HTML report here."
+    ),
     threshold: float = typer.Option(
         0.75, min=0.0, max=1.0, help="Straggler score threshold (NVRx default 0.75)."
     ),
@@ -32,7 +43,11 @@ def analyze_command(
         None, min=1, help="Ranks the job had (default: distributedInfo.world_size)."
     ),
 ) -> None:
-    """Seconds per phase for every rank and step; the straggler, its phase, and what-if."""
+    """Seconds per phase for every rank and step; the straggler, its phase, and what-if.
+
+    Exit 0 with a result (a partial one says so), 1 when the traces cannot be analysed (the
+    file and position are named), 2 for a usage error (a path that does not exist).
+    """
     from hpcscope.service.traces import analyze, to_json
     from hpcscope.service.traces_html import render_report
 
@@ -40,7 +55,7 @@ def analyze_command(
     if sys.stderr.isatty() and not json_output:
         from rich.progress import Progress
 
-        bar = Progress(transient=True)
+        bar = Progress(console=stderr_console(), transient=True)
         bar.start()
         task = bar.add_task("parsing ranks", total=None)
 
@@ -61,7 +76,7 @@ def analyze_command(
         try:
             html.write_text(render_report(document), encoding="utf-8")
         except OSError as exc:
-            fail(f"cannot write {html}: {exc.strerror}", as_json=json_output)
+            fail(f"cannot write {html}: {exc.strerror or exc}", as_json=json_output)
     if json_output:
         print_json(document)
         return

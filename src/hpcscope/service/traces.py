@@ -12,10 +12,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hpcscope.analysis.phases import PhaseTable, attribute_phases
 from hpcscope.analysis.rank_timeline import PHASES, RankTimeline
 from hpcscope.analysis.straggler_evidence import Evidence, straggler_evidence
-from hpcscope.analysis.stragglers import StragglerReport, straggler_report
+from hpcscope.analysis.stragglers import StragglerReport, busy_seconds, straggler_report
 from hpcscope.model.errors import SourceError
 from hpcscope.service.trace_inputs import TraceInput, find_traces, parse_ranks
 
@@ -110,6 +112,7 @@ def to_json(result: TraceAnalysis) -> dict[str, Any]:
     common = set(table.steps)
     ranks = list(table.ranks)
     mean = table.seconds.mean(axis=1)  # [rank, phase]
+    busy = busy_seconds(table)  # [rank, step]
     per_step = []
     for s, step in enumerate(table.steps):
         worst = report.per_step[s]
@@ -118,7 +121,10 @@ def to_json(result: TraceAnalysis) -> dict[str, Any]:
                 "step": step,
                 "slowest_rank": worst.rank,
                 "excess_seconds": _round(worst.excess_seconds),
-                "step_seconds": _round(float(table.step_seconds[:, s].mean())),
+                "step_seconds": _round(float(np.median(table.step_seconds[:, s]))),
+                "busy_seconds": {
+                    str(rank): _round(float(busy[r, s])) for r, rank in enumerate(ranks)
+                },
                 "ranks": {
                     str(rank): {
                         "step_seconds": _round(float(table.step_seconds[r, s])),

@@ -219,14 +219,12 @@ async def directory_json(request: Request, principal: PrincipalDep) -> Response:
 
 
 def _chart(document: dict[str, Any]) -> dict[str, Any]:
-    """Per step: each rank's busy time (step minus barrier wait) and the step, in ms."""
+    """Per step: each rank's busy time (the step, median over ranks, minus its barrier wait)
+    and the step, in ms."""
     steps = [s["step"] for s in document["per_step"]]
     ranks = [str(r) for r in document["ranks"]]
     busy = {
-        rank: [
-            round((s["ranks"][rank]["step_seconds"] - s["ranks"][rank]["barrier_wait"]) * 1000, 3)
-            for s in document["per_step"]
-        ]
+        rank: [round(s["busy_seconds"][rank] * 1000, 3) for s in document["per_step"]]
         for rank in ranks
     }
     return {

@@ -8,10 +8,38 @@
   const palette = ["#1d4ed8", "#15803d", "#a16207", "#7c3aed", "#0e7490", "#be185d", "#4d7c0f", "#1e3a8a"];
   const ms = (u, v) => (v === null || v === undefined ? "—" : v.toFixed(2) + " ms");
 
+  function byRank(chart, ranks) {
+    // one or two steps: a bar per rank (x = rank), one bar series per step
+    const stragglers = new Set(chart.stragglers);
+    const columns = [ranks.map(Number)];
+    const series = [{ label: "rank" }];
+    const bars = uPlot.paths && uPlot.paths.bars ? uPlot.paths.bars({ size: [0.6, 60] }) : undefined;
+    chart.steps.forEach((step, i) => {
+      columns.push(ranks.map((r) => chart.busy_ms[r][i]));
+      series.push({ label: `step ${step} busy`, stroke: palette[i % palette.length],
+                    fill: palette[i % palette.length] + "55", width: 1, paths: bars, value: ms });
+    });
+    return { columns, series, x: `rank (straggler: ${[...stragglers].join(", ") || "none"})` };
+  }
+
   function build(chart) {
     const steps = chart.steps || [];
     if (steps.length === 0) { el.textContent = "No step to plot."; return; }
     const ranks = Object.keys(chart.busy_ms);
+    if (steps.length < 3) {
+      const view = byRank(chart, ranks);
+      const reduce = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+      el.textContent = "";
+      new uPlot({
+        width: Math.max(320, el.clientWidth || 800), height: 300,
+        cursor: { drag: { x: !reduce, y: false } },
+        scales: { x: { time: false, range: (u, lo, hi) => [lo - 0.5, hi + 0.5] }, y: { range: (u, lo, hi) => [0, hi * 1.05] } },
+        axes: [{ label: view.x, splits: () => ranks.map(Number) },
+               { label: "busy milliseconds", values: (u, t) => t.map((v) => v + " ms") }],
+        series: view.series,
+      }, view.columns, el);
+      return;
+    }
     const stragglers = new Set(chart.stragglers);
     const columns = [steps, chart.step_ms];
     const series = [{ label: "step" }, { label: "step time", stroke: "#64748b", width: 2, dash: [6, 4], value: ms }];
