@@ -65,11 +65,10 @@ def gpu_breakdown(ev: EventTable, *, steps: npt.NDArray[np.float64]) -> GpuBreak
     busy = merge(start, end)
     span = float(busy.end[-1] - busy.start[0])
     idle = span - busy.total()
-    is_compute = np.fromiter(
-        (_NOT_COMPUTE.match(name) is None and _MEMORY.match(name) is None for name in ev.names),
-        bool,
-        len(ev.names),
-    )
+    is_compute = np.zeros(len(ev.names), dtype=bool)
+    for i in np.unique(ev.name[rows]).tolist():
+        name = ev.names[i]
+        is_compute[i] = _NOT_COMPUTE.match(name) is None and _MEMORY.match(name) is None
     comp_rows = is_compute[ev.name[rows]]
     compute = merge(start[comp_rows], end[comp_rows]).total()
     return GpuBreakdown(

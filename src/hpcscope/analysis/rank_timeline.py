@@ -124,8 +124,15 @@ class RankTimeline:
     epoch_offset_us: float | None = None
 
 
-def _name_flags(names: tuple[str, ...], pattern: re.Pattern[str]) -> npt.NDArray[np.bool_]:
-    return np.fromiter((pattern.search(n) is not None for n in names), bool, len(names))
+def _name_flags(
+    names: tuple[str, ...], pattern: re.Pattern[str], candidates: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
+    """Per name id: does ``pattern`` match? Only ``candidates`` are tested (the names CPU
+    events use: a GPU trace has thousands of kernel names no CPU pattern is about)."""
+    flags = np.zeros(len(names), dtype=bool)
+    for i in candidates.tolist():
+        flags[i] = pattern.search(names[i]) is not None
+    return flags
 
 
 def _collective_key(name: str) -> str:
@@ -160,8 +167,10 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
     end = ev.ts_us + ev.dur_us
     problems = list(trace.problems)
     markers: list[str] = []
+    cpu_names = np.unique(ev.name[cpu])
+    annotation_names = np.unique(ev.name[kind == EventKind.ANNOTATION])
 
-    is_step = _name_flags(names, STEP_RE)
+    is_step = _name_flags(names, STEP_RE, cpu_names)
     main = _main_thread(ev, is_step)
     step_rows = np.flatnonzero(cpu & is_step[ev.name] & (ev.thread == main))
     if step_rows.shape[0]:
@@ -180,18 +189,26 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
         main = main if main is not None else _busiest_thread(ev, cpu)
 
     # ---- CPU phase regions
-    data_rows = cpu & (_name_flags(names, DATALOADER_RE)[ev.name])
-    data_ann = (kind == EventKind.ANNOTATION) & _name_flags(names, DATA_ANNOTATION_RE)[ev.name]
+    data_rows = cpu & (_name_flags(names, DATALOADER_RE, cpu_names)[ev.name])
+    data_ann = (kind == EventKind.ANNOTATION) & _name_flags(
+        names, DATA_ANNOTATION_RE, annotation_names
+    )[ev.name]
     if data_ann.any():
         markers.append("data annotations")
     if data_rows.any():
         markers.append("DataLoader")
-    bwd_ops = cpu & _name_flags(names, BACKWARD_OP_RE)[ev.name]
-    bwd_ann = (kind == EventKind.ANNOTATION) & _name_flags(names, BACKWARD_ANNOTATION_RE)[ev.name]
-    opt_rows = cpu & _name_flags(names, OPTIMIZER_RE)[ev.name]
-    opt_ann = (kind == EventKind.ANNOTATION) & _name_flags(names, OPTIMIZER_ANNOTATION_RE)[ev.name]
-    fwd_ann = (kind == EventKind.ANNOTATION) & _name_flags(names, FORWARD_ANNOTATION_RE)[ev.name]
-    comm_op = _name_flags(names, COMM_OP_RE)[ev.name]
+    bwd_ops = cpu & _name_flags(names, BACKWARD_OP_RE, cpu_names)[ev.name]
+    bwd_ann = (kind == EventKind.ANNOTATION) & _name_flags(
+        names, BACKWARD_ANNOTATION_RE, cpu_names
+    )[ev.name]
+    opt_rows = cpu & _name_flags(names, OPTIMIZER_RE, cpu_names)[ev.name]
+    opt_ann = (kind == EventKind.ANNOTATION) & _name_flags(
+        names, OPTIMIZER_ANNOTATION_RE, cpu_names
+    )[ev.name]
+    fwd_ann = (kind == EventKind.ANNOTATION) & _name_flags(
+        names, FORWARD_ANNOTATION_RE, annotation_names
+    )[ev.name]
+    comm_op = _name_flags(names, COMM_OP_RE, cpu_names)[ev.name]
     for flag, label in ((fwd_ann, "forward annotations"), (bwd_ann, "backward annotations")):
         if flag.any():
             markers.append(label)
@@ -234,7 +251,9 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
     }
 
     # ---- CPU operators executing (what hides a collective on a CPU-only run)
-    coll_threads = np.unique(ev.thread[cpu & _name_flags(names, CPU_COLLECTIVE_RE)[ev.name]])
+    coll_threads = np.unique(
+        ev.thread[cpu & _name_flags(names, CPU_COLLECTIVE_RE, cpu_names)[ev.name]]
+    )
     busy_rows = (kind == EventKind.CPU_OP) & ~comm_op & ~np.isin(ev.thread, coll_threads)
     busy = merge(ev.ts_us[busy_rows], end[busy_rows])
     cpu_busy: dict[str, Intervals] = {}
@@ -247,7 +266,7 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
 
     # ---- GPU compute, by the phase of its launch
     has_gpu = bool(gpu.any())
-    kernel_names = np.array([NCCL_KERNEL_RE.match(n) is not None for n in names], dtype=bool)
+    kernel_names = _name_flags(names, NCCL_KERNEL_RE, np.unique(ev.name[gpu]))
     nccl = gpu & (kind == EventKind.KERNEL) & kernel_names[ev.name]
     compute = gpu & ~nccl
     launch = _launch_times(ev)
@@ -260,7 +279,7 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
             gpu_compute[name] = merge(ev.ts_us[sel], end[sel])
 
     # ---- collectives
-    cpu_coll = cpu & _name_flags(names, CPU_COLLECTIVE_RE)[ev.name]
+    cpu_coll = cpu & _name_flags(names, CPU_COLLECTIVE_RE, cpu_names)[ev.name]
     coll_rows = np.flatnonzero(nccl | cpu_coll)
     key_names: dict[str, int] = {}
     keys = np.empty(coll_rows.shape[0], dtype=np.int64)

@@ -34,7 +34,8 @@ import queue
 import re
 import threading
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable
+from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any
@@ -120,9 +121,27 @@ class _Codes(dict[Any, int]):
         return code
 
 
-class _KindCodes(dict[str, int]):
-    def __missing__(self, key: str) -> int:
+class _KindCodes(dict[Any, int]):
+    """Known keys to their code, anything else to -1 (remembered, so the next lookup of the
+    same unknown category stays in C)."""
+
+    def __missing__(self, key: Any) -> int:
+        self[key] = -1
         return -1
+
+
+class _GroupCodes(dict[Any, int]):
+    """Process-group names to 0, 1, ...; no group (None) to -1."""
+
+    def __init__(self) -> None:
+        super().__init__({None: -1})
+
+    def __missing__(self, key: Any) -> int:
+        code = self[key] = len(self) - 1
+        return code
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(k for k in self if k is not None)
 
 
 class _ThreadCodes(dict[Any, int]):
@@ -163,13 +182,16 @@ _GROUP = attrgetter("group")
 _DEVICE = attrgetter("device")
 
 
-def _ints(values: Iterable[Any], count: int) -> npt.NDArray[np.int64]:
-    """Integers, with -1 for anything else (a null, a string id)."""
-    items = list(values)
+def _ints(getter: Callable[[Any], Any], items: list[Any], count: int) -> npt.NDArray[np.int64]:
+    """``getter(item)`` as integers, with -1 for anything else (a null, a string id)."""
     try:
-        return np.fromiter(items, np.int64, count)
+        return np.fromiter(map(getter, items), np.int64, count)
     except (TypeError, ValueError):
-        return np.fromiter((v if type(v) is int else -1 for v in items), np.int64, count)
+        values = map(getter, items)
+        return np.fromiter((v if type(v) is int else -1 for v in values), np.int64, count)
+
+
+_PHASE_X = _KindCodes({"X": 1})
 
 
 class _Columns:
@@ -179,7 +201,7 @@ class _Columns:
     def __init__(self) -> None:
         self.chunks: list[tuple[npt.NDArray[Any], ...]] = []
         self.names = _Codes()
-        self.groups = _Codes()
+        self.groups = _GroupCodes()
         self.threads = _ThreadCodes()
         self.streams = _StreamCodes()
         self.kinds = _KindCodes({k: int(v) for k, v in _CATEGORIES.items()})
@@ -193,10 +215,10 @@ class _Columns:
         kind = np.fromiter(map(self.kinds.__getitem__, map(_CAT, events)), np.int8, n)
         dur = np.fromiter(map(_DUR, events), np.float64, n)
         keep = (kind >= 0) & (dur >= 0)
-        keep &= np.fromiter((ph == "X" for ph in map(_PH, events)), bool, n)
+        keep &= np.fromiter(map(_PHASE_X.__getitem__, map(_PH, events)), np.int8, n) > 0
         if not keep.all():
-            events = [e for e, k in zip(events, keep.tolist(), strict=True) if k]
-            kind, dur, n = kind[keep], dur[keep], int(keep.sum())
+            events = list(compress(events, keep.tolist()))
+            kind, dur, n = kind[keep], dur[keep], len(events)
             if not n:
                 return
         names = np.fromiter(map(self.names.__getitem__, map(_NAME, events)), np.int32, n)
@@ -204,11 +226,13 @@ class _Columns:
         if python.any():
             keep = ~python | (names == self.names[_GC_NAME])
             if not keep.all():
-                events = [e for e, k in zip(events, keep.tolist(), strict=True) if k]
-                kind, dur, names, n = kind[keep], dur[keep], names[keep], int(keep.sum())
+                events = list(compress(events, keep.tolist()))
+                kind, dur, names, n = kind[keep], dur[keep], names[keep], len(events)
                 if not n:
                     return
-        args = [a if a is not None else _NO_ARGS for a in map(_ARGS, events)]
+        args = list(map(_ARGS, events))
+        if None in args:  # "args": null
+            args = [_NO_ARGS if a is None else a for a in args]
         thread = np.fromiter(map(self.threads.__getitem__, map(_TID, events)), np.int64, n)
         on_stream = (kind >= EventKind.KERNEL) & (kind != EventKind.RUNTIME)
         on_stream &= kind != EventKind.PYTHON_GC
@@ -217,16 +241,11 @@ class _Columns:
             thread = np.where(on_stream & (stream >= 0), stream, thread)
             kernels = kind == EventKind.KERNEL
             if kernels.any():
-                device = _ints(
-                    map(_DEVICE, (a for a, k in zip(args, kernels.tolist(), strict=True) if k)),
-                    int(kernels.sum()),
-                )
+                kernel_args = list(compress(args, kernels.tolist()))
+                device = _ints(_DEVICE, kernel_args, len(kernel_args))
                 values, counts = np.unique(device[device >= 0], return_counts=True)
                 for value, count in zip(values.tolist(), counts.tolist(), strict=True):
                     self.devices[value] = self.devices.get(value, 0) + count
-        group = np.fromiter(
-            (-1 if g is None else self.groups[g] for g in map(_GROUP, args)), np.int32, n
-        )
         self.chunks.append(
             (
                 kind,
@@ -234,9 +253,9 @@ class _Columns:
                 thread,
                 np.fromiter(map(_TS, events), np.float64, n),
                 dur,
-                _ints(map(_CORRELATION, args), n),
-                _ints(map(_EXTERNAL, args), n),
-                group,
+                _ints(_CORRELATION, args, n),
+                _ints(_EXTERNAL, args, n),
+                np.fromiter(map(self.groups.__getitem__, map(_GROUP, args)), np.int32, n),
             )
         )
 
@@ -270,7 +289,7 @@ class _Columns:
             external_id=columns[6],
             group=columns[7],
             names=tuple(self.names),
-            groups=tuple(self.groups),
+            groups=self.groups.names(),
         )
 
 

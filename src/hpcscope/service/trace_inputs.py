@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import struct
 import tarfile
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from hpcscope.analysis.rank_timeline import RankTimeline, rank_timeline
 from hpcscope.ingest.kineto import TraceError, read_kineto
@@ -32,6 +35,9 @@ _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 #: Below this much JSON in all, ranks parse in this process (no worker start-up to pay).
 IN_PROCESS_JSON_BYTES = 48 << 20
+#: Read buffer of a sequential pass over an archive (tarfile's default is 10 KiB, which costs
+#: one decompression call per 10 KiB).
+_TAR_BUFFER = 1 << 20
 #: Expansion assumed for a gzip member of a compressed tar (its size is not readable cheaply).
 GZIP_RATIO_GUESS = 10
 
@@ -44,14 +50,20 @@ class TraceInput:
         path: the file (or the archive).
         member: the archive member, None for a plain file.
         json_bytes: uncompressed JSON size, exact or estimated (decides in-process parsing).
+        display: the name to show when ``path`` is a temporary copy.
     """
 
     path: str
     member: str | None = None
     json_bytes: int = 0
+    display: str | None = None
 
     @property
     def name(self) -> str:
+        """How the input is named to the user (``archive:member`` for a member, even when it
+        was extracted to a temporary file for a worker)."""
+        if self.display:
+            return self.display
         return f"{self.path}:{self.member}" if self.member else self.path
 
 
@@ -132,7 +144,7 @@ def parse_one(item: TraceInput) -> RankTimeline | _ErrorTuple:
 def _parse_or_raise(item: TraceInput) -> RankTimeline:
     try:
         if item.member is None:
-            trace = read_kineto(item.path)
+            trace = read_kineto(item.path, source=item.name)
         else:
             with tarfile.open(item.path) as archive:
                 handle = archive.extractfile(item.member)
@@ -177,16 +189,16 @@ def parse_ranks(
     count = plan_workers(items, workers) if executor is None else len(items)
     results: list[RankTimeline | _ErrorTuple] = []
     if executor is None and count == 1:
-        for i, item in enumerate(items):
-            results.append(parse_one(item))
-            if progress:
-                progress(i + 1, len(items))
-    elif executor is not None:
-        results = _collect(executor, items, progress)
+        results = _in_process(items, progress)
     else:
-        context = multiprocessing.get_context(start_method)
-        with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
-            results = _collect(pool, items, progress)
+        with tempfile.TemporaryDirectory(prefix="hpcscope-members-") as tmp:
+            files = _extract_members(items, Path(tmp))
+            if executor is not None:
+                results = _collect(executor, files, progress)
+            else:
+                context = multiprocessing.get_context(start_method)
+                with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+                    results = _collect(pool, files, progress)
     timelines: list[RankTimeline] = []
     seen: dict[int, str] = {}
     for result in results:
@@ -201,6 +213,83 @@ def parse_ranks(
         seen[result.rank] = result.source
         timelines.append(result)
     return timelines
+
+
+def _in_process(
+    items: Sequence[TraceInput], progress: Callable[[int, int], None] | None
+) -> list[RankTimeline | _ErrorTuple]:
+    """Parse in this process; each archive is read once, member after member (a compressed
+    tar cannot seek: opening it again per member would decompress it again each time)."""
+    results: dict[int, RankTimeline | _ErrorTuple] = {}
+    by_archive: dict[str, dict[str, int]] = {}
+    for i, item in enumerate(items):
+        if item.member is None:
+            results[i] = parse_one(item)
+            if progress:
+                progress(len(results), len(items))
+        else:
+            by_archive.setdefault(item.path, {})[item.member] = i
+    for archive_path, wanted in by_archive.items():
+        try:
+            with tarfile.open(archive_path, mode="r|*", bufsize=_TAR_BUFFER) as archive:
+                for member in archive:
+                    index = wanted.get(member.name)
+                    if index is None:
+                        continue
+                    item = items[index]
+                    handle = archive.extractfile(member)
+                    if handle is None:
+                        results[index] = (
+                            "not a regular file in the archive",
+                            item.name,
+                            None,
+                            None,
+                        )
+                    else:
+                        results[index] = _parse_stream(item, handle)
+                    if progress:
+                        progress(len(results), len(items))
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            message = f"cannot read archive: {exc}"
+            for index in wanted.values():
+                results.setdefault(index, (message, archive_path, None, None))
+    return [results[i] for i in range(len(items))]
+
+
+def _parse_stream(item: TraceInput, handle: IO[bytes]) -> RankTimeline | _ErrorTuple:
+    try:
+        return rank_timeline(read_kineto(item.member or item.path, source=item.name, stream=handle))
+    except SourceError as exc:
+        return (exc.message, exc.source, exc.line, exc.column)
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        return (f"cannot read: {exc}", item.name, None, None)
+
+
+def _extract_members(items: Sequence[TraceInput], directory: Path) -> list[TraceInput]:
+    """Copy archive members to ``directory`` (one streaming pass per archive), so parallel
+    workers read plain files; plain files are passed through. Errors are left for the
+    workers to report (a member that cannot be extracted keeps pointing into its archive)."""
+    out = list(items)
+    by_archive: dict[str, dict[str, int]] = {}
+    for i, item in enumerate(items):
+        if item.member is not None:
+            by_archive.setdefault(item.path, {})[item.member] = i
+    for n, (archive_path, wanted) in enumerate(by_archive.items()):
+        try:
+            with tarfile.open(archive_path, mode="r|*", bufsize=_TAR_BUFFER) as archive:
+                for member in archive:
+                    index = wanted.get(member.name)
+                    handle = archive.extractfile(member) if index is not None else None
+                    if index is None or handle is None:
+                        continue
+                    target = directory / f"{n}-{index}-{Path(member.name).name}"
+                    with handle, target.open("wb") as sink:
+                        shutil.copyfileobj(handle, sink, 1 << 20)
+                    item = items[index]
+                    out[index] = TraceInput(str(target), None, item.json_bytes, item.name)
+        except (tarfile.TarError, OSError, EOFError):
+            continue
+    return out
 
 
 def _collect(
