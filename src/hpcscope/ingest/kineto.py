@@ -215,7 +215,14 @@ class _Columns:
         kind = np.fromiter(map(self.kinds.__getitem__, map(_CAT, events)), np.int8, n)
         dur = np.fromiter(map(_DUR, events), np.float64, n)
         keep = (kind >= 0) & (dur >= 0)
-        keep &= np.fromiter(map(_PHASE_X.__getitem__, map(_PH, events)), np.int8, n) > 0
+        if not keep.all():
+            events = list(compress(events, keep.tolist()))
+            kind, dur, n = kind[keep], dur[keep], len(events)
+            if not n:
+                return
+        # complete events only (the category and duration filter above already leaves little
+        # else: instant, flow and metadata events have no duration or no known category)
+        keep = np.fromiter(map(_PHASE_X.__getitem__, map(_PH, events)), np.int8, n) > 0
         if not keep.all():
             events = list(compress(events, keep.tolist()))
             kind, dur, n = kind[keep], dur[keep], len(events)
