@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the real components hpcscope's tests start by themselves (Debian 12 packages):
-#   slurm-wlm + munge (+ slurmdbd, mariadb-server)   a real one-node Slurm with fake GPU gres
+#   slurm-wlm + munge (+ slurmdbd, mariadb-server,   a real one-node Slurm with fake GPU gres
+#   slurmrestd)
 #   prometheus (promtool), victoria-metrics            PromQL engines, rule tests
 #   prometheus-node-exporter                           real node metrics, InfiniBand collector
 #   chromium                                           browser tests (Playwright, executablePath)
@@ -8,7 +9,7 @@
 # the tests start and stop what they need.
 set -euo pipefail
 
-packages=(slurm-wlm slurmdbd munge mariadb-server prometheus victoria-metrics
+packages=(slurm-wlm slurmdbd slurmrestd munge mariadb-server prometheus victoria-metrics
           prometheus-node-exporter chromium)
 
 missing=()

@@ -115,11 +115,10 @@ def test_two_gpu_straggler_uses_the_other_gpu_as_peer() -> None:
 
 
 def test_idle_xid_and_healthy() -> None:
-    rows = (
-        series("1", 0, 10, util=0.0, sm=0.0)
-        + series("2", 1, 10, util=0.95, sm=0.8, xid=79)
-        + series("3", 2, 10, util=0.98, sm=0.82)
+    faulting = series("2", 1, 5, util=0.95, sm=0.8) + series(
+        "2", 1, 5, util=0.95, sm=0.8, xid=79, start=10
     )
+    rows = series("1", 0, 10, util=0.0, sm=0.0) + faulting + series("3", 2, 10, util=0.98, sm=0.82)
     summary = gpu_summary(samples(rows), max_interval_seconds=6)
     verdicts = dict(zip(summary["job_id"].to_list(), summary["verdict"].to_list(), strict=True))
     assert verdicts == {"1": "idle", "2": "xid_error", "3": "healthy"}
@@ -185,4 +184,13 @@ def test_weighted_means_stay_within_the_sample_range(values: list[tuple[float, f
 def test_classify_handles_gpus_without_a_job() -> None:
     rows = series(None, 0, 5, util=0.9, sm=0.9)
     summary = classify_gpus(gpu_summary(samples(rows), max_interval_seconds=6))
+    assert summary["verdict"].to_list() == ["healthy"]
+
+
+def test_a_stale_xid_from_a_previous_job_is_not_this_jobs() -> None:
+    # DCGM keeps the last Xid until the GPU is reset: a job that starts on such a GPU
+    # sees the value from its first sample on, and it is not the job's fault
+    rows = series("4", 0, 10, util=0.97, sm=0.8, xid=48)
+    summary = gpu_summary(samples(rows), max_interval_seconds=6)
+    assert summary["xid"].to_list() == [None]
     assert summary["verdict"].to_list() == ["healthy"]

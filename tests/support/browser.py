@@ -33,8 +33,10 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = ARTIFACTS / "screenshots"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    # module scope, not session: Playwright's sync API keeps an asyncio loop running in the main
+    # thread while it is open, and later tests that call asyncio.run() must not see it
     if not CHROMIUM.exists():
         pytest.fail(
             f"{CHROMIUM} not found: browser tests need Debian's chromium (run `make system-deps`)"

@@ -167,7 +167,16 @@ def gpu_summary(
             pl.when(slowdown).then(pl.col("dt_seconds")).otherwise(0.0).sum()
             / pl.col("dt_seconds").sum()
         ).alias("slowdown_share"),
-        pl.col("xid_last").filter(pl.col("xid_last").fill_null(0) != 0).last().alias("xid"),
+        # DCGM reports the *last* Xid until the GPU is reset: only a change seen during the
+        # job is the job's Xid (a stale value from a previous job is not)
+        pl.col("xid_last")
+        .filter(
+            (pl.col("xid_last").fill_null(0) != 0)
+            & (pl.col("xid_last").fill_null(0) != pl.col("xid_last").shift(1).fill_null(0))
+            & pl.col("xid_last").shift(1).is_not_null()
+        )
+        .last()
+        .alias("xid"),
         pl.col("fb_used_bytes").max().alias("max_fb_used_bytes"),
         pl.col("ts").min().alias("first_ts"),
         pl.col("ts").max().alias("last_ts"),

@@ -1,4 +1,4 @@
-"""``hpcscope serve``: run the web server (and the collector) on an existing configuration."""
+"""``hpcscope serve``: run the web server and the collector on a configuration."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from hpcscope.cli.durations import parse_duration
 from hpcscope.cli.output import EXIT_USAGE_ERROR, fail
 from hpcscope.model.errors import SourceError
 
@@ -20,20 +21,39 @@ def serve(
     port: int | None = typer.Option(None, help="Listen port (default 8080)."),
     store: Path | None = typer.Option(None, help="DuckDB store file."),
     topology: Path | None = typer.Option(None, help="Cluster topology YAML."),
+    targets: Path | None = typer.Option(None, help="Prometheus file_sd targets to scrape."),
+    slurmrestd_url: str | None = typer.Option(None, help="slurmrestd base URL."),
+    scrape_interval: float | None = typer.Option(None, help="Seconds between scrapes."),
+    duration: str | None = typer.Option(None, "--for", help="Stop after this long (60s, 5m)."),
 ) -> None:
-    """Serve the web UI and API on an existing store and topology."""
-    import uvicorn
-
-    from hpcscope.serve.app import create_app
+    """Serve the web UI and API; collect from the configured targets and scheduler."""
+    from hpcscope.serve.server import run_server
     from hpcscope.service.core import Service
     from hpcscope.service.settings import load_settings
 
     try:
+        seconds = parse_duration(duration) if duration else None
         settings = load_settings(
-            config, host=host, port=port, store_path=store, topology_path=topology
+            config,
+            host=host,
+            port=port,
+            store_path=store,
+            topology_path=topology,
+            targets_path=targets,
+            slurmrestd_url=slurmrestd_url,
+            scrape_interval_seconds=scrape_interval,
         )
         service = Service.open(settings)
     except SourceError as exc:
         fail(exc.describe(), code=EXIT_USAGE_ERROR, error=exc)
-    app = create_app(service, on_shutdown=service.close)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    except ValueError as exc:
+        fail(str(exc), code=EXIT_USAGE_ERROR)
+    try:
+        run_server(
+            service,
+            duration_seconds=seconds,
+            on_ready=lambda url: typer.echo(f"hpcscope serving on {url}", err=True),
+            log_level="info",
+        )
+    finally:
+        service.close()

@@ -216,3 +216,75 @@ JOB_ALIAS_SCHEMA = pa.schema(
 
 ``7745162`` -> ``7725337_411``; ``901`` -> ``900+1``. A label, log line or prolog record that
 carries the raw id resolves to the same job (see ``docs/golden-path.md``)."""
+
+IB_COUNTER_COLUMNS: tuple[str, ...] = (
+    # 64-bit extended PortCounters (node_exporter multiplies the 4-octet data words by 4)
+    "port_data_received_bytes_total",
+    "port_data_transmitted_bytes_total",
+    "port_packets_received_total",
+    "port_packets_transmitted_total",
+    "unicast_packets_received_total",
+    "unicast_packets_transmitted_total",
+    "multicast_packets_received_total",
+    "multicast_packets_transmitted_total",
+    # error and congestion counters
+    "port_errors_received_total",
+    "port_discards_received_total",
+    "port_discards_transmitted_total",
+    "port_constraint_errors_received_total",
+    "port_constraint_errors_transmitted_total",
+    "port_receive_remote_physical_errors_total",
+    "port_receive_switch_relay_errors_total",
+    "port_transmit_wait_total",
+    "link_downed_total",
+    "link_error_recovery_total",
+    "symbol_error_total",
+    "local_link_integrity_errors_total",
+    "excessive_buffer_overrun_errors_total",
+    "vl15_dropped_total",
+    # 32-bit legacy PortCounters (saturate at 2**32 - 1)
+    "legacy_data_received_bytes_total",
+    "legacy_data_transmitted_bytes_total",
+    "legacy_packets_received_total",
+    "legacy_packets_transmitted_total",
+    "legacy_unicast_packets_received_total",
+    "legacy_unicast_packets_transmitted_total",
+    "legacy_multicast_packets_received_total",
+    "legacy_multicast_packets_transmitted_total",
+    # mlx5 hw_counters (node_exporter >= 1.11): RDMA operations and transport errors
+    "rx_read_requests_total",
+    "rx_write_requests_total",
+    "rx_atomic_requests_total",
+    "req_remote_access_errors_total",
+    "resp_remote_access_errors_total",
+    "out_of_sequence_packets_received_total",
+    "local_ack_timeout_errors_total",
+    "out_of_buffer_drops_total",
+    "roce_adp_retransmits_total",
+    "np_cnp_packets_sent_total",
+    "rp_cnp_packets_handled_total",
+)
+"""Counters of one InfiniBand port, named as node_exporter names them without the
+``node_infiniband_`` prefix. Counters, so float64: node_exporter exports floats, and the data
+counters (4-octet words x 4) can pass 2**53 only after ~10 years at 400 Gb/s."""
+
+IB_PORT_SCHEMA = pa.schema(
+    [
+        pa.field("ts", TS, nullable=False),
+        pa.field("node", pa.string(), nullable=False),
+        pa.field("device", pa.string(), nullable=False),
+        pa.field("port", pa.int16(), nullable=False),
+        pa.field("hca_type", pa.string()),
+        pa.field("firmware_version", pa.string()),
+        pa.field("board_id", pa.string()),
+        pa.field("state_id", pa.int8()),
+        pa.field("physical_state_id", pa.int8()),
+        pa.field("rate_bytes_per_second", pa.float64()),
+        *[pa.field(column, pa.float64()) for column in IB_COUNTER_COLUMNS],
+    ]
+)
+"""One row per InfiniBand port per scrape of node_exporter's ``infiniband`` collector.
+
+``state_id`` 4 = ACTIVE, ``physical_state_id`` 5 = LinkUp. Counters are stored raw (as read):
+rates, reset detection (a counter that goes down was reset: ``perfquery -r``, a reboot, or
+tampering) and 32-bit saturation are derived by :mod:`hpcscope.analysis.infiniband`."""

@@ -472,7 +472,8 @@ def _line_for(path: Sequence[str | int], positions: Mapping[tuple[str | int, ...
     return 1
 
 
-def _gpu_uuid(cluster: str, node: str, index: int) -> str:
+def gpu_uuid(cluster: str, node: str, index: int) -> str:
+    """A stable, unique ``GPU-<uuid>`` for a simulated GPU (same inputs, same UUID)."""
     return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{cluster}/{node}/{index}"))
 
 
@@ -576,7 +577,7 @@ def _build(
                 Gpu(
                     node=host,
                     index=i,
-                    uuid=_gpu_uuid(spec.name, host, i),
+                    uuid=gpu_uuid(spec.name, host, i),
                     pci_bus_id=bus_ids[i],
                     model=model,
                 )

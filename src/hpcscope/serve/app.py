@@ -18,11 +18,29 @@ from starlette.responses import Response
 
 from hpcscope import __version__
 from hpcscope.serve.auth import LoginRequired, Unauthorized
-from hpcscope.serve.routes import auth_routes, cluster, health, jobs, traces
+from hpcscope.serve.routes import (
+    auth_routes,
+    cluster,
+    diagram,
+    health,
+    jobs,
+    metrics_route,
+    simulate,
+    traces,
+)
 from hpcscope.serve.templating import STATIC_DIR
 from hpcscope.service.core import Service
 
-ROUTERS = [health.router, auth_routes.router, cluster.router, jobs.router, traces.router]
+ROUTERS = [
+    health.router,
+    auth_routes.router,
+    cluster.router,
+    jobs.router,
+    metrics_route.router,
+    simulate.router,
+    diagram.router,
+    traces.router,
+]
 
 
 def create_app(

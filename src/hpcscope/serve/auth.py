@@ -61,7 +61,7 @@ def identify(request: Request) -> Principal | None:
 
 def _is_api(request: Request) -> bool:
     path = request.url.path
-    return path.startswith("/api/") or path.endswith(".json")
+    return path.startswith("/api/") or path.endswith(".json") or path == "/metrics"
 
 
 def require_principal(request: Request) -> Principal:

@@ -24,6 +24,9 @@ STATIC_DIR = Path(__file__).parent / "static"
 NAV: list[tuple[str, str]] = [
     ("/", "Cluster"),
     ("/jobs", "Jobs"),
+    ("/diagram", "Diagram"),
+    ("/step", "Training step"),
+    ("/simulate", "Simulator"),
     ("/traces", "Traces"),
 ]
 

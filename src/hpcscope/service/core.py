@@ -49,6 +49,13 @@ class Service:
         store = Store(settings.store_path)
         return cls(settings=settings, topology=topology, store=store, users=users)
 
+    @classmethod
+    def open_read_only(cls, settings: Settings) -> Service:
+        """Open an existing store read-only (offline CLI reads; fails while a server holds it)."""
+        topology = load_topology(settings.resolved_topology_path())
+        store = Store(settings.store_path, read_only=True)
+        return cls(settings=settings, topology=topology, store=store, users=UserDirectory([]))
+
     def close(self) -> None:
         self.store.close()
 
@@ -140,3 +147,17 @@ class Service:
 
     def live_window(self) -> timedelta:
         return timedelta(seconds=max(30.0, 3 * self.settings.scrape_interval_seconds))
+
+    def live_job_gpus(
+        self, principal: Principal, *, window: timedelta, now: datetime | None = None
+    ) -> reports.LiveJobs:
+        """Running jobs (samples within ``window``) and their GPUs' recent figures."""
+        return reports.live_job_gpus(
+            self.store,
+            principal,
+            now=now or reports.utcnow(),
+            window=window,
+            scrape_interval_seconds=self.settings.scrape_interval_seconds,
+            gpu_hour_price=self.topology.gpu_hour_price,
+            currency=self.topology.currency,
+        )

@@ -178,3 +178,67 @@ def cluster_state(
     health = queries.scrape_health(store, since=now - timedelta(minutes=15)).to_pylist()
     gaps = queries.collection_gaps(store, since=now - timedelta(hours=1)).to_pylist()
     return ClusterState(generated_at=now, gpus=tuple(gpus), targets=tuple(health), gaps=tuple(gaps))
+
+
+@dataclass(frozen=True, slots=True)
+class LiveGpu:
+    """One GPU of a running job over a recent window."""
+
+    job_id: str
+    node: str
+    gpu: int
+    reported_util_ratio: float | None
+    sm_active_ratio: float | None
+    tensor_active_ratio: float | None
+    verdict: str
+
+
+@dataclass(frozen=True, slots=True)
+class LiveJobs:
+    """Jobs with samples in the window (whole-life reports) and their GPUs over the window."""
+
+    jobs: tuple[JobReport, ...]
+    gpus: tuple[LiveGpu, ...]
+
+
+def live_job_gpus(
+    store: Store,
+    principal: Principal,
+    *,
+    now: datetime,
+    window: timedelta,
+    scrape_interval_seconds: float,
+    gpu_hour_price: float,
+    currency: str,
+) -> LiveJobs:
+    """What the jobs running in the last ``window`` are doing now, for ``principal``."""
+    ids = queries.job_ids_in_samples(store, principal.job_scope(), since=now - window)
+    if not ids:
+        return LiveJobs((), ())
+    jobs = reports_for(
+        store,
+        principal,
+        job_ids=ids,
+        now=now,
+        scrape_interval_seconds=scrape_interval_seconds,
+        gpu_hour_price=gpu_hour_price,
+        currency=currency,
+    )
+    recent = _frame(queries.samples_for_jobs(store, ids, since=now - window))
+    summary = gpu_summary(
+        recent, max_interval_seconds=max_interval_seconds(scrape_interval_seconds)
+    )
+    gpus = tuple(
+        LiveGpu(
+            row["job_id"],
+            row["node"],
+            int(row["gpu"]),
+            row["reported_util_ratio"],
+            row["sm_active_ratio"],
+            row["tensor_active_ratio"],
+            row["verdict"],
+        )
+        for row in summary.sort(["job_id", "node", "gpu"]).iter_rows(named=True)
+        if row["job_id"] is not None
+    )
+    return LiveJobs(tuple(jobs), gpus)

@@ -62,6 +62,12 @@ class Settings(BaseModel):
     )
     scrape_interval_seconds: float = Field(15.0, gt=0, description="Seconds between scrapes.")
     scrape_timeout_seconds: float = Field(5.0, gt=0, description="Per-target scrape timeout.")
+    slurmrestd_url: str | None = Field(
+        None, description="Base URL of slurmrestd (jobs are read from /slurm/v0.0.40/jobs)."
+    )
+    scheduler_poll_seconds: float = Field(
+        10.0, gt=0, description="Seconds between scheduler polls."
+    )
     job_mapping_dir: Path | None = Field(
         None, description="dcgm-exporter hpc-job-mapping directory root (per-node sub-directories)."
     )

@@ -9,9 +9,11 @@ coordinators) once those are ingested.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,11 +97,26 @@ DEMO_LOGINS: tuple[DemoLogin, ...] = (
 )
 
 
+@functools.cache
+def _demo_records() -> tuple[UserRecord, ...]:
+    salt = b"hpcscope-demo-salt"  # fixed: the demo's passwords are public anyway
+    return tuple(
+        UserRecord(d.name, d.role, hash_password(d.password, salt=salt), d.accounts, d.coordinates)
+        for d in DEMO_LOGINS
+    )
+
+
 class UserDirectory:
     """Look up and authenticate users."""
 
+    #: How long a verified (user, password) pair is remembered: scrypt is deliberately slow
+    #: (~50 ms), and scripts send HTTP Basic credentials on every request.
+    CACHE_SECONDS = 60.0
+
     def __init__(self, users: list[UserRecord]) -> None:
         self._users = {user.name: user for user in users}
+        self._cache_key = secrets.token_bytes(32)
+        self._verified: dict[bytes, float] = {}
 
     @classmethod
     def from_file(cls, path: str | Path) -> UserDirectory:
@@ -152,7 +169,17 @@ class UserDirectory:
         if user is None:
             verify_password(password, hash_password("", salt=b"0" * 16))
             return None
-        return user if verify_password(password, user.password_hash) else None
+        # remember successes only, keyed by an HMAC under a per-process key (never the password)
+        key = hmac.new(self._cache_key, f"{name}\0{password}".encode(), "sha256").digest()
+        now = time.monotonic()
+        if self._verified.get(key, 0.0) > now:
+            return user
+        if not verify_password(password, user.password_hash):
+            return None
+        if len(self._verified) > 10_000:
+            self._verified.clear()
+        self._verified[key] = now + self.CACHE_SECONDS
+        return user
 
     def principal(
         self, name: str, *, coordinated_from_slurm: frozenset[str] = frozenset()

@@ -147,8 +147,10 @@ class Store:
 
     def schema_version(self) -> int:
         """The highest applied migration number."""
-        row = self._cursor().execute("SELECT max(version) FROM schema_migrations").fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
+        # fetchall, not fetchone: DuckDB 2 keeps a half-read result open on the cursor and
+        # refuses the next query on it
+        rows = self._cursor().execute("SELECT max(version) FROM schema_migrations").fetchall()
+        return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
     # ---------------------------------------------------------------- writes
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcscope.model.schemas import GPU_METRICS
+from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,8 @@ _METRIC_COLUMNS = ",\n    ".join(
     f"{m.column} {'BIGINT' if m.column in ('clock_throttle_reasons', 'xid_last') else 'DOUBLE'}"
     for m in GPU_METRICS
 )
+
+_IB_COUNTERS = ",\n    ".join(f"{column} DOUBLE" for column in IB_COUNTER_COLUMNS)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -105,6 +107,25 @@ CREATE TABLE job_aliases (
     ),
     Migration(
         3,
+        "infiniband port counters from node_exporter",
+        f"""
+CREATE TABLE ib_port_counters (
+    ts TIMESTAMP NOT NULL,
+    node VARCHAR NOT NULL,
+    device VARCHAR NOT NULL,
+    port SMALLINT NOT NULL,
+    hca_type VARCHAR,
+    firmware_version VARCHAR,
+    board_id VARCHAR,
+    state_id TINYINT,
+    physical_state_id TINYINT,
+    rate_bytes_per_second DOUBLE,
+    {_IB_COUNTERS}
+);
+""",
+    ),
+    Migration(
+        4,
         "trace analyses: per-rank phases and stragglers of uploaded profiler traces",
         """
 CREATE TABLE trace_analyses (

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from typing import Any
 
 from hpcscope.model.topology import Topology
 from hpcscope.twin.dcgm import DcgmEndpoint
-from hpcscope.twin.scheduler import JobState, Scheduler
+from hpcscope.twin.scheduler import Scheduler
 from hpcscope.twin.slurmrestd import jobs_response
 from hpcscope.twin.workloads import TimeShares, shares_for
 
@@ -38,6 +39,14 @@ Route = Callable[[], tuple[int, str, bytes]]
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a scraper that gives up (timeout) closes the socket: not an error of the twin
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            log.debug("twin http: client %s went away (%s)", client_address, error)
+            return
+        super().handle_error(request, client_address)
 
 
 def serve_routes(
@@ -203,6 +212,11 @@ class TwinCluster:
                     return None
                 position = job.allocation.index((node, gpu_index))
                 memory = self.topology.node(node).gpus[gpu_index].model.memory_bytes
+                if job.faulted(self.now()):
+                    # the faulty GPU stops; its peers hang in NCCL until the job is killed
+                    if self.scheduler.failing_gpu(job) == (node, gpu_index):
+                        return TimeShares(0.0, 0.0, 0.0, 0.0, 0.3 * memory, 0.0, 0.0)
+                    return TimeShares(0.0, 1.0, 0.0, 0.0, 0.8 * memory, 0.0, 0.0)
                 return shares_for(
                     job.profile,
                     gpu_index=position,
@@ -215,13 +229,7 @@ class TwinCluster:
     def _xid_source(self, node: str) -> Callable[[int], int]:
         def xid(gpu_index: int) -> int:
             with self._lock:
-                for job in self.scheduler.jobs.values():
-                    if job.state is JobState.FAILED and self.scheduler.failing_gpu(job) == (
-                        node,
-                        gpu_index,
-                    ):
-                        return job.xid or 0
-            return 0
+                return self.scheduler.xid_of(node, gpu_index, self.now())
 
         return xid
 

@@ -267,7 +267,7 @@ class DcgmEndpoint:
             for gpu in self.gpus:
                 physics = self._physics[gpu.index]
                 if self._xid_source is not None:
-                    physics.xid_last = self._xid_source(gpu.index) or physics.xid_last
+                    physics.xid_last = self._xid_source(gpu.index)
                 counters[gpu.index] = physics.step(
                     self._shares(gpu.index), dt_seconds=dt, rng=self._rng
                 )

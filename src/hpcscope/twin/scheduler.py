@@ -62,6 +62,17 @@ class SimJob:
     def nodes(self) -> list[str]:
         return sorted({node for node, _ in self.allocation})
 
+    @property
+    def fault_time(self) -> float | None:
+        """When the job's GPU raises its Xid (simulated epoch seconds), if it ever does."""
+        if self.start_time is None or self.fail_after_seconds is None:
+            return None
+        return self.start_time + self.fail_after_seconds
+
+    def faulted(self, now: float) -> bool:
+        fault = self.fault_time
+        return fault is not None and now >= fault
+
 
 @dataclass(frozen=True, slots=True)
 class Team:
@@ -84,6 +95,11 @@ _JOB_NAMES = {
 }
 
 _XIDS = (79, 48, 94, 31)
+
+#: After a GPU fault the job hangs in NCCL until PyTorch's watchdog or Slurm ends it.
+FAULT_GRACE_SECONDS = 30.0
+#: A GPU that raised a fatal Xid is drained, then reset (Xid cleared) and returned to the pool.
+REPAIR_SECONDS = 600.0
 
 
 class Scheduler:
@@ -118,6 +134,7 @@ class Scheduler:
         self._free: dict[str, set[int]] = {
             n.name: {g.index for g in n.gpus} for n in topology.nodes
         }
+        self._in_repair: dict[tuple[str, int], float] = {}
         self._next_arrival = start_time + self._interarrival()
         self.now = start_time
         for node in topology.nodes:
@@ -252,13 +269,9 @@ class Scheduler:
         for job in list(self.jobs.values()):
             if job.state is not JobState.RUNNING or job.start_time is None:
                 continue
-            if (
-                job.fail_after_seconds is not None
-                and now >= job.start_time + job.fail_after_seconds
-            ):
-                self._end(
-                    job, JobState.FAILED, job.start_time + job.fail_after_seconds, exit_code=1
-                )
+            fault = job.fault_time
+            if fault is not None and now >= fault + FAULT_GRACE_SECONDS:
+                self._end(job, JobState.FAILED, fault + FAULT_GRACE_SECONDS, exit_code=1)
                 changed.append(job)
             elif now >= job.start_time + min(job.duration_seconds, job.time_limit_minutes * 60.0):
                 timeout = job.duration_seconds > job.time_limit_minutes * 60.0
@@ -268,6 +281,7 @@ class Scheduler:
                     job.start_time + min(job.duration_seconds, job.time_limit_minutes * 60.0),
                 )
                 changed.append(job)
+        self._return_repaired(now)
         for job in sorted(self.jobs.values(), key=lambda j: (j.submit_time, j.job_id)):
             if job.state is JobState.PENDING and self._try_start(job, now):
                 changed.append(job)
@@ -311,10 +325,29 @@ class Scheduler:
         job.state = state
         job.end_time = end_time
         job.exit_code = exit_code
+        faulty = self.failing_gpu(job) if state is JobState.FAILED else None
         for node, gpu in job.allocation:
-            self._free[node].add(gpu)
+            if (node, gpu) == faulty:  # drained until an operator resets it
+                self._in_repair[(node, gpu)] = end_time + REPAIR_SECONDS
+            else:
+                self._free[node].add(gpu)
             mapping.remove_job(self.mapping_dir(node), str(gpu), str(job.job_id))  # the epilog
         log.info("twin: job %s ended %s", job.job_id, state)
+
+    def _return_repaired(self, now: float) -> None:
+        for (node, gpu), ready in list(self._in_repair.items()):
+            if now >= ready:
+                del self._in_repair[(node, gpu)]
+                self._free[node].add(gpu)
+
+    def xid_of(self, node: str, gpu: int, now: float) -> int:
+        """The last Xid the GPU reports: the fault's code from the fault until its reset."""
+        for job in self.jobs.values():
+            if self.failing_gpu(job) == (node, gpu) and job.faulted(now):
+                ready = self._in_repair.get((node, gpu))
+                if job.state is JobState.RUNNING or ready is not None:
+                    return job.xid or 0
+        return 0
 
     # ------------------------------------------------------------------ views
 

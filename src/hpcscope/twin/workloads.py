@@ -137,7 +137,7 @@ class GpuPhysics:
     """The slowly varying physical state of one GPU: temperature and its energy counter."""
 
     model: GpuModel
-    temperature_celsius: float = 32.0
+    temperature_celsius: float | None = None
     energy_joules: float = 0.0
     xid_last: int = 0
 
@@ -187,6 +187,8 @@ class GpuPhysics:
         )
         # first-order thermal model: equilibrium temperature rises with power
         target = ambient_celsius + 0.075 * power + (18.0 if throttle_thermal else 0.0)
+        if self.temperature_celsius is None:  # first reading: the GPU is already warm
+            self.temperature_celsius = target
         alpha = 1.0 - math.exp(-dt_seconds / 40.0)
         self.temperature_celsius += (target - self.temperature_celsius) * alpha
         self.energy_joules += power * dt_seconds

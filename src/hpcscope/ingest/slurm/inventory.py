@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcscope.ingest.slurm.common import GresEntry
+from hpcscope.ingest.slurm.gres import GresEntry
 from hpcscope.model.errors import SourceError
 
 

@@ -17,7 +17,6 @@ from typing import Any
 
 from hpcscope.ingest.slurm.common import (
     FINISHED_STATES,
-    GresEntry,
     JobRows,
     SchedulerFormatError,
     SchedulerSnapshot,
@@ -25,15 +24,18 @@ from hpcscope.ingest.slurm.common import (
     epoch_or_none,
     exit_code_from,
     exit_code_from_wait_status,
-    gpus_from_tres_string,
     load_json_document,
     normalize_state,
-    parse_gres,
     slurm_int,
     string_or_none,
     time_limit_seconds,
 )
 from hpcscope.ingest.slurm.fields import DOCUMENT_KEYS, NODE_KEYS, SLURMCTLD_JOB_KEYS
+from hpcscope.ingest.slurm.gres import (
+    GresEntry,
+    gpus_from_tres_string,
+    parse_gres,
+)
 from hpcscope.ingest.slurm.inventory import InventorySnapshot, SlurmNode, SlurmPartition
 from hpcscope.model.errors import SourceError
 from hpcscope.model.hostlist import HostlistError, expand_hostlist
@@ -189,7 +191,9 @@ def _add_slurmctld_job(
     state, known = normalize_state(job.get("job_state"))
     if not known:
         warn.add(f"unknown job state {state!r}: kept as written", field=f"{where}.job_state")
-    started = state not in (None, "PENDING")
+    nodes = string_or_none(job.get("nodes"))
+    # a job cancelled while pending has start_time = end_time = cancel time and no nodes
+    started = state not in (None, "PENDING") and nodes is not None
     finished = state in FINISHED_STATES
     start = epoch_or_none(job.get("start_time")) if started else None
     end = epoch_or_none(job.get("end_time")) if finished else None
@@ -216,7 +220,7 @@ def _add_slurmctld_job(
         end_time=end,
         time_limit_seconds=time_limit_seconds(job.get("time_limit")),
         gpus=gpus,
-        nodes=string_or_none(job.get("nodes")),
+        nodes=nodes,
         source=warn.source,
     )
     rows.add_alias(raw_job_id=str(raw_id), job_id=job_id, cluster=cluster)
@@ -432,7 +436,7 @@ def parse_slurmrestd_partitions(
         is_default = isinstance(flags, list) and "default" in [str(f).lower() for f in flags]
         maximums = entry.get("maximums")
         max_time = (
-            maximums.get("time") if isinstance(maximums, Mapping) else entry.get("maximum_time")
+            maximums.get("time") if isinstance(maximums, Mapping) else entry.get("max_time_limit")
         )
         cpus_block = entry.get("cpus")
         total_cpus = (

@@ -1,0 +1,90 @@
+"""InfiniBand port counters -> rates, resets and saturation (``telemetry.md`` §6).
+
+Counters only go up. One that goes down was reset: ``perfquery -r/-R``, a driver reload, a
+reboot, or someone covering RDMA traffic (security rule RD-6: a reset outside maintenance is
+itself a finding). Over an interval with a reset the increase is the new value (Prometheus'
+``rate`` convention: the counter restarted from 0). A narrow counter stuck at its maximum
+(``2**bits - 1``, see :data:`hpcscope.ingest.infiniband.COUNTER_WIDTH_BITS`) has an unknown
+increase: its rate is null, not 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import polars as pl
+
+from hpcscope.model.schemas import IB_COUNTER_COLUMNS
+
+_PORT = ["node", "device", "port"]
+
+
+def _rate_name(column: str) -> str:
+    return column.removesuffix("_total") + "_per_second"
+
+
+def port_rates(
+    counters: pl.DataFrame, *, widths_bits: Mapping[str, int] | None = None
+) -> pl.DataFrame:
+    """Per-interval rates of every counter of every port.
+
+    Args:
+        counters: ``ib_port_counters`` rows (``ts``, ``node``, ``device``, ``port`` and the
+            counter columns of :data:`~hpcscope.model.schemas.IB_COUNTER_COLUMNS`).
+        widths_bits: counter -> width in bits, for saturation (default: none saturate).
+
+    Returns:
+        One row per port and interval: ``node, device, port, ts`` (interval end),
+        ``interval_seconds``, one ``<counter>_per_second`` column per counter (``_total``
+        dropped: ``port_data_received_bytes_per_second``), and ``reset_counters`` (the counters
+        that went down in the interval).
+    """
+    widths = dict(widths_bits or {})
+    present = [c for c in IB_COUNTER_COLUMNS if c in counters.columns]
+    frame = counters.sort([*_PORT, "ts"])
+    previous = {c: pl.col(c).shift(1).over(_PORT) for c in present}
+    interval = (
+        (pl.col("ts") - pl.col("ts").shift(1).over(_PORT)).dt.total_microseconds() / 1e6
+    ).alias("interval_seconds")
+    rates = []
+    resets = []
+    for column in present:
+        before, after = previous[column], pl.col(column)
+        went_down = after < before
+        increase = pl.when(went_down).then(after).otherwise(after - before)
+        bits = widths.get(column)
+        if bits is not None:
+            top = float(2**bits - 1)
+            increase = pl.when((after == top) & (before == top)).then(None).otherwise(increase)
+        rates.append((increase / pl.col("interval_seconds")).alias(_rate_name(column)))
+        resets.append(pl.when(went_down).then(pl.lit(column)).otherwise(None))
+    out = frame.with_columns(interval).with_columns(
+        *rates, pl.concat_list(resets).list.drop_nulls().alias("reset_counters")
+    )
+    return out.filter(pl.col("interval_seconds").is_not_null() & (pl.col("interval_seconds") > 0))
+
+
+def counter_resets(counters: pl.DataFrame) -> pl.DataFrame:
+    """Every counter that went down between two reads of a port.
+
+    Returns:
+        ``node, device, port, ts`` (the read that saw it), ``counter``, ``before``, ``after``.
+    """
+    present = [c for c in IB_COUNTER_COLUMNS if c in counters.columns]
+    frame = counters.sort([*_PORT, "ts"])
+    parts = [
+        frame.select(
+            *_PORT,
+            "ts",
+            pl.lit(column).alias("counter"),
+            pl.col(column).shift(1).over(_PORT).alias("before"),
+            pl.col(column).alias("after"),
+        ).filter(pl.col("after") < pl.col("before"))
+        for column in present
+    ]
+    if not parts:
+        return pl.DataFrame(
+            schema={"node": pl.String, "device": pl.String, "port": pl.Int16, "ts": pl.Datetime,
+                    "counter": pl.String, "before": pl.Float64, "after": pl.Float64}
+        )  # fmt: skip
+    return pl.concat(parts).sort([*_PORT, "ts", "counter"])

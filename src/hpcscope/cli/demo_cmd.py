@@ -1,0 +1,138 @@
+"""``hpcscope demo``: a twin cluster, the collector and the web UI, on this machine.
+
+Starts the digital twin of the default cluster as a separate process (its exporters serve on
+loopback, its scheduler writes the job-mapping files), then the hpcscope server in this process
+with the collector scraping the twin into a fresh DuckDB file. Prints the URL and the demo
+logins. ``--for 60s`` stops by itself (tests and CI smoke runs use it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from hpcscope.cli.durations import parse_duration
+from hpcscope.cli.output import EXIT_RUNTIME_ERROR, EXIT_USAGE_ERROR, fail
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)
+
+
+def _start_twin(
+    state_dir: Path, *, seed: int, speed: float, topology: str
+) -> tuple[subprocess.Popen[bytes], dict[str, object]]:
+    info_file = state_dir / "twin.json"
+    info_file.unlink(missing_ok=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hpcscope",
+            "twin",
+            "run",
+            "--state-dir",
+            str(state_dir),
+            "--seed",
+            str(seed),
+            "--speed",
+            str(speed),
+            "--topology",
+            topology,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+            raise RuntimeError(f"the twin exited with {process.returncode}: {err.strip()}")
+        if info_file.exists():
+            try:
+                return process, json.loads(info_file.read_text())
+            except json.JSONDecodeError:
+                pass  # being written
+        time.sleep(0.1)
+    process.terminate()
+    raise RuntimeError("the twin did not start within 30 s")
+
+
+def demo(
+    port: int = typer.Option(8080, help="Web UI port."),
+    host: str = typer.Option("127.0.0.1", help="Web UI address."),
+    duration: str | None = typer.Option(None, "--for", help="Stop after this long (60s, 5m)."),
+    state_dir: Path = typer.Option(Path("var/demo"), help="Twin files and the demo store."),
+    seed: int = typer.Option(42, help="Twin random seed."),
+    speed: float = typer.Option(1.0, help="Simulated seconds per real second."),
+    scrape_interval: float = typer.Option(2.0, help="Seconds between scrapes."),
+    topology: str = typer.Option("2x8-h100", help="Bundled topology name or a YAML file."),
+    keep_store: bool = typer.Option(False, help="Keep the previous demo store."),
+) -> None:
+    """Run the demo: twin cluster + collection + analysis + web UI on localhost."""
+    from hpcscope.serve.server import run_server
+    from hpcscope.service.core import Service
+    from hpcscope.service.settings import Settings, bundled_topology
+    from hpcscope.service.users import DEMO_LOGINS
+
+    try:
+        seconds = parse_duration(duration) if duration else None
+        topology_path = Path(topology) if Path(topology).exists() else bundled_topology(topology)
+    except (ValueError, FileNotFoundError) as exc:
+        fail(str(exc), code=EXIT_USAGE_ERROR)
+    twin_dir = state_dir / "twin"
+    store_path = state_dir / "hpcscope.duckdb"
+    if not keep_store:
+        store_path.unlink(missing_ok=True)
+        Path(f"{store_path}.wal").unlink(missing_ok=True)
+        shutil.rmtree(twin_dir / "nodes", ignore_errors=True)
+    twin_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        twin, info = _start_twin(twin_dir, seed=seed, speed=speed, topology=str(topology_path))
+    except RuntimeError as exc:
+        fail(str(exc), code=EXIT_RUNTIME_ERROR)
+    try:
+        settings = Settings(
+            store_path=store_path,
+            topology_path=topology_path,
+            host=host,
+            port=port,
+            anonymous_diagram=True,
+            targets_path=twin_dir / "targets.json",
+            slurmrestd_url=str(info["slurmrestd_url"]),
+            scrape_interval_seconds=scrape_interval,
+            scheduler_poll_seconds=scrape_interval,
+        )
+        service = Service.open(settings)
+
+        def ready(url: str) -> None:
+            lines = [f"hpcscope demo: {url}", "", "Demo logins (user / password, role):"]
+            lines += [
+                f"  {d.name:<6} / {d.password:<11} {d.role.value}"
+                + (f" of {', '.join(d.coordinates)}" if d.coordinates else "")
+                + (
+                    f" (account {', '.join(d.accounts)})"
+                    if d.accounts and not d.coordinates
+                    else ""
+                )
+                for d in DEMO_LOGINS
+            ]
+            lines += ["", "Twin: 2 nodes x 8 H100, one job per workload profile; Ctrl-C stops."]
+            typer.echo("\n".join(lines))
+
+        try:
+            run_server(service, duration_seconds=seconds, on_ready=ready)
+        finally:
+            service.close()
+    finally:
+        twin.terminate()
+        try:
+            twin.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            twin.kill()

@@ -1,0 +1,204 @@
+"""``hpcscope jobs`` and ``hpcscope job JOBID``: the reported-vs-real report.
+
+Against a running server (``--url``, credentials from ``--user``/``--password`` or
+``HPCSCOPE_USER``/``HPCSCOPE_PASSWORD``) — the server applies access control — or offline
+against a store file no server holds (``--store``; reading the file directly requires file
+access, so it is an admin view).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from hpcscope.cli.output import (
+    EXIT_USAGE_ERROR,
+    fail,
+    print_json,
+    print_table,
+    stdout_console,
+)
+
+URL_OPTION = typer.Option(
+    "http://127.0.0.1:8080", "--url", envvar="HPCSCOPE_URL", help="hpcscope server URL."
+)
+USER_OPTION = typer.Option(None, "--user", envvar="HPCSCOPE_USER", help="User name.")
+PASSWORD_OPTION = typer.Option(
+    None,
+    "--password",
+    envvar="HPCSCOPE_PASSWORD",
+    help="Password (prefer the environment variable).",
+)
+STORE_OPTION = typer.Option(None, "--store", help="Read this store file offline instead.")
+JSON_OPTION = typer.Option(False, "--json", help="Print JSON (the API's schema).")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("jobs")(jobs)
+    app.command("job")(job)
+
+
+def _get(url: str, path: str, user: str | None, password: str | None, as_json: bool) -> Any:
+    import httpx2
+
+    if user is None or password is None:
+        fail(
+            "credentials needed: --user and --password (or HPCSCOPE_USER/HPCSCOPE_PASSWORD)",
+            code=EXIT_USAGE_ERROR,
+            as_json=as_json,
+        )
+    try:
+        response = httpx2.get(url.rstrip("/") + path, auth=(user, password), timeout=30)
+    except httpx2.HTTPError as exc:
+        fail(f"cannot reach {url}: {exc}", as_json=as_json)
+    if response.status_code == 401:
+        fail("authentication failed", as_json=as_json)
+    if response.status_code == 404:
+        fail(response.json().get("detail", "not found"), as_json=as_json)
+    if response.status_code != 200:
+        fail(f"{url}{path}: HTTP {response.status_code}", as_json=as_json)
+    return response.json()
+
+
+def _offline(store: Path, job_id: str | None, as_json: bool) -> Any:
+    from hpcscope.model.access import Principal, Role
+    from hpcscope.service.core import Service
+    from hpcscope.service.settings import Settings
+    from hpcscope.store import StoreError
+
+    try:
+        service = Service.open_read_only(Settings(store_path=store))
+    except StoreError as exc:
+        fail(str(exc), as_json=as_json)
+    try:
+        admin = Principal(name="local-file", role=Role.ADMIN)
+        if job_id is None:
+            return {"jobs": [r.to_dict() for r in service.job_reports(admin)]}
+        report = service.job_report(admin, job_id)
+        if report is None:
+            fail(f"no job {job_id} in {store}", as_json=as_json)
+        return report.to_dict()
+    finally:
+        service.close()
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.0f} %"
+
+
+def _hours(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def jobs(
+    url: str = URL_OPTION,
+    user: str | None = USER_OPTION,
+    password: str | None = PASSWORD_OPTION,
+    store: Path | None = STORE_OPTION,
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """List your jobs: reported GPU utilization beside real efficiency, GPU-hours, verdict."""
+    data = (
+        _offline(store, None, json_output)
+        if store is not None
+        else _get(url, "/api/jobs", user, password, json_output)
+    )
+    if json_output:
+        print_json(data)
+        return
+    rows = [
+        [
+            j["job_id"],
+            j["name"],
+            j["user"],
+            j["account"],
+            j["state"],
+            j["gpus_allocated"] if j["gpus_allocated"] is not None else j["gpus_observed"],
+            _pct(j["reported_util_ratio"]),
+            _pct(j["sm_active_ratio"]),
+            _hours(j["useful_gpu_hours"]),
+            _hours(
+                j["allocated_gpu_hours"]
+                if j["allocated_gpu_hours"] is not None
+                else j["observed_gpu_hours"]
+            ),
+            j["verdict"],
+        ]
+        for j in data["jobs"]
+    ]
+    print_table(
+        "Jobs (util = reported GPU utilization, SM = real efficiency)",
+        [
+            "job",
+            "name",
+            "user",
+            "account",
+            "state",
+            "GPUs",
+            "util",
+            "SM active",
+            "useful GPU-h",
+            "allocated GPU-h",
+            "verdict",
+        ],
+        rows,
+        numeric=["GPUs", "util", "SM active", "useful GPU-h", "allocated GPU-h"],
+    )
+
+
+def job(
+    job_id: str = typer.Argument(..., help="Slurm job id (123, 123_4, 123+1)."),
+    url: str = URL_OPTION,
+    user: str | None = USER_OPTION,
+    password: str | None = PASSWORD_OPTION,
+    store: Path | None = STORE_OPTION,
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """One job's report: verdict, reported vs real, GPU-hours and cost, per-GPU detail."""
+    data = (
+        _offline(store, job_id, json_output)
+        if store is not None
+        else _get(url, f"/api/jobs/{job_id}", user, password, json_output)
+    )
+    if json_output:
+        print_json(data)
+        return
+    console = stdout_console()
+    console.print(
+        f"[bold]Job {data['job_id']}[/] {data['name'] or ''} — "
+        f"{data['user'] or '?'} / {data['account'] or '?'} — {data['state'] or '?'}"
+    )
+    console.print(data["explanation"], highlight=False)
+    console.print(
+        f"reported GPU utilization {_pct(data['reported_util_ratio'])} · real efficiency "
+        f"(SM active) {_pct(data['sm_active_ratio'])} · tensor active "
+        f"{_pct(data['tensor_active_ratio'])}",
+        highlight=False,
+    )
+    console.print(
+        f"GPU-hours: useful {_hours(data['useful_gpu_hours'])} / allocated "
+        f"{_hours(data['allocated_gpu_hours'])} · lost {data['cost_lost'] or 0:.2f} "
+        f"{data['currency']}",
+        highlight=False,
+    )
+    rows = [
+        [
+            g["node"],
+            g["gpu"],
+            _pct(g["reported_util_ratio"]),
+            _pct(g["sm_active_ratio"]),
+            _pct(g["tensor_active_ratio"]),
+            "—" if g["max_temperature_celsius"] is None else f"{g['max_temperature_celsius']:.0f}",
+            g["xid"] or "",
+            g["verdict"],
+        ]
+        for g in data["gpus"]
+    ]
+    print_table(
+        None,
+        ["node", "GPU", "util", "SM active", "tensor", "max °C", "Xid", "verdict"],
+        rows,
+        numeric=["GPU", "util", "SM active", "tensor", "max °C"],
+    )

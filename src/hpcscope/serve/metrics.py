@@ -1,0 +1,147 @@
+"""hpcscope's own ``/metrics``: derived, low-cardinality series for Prometheus and alert rules.
+
+A custom collector on a private registry reads the store at scrape time (prometheus_client's
+``Collector`` protocol). We never re-export raw per-second GPU samples — that is
+dcgm-exporter's job — only what hpcscope derives: per running job and GPU, reported vs real
+efficiency over the last five minutes and the straggler flag; per job, allocated GPUs and useful
+GPU-seconds so far; the collector's own health. User, account and partition live on
+``hpcscope_job_info`` only (join with ``* on(job_id) group_left(user)``).
+
+The endpoint carries every job, so it requires an admin (Prometheus scrapes it with an admin
+or service account's credentials).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import CollectorRegistry
+
+from hpcscope import __version__
+from hpcscope.model.access import Principal, Role
+from hpcscope.service.core import Service
+
+#: Window of the per-GPU "now" figures.
+LIVE_WINDOW = timedelta(minutes=5)
+
+_SYSTEM = Principal(name="hpcscope-metrics", role=Role.ADMIN)
+
+
+class HpcscopeCollector:
+    """Reads the store on every scrape; holds no state of its own."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # families depend on the data: do not let the registry call collect() early
+
+    def collect(self) -> Iterator[Metric]:
+        service = self.service
+        build = GaugeMetricFamily("hpcscope_build_info", "hpcscope version.", labels=["version"])
+        build.add_metric([__version__], 1.0)
+        yield build
+        schema = GaugeMetricFamily(
+            "hpcscope_store_schema_version", "Highest applied store migration."
+        )
+        schema.add_metric([], float(service.store.schema_version()))
+        yield schema
+        yield from self._jobs()
+        yield from self._scrapes()
+
+    def _jobs(self) -> Iterator[Metric]:
+        live = self.service.live_job_gpus(_SYSTEM, window=LIVE_WINDOW)
+        info = GaugeMetricFamily(
+            "hpcscope_job_info",
+            "Running job metadata (value 1).",
+            labels=["job_id", "user", "account", "partition"],
+        )
+        gpus = GaugeMetricFamily(
+            "hpcscope_job_allocated_gpus", "GPUs Slurm allocated to the job.", labels=["job_id"]
+        )
+        useful = GaugeMetricFamily(
+            "hpcscope_job_useful_gpu_seconds",
+            "GPU-seconds with work on the SMs so far (sum of sample interval x SM active).",
+            labels=["job_id"],
+        )
+        per_gpu = ["job_id", "node", "gpu"]
+        reported = GaugeMetricFamily(
+            "hpcscope_job_gpu_reported_util_ratio",
+            "Reported GPU utilization (any kernel resident), mean over the last 5 minutes.",
+            labels=per_gpu,
+        )
+        real = GaugeMetricFamily(
+            "hpcscope_job_gpu_sm_active_ratio",
+            "Real efficiency (SM active), mean over the last 5 minutes.",
+            labels=per_gpu,
+        )
+        tensor = GaugeMetricFamily(
+            "hpcscope_job_gpu_tensor_active_ratio",
+            "Tensor pipe active, mean over the last 5 minutes.",
+            labels=per_gpu,
+        )
+        straggler = GaugeMetricFamily(
+            "hpcscope_job_gpu_straggler",
+            "1 when this GPU is the one its job's other GPUs wait for.",
+            labels=per_gpu,
+        )
+        for job in live.jobs:
+            info.add_metric(
+                [job.job_id, job.user or "", job.account or "", job.partition or ""], 1.0
+            )
+            if job.gpus_allocated is not None:
+                gpus.add_metric([job.job_id], float(job.gpus_allocated))
+            useful.add_metric([job.job_id], job.useful_gpu_hours * 3600.0)
+        for gpu in live.gpus:
+            labels = [gpu.job_id, gpu.node, str(gpu.gpu)]
+            if gpu.reported_util_ratio is not None:
+                reported.add_metric(labels, gpu.reported_util_ratio)
+            if gpu.sm_active_ratio is not None:
+                real.add_metric(labels, gpu.sm_active_ratio)
+            if gpu.tensor_active_ratio is not None:
+                tensor.add_metric(labels, gpu.tensor_active_ratio)
+            straggler.add_metric(labels, 1.0 if gpu.verdict == "straggler" else 0.0)
+        yield from (info, gpus, useful, reported, real, tensor, straggler)
+
+    def _scrapes(self) -> Iterator[Metric]:
+        health = self.service.cluster_state(_SYSTEM).targets
+        labels = ["target", "exporter", "node"]
+        up = GaugeMetricFamily(
+            "hpcscope_scrape_up", "1 if the last scrape of the target succeeded.", labels=labels
+        )
+        duration = GaugeMetricFamily(
+            "hpcscope_scrape_duration_seconds", "Duration of the last scrape.", labels=labels
+        )
+        samples = GaugeMetricFamily(
+            "hpcscope_scrape_samples", "GPU rows stored from the last scrape.", labels=labels
+        )
+        last = GaugeMetricFamily(
+            "hpcscope_scrape_last_success_timestamp_seconds",
+            "When the target was last scraped successfully.",
+            labels=labels,
+        )
+        for target in health:
+            values = [str(target["target"]), str(target["exporter"]), str(target["node"] or "")]
+            up.add_metric(values, 0.0 if target["failures_since_success"] else 1.0)
+            duration.add_metric(values, float(target["last_duration_seconds"] or 0.0))
+            samples.add_metric(values, float(target["last_samples"] or 0))
+            if target["last_success"] is not None:
+                epoch = (
+                    target["last_success"].timestamp()
+                    if target["last_success"].tzinfo
+                    else (target["last_success"] - _EPOCH).total_seconds()
+                )
+                last.add_metric(values, epoch)
+        yield from (up, duration, samples, last)
+
+
+_EPOCH = datetime(1970, 1, 1)
+
+
+def metrics_registry(service: Service) -> CollectorRegistry:
+    """A private registry holding only hpcscope's collector (never the global REGISTRY)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(HpcscopeCollector(service))
+    return registry

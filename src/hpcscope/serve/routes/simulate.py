@@ -1,0 +1,125 @@
+"""The step player (``/step``) and the straggler simulator (``/simulate``), with JSON twins.
+
+Both pages are educational and carry no job data: they read only the topology (GPU count,
+NVLink and NIC bandwidths, the price of a GPU-hour). They follow the site's
+``anonymous_diagram`` setting, because they are reached from the cluster diagram and reveal the
+same things it does (the cluster's shape): when the site lets anonymous visitors see the
+diagram, they may play the step and run the simulator too; otherwise a login is needed, like
+every other page. ``docs/simulate.md`` records this choice.
+
+Bad parameters get 422 with FastAPI's error shape, ``{"detail": [{"loc": ["query", field],
+"msg": ...}]}``, both for what the request model rejects and for what the models reject.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from starlette.responses import Response
+
+from hpcscope.analysis.collectives import gradient_bytes
+from hpcscope.model.access import Principal
+from hpcscope.serve.auth import identify, require_principal, service_of
+from hpcscope.serve.templating import render
+from hpcscope.service.simulation import (
+    MAX_REQUEST_CELLS,
+    SimulationInputError,
+    SimulationRequest,
+    StepRequest,
+    report_json,
+    run_simulation,
+    step_player,
+)
+
+router = APIRouter()
+
+
+def educational_viewer(request: Request) -> Principal | None:
+    """Anyone when the site shows the diagram anonymously, else an authenticated principal."""
+    principal = identify(request)
+    if principal is None and not service_of(request).settings.anonymous_diagram:
+        return require_principal(request)  # raises: 401 on the API, login redirect on pages
+    return principal
+
+
+Viewer = Annotated[Principal | None, Depends(educational_viewer)]
+
+
+def _unprocessable(exc: SimulationInputError, value: object = None) -> JSONResponse:
+    return JSONResponse(
+        {
+            "detail": [
+                {
+                    "type": "value_error",
+                    "loc": ["query", *exc.field.split(".")],
+                    "msg": exc.message,
+                    "input": value,
+                }
+            ]
+        },
+        status_code=422,
+    )
+
+
+@router.get("/step")
+def step_page(request: Request, principal: Viewer) -> Response:
+    """Play one training step of the cluster, with and without a straggler GPU."""
+    topology = service_of(request).topology
+    gpus = [f"{gpu.node} · GPU {gpu.index}" for gpu in topology.gpus]
+    return render(
+        request,
+        "step.html",
+        {"topology": topology, "gpu_labels": gpus, "defaults": StepRequest()},
+        principal=principal,
+    )
+
+
+@router.get("/api/step")
+def step_api(request: Request, principal: Viewer, params: Annotated[StepRequest, Query()]) -> Any:
+    """One step of every GPU of the cluster, healthy and with the straggler (the player's data).
+
+    Times in seconds from the start of the step; see ``docs/simulate.md`` for the schema.
+    """
+    try:
+        return step_player(params, service_of(request).topology)
+    except SimulationInputError as exc:
+        return _unprocessable(exc, request.query_params.get(exc.field))
+
+
+@router.get("/simulate")
+def simulate_page(request: Request, principal: Viewer) -> Response:
+    """The straggler simulator: efficiency and lost GPU-hours from 8 to 16,384 GPUs."""
+    topology = service_of(request).topology
+    defaults = SimulationRequest()
+    return render(
+        request,
+        "simulate.html",
+        {
+            "topology": topology,
+            "defaults": defaults,
+            "gradient_bytes": gradient_bytes(defaults.model_parameters, defaults.precision),
+            "max_cells": MAX_REQUEST_CELLS,
+        },
+        principal=principal,
+    )
+
+
+@router.get("/api/simulate")
+async def simulate_api(
+    request: Request, principal: Viewer, params: Annotated[SimulationRequest, Query()]
+) -> Any:
+    """Simulated step time, efficiency, barrier wait and lost GPU-hours per GPU count.
+
+    At most 20 million GPU-steps per request (16,384 GPUs x 1,000 steps); the CLI has no cap.
+    """
+    topology = service_of(request).topology
+    try:
+        report = await run_in_threadpool(
+            run_simulation, params, topology, max_cells=MAX_REQUEST_CELLS
+        )
+    except SimulationInputError as exc:
+        return _unprocessable(exc, request.query_params.get(exc.field))
+    return report_json(report)

@@ -1,0 +1,93 @@
+"""Running the web app for real: uvicorn, the collector in the lifespan, optional time limit."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import uvicorn
+
+from hpcscope.serve.app import create_app
+from hpcscope.service.collector import Collector, CollectorConfig
+from hpcscope.service.core import Service
+
+log = logging.getLogger(__name__)
+
+
+def collector_config(service: Service) -> CollectorConfig | None:
+    """The collector the settings ask for, or None when nothing is configured to collect."""
+    settings = service.settings
+    if (
+        settings.targets_path is None
+        and settings.slurmrestd_url is None
+        and settings.job_mapping_dir is None
+    ):
+        return None
+    return CollectorConfig(
+        targets_path=settings.targets_path,
+        slurmrestd_url=settings.slurmrestd_url,
+        scrape_interval_seconds=settings.scrape_interval_seconds,
+        scrape_timeout_seconds=settings.scrape_timeout_seconds,
+        scheduler_poll_seconds=settings.scheduler_poll_seconds,
+        job_mapping_dir=settings.job_mapping_dir,
+        job_records_dir=settings.job_records_dir,
+    )
+
+
+def run_server(
+    service: Service,
+    *,
+    duration_seconds: float | None = None,
+    on_ready: Callable[[str], None] | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Serve until interrupted (or for ``duration_seconds``), collecting in the background.
+
+    The collector starts in the app's lifespan and stops before the store closes, so queued
+    writes are flushed and no data is lost on a clean stop.
+    """
+    config = collector_config(service)
+    collector = Collector(service.store, config) if config is not None else None
+
+    def startup() -> None:
+        if collector is not None:
+            collector.start()
+
+    def shutdown() -> None:
+        if collector is not None:
+            collector.stop()
+            collector.close_open_gaps()
+        service.store.flush()
+
+    app = create_app(service, on_startup=startup, on_shutdown=shutdown)
+    app.state.collector = collector
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=service.settings.host,
+            port=service.settings.port,
+            log_level=log_level,
+            lifespan="on",
+        )
+    )
+    timer: threading.Timer | None = None
+    if duration_seconds is not None:
+        timer = threading.Timer(duration_seconds, lambda: setattr(server, "should_exit", True))
+        timer.daemon = True
+        timer.start()
+    if on_ready is not None:
+        url = f"http://{service.settings.host}:{service.settings.port}"
+
+        def announce() -> None:
+            while not server.started and not server.should_exit:
+                threading.Event().wait(0.05)
+            if server.started:
+                on_ready(url)
+
+        threading.Thread(target=announce, name="announce", daemon=True).start()
+    try:
+        server.run()
+    finally:
+        if timer is not None:
+            timer.cancel()

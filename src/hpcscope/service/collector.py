@@ -1,0 +1,281 @@
+"""The collector: scrape exporters, convert, store; poll the scheduler; record its own health.
+
+One collector per server process, on its own thread with its own asyncio loop (the web server
+keeps its loop to itself). Each cycle:
+
+1. re-reads the Prometheus ``file_sd`` targets file when it changed;
+2. scrapes every dcgm-exporter target concurrently (timeouts per target);
+3. converts each page into ``gpu_samples`` rows and appends them through the store's writer;
+4. records one ``scrapes`` row per attempt, and a ``collection_gaps`` row when a target comes
+   back after failing (the gap is data: analysis never reads it as an idle GPU);
+5. every ``scheduler_poll_seconds``, reads slurmrestd's jobs and merges them into ``jobs``.
+
+An exporter that hangs, returns 500 or garbage costs one failed scrape row; the collector keeps
+running, and nothing stored before is touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx2
+import pyarrow as pa
+
+from hpcscope.ingest.dcgm import DcgmConverter
+from hpcscope.ingest.scrape import Scraper, ScrapeResult, Target, load_file_sd
+from hpcscope.ingest.slurm import SchedulerFormatError, parse_slurmrestd_jobs
+from hpcscope.model.errors import SourceError
+from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
+from hpcscope.service.attribution import MappingRoot, store_dcgm_samples
+from hpcscope.service.scheduler import apply_snapshot
+from hpcscope.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def _naive_utc(moment: datetime) -> datetime:
+    if moment.tzinfo is None:
+        return moment
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+@dataclass
+class CollectorConfig:
+    """What to collect and how often."""
+
+    targets_path: Path | None = None
+    static_targets: list[Target] = field(default_factory=list)
+    slurmrestd_url: str | None = None
+    slurmrestd_api_version: str = "v0.0.40"
+    scrape_interval_seconds: float = 15.0
+    scrape_timeout_seconds: float = 5.0
+    scheduler_poll_seconds: float = 10.0
+    job_mapping_dir: Path | None = None
+    """Root of per-node hpc-job-mapping directories (``service/attribution.py``)."""
+    job_records_dir: Path | None = None
+    """Directory of the Slurm prolog's job records."""
+
+
+@dataclass
+class CycleReport:
+    """What one collection cycle did (returned for tests and logs)."""
+
+    started_at: datetime
+    targets: int = 0
+    ok: int = 0
+    samples_written: int = 0
+    jobs_written: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Collector:
+    """Scrapes, converts and stores, forever, on a background thread.
+
+    Args:
+        store: where rows go (through its single writer).
+        config: targets, scheduler endpoint, intervals.
+    """
+
+    def __init__(self, store: Store, config: CollectorConfig) -> None:
+        self.store = store
+        self.config = config
+        self._scraper = Scraper(timeout_seconds=config.scrape_timeout_seconds)
+        self._converters: dict[str, DcgmConverter] = {}
+        self._targets: list[Target] = list(config.static_targets)
+        self._targets_mtime: float | None = None
+        self._last_success: dict[str, datetime] = {}
+        self._failing_since: dict[str, tuple[datetime, str]] = {}
+        self._last_scheduler_poll = 0.0
+        self._mapping = (
+            MappingRoot(store, config.job_mapping_dir, config.job_records_dir)
+            if config.job_mapping_dir is not None
+            else None
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.cycles = 0
+        self.last_report: CycleReport | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Collect on a background thread until :meth:`stop`."""
+        self._thread = threading.Thread(target=self._run, name="hpcscope-collector", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.config.scrape_timeout_seconds + 5)
+
+    def _run(self) -> None:
+        asyncio.run(self._loop())
+
+    async def _loop(self) -> None:
+        interval = self.config.scrape_interval_seconds
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.last_report = await self.collect_once()
+            except Exception:  # a bug in one cycle must not end collection
+                log.exception("collection cycle failed")
+            self.cycles += 1
+            next_tick += interval
+            delay = next_tick - time.monotonic()
+            if delay < 0:  # we are late: skip the missed ticks instead of bursting
+                next_tick = time.monotonic()
+                delay = 0.0
+            await asyncio.sleep(min(delay, interval))
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the scraper's HTTP connections (in the loop that used them)."""
+        await self._scraper.aclose()
+
+    # ------------------------------------------------------------------ one cycle
+
+    def targets(self) -> list[Target]:
+        """The current target list: static targets plus the file_sd file (re-read on change)."""
+        path = self.config.targets_path
+        if path is not None:
+            try:
+                mtime = path.stat().st_mtime
+            except FileNotFoundError:
+                mtime = None
+            if mtime is not None and mtime != self._targets_mtime:
+                try:
+                    loaded = load_file_sd(path)
+                except SourceError as exc:
+                    log.error("targets file: %s (keeping the previous list)", exc)
+                else:
+                    self._targets = [*self.config.static_targets, *loaded]
+                    self._targets_mtime = mtime
+                    log.info("collector: %d targets from %s", len(loaded), path)
+        return self._targets
+
+    async def collect_once(self) -> CycleReport:
+        """Scrape every target once, store what came back, poll the scheduler if due."""
+        report = CycleReport(started_at=datetime.now(UTC).replace(tzinfo=None))
+        if self._mapping is not None:  # allocations first: the samples below are judged by them
+            try:
+                await asyncio.to_thread(self._mapping.collect_once)
+            except Exception as exc:  # a bad mapping directory must not stop scraping
+                log.exception("job mapping collection failed")
+                report.errors.append(f"job mapping: {exc}")
+        targets = [t for t in self.targets() if t.exporter == "dcgm"]
+        report.targets = len(targets)
+        results = await self._scraper.scrape(targets) if targets else []
+        scrape_rows: list[dict[str, object]] = []
+        gap_rows: list[dict[str, object]] = []
+        sample_tables: list[pa.Table] = []
+        for result in results:
+            self._record(result, scrape_rows, gap_rows, sample_tables, report)
+        if sample_tables:
+            table = pa.concat_tables(sample_tables)
+            report.samples_written = table.num_rows
+            # the job of each sample is decided from the platform's allocations; the page's
+            # hpc_job label is only the fallback (service/attribution.py)
+            await asyncio.to_thread(store_dcgm_samples, self.store, table)
+        if scrape_rows:
+            self.store.append("scrapes", pa.Table.from_pylist(scrape_rows, schema=SCRAPE_SCHEMA))
+        if gap_rows:
+            self.store.append("collection_gaps", pa.Table.from_pylist(gap_rows, schema=GAP_SCHEMA))
+        if self.config.slurmrestd_url and (
+            time.monotonic() - self._last_scheduler_poll >= self.config.scheduler_poll_seconds
+        ):
+            self._last_scheduler_poll = time.monotonic()
+            report.jobs_written = await self._poll_scheduler(report)
+        return report
+
+    def _record(
+        self,
+        result: ScrapeResult,
+        scrape_rows: list[dict[str, object]],
+        gap_rows: list[dict[str, object]],
+        sample_tables: list[pa.Table],
+        report: CycleReport,
+    ) -> None:
+        target = result.target
+        node = target.labels.get("node")
+        ts = _naive_utc(result.started_at)
+        samples = 0
+        error = result.error
+        ok = result.ok
+        if result.page is not None:
+            converter = self._converters.setdefault(target.url, DcgmConverter())
+            try:
+                conversion = converter.convert(result.page, ts=ts, node=node)
+            except SourceError as exc:
+                ok, error = False, exc.describe()
+            else:
+                sample_tables.append(conversion.table)
+                samples = conversion.table.num_rows
+        if ok:
+            report.ok += 1
+            if target.url in self._failing_since:
+                since, reason = self._failing_since.pop(target.url)
+                gap_rows.append(
+                    {
+                        "target": target.url,
+                        "node": node,
+                        "start_ts": since,
+                        "end_ts": ts,
+                        "reason": reason,
+                    }
+                )
+            self._last_success[target.url] = ts
+        else:
+            report.errors.append(f"{target.url}: {error}")
+            if target.url not in self._failing_since:
+                start = self._last_success.get(target.url, ts)
+                self._failing_since[target.url] = (start, error or "scrape failed")
+        scrape_rows.append(
+            {
+                "ts": ts,
+                "target": target.url,
+                "exporter": target.exporter,
+                "node": node,
+                "ok": ok,
+                "duration_seconds": result.duration_seconds,
+                "samples": samples,
+                "rejected_lines": result.rejected_lines,
+                "error": error,
+            }
+        )
+
+    async def _poll_scheduler(self, report: CycleReport) -> int:
+        url = (
+            f"{self.config.slurmrestd_url.rstrip('/')}"  # type: ignore[union-attr]
+            f"/slurm/{self.config.slurmrestd_api_version}/jobs"
+        )
+        try:
+            async with httpx2.AsyncClient(timeout=self.config.scrape_timeout_seconds) as client:
+                response = await client.get(url)
+                response.raise_for_status()
+            snapshot = parse_slurmrestd_jobs(response.content, source=url)
+        except (httpx2.HTTPError, SchedulerFormatError) as exc:
+            report.errors.append(f"{url}: {exc}")
+            log.warning("scheduler poll failed: %s", exc)
+            return 0
+        for warning in snapshot.warnings[:5]:
+            log.info("scheduler: %s", warning)
+        now = datetime.now(UTC).replace(tzinfo=None)
+        await asyncio.to_thread(apply_snapshot, self.store, snapshot, live_view_at=now)
+        return int(snapshot.jobs.num_rows)
+
+    def close_open_gaps(self) -> None:
+        """At shutdown, record targets still failing as gaps ending now."""
+        now = datetime.now(UTC).replace(tzinfo=None)
+        rows = [
+            {"target": url, "node": None, "start_ts": since, "end_ts": now, "reason": reason}
+            for url, (since, reason) in self._failing_since.items()
+        ]
+        self._failing_since.clear()
+        if rows:
+            self.store.append("collection_gaps", pa.Table.from_pylist(rows, schema=GAP_SCHEMA))

@@ -1,0 +1,60 @@
+"""``hpcscope demo --for``: the README's first command starts, serves, prints, and stops."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from tests.support.servers import free_port
+
+pytestmark = pytest.mark.e2e
+
+
+def test_demo_serves_prints_logins_and_stops_by_itself(tmp_path: Path) -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hpcscope",
+            "demo",
+            "--for",
+            "14s",
+            "--port",
+            str(port),
+            "--state-dir",
+            str(tmp_path / "demo"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        body = None
+        while time.monotonic() < deadline and body is None:
+            try:
+                response = httpx2.get(
+                    f"http://127.0.0.1:{port}/api/jobs", auth=("carol", "carol-demo"), timeout=2
+                )
+                if response.status_code == 200 and response.json()["jobs"]:
+                    body = response.json()
+            except httpx2.HTTPError:
+                pass
+            time.sleep(0.5)
+        out, err = process.communicate(timeout=40)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert f"http://127.0.0.1:{port}" in out
+    for login in ("alice / alice-demo", "carol / carol-demo", "admin / admin-demo"):
+        assert login.replace(" / ", "") in out.replace(" ", "").replace("/", "")
+    assert body is not None, "the demo never served jobs"
+    assert {job["account"] for job in body["jobs"]} <= {"vision", "nlp"}  # carol's teams
+    assert (tmp_path / "demo" / "hpcscope.duckdb").exists()

@@ -1,0 +1,188 @@
+"""The diagram over the running demo: ``hpcscope demo`` as a real process, read in Chromium.
+
+Acceptance of the diagram issue: with the demo running, the straggler job's GPU 2 and the
+data-starved job's GPUs are visibly distinct in Observe mode, and their cards show the numbers
+the job report shows. Every figure comes from what the demo's collector scraped and stored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.support.browser import login, screenshot
+from tests.support.servers import free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+ADMIN = ("admin", "admin-demo")
+
+
+def _wait_for(condition: Any, what: str, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except httpx2.HTTPError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root: Path = tmp_path_factory.mktemp("demo")
+    port = free_port()
+    log = (root / "demo.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hpcscope",
+            "demo",
+            "--for",
+            "180s",
+            "--port",
+            str(port),
+            "--state-dir",
+            str(root),
+            "--scrape-interval",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(
+            lambda: httpx2.get(f"{base}/healthz", timeout=2).status_code == 200, "the demo", 60
+        )
+        yield base
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        log.close()
+
+
+def _jobs(base: str) -> dict[str, dict[str, Any]]:
+    body = httpx2.get(f"{base}/api/jobs", auth=ADMIN, timeout=30).json()
+    return {job["name"]: job for job in body["jobs"]}
+
+
+def _diagnosed(base: str) -> dict[str, dict[str, Any]] | None:
+    jobs = _jobs(base)
+    straggler, starved = jobs.get("llama-7b-pretrain"), jobs.get("bert-finetune")
+    if not straggler or not starved:
+        return None
+    if straggler["verdict"] != "straggler" or starved["verdict"] != "busy_not_computing":
+        return None
+    return jobs
+
+
+def _box_style(page: Any, element_id: str) -> tuple[str, ...]:
+    style: list[str] = page.evaluate(
+        "id => { const s = getComputedStyle(document.querySelector('#' + id + ' .el-box'));"
+        " return [s.fill, s.stroke, s.strokeWidth, s.strokeDasharray]; }",
+        element_id,
+    )
+    return tuple(style)
+
+
+def _bucket(page: Any, element_id: str) -> int:
+    """The real-efficiency colour bucket (eff-0 ... eff-4) of a GPU."""
+    classes = (page.get_attribute(f"#{element_id}", "class") or "").split()
+    (bucket,) = [
+        int(c.removeprefix("eff-")) for c in classes if c[4:].isdigit() and c.startswith("eff-")
+    ]
+    return bucket
+
+
+def _card_pair(text: str) -> tuple[float, float]:
+    """The first 'This GPU: real X % reported Y %' of a GPU card."""
+    match = re.search(r"This GPU:\s*real (\d+) %\s*reported (\d+) %", text)
+    assert match, text
+    return float(match.group(1)), float(match.group(2))
+
+
+def test_straggler_and_data_starved_gpus_are_distinct_and_match_the_job_report(
+    demo: str, page: Any
+) -> None:
+    jobs = _wait_for(lambda: _diagnosed(demo), "the straggler and data-starved verdicts", 90)
+    straggler_job, starved_job = jobs["llama-7b-pretrain"], jobs["bert-finetune"]
+    slow = next(g for g in straggler_job["gpus"] if g["verdict"] == "straggler")
+    assert slow["gpu"] == 2
+    slow_id = f"gpu-{slow['node']}-2"
+    peer = next(g for g in straggler_job["gpus"] if g["verdict"] == "waiting_at_barrier")
+    peer_id = f"gpu-{peer['node']}-{peer['gpu']}"
+    starved_ids = [f"gpu-{g['node']}-{g['gpu']}" for g in starved_job["gpus"]]
+    assert len(starved_ids) == 4
+
+    login(page, demo, *ADMIN)
+    page.goto(f"{demo}/diagram")
+    for element_id, verdict in [(slow_id, "straggler"), (peer_id, "waiting_at_barrier")] + [
+        (i, "busy_not_computing") for i in starved_ids
+    ]:
+        page.wait_for_function(
+            "([id, v]) => document.getElementById(id).classList.contains('v-' + v)",
+            arg=[element_id, verdict],
+            timeout=20000,
+        )
+    assert page.locator(f"#{slow_id} .el-verdict").text_content() == "straggler"
+    assert page.locator(f"#{peer_id} .el-verdict").text_content() == "at barrier"
+    for element_id in starved_ids:
+        assert page.locator(f"#{element_id} .el-verdict").text_content() == "not computing"
+    # colour by real efficiency: the straggler computes most, the data-starved GPUs least
+    buckets = {i: _bucket(page, i) for i in [slow_id, peer_id, *starved_ids]}
+    assert buckets[slow_id] > buckets[peer_id] > max(buckets[i] for i in starved_ids), buckets
+    # visibly distinct: fill, frame colour, width or dash differ between the three
+    styles = {
+        "straggler": _box_style(page, slow_id),
+        "waiting": _box_style(page, peer_id),
+        "starved": _box_style(page, starved_ids[0]),
+    }
+    assert len(set(styles.values())) == 3, styles
+    assert styles["straggler"][0] != styles["starved"][0]  # a different colour, not only a line
+    screenshot(page, "diagram-demo-observe")
+
+    # the cards show the numbers of the job report
+    for element_id, job in [(slow_id, straggler_job), (starved_ids[0], starved_job)]:
+        page.click(f"#{element_id}")
+        page.wait_for_selector(f'#diagram-card [data-card="{element_id}"]')
+        card_text = page.locator("#diagram-card").inner_text()
+        report = page.request.get(f"{demo}/api/jobs/{job['job_id']}").json()
+        node, index = element_id.split("-")[1], int(element_id.split("-")[2])
+        gpu = next(g for g in report["gpus"] if (g["node"], g["gpu"]) == (node, index))
+        real, reported = _card_pair(card_text)
+        if job is starved_job:  # the seeds' job: about 87 % reported, 19 % real
+            assert (real, reported) == (pytest.approx(19, abs=3), pytest.approx(87, abs=3))
+        # the job is running: allow the one-point drift of the seconds between the two reads
+        assert real == pytest.approx(gpu["sm_active_ratio"] * 100, abs=1.5)
+        assert reported == pytest.approx(gpu["reported_util_ratio"] * 100, abs=1.5)
+        assert gpu["verdict"].replace("_", " ") in card_text
+        assert job["job_id"] in card_text
+        card = page.request.get(f"{demo}/api/diagram/elements/{element_id}").json()
+        (over,) = card["live"]["over_job"]
+        assert over["job_verdict"] == report["verdict"]
+        assert over["gpu"]["verdict"] == gpu["verdict"]
+        assert over["gpu"]["sm_active_ratio"] == pytest.approx(gpu["sm_active_ratio"], abs=0.02)
+        assert over["job_sm_active_ratio"] == pytest.approx(report["sm_active_ratio"], abs=0.02)
+    screenshot(page, "diagram-demo-starved-card")

@@ -1,0 +1,106 @@
+"""Job pages and APIs: figures, units, and access control as a matrix (user x job x endpoint)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from fastapi.testclient import TestClient
+
+from hpcscope.service.core import Service
+from hpcscope.service.reports import utcnow
+from tests.support.data import JOBS, populate
+
+VISIBLE = {
+    "alice": {"101"},
+    "bob": {"102"},
+    "dave": {"103"},
+    "carol": {"101", "102"},  # team lead of vision and nlp, not speech
+    "admin": {"101", "102", "103"},
+}
+
+
+@pytest.fixture
+def stored(service: Service) -> Service:
+    populate(service.store, now=utcnow())
+    return service
+
+
+@pytest.mark.parametrize("user", sorted(VISIBLE))
+def test_job_list_shows_exactly_the_visible_jobs(
+    stored: Service, client_as: Callable[[str], TestClient], user: str
+) -> None:
+    body = client_as(user).get("/api/jobs").json()
+    assert {job["job_id"] for job in body["jobs"]} == VISIBLE[user]
+
+
+@pytest.mark.parametrize("user", sorted(VISIBLE))
+@pytest.mark.parametrize("job_id", sorted(JOBS))
+@pytest.mark.parametrize("path", ["/api/jobs/{id}", "/api/jobs/{id}/timeseries", "/jobs/{id}"])
+def test_every_job_endpoint_enforces_visibility(
+    stored: Service, client_as: Callable[[str], TestClient], user: str, job_id: str, path: str
+) -> None:
+    response = client_as(user).get(path.format(id=job_id))
+    if job_id in VISIBLE[user]:
+        assert response.status_code == 200
+    else:
+        assert response.status_code == 404
+        assert JOBS[job_id][0] not in response.text  # not even the owner's name
+
+
+def test_job_report_has_reported_beside_real(
+    stored: Service, client_as: Callable[[str], TestClient]
+) -> None:
+    report = client_as("bob").get("/api/jobs/102").json()
+    assert report["reported_util_ratio"] == pytest.approx(0.87)
+    assert report["sm_active_ratio"] == pytest.approx(0.19)
+    assert report["verdict"] == "busy_not_computing"
+    assert report["gpus_observed"] == 4
+    assert report["useful_gpu_hours"] == pytest.approx(4 * 120 * 0.19 / 3600, rel=0.05)
+    page = client_as("bob").get("/jobs/102").text
+    assert "87 % util" in page and "19 % SM active" in page
+    assert "GPU-h" in page
+
+
+def test_timeseries_is_downsampled_per_gpu(
+    stored: Service, client_as: Callable[[str], TestClient]
+) -> None:
+    data = client_as("alice").get("/api/jobs/101/timeseries").json()
+    assert [(s["node"], s["gpu"]) for s in data["series"]] == [("gpu01", g) for g in range(4)]
+    assert all(len(s["t"]) <= 720 for s in data["series"])
+    assert data["series"][0]["sm_active_ratio"][0] == pytest.approx(0.82)
+
+
+def test_cluster_state_redacts_other_peoples_jobs(
+    stored: Service, client_as: Callable[[str], TestClient]
+) -> None:
+    gpus = {(g["node"], g["gpu"]): g for g in client_as("alice").get("/api/cluster").json()["gpus"]}
+    mine, theirs = gpus[("gpu01", 0)], gpus[("gpu01", 5)]
+    assert mine["state"] == "job" and mine["job_ids"] == ["101"] and mine["users"] == ["alice"]
+    assert theirs["state"] == "allocated"
+    assert theirs["job_ids"] == [] and theirs["users"] == []
+    assert theirs["sm_active_ratio"] is None
+    assert gpus[("gpu02", 7)]["state"] == "stale"  # no sample: a gap, not an idle GPU
+    admin = {
+        (g["node"], g["gpu"]): g for g in client_as("admin").get("/api/cluster").json()["gpus"]
+    }
+    assert admin[("gpu01", 5)]["job_ids"] == ["102"]
+
+
+@pytest.mark.parametrize("path", ["/", "/jobs", "/fragments/overview"])
+def test_pages_render_for_every_role(
+    stored: Service, client_as: Callable[[str], TestClient], path: str
+) -> None:
+    for user in VISIBLE:
+        response = client_as(user).get(path)
+        assert response.status_code == 200
+        assert "SM active" in response.text
+
+
+def test_pages_need_login(stored: Service, client: TestClient) -> None:
+    for path in ["/", "/jobs", "/jobs/101", "/fragments/overview"]:
+        response = client.get(path, follow_redirects=False)
+        assert response.status_code == 303
+        assert response.headers["location"].startswith("/login")
+    for path in ["/api/jobs", "/api/jobs/101", "/api/cluster"]:
+        assert client.get(path).status_code == 401

@@ -1,0 +1,63 @@
+"""Golden test of hpcscope's own /metrics, and its access rule."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from hpcscope.service.core import Service
+from hpcscope.service.reports import utcnow
+from tests.support.data import populate
+
+GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
+
+
+def test_metrics_text_is_golden(service: Service, client_as: Callable[[str], TestClient]) -> None:
+    populate(service.store, now=utcnow())
+    response = client_as("admin").get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    # the version and the migration count move with every release: the rest must not
+    text = re.sub(r'version="[^"]+"', 'version="X"', response.text)
+    text = re.sub(
+        r"(?m)^hpcscope_store_schema_version \S+$", "hpcscope_store_schema_version N", text
+    )
+    if os.environ.get("HPCSCOPE_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+    names = {family.name for family in text_string_to_metric_families(response.text)}
+    assert all(name.startswith("hpcscope_") for name in names)
+
+
+def test_metrics_follow_naming_rules(
+    service: Service, client_as: Callable[[str], TestClient]
+) -> None:
+    populate(service.store, now=utcnow())
+    text = client_as("admin").get("/metrics").text
+    for family in text_string_to_metric_families(text):
+        assert family.documentation, family.name
+        for sample in family.samples:
+            # user, account, partition only on the info family (bounded, joinable labels)
+            if family.name != "hpcscope_job_info":
+                assert not {"user", "account", "partition"} & set(sample.labels)
+
+
+def test_openmetrics_on_request(service: Service, client_as: Callable[[str], TestClient]) -> None:
+    response = client_as("admin").get(
+        "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
+    assert response.headers["content-type"].startswith("application/openmetrics-text")
+    assert response.text.endswith("# EOF\n")
+
+
+def test_metrics_are_for_admins_only(
+    service: Service, client: TestClient, client_as: Callable[[str], TestClient]
+) -> None:
+    assert client.get("/metrics").status_code == 401
+    for user in ("alice", "carol"):
+        assert client_as(user).get("/metrics").status_code == 403
