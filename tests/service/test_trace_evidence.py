@@ -45,7 +45,8 @@ def _samples(job_id: str, slow_gpu: int | None, *, xid: int | None = None) -> pa
                 "sm_clock_hertz": 1.10e9 if slow else 1.53e9,
                 "gpu_temperature_celsius": 89.0 if slow else 68.0,
                 "clock_throttle_reasons": 0x40 if slow else 0,
-                "xid_last": xid if slow else 0,
+                # a new Xid during the profiled step (DCGM repeats the last one afterwards)
+                "xid_last": xid if slow and xid and second >= 1 else 0,
                 "power_watts": 250.0,
             }
             for field in GPU_SAMPLE_SCHEMA:
