@@ -54,3 +54,19 @@ def test_param_phases_add_up() -> None:
     table = result.table
     assert table.ranks == tuple(range(8))
     assert table.seconds.sum(axis=2) == pytest.approx(table.step_seconds, abs=1e-9)
+
+
+def test_param_names_the_rank_the_others_wait_for() -> None:
+    # One profiled step; rank 7 starts it last and arrives last at 6 of the 8 collectives
+    # (the others wait 0.5-7.6 ms for it in the first all-to-all). HTA 0.5.0's
+    # get_potential_stragglers ranks it first as well ([7] with num_candidates=1).
+    result = analyze([FIXTURES / "traces" / "param_dlrm_8rank" / "dlrm_kineto.tar.gz"], workers=1)
+    [straggler] = result.report.stragglers
+    assert (straggler.rank, straggler.phase) == (7, "forward")
+    assert straggler.score < 0.75
+    assert straggler.excess_seconds_per_step == pytest.approx(0.0046, abs=0.0003)
+    assert straggler.unexplained_seconds_per_step > straggler.excess_seconds_per_step / 2
+    assert "began the step later" in straggler.hint
+    assert result.report.what_if.worst_rank == 7
+    ranked = sorted(result.report.scores, key=lambda r: result.report.scores[r])
+    assert ranked[:3] == [7, 2, 6]  # HTA's candidates with num_candidates=3: [2, 7, 6]

@@ -194,3 +194,16 @@ def test_truncated_gzip_gives_a_partial_result(tmp_path: Path) -> None:
     assert doc["partial"] is True
     assert any("kept the events before byte" in n for n in doc["notes"])
     assert gzip.decompress(source)  # the fixture itself is whole
+
+
+def test_the_simulator_reads_a_real_report(tmp_path: Path) -> None:
+    # the --json document is the input of `hpcscope simulate --calibrate` (docs/simulate.md)
+    from hpcscope.service.measured_job import load_measured_job
+
+    code, out, _ = _run(str(PARAM), "--json")
+    assert code == 0
+    report = tmp_path / "param.json"
+    report.write_text(out)
+    job = load_measured_job(report)
+    assert job.ranks == tuple(range(8))
+    assert [(s.rank, s.phase) for s in job.stragglers] == [(7, "forward")]
