@@ -48,3 +48,15 @@ def test_a_broken_archive_is_named(tmp_path: Path) -> None:
     broken.write_bytes(PARAM.read_bytes()[:1000])
     with pytest.raises(SourceError, match=r"ranks\.tar\.gz: cannot read archive"):
         analyze([broken], workers=1)
+
+
+def test_a_servers_pool_gives_the_same_document() -> None:
+    # the server parses large uploads in a pool it created once, with forkserver (it holds
+    # the DuckDB file and must never fork)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
+        pooled = json.dumps(to_json(analyze([PARAM], executor=pool)), sort_keys=True)
+    assert pooled == _doc(PARAM, workers=1)
