@@ -162,7 +162,7 @@ def test_malformed_line_is_reported_and_the_rest_kept(
 ) -> None:
     page_text = GOOD + bad + "\n" + AFTER
     parser = ExpositionParser()
-    for _ in range(2):  # the second time the good lines come from the cache
+    for _ in range(3):  # then the good lines come from the cache, then the steady state
         page = parser.parse(page_text, source="http://gpu01:9400/metrics")
         assert page.rejected_lines == 1
         [error] = page.errors
@@ -227,3 +227,24 @@ def test_values_prometheus_rejects_are_rejected_for_known_series_too() -> None:
     page = parser.parse("m -nan\nn 1e400\no +Infinity\n", source="t")
     assert [(error.line, error.column) for error in page.errors] == [(1, 3), (2, 3)]
     assert page.values == [math.inf]
+
+
+def test_a_large_target_is_not_reexamined_on_every_scrape() -> None:
+    parser = ExpositionParser(compact_above=50)
+    text = "".join(f'm{{gpu="{gpu}"}} 1\n' for gpu in range(120))
+    for _ in range(3):
+        page = parser.parse(text, source="t")
+        assert len(page) == 120 and page.new_series in (0, 120)
+    assert parser.generation == 0  # every series is live: nothing to drop
+    assert parser._compact_at == 240
+
+
+def test_steady_state_still_reads_changed_comments_and_values() -> None:
+    parser = ExpositionParser()
+    for value in range(3):
+        page = parser.parse(f"# TYPE a gauge\n# HELP a one\na {value}\n", source="t")
+        assert (page.types, page.values) == ({"a": "gauge"}, [float(value)])
+    page = parser.parse("# TYPE a counter\n# HELP a two\na 7\n", source="t")  # same heads
+    assert (page.types, page.helps, page.values) == ({"a": "counter"}, {"a": "two"}, [7.0])
+    page = parser.parse("# TYPE a counter\n# HELP a two\na x7\n", source="t")
+    assert page.values == [] and [error.column for error in page.errors] == [3]

@@ -35,6 +35,7 @@ def test_same_samples_as_prometheus_client_cold_and_warm(first: str, second: str
     # Another page through the same parser: its cache must not leak into this one.
     assert_same_samples(_samples(parser, second), oracle_samples(second))
     assert_same_samples(_samples(parser, first), expected_first)
+    assert_same_samples(_samples(parser, first), expected_first)  # the steady-state path
 
 
 @PROPERTY
@@ -87,7 +88,7 @@ def test_malformed_lines_are_named_and_the_rest_matches(
         bad_line_numbers.append(at + 1)
     broken = newline.join(lines)
     parser = ExpositionParser()
-    for _ in range(2):
+    for _ in range(3):  # cold, key cache, steady state
         page = parser.parse(broken, source="http://gpu01:9400/metrics")
         assert sorted(error.line for error in page.errors) == sorted(bad_line_numbers)
         assert all(error.column is not None and error.column >= 1 for error in page.errors)

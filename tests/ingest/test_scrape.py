@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import gc
 import random
 import time
 from datetime import UTC, datetime, timedelta
@@ -13,6 +13,7 @@ from fastapi.responses import PlainTextResponse
 
 from hpcscope.ingest.scrape import Scraper, ScrapeResult, Target, scrape_results_table
 from hpcscope.model.schemas import SCRAPE_SCHEMA
+from tests.support.aio import run_async
 from tests.support.dcgm_pages import render_dcgm_page
 from tests.support.exporters import (
     close_mid_body,
@@ -46,7 +47,7 @@ def test_scrapes_pages_and_the_second_scrape_uses_the_cache() -> None:
             second = await scraper.scrape(targets)
             return first, second, stats.accept_headers
 
-    first, second, accepts = asyncio.run(run())
+    first, second, accepts = run_async(run())
     for result in first + second:
         assert result.ok, result.error
         assert result.error is None
@@ -92,7 +93,7 @@ def test_every_kind_of_broken_target_is_a_result_not_an_exception() -> None:
             elapsed = time.monotonic() - start
             return {result.target.url.rsplit("/", 1)[1]: result for result in results}, elapsed
 
-    results, elapsed = asyncio.run(run())
+    results, elapsed = run_async(run())
     assert elapsed < 3.0  # the hanging target costs its timeout, not more, and others run
     assert results["good"].ok
     failed = {name: result for name, result in results.items() if not result.ok}
@@ -136,7 +137,7 @@ def test_concurrency_is_limited() -> None:
             assert all(result.ok for result in results)
             return stats.peak_in_flight
 
-    peak = asyncio.run(run())
+    peak = run_async(run())
     assert 2 <= peak <= 4
 
 
@@ -174,7 +175,7 @@ def test_staleness_follows_the_last_success() -> None:
             scraper.forget(down)
             assert scraper.stale_targets(clock.now, 30) == [up]
 
-    asyncio.run(run())
+    run_async(run())
 
 
 def test_results_as_scrape_rows() -> None:
@@ -215,6 +216,41 @@ def test_scrapes_a_real_asgi_exporter_with_gzip() -> None:
                 [result] = await scraper.scrape([_target(base, "/metrics")])
                 return result
 
-        result = asyncio.run(run())
+        result = run_async(run())
     assert result.ok, result.error
     assert result.samples == SAMPLES
+
+
+def test_series_table_of_a_target() -> None:
+    async def run() -> None:
+        async with loopback_exporters({"/metrics": page(GOOD)}) as (base, _), Scraper() as scraper:
+            target = _target(base, "/metrics")
+            assert scraper.series(target) == ()
+            [result] = await scraper.scrape([target])
+            assert result.page is not None
+            assert scraper.series(target) is result.page.series
+            assert len(scraper.series(target)) == SAMPLES
+
+    run_async(run())
+
+
+def test_one_scraper_driven_by_successive_event_loops() -> None:
+    """A collector may run each cycle with its own asyncio.run(): the scraper follows, and
+    closes each loop's keep-alive connections when that loop ends (no ResourceWarning)."""
+    app = FastAPI()
+
+    @app.get("/metrics")
+    def metrics() -> PlainTextResponse:
+        return PlainTextResponse(GOOD, media_type="text/plain; version=0.0.4")
+
+    async def cycle(scraper: Scraper, target: Target) -> ScrapeResult:
+        [result] = await scraper.scrape([target])
+        return result
+
+    with live_server(app) as base:  # uvicorn keeps connections alive
+        target = _target(base, "/metrics")
+        scraper = Scraper()
+        results = [run_async(cycle(scraper, target)) for _ in range(3)]
+        gc.collect()  # an unclosed connection of an ended loop would warn here
+    assert [result.ok for result in results] == [True, True, True], [r.error for r in results]
+    assert [result.page.new_series for result in results if result.page] == [160, 0, 0]

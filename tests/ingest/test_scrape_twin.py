@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +13,7 @@ from hpcscope.ingest.scrape import Scraper, ScrapeResult, load_file_sd
 from hpcscope.model.topology import load_topology
 from hpcscope.service.settings import bundled_topology
 from hpcscope.twin.cluster import TwinCluster
+from tests.support.aio import run_async
 from tests.support.exposition_oracle import assert_same_samples, oracle_samples
 
 
@@ -32,7 +32,7 @@ def test_twin_pages_scrape_parse_and_convert(tmp_path: Path) -> None:
                 second = await scraper.scrape(targets)
                 return first + second
 
-        results = asyncio.run(run())
+        results = run_async(run())
 
     # The twin's page is read exactly as prometheus_client reads it.
     samples, errors = parse_exposition(text)

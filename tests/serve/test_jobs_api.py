@@ -74,13 +74,15 @@ def test_timeseries_is_downsampled_per_gpu(
 def test_cluster_state_redacts_other_peoples_jobs(
     stored: Service, client_as: Callable[[str], TestClient]
 ) -> None:
-    gpus = {(g["node"], g["gpu"]): g for g in client_as("alice").get("/api/cluster").json()["gpus"]}
+    body = client_as("alice").get("/api/cluster").json()
+    gpus = {(g["node"], g["gpu"]): g for g in body["gpus"]}
     mine, theirs = gpus[("gpu01", 0)], gpus[("gpu01", 5)]
-    assert mine["state"] == "job" and mine["job_ids"] == ["101"] and mine["users"] == ["alice"]
+    assert mine["state"] == "active" and mine["job_ids"] == ["101"]
+    assert mine["sm_active_ratio"] == pytest.approx(0.82)
     assert theirs["state"] == "allocated"
-    assert theirs["job_ids"] == [] and theirs["users"] == []
-    assert theirs["sm_active_ratio"] is None
-    assert gpus[("gpu02", 7)]["state"] == "stale"  # no sample: a gap, not an idle GPU
+    assert theirs["job_ids"] == [] and theirs["sm_active_ratio"] is None
+    assert "102" not in str(body) and "bob" not in str(body)
+    assert gpus[("gpu02", 7)]["state"] == "nodata"  # no sample: unknown, not an idle GPU
     admin = {
         (g["node"], g["gpu"]): g for g in client_as("admin").get("/api/cluster").json()["gpus"]
     }

@@ -176,6 +176,8 @@ def test_a_researcher_sees_only_their_jobs(pipeline: dict[str, Any]) -> None:
 
 def test_collector_health_is_recorded(pipeline: dict[str, Any]) -> None:
     targets = pipeline["cluster"]["targets"]
-    assert {t["node"] for t in targets} == {"gpu01", "gpu02"}
+    dcgm = [t for t in targets if t["exporter"] == "dcgm"]
+    assert {t["node"] for t in dcgm} == {"gpu01", "gpu02"}
+    assert all(t["last_samples"] >= 8 for t in dcgm)
+    assert {t["exporter"] for t in targets} == {"dcgm", "node", "slurmrestd"}
     assert all(t["failures_since_success"] == 0 for t in targets)
-    assert all(t["last_samples"] >= 8 for t in targets)

@@ -168,3 +168,26 @@ def test_running_twin_serves_pages_and_slurmrestd_on_loopback(tmp_path: Path) ->
     assert (straggler["user"], straggler["account"], straggler["gpus"]) == ("alice", "vision", 8)
     assert straggler["state"] == "RUNNING"
     assert not snapshot.warnings
+
+
+def test_twin_writes_what_the_prolog_writes(tmp_path: Path) -> None:
+    """The twin's mapping files and job records read back through the reference readers."""
+    from hpcscope.ingest.jobmap import read_job_records, read_mapping_dir
+
+    scheduler = Scheduler(TOPOLOGY, tmp_path, start_time=1e9, arrivals_per_hour=0)
+    jobs = scheduler.submit_demo_scenario()
+    scheduler.tick(1e9)
+    snapshot = read_mapping_dir(scheduler.mapping_dir("gpu02"), node="gpu02")
+    assert not snapshot.warnings
+    assert snapshot.jobs_by_gpu()[(0, None)] == [str(jobs[1].job_id)]
+    records = read_job_records(scheduler.record_dir("gpu02"))
+    assert not records.warnings
+    by_id = {r.job_id: r for r in records.records}
+    starved = by_id[str(jobs[1].job_id)]
+    assert (starved.user, starved.account, starved.gpus) == ("bob", "nlp", ("0", "1", "2", "3"))
+    assert starved.end_time is None
+    scheduler.tick(1e9 + 151)  # the failing job ends: the epilog completes its record
+    failed = {r.job_id: r for r in read_job_records(scheduler.record_dir("gpu02")).records}[
+        str(jobs[4].job_id)
+    ]
+    assert failed.end_time == pytest.approx(1e9 + 150) and failed.exit_code == 1

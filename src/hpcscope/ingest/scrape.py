@@ -21,14 +21,14 @@ import asyncio
 import errno
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import httpx2
 import pyarrow as pa
 
-from hpcscope.ingest.exposition import ExpositionParser, ParsedPage
+from hpcscope.ingest.exposition import ExpositionParser, ParsedPage, Series
 from hpcscope.ingest.targets import Target, TargetsError, load_file_sd, parse_file_sd
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 
@@ -134,6 +134,8 @@ class Scraper:
         self._clock = clock
         self._transport = transport
         self._client: httpx2.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._closer: AsyncGenerator[None, None] | None = None
         self._parsers: dict[str, ExpositionParser] = {}
         self._targets: dict[str, Target] = {}
         self._last_success: dict[str, datetime] = {}
@@ -145,25 +147,38 @@ class Scraper:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the HTTP connections."""
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        """Close the HTTP connections of the current event loop's client."""
+        closer, self._closer = self._closer, None
+        self._client = None
+        if closer is not None and self._client_loop is asyncio.get_running_loop():
+            await closer.aclose()
 
-    def _http(self) -> httpx2.AsyncClient:
-        if self._client is None:
-            self._client = httpx2.AsyncClient(
-                timeout=httpx2.Timeout(self.timeout_seconds),
-                limits=httpx2.Limits(
-                    max_connections=self.concurrency, max_keepalive_connections=self.concurrency
-                ),
-                headers={"Accept": ACCEPT, "User-Agent": _USER_AGENT},
-                follow_redirects=True,
-                max_redirects=5,
-                trust_env=False,
-                transport=self._transport,
-            )
-        return self._client
+    async def _http(self) -> httpx2.AsyncClient:
+        """The HTTP client of the running event loop (connections belong to one loop).
+
+        A scraper driven from successive loops (one ``asyncio.run()`` per cycle) gets a client
+        per loop. Each client is closed when its loop shuts down: ``asyncio.run()`` finalizes
+        the pending async generator :meth:`_close_at_loop_end` before closing the loop, so no
+        connection outlives its loop.
+        """
+        loop = asyncio.get_running_loop()
+        if self._client is not None and self._client_loop is loop:
+            return self._client
+        client = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(self.timeout_seconds),
+            limits=httpx2.Limits(
+                max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+            ),
+            headers={"Accept": ACCEPT, "User-Agent": _USER_AGENT},
+            follow_redirects=True,
+            max_redirects=5,
+            trust_env=False,
+            transport=self._transport,
+        )
+        closer = _close_at_loop_end(client)
+        await anext(closer)
+        self._client, self._client_loop, self._closer = client, loop, closer
+        return client
 
     async def scrape(self, targets: Sequence[Target]) -> list[ScrapeResult]:
         """Scrape every target once, concurrently; results in the order of ``targets``."""
@@ -218,7 +233,8 @@ class Scraper:
         )
 
     async def _fetch(self, target: Target, seen_status: list[int]) -> bytes:
-        async with self._http().stream("GET", target.url) as response:
+        client = await self._http()
+        async with client.stream("GET", target.url) as response:
             status = response.status_code
             seen_status.append(status)
             if status != 200:
@@ -246,6 +262,15 @@ class Scraper:
                 chunks.append(chunk)
             return b"".join(chunks)
 
+    def series(self, target: Target) -> Sequence[Series]:
+        """The series table of ``target``'s parser: what its pages' ``series_ids`` index.
+
+        The same object as ``result.page.series`` for the target's latest page (empty before
+        the first scrape). Pass it, or nothing, to the dcgm converter.
+        """
+        parser = self._parsers.get(target.url)
+        return () if parser is None else parser.series
+
     # -- staleness ---------------------------------------------------------------------------
 
     def last_success(self, target: Target) -> datetime | None:
@@ -269,6 +294,15 @@ class Scraper:
         self._targets.pop(target.url, None)
         self._parsers.pop(target.url, None)
         self._last_success.pop(target.url, None)
+
+
+async def _close_at_loop_end(client: httpx2.AsyncClient) -> AsyncGenerator[None, None]:
+    """Suspended until its loop finalizes async generators (or :meth:`Scraper.aclose`)."""
+    try:
+        yield
+    finally:
+        if not client.is_closed:
+            await client.aclose()
 
 
 def _judge(page: ParsedPage) -> tuple[bool, str | None]:

@@ -15,6 +15,7 @@ from fastapi import Request
 
 from hpcscope.model.access import Principal
 from hpcscope.service.core import Service
+from hpcscope.service.diagram import diagram_viewer
 
 
 class LoginRequired(Exception):
@@ -78,3 +79,13 @@ def require_principal(request: Request) -> Principal:
 def optional_principal(request: Request) -> Principal | None:
     """FastAPI dependency for pages that anonymous visitors may see in part."""
     return identify(request)
+
+
+def site_viewer(request: Request) -> Principal | None:
+    """FastAPI dependency for the pages a site may open to anonymous visitors (the diagram,
+    the step player, the simulator): anyone when ``anonymous_diagram`` is on — None stands for
+    the anonymous visitor — else the authenticated principal (401 / login redirect)."""
+    viewer = diagram_viewer(service_of(request).settings, identify(request))
+    if viewer is None:
+        return require_principal(request)  # raises LoginRequired (page) or Unauthorized (API)
+    return viewer.principal

@@ -106,7 +106,7 @@ class HpcscopeCollector:
         yield from (info, gpus, useful, reported, real, tensor, straggler)
 
     def _scrapes(self) -> Iterator[Metric]:
-        health = self.service.cluster_state(_SYSTEM).targets
+        health = self.service.collection_health().targets
         labels = ["target", "exporter", "node"]
         up = GaugeMetricFamily(
             "hpcscope_scrape_up", "1 if the last scrape of the target succeeded.", labels=labels

@@ -15,26 +15,6 @@ from hpcscope.service.core import Service
 log = logging.getLogger(__name__)
 
 
-def collector_config(service: Service) -> CollectorConfig | None:
-    """The collector the settings ask for, or None when nothing is configured to collect."""
-    settings = service.settings
-    if (
-        settings.targets_path is None
-        and settings.slurmrestd_url is None
-        and settings.job_mapping_dir is None
-    ):
-        return None
-    return CollectorConfig(
-        targets_path=settings.targets_path,
-        slurmrestd_url=settings.slurmrestd_url,
-        scrape_interval_seconds=settings.scrape_interval_seconds,
-        scrape_timeout_seconds=settings.scrape_timeout_seconds,
-        scheduler_poll_seconds=settings.scheduler_poll_seconds,
-        job_mapping_dir=settings.job_mapping_dir,
-        job_records_dir=settings.job_records_dir,
-    )
-
-
 def run_server(
     service: Service,
     *,
@@ -47,7 +27,7 @@ def run_server(
     The collector starts in the app's lifespan and stops before the store closes, so queued
     writes are flushed and no data is lost on a clean stop.
     """
-    config = collector_config(service)
+    config = CollectorConfig.from_settings(service.settings)
     collector = Collector(service.store, config) if config is not None else None
 
     def startup() -> None:

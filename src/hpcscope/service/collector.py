@@ -4,11 +4,14 @@ One collector per server process, on its own thread with its own asyncio loop (t
 keeps its loop to itself). Each cycle:
 
 1. re-reads the Prometheus ``file_sd`` targets file when it changed;
-2. scrapes every dcgm-exporter target concurrently (timeouts per target);
-3. converts each page into ``gpu_samples`` rows and appends them through the store's writer;
+2. scrapes every dcgm-exporter and node-exporter target concurrently (timeouts per target);
+3. converts dcgm pages into ``gpu_samples`` rows (attributed to jobs by the platform's
+   allocations, ``service/attribution.py``) and node-exporter pages into InfiniBand port
+   counters, and appends them through the store's writer;
 4. records one ``scrapes`` row per attempt, and a ``collection_gaps`` row when a target comes
    back after failing (the gap is data: analysis never reads it as an idle GPU);
-5. every ``scheduler_poll_seconds``, reads slurmrestd's jobs and merges them into ``jobs``.
+5. every ``scheduler_poll_seconds``, reads Slurm's jobs (slurmrestd, or squeue/sacct) and
+   associations (sacctmgr) into ``jobs``, ``job_allocations`` and ``account_memberships``.
 
 An exporter that hangs, returns 500 or garbage costs one failed scrape row; the collector keeps
 running, and nothing stored before is touched.
@@ -24,17 +27,24 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx2
 import pyarrow as pa
 
-from hpcscope.ingest.dcgm import DcgmConverter
+from hpcscope.ingest.dcgm import DcgmConversion, DcgmConverter, samples_table
+from hpcscope.ingest.infiniband import infiniband_rows
 from hpcscope.ingest.scrape import Scraper, ScrapeResult, Target, load_file_sd
-from hpcscope.ingest.slurm import SchedulerFormatError, parse_slurmrestd_jobs
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.service.attribution import MappingRoot, store_dcgm_samples
-from hpcscope.service.scheduler import apply_snapshot
+from hpcscope.service.scheduler import (
+    AssociationSource,
+    CommandSource,
+    SchedulerCollector,
+    SchedulerSource,
+    SlurmrestdSource,
+)
+from hpcscope.service.settings import Settings
 from hpcscope.store import Store
+from hpcscope.store.infiniband import append_ib_counters
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +61,10 @@ class CollectorConfig:
 
     targets_path: Path | None = None
     static_targets: list[Target] = field(default_factory=list)
-    slurmrestd_url: str | None = None
-    slurmrestd_api_version: str = "v0.0.40"
+    scheduler: SchedulerSource | None = None
+    """Where Slurm's view of jobs comes from (slurmrestd, or squeue/sacct on the server)."""
+    associations: AssociationSource | None = None
+    """``sacctmgr`` user -> account memberships and coordinators, polled with the scheduler."""
     scrape_interval_seconds: float = 15.0
     scrape_timeout_seconds: float = 5.0
     scheduler_poll_seconds: float = 10.0
@@ -60,6 +72,39 @@ class CollectorConfig:
     """Root of per-node hpc-job-mapping directories (``service/attribution.py``)."""
     job_records_dir: Path | None = None
     """Directory of the Slurm prolog's job records."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CollectorConfig | None:
+        """The collection a site's settings ask for, or None when nothing is configured."""
+        scheduler: SchedulerSource | None = None
+        if settings.scheduler_source == "slurmrestd" and settings.slurmrestd_url:
+            scheduler = SlurmrestdSource(
+                url=settings.slurmrestd_url,
+                version=settings.slurmrestd_api_version,
+                unix_socket=settings.slurmrestd_socket,
+                user=settings.slurmrestd_user,
+                token=settings.slurmrestd_token(),
+                timeout_seconds=settings.scrape_timeout_seconds,
+            )
+        elif settings.scheduler_source == "commands":
+            scheduler = CommandSource(accounting=settings.slurm_accounting)
+        associations = (
+            AssociationSource(cluster=settings.slurm_cluster)
+            if settings.slurm_associations
+            else None
+        )
+        if settings.targets_path is None and scheduler is None and settings.job_mapping_dir is None:
+            return None
+        return cls(
+            targets_path=settings.targets_path,
+            scheduler=scheduler,
+            associations=associations,
+            scrape_interval_seconds=settings.scrape_interval_seconds,
+            scrape_timeout_seconds=settings.scrape_timeout_seconds,
+            scheduler_poll_seconds=settings.scheduler_poll_seconds,
+            job_mapping_dir=settings.job_mapping_dir,
+            job_records_dir=settings.job_records_dir,
+        )
 
 
 @dataclass
@@ -92,6 +137,11 @@ class Collector:
         self._last_success: dict[str, datetime] = {}
         self._failing_since: dict[str, tuple[datetime, str]] = {}
         self._last_scheduler_poll = 0.0
+        self._scheduler = (
+            SchedulerCollector(store, config.scheduler, config.associations)
+            if config.scheduler is not None
+            else None
+        )
         self._mapping = (
             MappingRoot(store, config.job_mapping_dir, config.job_records_dir)
             if config.job_mapping_dir is not None
@@ -168,16 +218,16 @@ class Collector:
             except Exception as exc:  # a bad mapping directory must not stop scraping
                 log.exception("job mapping collection failed")
                 report.errors.append(f"job mapping: {exc}")
-        targets = [t for t in self.targets() if t.exporter == "dcgm"]
+        targets = [t for t in self.targets() if t.exporter in ("dcgm", "node")]
         report.targets = len(targets)
         results = await self._scraper.scrape(targets) if targets else []
         scrape_rows: list[dict[str, object]] = []
         gap_rows: list[dict[str, object]] = []
-        sample_tables: list[pa.Table] = []
+        conversions: list[DcgmConversion] = []
         for result in results:
-            self._record(result, scrape_rows, gap_rows, sample_tables, report)
-        if sample_tables:
-            table = pa.concat_tables(sample_tables)
+            self._record(result, scrape_rows, gap_rows, conversions, report)
+        if any(conversion.rows for conversion in conversions):
+            table = samples_table(conversions)  # one table per round, not one per page
             report.samples_written = table.num_rows
             # the job of each sample is decided from the platform's allocations; the page's
             # hpc_job label is only the fallback (service/attribution.py)
@@ -186,11 +236,14 @@ class Collector:
             self.store.append("scrapes", pa.Table.from_pylist(scrape_rows, schema=SCRAPE_SCHEMA))
         if gap_rows:
             self.store.append("collection_gaps", pa.Table.from_pylist(gap_rows, schema=GAP_SCHEMA))
-        if self.config.slurmrestd_url and (
+        if self._scheduler is not None and (
             time.monotonic() - self._last_scheduler_poll >= self.config.scheduler_poll_seconds
         ):
             self._last_scheduler_poll = time.monotonic()
-            report.jobs_written = await self._poll_scheduler(report)
+            poll = await asyncio.to_thread(self._scheduler.collect_once)
+            report.jobs_written = poll.jobs
+            if not poll.ok:
+                report.errors.append(f"scheduler: {poll.error}")
         return report
 
     def _record(
@@ -198,7 +251,7 @@ class Collector:
         result: ScrapeResult,
         scrape_rows: list[dict[str, object]],
         gap_rows: list[dict[str, object]],
-        sample_tables: list[pa.Table],
+        conversions: list[DcgmConversion],
         report: CycleReport,
     ) -> None:
         target = result.target
@@ -207,15 +260,23 @@ class Collector:
         samples = 0
         error = result.error
         ok = result.ok
-        if result.page is not None:
+        if result.page is not None and target.exporter == "node":
+            try:
+                ports = infiniband_rows(result.page, ts=ts, node=node or target.url)
+            except SourceError as exc:
+                ok, error = False, exc.describe()
+            else:
+                append_ib_counters(self.store, ports.table)
+                samples = ports.table.num_rows
+        elif result.page is not None:
             converter = self._converters.setdefault(target.url, DcgmConverter())
             try:
                 conversion = converter.convert(result.page, ts=ts, node=node)
             except SourceError as exc:
                 ok, error = False, exc.describe()
             else:
-                sample_tables.append(conversion.table)
-                samples = conversion.table.num_rows
+                conversions.append(conversion)
+                samples = conversion.rows
         if ok:
             report.ok += 1
             if target.url in self._failing_since:
@@ -248,26 +309,6 @@ class Collector:
                 "error": error,
             }
         )
-
-    async def _poll_scheduler(self, report: CycleReport) -> int:
-        url = (
-            f"{self.config.slurmrestd_url.rstrip('/')}"  # type: ignore[union-attr]
-            f"/slurm/{self.config.slurmrestd_api_version}/jobs"
-        )
-        try:
-            async with httpx2.AsyncClient(timeout=self.config.scrape_timeout_seconds) as client:
-                response = await client.get(url)
-                response.raise_for_status()
-            snapshot = parse_slurmrestd_jobs(response.content, source=url)
-        except (httpx2.HTTPError, SchedulerFormatError) as exc:
-            report.errors.append(f"{url}: {exc}")
-            log.warning("scheduler poll failed: %s", exc)
-            return 0
-        for warning in snapshot.warnings[:5]:
-            log.info("scheduler: %s", warning)
-        now = datetime.now(UTC).replace(tzinfo=None)
-        await asyncio.to_thread(apply_snapshot, self.store, snapshot, live_view_at=now)
-        return int(snapshot.jobs.num_rows)
 
     def close_open_gaps(self) -> None:
         """At shutdown, record targets still failing as gaps ending now."""

@@ -133,17 +133,9 @@ class Service:
             ],
         }
 
-    def cluster_state(
-        self, principal: Principal, *, now: datetime | None = None
-    ) -> reports.ClusterState:
-        """Every GPU's latest state as ``principal`` may see it, and collector health."""
-        return reports.cluster_state(
-            self.store,
-            principal,
-            node_gpus=[(gpu.node, gpu.index) for gpu in self.topology.gpus],
-            now=now or reports.utcnow(),
-            scrape_interval_seconds=self.settings.scrape_interval_seconds,
-        )
+    def collection_health(self, *, now: datetime | None = None) -> reports.CollectionHealth:
+        """The collector's own health (targets and gaps; no job data)."""
+        return reports.collection_health(self.store, now=now or reports.utcnow())
 
     def live_window(self) -> timedelta:
         return timedelta(seconds=max(30.0, 3 * self.settings.scrape_interval_seconds))

@@ -48,14 +48,15 @@ VERDICT_WINDOW_SECONDS = 5 * 60.0
 
 #: Exporter names (``scrapes.exporter``) that stand for each collector of the catalog.
 COLLECTOR_EXPORTERS: Mapping[str, tuple[str, ...]] = {
-    "slurm-exporter": ("slurm-exporter", "slurm", "slurmrestd", "sacct"),
+    "slurm-exporter": ("slurm-exporter", "slurm", "slurmrestd", "slurm-commands", "sacct"),
     "dcgm-exporter": ("dcgm-exporter", "dcgm"),
     "node-exporter": ("node-exporter", "node"),
     "falco": ("falco",),
     "tetragon": ("tetragon",),
     "pytorch-profiler": ("pytorch-profiler", "kineto"),
     "nccl-logs": ("nccl-logs", "nccl"),
-    "ib-counters": ("ib-counters", "perfquery", "ibstat", "infiniband"),
+    # node_exporter's infiniband collector reads the same port counters perfquery reads (sysfs)
+    "ib-counters": ("ib-counters", "perfquery", "ibstat", "infiniband", "node"),
     "lustre-metrics": ("lustre-metrics", "lustre", "lustre-jobstats"),
     "ebpf-checkpoints": ("ebpf-checkpoints",),
 }

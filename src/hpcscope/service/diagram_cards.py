@@ -30,6 +30,7 @@ from hpcscope.service.diagram import (
     gpu_views,
     utc_now,
 )
+from hpcscope.service.diagram_ports import PortNow, port_now
 from hpcscope.store import diagram as queries
 
 
@@ -115,10 +116,12 @@ class NvswitchCardLive:
 
 @dataclass(frozen=True, slots=True)
 class PortCardLive:
-    """An HCA or the fabric: port counters are not collected yet."""
+    """An HCA or the fabric: its port figures, or why they are not shown."""
 
     paired_gpu: str | None
     not_collected: tuple[NotCollected, ...]
+    port: PortNow | None = None
+    hidden: str | None = None  # why the viewer may not see this node's port figures
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +270,23 @@ def _node_card(
     return NodeCardLive(
         live, gpus, _jobs(service, viewer, list(live.job_ids)), _not_collected(health, *missing)
     )
+
+
+def _hca_card(
+    service: Service,
+    viewer: Viewer,
+    element: Element,
+    now: datetime,
+    health: dict[str, CollectorHealth],
+) -> PortCardLive:
+    node = service.topology.node((element.parent_id or "").removeprefix("node-"))
+    hca = next(h for h in node.hcas if h.element_id == element.id)
+    paired = f"gpu-{hca.node}-{hca.gpu_index}" if hca.gpu_index is not None else None
+    port, hidden = port_now(service, viewer, hca, now=now)
+    missing = _not_collected(
+        health, ("Port throughput, packets, errors and link state", "ib-counters")
+    )
+    return PortCardLive(paired, () if port is not None else missing, port=port, hidden=hidden)
 
 
 def _nvswitch_card(
@@ -429,15 +449,7 @@ def element_card(
     elif kind is ElementKind.NVSWITCH:
         live_part = _nvswitch_card(service, viewer, element, now)
     elif kind is ElementKind.HCA:
-        node = service.topology.node((element.parent_id or "").removeprefix("node-"))
-        hca = next(h for h in node.hcas if h.element_id == element.id)
-        paired = f"gpu-{hca.node}-{hca.gpu_index}" if hca.gpu_index is not None else None
-        live_part = PortCardLive(
-            paired,
-            _not_collected(
-                health, ("Port throughput, packets, errors and link state", "ib-counters")
-            ),
-        )
+        live_part = _hca_card(service, viewer, element, now, health)
     elif kind is ElementKind.SCHEDULER:
         live_part = _scheduler_card(service, viewer, now)
     else:

@@ -67,30 +67,10 @@ def reports_for(
 
 
 @dataclass(frozen=True, slots=True)
-class GpuLive:
-    """A GPU's latest state as a given principal may see it."""
-
-    node: str
-    gpu: int
-    element_id: str
-    state: str  # "free", "job" (visible), "allocated" (someone else's job), "stale"
-    job_ids: tuple[str, ...] = ()
-    users: tuple[str, ...] = ()
-    reported_util_ratio: float | None = None
-    sm_active_ratio: float | None = None
-    tensor_active_ratio: float | None = None
-    temperature_celsius: float | None = None
-    power_watts: float | None = None
-    xid: int | None = None
-    last_sample: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterState:
-    """What the overview shows: every GPU's latest state, collector health."""
+class CollectionHealth:
+    """The collector's own health: per target, the last attempt and success; recent gaps."""
 
     generated_at: datetime
-    gpus: tuple[GpuLive, ...]
     targets: tuple[dict[str, Any], ...]
     gaps: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
@@ -100,84 +80,18 @@ class ClusterState:
 
         return {
             "generated_at": plain(self.generated_at),
-            "gpus": [
-                {
-                    k: plain(getattr(g, k))
-                    if not isinstance(getattr(g, k), tuple)
-                    else list(getattr(g, k))
-                    for k in g.__dataclass_fields__
-                }
-                for g in self.gpus
-            ],
             "targets": [{k: plain(v) for k, v in t.items()} for t in self.targets],
             "gaps": [{k: plain(v) for k, v in g.items()} for g in self.gaps],
         }
 
 
-def cluster_state(
-    store: Store,
-    principal: Principal,
-    *,
-    node_gpus: list[tuple[str, int]],
-    now: datetime,
-    scrape_interval_seconds: float,
-) -> ClusterState:
-    """Latest state of every GPU, redacted for ``principal``.
+def collection_health(store: Store, *, now: datetime) -> CollectionHealth:
+    """Per-target scrape health over the last 15 minutes and the gaps of the last hour.
 
-    A GPU running someone else's job shows as ``allocated`` with no job id, user or values; a
-    GPU without a recent sample is ``stale`` (a gap, not an idle GPU).
-    """
-    window = max(30.0, 3 * scrape_interval_seconds)
-    scope = principal.job_scope()
-    latest = queries.latest_gpu_samples(store, since=now - timedelta(seconds=window)).to_pylist()
-    by_gpu: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for row in latest:
-        by_gpu.setdefault((row["node"], int(row["gpu"])), []).append(row)
-    gpus: list[GpuLive] = []
-    for node, index in node_gpus:
-        rows = by_gpu.get((node, index), [])
-        element_id = f"gpu-{node}-{index}"
-        if not rows:
-            gpus.append(GpuLive(node, index, element_id, "stale"))
-            continue
-        newest = max(rows, key=lambda r: r["ts"])
-        jobs = [r for r in rows if r["job_id"] is not None]
-        visible = [
-            r
-            for r in jobs
-            if scope.all_jobs
-            or (
-                r["job_user"] is not None
-                and scope.admits(user=r["job_user"], account=r["job_account"])
-            )
-        ]
-        if not jobs:
-            state, shown = "free", newest
-        elif visible:
-            state, shown = "job", max(visible, key=lambda r: r["ts"])
-        else:
-            gpus.append(GpuLive(node, index, element_id, "allocated", last_sample=newest["ts"]))
-            continue
-        gpus.append(
-            GpuLive(
-                node=node,
-                gpu=index,
-                element_id=element_id,
-                state=state,
-                job_ids=tuple(r["job_id"] for r in visible),
-                users=tuple(sorted({r["job_user"] for r in visible if r["job_user"]})),
-                reported_util_ratio=shown["gpu_util_ratio"],
-                sm_active_ratio=shown["sm_active_ratio"],
-                tensor_active_ratio=shown["tensor_active_ratio"],
-                temperature_celsius=shown["gpu_temperature_celsius"],
-                power_watts=shown["power_watts"],
-                xid=shown["xid_last"] or None,
-                last_sample=newest["ts"],
-            )
-        )
+    Holds no job data (targets are exporters and the scheduler), so it needs no scope."""
     health = queries.scrape_health(store, since=now - timedelta(minutes=15)).to_pylist()
     gaps = queries.collection_gaps(store, since=now - timedelta(hours=1)).to_pylist()
-    return ClusterState(generated_at=now, gpus=tuple(gpus), targets=tuple(health), gaps=tuple(gaps))
+    return CollectionHealth(generated_at=now, targets=tuple(health), gaps=tuple(gaps))
 
 
 @dataclass(frozen=True, slots=True)

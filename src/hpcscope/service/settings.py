@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -62,6 +62,33 @@ class Settings(BaseModel):
     )
     scrape_interval_seconds: float = Field(15.0, gt=0, description="Seconds between scrapes.")
     scrape_timeout_seconds: float = Field(5.0, gt=0, description="Per-target scrape timeout.")
+    scheduler_source: Literal["slurmrestd", "commands", "none"] = Field(
+        "slurmrestd",
+        description="Where Slurm's jobs come from: slurmrestd (needs "
+        "slurmrestd_url), commands (squeue --json and sacct on this server), or none.",
+    )
+    slurmrestd_api_version: str = Field(
+        "v0.0.40",
+        description="OpenAPI plugin to ask slurmrestd for (Debian's 22.05 serves v0.0.38).",
+    )
+    slurmrestd_socket: str | None = Field(
+        None,
+        description="slurmrestd UNIX socket (rest_auth/local); the URL's host is then ignored.",
+    )
+    slurmrestd_user: str | None = Field(None, description="X-SLURM-USER-NAME for rest_auth/jwt.")
+    slurmrestd_token_file: Path | None = Field(
+        None, description="File holding the JWT for rest_auth/jwt (read at start)."
+    )
+    slurm_accounting: bool = Field(
+        True, description="In commands mode, also run sacct (needs slurmdbd) for finished jobs."
+    )
+    slurm_associations: bool = Field(
+        False,
+        description="Poll sacctmgr for user -> account memberships and coordinators (team leads).",
+    )
+    slurm_cluster: str | None = Field(
+        None, description="Slurm cluster name for sacctmgr (default: all clusters)."
+    )
     slurmrestd_url: str | None = Field(
         None, description="Base URL of slurmrestd (jobs are read from /slurm/v0.0.40/jobs)."
     )
@@ -74,6 +101,17 @@ class Settings(BaseModel):
     job_records_dir: Path | None = Field(
         None, description="Directory of job records written by the Slurm prolog/epilog."
     )
+
+    def slurmrestd_token(self) -> str | None:
+        """The JWT from ``slurmrestd_token_file`` (or ``SLURM_JWT``), stripped; None if unset."""
+        if self.slurmrestd_token_file is not None:
+            try:
+                return self.slurmrestd_token_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise SourceError(
+                    f"cannot read: {exc.strerror}", source=str(self.slurmrestd_token_file)
+                ) from None
+        return os.environ.get("SLURM_JWT") or None
 
     def resolved_topology_path(self) -> Path:
         return self.topology_path or bundled_topology()

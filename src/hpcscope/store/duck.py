@@ -33,7 +33,8 @@ T = TypeVar("T")
 #: Tables that accept plain appends, and the tables that merge by key.
 APPEND_TABLES = frozenset({"gpu_samples", "scrapes", "collection_gaps", "job_allocations"})
 
-_JOB_MERGE_COLUMNS = (
+#: Columns of ``jobs`` that several sources fill in turn (merged, never blanked).
+JOB_MERGE_COLUMNS = (
     "cluster",
     "name",
     "user",
@@ -214,7 +215,7 @@ class Store:
         Several sources describe the same job (prolog record, slurmrestd, sacct); each fills
         what it knows. ``source`` keeps the last writer.
         """
-        columns = [c for c in _JOB_MERGE_COLUMNS if c in jobs.column_names]
+        columns = [c for c in JOB_MERGE_COLUMNS if c in jobs.column_names]
         updates = ", ".join(f'"{c}" = COALESCE(excluded."{c}", jobs."{c}")' for c in columns)
         select = ", ".join(f'"{c}"' for c in ["job_id", *columns, "source"])
 

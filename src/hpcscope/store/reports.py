@@ -82,20 +82,6 @@ def samples_for_jobs(
     return store.query(f"SELECT * FROM gpu_samples WHERE {' AND '.join(clauses)}", params)
 
 
-def latest_gpu_samples(store: Store, *, since: datetime) -> pa.Table:
-    """The last sample of every (node, GPU, instance, job) since ``since``, with the job's
-    user and account when the scheduler knows the job. Callers redact by scope."""
-    return store.query(
-        'SELECT s.*, j."user" AS job_user, j.account AS job_account, j.name AS job_name '
-        "FROM (SELECT * FROM gpu_samples WHERE ts >= ? "
-        "      QUALIFY row_number() OVER (PARTITION BY node, gpu, gpu_instance_id, job_id "
-        "                                 ORDER BY ts DESC) = 1) s "
-        "LEFT JOIN jobs j ON j.job_id = s.job_id "
-        "ORDER BY s.node, s.gpu, s.gpu_instance_id, s.job_id",
-        [since],
-    )
-
-
 def gpu_timeseries(
     store: Store, job_id: str, *, bucket_seconds: int, since: datetime | None = None
 ) -> pa.Table:

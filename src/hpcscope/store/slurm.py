@@ -21,25 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from hpcscope.model.schemas import JOB_ALIAS_SCHEMA, JOB_ALLOCATION_SCHEMA
-from hpcscope.store.duck import Store
-
-_JOB_COLUMNS = (
-    "cluster",
-    "name",
-    "user",
-    "account",
-    "partition",
-    "qos",
-    "state",
-    "exit_code",
-    "submit_time",
-    "eligible_time",
-    "start_time",
-    "end_time",
-    "time_limit_seconds",
-    "gpus",
-    "nodes",
-)
+from hpcscope.store.duck import JOB_MERGE_COLUMNS, Store
 
 
 def merge_allocations(store: Store, allocations: pa.Table) -> Future[int]:
@@ -142,8 +124,10 @@ def _apply_aliases(con: duckdb.DuckDBPyConnection) -> None:
         " EXISTS (SELECT 1 FROM gpu_samples s WHERE s.job_id = a.raw_job_id))"
     ).fetchall()
     for raw, job_id in pending:
-        columns = ", ".join(f'"{c}"' for c in _JOB_COLUMNS)
-        updates = ", ".join(f'"{c}" = COALESCE(jobs."{c}", excluded."{c}")' for c in _JOB_COLUMNS)
+        columns = ", ".join(f'"{c}"' for c in JOB_MERGE_COLUMNS)
+        updates = ", ".join(
+            f'"{c}" = COALESCE(jobs."{c}", excluded."{c}")' for c in JOB_MERGE_COLUMNS
+        )
         con.execute(
             f"INSERT INTO jobs (job_id, {columns}, source) "
             f"SELECT ?, {columns}, source FROM jobs WHERE job_id = ? "

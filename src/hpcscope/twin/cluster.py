@@ -25,11 +25,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from hpcscope.model.topology import Topology
+from hpcscope.model.topology import Hca, Topology
 from hpcscope.twin.dcgm import DcgmEndpoint
+from hpcscope.twin.node_exporter import InfinibandEndpoint, PortTraffic
 from hpcscope.twin.scheduler import Scheduler
 from hpcscope.twin.slurmrestd import jobs_response
-from hpcscope.twin.workloads import TimeShares, shares_for
+from hpcscope.twin.workloads import (
+    RAIL_COLLECTIVE_BYTES_PER_SECOND,
+    STORAGE_READ_BYTES_PER_SECOND,
+    TimeShares,
+    shares_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +137,7 @@ class TwinCluster:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self.dcgm_ports: dict[str, int] = {}
+        self.node_exporter_ports: dict[str, int] = {}
         self.slurmrestd_port: int | None = None
 
     def now(self) -> float:
@@ -164,6 +171,19 @@ class TwinCluster:
             server, _ = serve_routes(self.host, port, {"/metrics": self._metrics_route(endpoint)})
             self._servers.append(server)
             self.dcgm_ports[node.name] = server.server_address[1]
+            if node.hcas:
+                infiniband = InfinibandEndpoint(
+                    node.hcas,
+                    traffic=self._ib_traffic(node.name),
+                    clock=self.now,
+                    seed=self.seed * 1000 + offset,
+                )
+                ib_port = self.base_port + 100 + offset if self.base_port else 0
+                ib_server, _ = serve_routes(
+                    self.host, ib_port, {"/metrics": self._node_route(infiniband)}
+                )
+                self._servers.append(ib_server)
+                self.node_exporter_ports[node.name] = ib_server.server_address[1]
         rest_port = self.base_port + len(self.topology.nodes) if self.base_port else 0
         rest, _ = serve_routes(self.host, rest_port, {"/slurm/v0.0.40/jobs": self._jobs_route})
         self._servers.append(rest)
@@ -226,6 +246,31 @@ class TwinCluster:
 
         return shares
 
+    def _ib_traffic(self, node: str) -> Callable[[Hca], PortTraffic]:
+        def traffic(hca: Hca) -> PortTraffic:
+            with self._lock:
+                job = self.scheduler.running_on(node).get(hca.gpu_index or 0)
+                if job is None or hca.gpu_index is None or job.faulted(self.now()):
+                    return PortTraffic(0.0, 0.0)
+                read = STORAGE_READ_BYTES_PER_SECOND[job.profile]
+                rx, tx = read, read * 0.02  # reads, and the RPCs that ask for them
+                if len(job.nodes) > 1:  # the rail carries its share of the AllReduce
+                    shares = shares_for(
+                        job.profile, gpu_index=0, straggler_gpu=None, memory_bytes=1.0
+                    )
+                    rx += shares.collective * RAIL_COLLECTIVE_BYTES_PER_SECOND
+                    tx += shares.collective * RAIL_COLLECTIVE_BYTES_PER_SECOND
+                return PortTraffic(rx, tx)
+
+        return traffic
+
+    @staticmethod
+    def _node_route(endpoint: InfinibandEndpoint) -> Route:
+        def route() -> tuple[int, str, bytes]:
+            return 200, "text/plain; version=0.0.4; charset=utf-8", endpoint.collect().encode()
+
+        return route
+
     def _xid_source(self, node: str) -> Callable[[int], int]:
         def xid(gpu_index: int) -> int:
             with self._lock:
@@ -254,10 +299,15 @@ class TwinCluster:
 
     def targets(self) -> list[dict[str, Any]]:
         """Prometheus file_sd entries for every endpoint of the twin."""
-        return [
+        dcgm = [
             {"targets": [f"{self.host}:{port}"], "labels": {"exporter": "dcgm", "node": node}}
             for node, port in self.dcgm_ports.items()
         ]
+        node_exporters = [
+            {"targets": [f"{self.host}:{port}"], "labels": {"exporter": "node", "node": node}}
+            for node, port in self.node_exporter_ports.items()
+        ]
+        return dcgm + node_exporters
 
     @property
     def slurmrestd_url(self) -> str:

@@ -12,6 +12,7 @@ only the given job's line: on a shared node another job's line stays.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -25,10 +26,15 @@ def _read_lines(path: Path) -> list[str]:
 
 
 def _write_atomic(path: Path, lines: list[str]) -> None:
+    write_text_atomic(path, "".join(f"{line}\n" for line in lines))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that a reader sees the old or the new file, never half."""
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write("".join(f"{line}\n" for line in lines))
+            handle.write(text)
         os.chmod(temp, 0o644)
         os.replace(temp, path)
     except BaseException:
@@ -77,3 +83,15 @@ def read_mapping(mapping_dir: Path) -> dict[str, list[str]]:
         if lines:
             mapping[name] = lines
     return mapping
+
+
+RECORD_FORMAT = "hpcscope-job-record/1"
+
+
+def write_job_record(record_dir: Path, record: dict[str, object]) -> None:
+    """Write (or complete) the prolog's job record ``<record_dir>/<raw job id>.json``.
+
+    The format is the one ``deploy/slurm/prolog`` writes (``docs/golden-path.md``)."""
+    record_dir.mkdir(parents=True, exist_ok=True)
+    body = {"format": RECORD_FORMAT, **record}
+    write_text_atomic(record_dir / f"{record['raw_job_id']}.json", json.dumps(body, indent=1))

@@ -102,6 +102,11 @@ FAULT_GRACE_SECONDS = 30.0
 REPAIR_SECONDS = 600.0
 
 
+def _uid(user: str) -> int:
+    """A stable POSIX uid for a simulated user."""
+    return 10_000 + sum(ord(c) * (i + 1) for i, c in enumerate(user)) % 50_000
+
+
 class Scheduler:
     """A deterministic simulated Slurm over a topology.
 
@@ -141,6 +146,36 @@ class Scheduler:
             self.mapping_dir(node.name).mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------------ submission
+
+    def record_dir(self, node: str) -> Path:
+        """The node's job-record directory (what the Slurm prolog writes for hpcscope)."""
+        return self.mapping_root / node / "jobs"
+
+    def _write_records(self, job: SimJob) -> None:
+        """What the prolog writes on each node of the job, and the epilog completes."""
+        per_node: dict[str, list[int]] = {}
+        for node, gpu in job.allocation:
+            per_node.setdefault(node, []).append(gpu)
+        for node, gpus in per_node.items():
+            mapping.write_job_record(
+                self.record_dir(node),
+                {
+                    "job_id": str(job.job_id),
+                    "raw_job_id": str(job.job_id),
+                    "label": str(job.job_id),
+                    "cluster": self.topology.slurm_cluster_name,
+                    "node": node,
+                    "user": job.user,
+                    "uid": _uid(job.user),
+                    "account": job.account,
+                    "partition": job.partition,
+                    "gpus": [str(g) for g in gpus],
+                    "slurm_gpus": ",".join(str(g) for g in gpus),
+                    "start_time": job.start_time,
+                    "end_time": job.end_time,
+                    "exit_code": job.exit_code if job.end_time is not None else None,
+                },
+            )
 
     def mapping_dir(self, node: str) -> Path:
         """The node's hpc-job-mapping directory (what dcgm-exporter is pointed at)."""
@@ -297,6 +332,7 @@ class Scheduler:
         for node, gpu in allocation:
             self._free[node].discard(gpu)
             mapping.add_job(self.mapping_dir(node), str(gpu), str(job.job_id))  # the prolog
+        self._write_records(job)
         log.info(
             "twin: job %s (%s, %s) started on %s",
             job.job_id,
@@ -332,6 +368,7 @@ class Scheduler:
             else:
                 self._free[node].add(gpu)
             mapping.remove_job(self.mapping_dir(node), str(gpu), str(job.job_id))  # the epilog
+        self._write_records(job)
         log.info("twin: job %s ended %s", job.job_id, state)
 
     def _return_repaired(self, now: float) -> None:

@@ -234,3 +234,17 @@ class GpuPhysics:
 
 def _clip(value: float) -> float:
     return min(1.0, max(0.0, value))
+
+
+#: Lustre reads per GPU of each profile (LNet over the GPU's rail HCA), bytes per second. A
+#: data-starved job reads as fast as its share of the storage allows and still waits.
+STORAGE_READ_BYTES_PER_SECOND: dict[Profile, float] = {
+    Profile.HEALTHY: 150e6,
+    Profile.DATA_STARVED: 1.2e9,
+    Profile.STRAGGLER: 120e6,
+    Profile.IDLE_ALLOCATED: 0.0,
+    Profile.FAILED: 150e6,
+}
+
+#: Inter-node AllReduce traffic per rail while a multi-node job is in its collective phase.
+RAIL_COLLECTIVE_BYTES_PER_SECOND = 40e9

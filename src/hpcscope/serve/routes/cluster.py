@@ -1,4 +1,8 @@
-"""The cluster overview: nodes, GPUs coloured by real efficiency, running jobs, collectors."""
+"""The cluster overview: nodes, GPUs coloured by real efficiency, running jobs, collectors.
+
+The per-GPU state is the diagram's live state (``service/diagram.py``): one implementation of
+"what this viewer may see of each GPU now", whichever page draws it.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ from starlette.responses import Response
 
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import require_principal, service_of
+from hpcscope.serve.diagram.view import jsonable
 from hpcscope.serve.templating import render
+from hpcscope.service.diagram import GpuLive, Viewer, live_state
 
 router = APIRouter()
 
@@ -18,16 +24,22 @@ PrincipalDep = Annotated[Principal, Depends(require_principal)]
 
 def _context(request: Request, principal: Principal) -> dict[str, Any]:
     service = service_of(request)
-    state = service.cluster_state(principal)
+    state = live_state(service, Viewer(principal))
     running = [
         r
         for r in service.job_reports(principal)
         if r.state in ("RUNNING", None) and r.gpus_observed
     ]
-    by_node: dict[str, list[Any]] = {}
-    for gpu in state.gpus:
+    by_node: dict[str, list[GpuLive]] = {}
+    for gpu in sorted(state.gpus.values(), key=lambda g: (g.node, g.gpu)):
         by_node.setdefault(gpu.node, []).append(gpu)
-    return {"topology": service.topology, "state": state, "by_node": by_node, "running": running}
+    return {
+        "topology": service.topology,
+        "state": state,
+        "health": service.collection_health(now=state.generated_at),
+        "by_node": by_node,
+        "running": running,
+    }
 
 
 @router.get("/")
@@ -44,4 +56,14 @@ def overview_fragment(request: Request, principal: PrincipalDep) -> Response:
 @router.get("/api/cluster")
 def cluster_json(request: Request, principal: PrincipalDep) -> dict[str, Any]:
     """Every GPU's latest state as you may see it, and the collector's health."""
-    return service_of(request).cluster_state(principal).to_dict()
+    service = service_of(request)
+    state = live_state(service, Viewer(principal))
+    health = service.collection_health(now=state.generated_at)
+    return {
+        "generated_at": jsonable(state.generated_at),
+        "fresh_seconds": state.fresh_seconds,
+        "gpus": [
+            jsonable(gpu) for gpu in sorted(state.gpus.values(), key=lambda g: (g.node, g.gpu))
+        ],
+        **{key: value for key, value in health.to_dict().items() if key != "generated_at"},
+    }

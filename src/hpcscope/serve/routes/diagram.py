@@ -25,13 +25,13 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
-from hpcscope.serve.auth import optional_principal, require_principal, service_of
+from hpcscope.serve.auth import service_of, site_viewer
 from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role
 from hpcscope.serve.diagram.view import duration, jsonable, live_payload, shape_view
 from hpcscope.serve.templating import percent, render, templates
 from hpcscope.service.core import Service
-from hpcscope.service.diagram import LiveState, Viewer, diagram_viewer, live_state, utc_now
+from hpcscope.service.diagram import LiveState, Viewer, live_state, utc_now
 from hpcscope.service.diagram_cards import UnknownElement, element_card
 from hpcscope.service.diagram_cost import decision_view
 
@@ -44,12 +44,7 @@ POLL_SECONDS = 7
 
 def viewer_of(request: Request) -> Viewer:
     """Dependency: the diagram's viewer, or a login redirect / 401 when one is needed."""
-    service = service_of(request)
-    viewer = diagram_viewer(service.settings, optional_principal(request))
-    if viewer is None:
-        require_principal(request)  # raises LoginRequired (page) or Unauthorized (API)
-        raise AssertionError("unreachable")  # pragma: no cover
-    return viewer
+    return Viewer(site_viewer(request))
 
 
 ViewerDep = Annotated[Viewer, Depends(viewer_of)]

@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 from hpcscope.analysis.collectives import gradient_bytes
 from hpcscope.model.access import Principal
-from hpcscope.serve.auth import identify, require_principal, service_of
+from hpcscope.serve.auth import service_of, site_viewer
 from hpcscope.serve.templating import render
 from hpcscope.service.simulation import (
     MAX_REQUEST_CELLS,
@@ -37,15 +37,7 @@ from hpcscope.service.simulation import (
 router = APIRouter()
 
 
-def educational_viewer(request: Request) -> Principal | None:
-    """Anyone when the site shows the diagram anonymously, else an authenticated principal."""
-    principal = identify(request)
-    if principal is None and not service_of(request).settings.anonymous_diagram:
-        return require_principal(request)  # raises: 401 on the API, login redirect on pages
-    return principal
-
-
-Viewer = Annotated[Principal | None, Depends(educational_viewer)]
+Viewer = Annotated[Principal | None, Depends(site_viewer)]
 
 
 def _unprocessable(exc: SimulationInputError, value: object = None) -> JSONResponse:

@@ -1,0 +1,64 @@
+"""The shipped Prometheus rules: promtool checks them and runs their unit tests."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.prometheus
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
+RULES = DEPLOY / "hpcscope-rules.yml"
+METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
+
+def _promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail(
+            "promtool not found: install Debian's prometheus (scripts/install-system-deps.sh)"
+        )
+    return path
+
+
+def test_promtool_check_rules() -> None:
+    result = subprocess.run(
+        [_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_test_rules() -> None:
+    result = subprocess.run(
+        [_promtool(), "test", "rules", "hpcscope-rules.test.yml"],
+        capture_output=True,
+        text=True,
+        cwd=DEPLOY,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_rules_follow_the_conventions() -> None:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    exported = set(re.findall(r"`(hpcscope_[a-z_]+)`", METRICS_DOC.read_text()))
+    alerts = 0
+    for group in groups:
+        for rule in group["rules"]:
+            used = set(re.findall(r"\bhpcscope_[a-z_]+", rule["expr"]))
+            assert used <= exported, f"{rule}: unknown families {used - exported}"
+            if "record" in rule:
+                assert re.fullmatch(r"[a-z_]+:[a-z_]+:[a-z0-9_]+", rule["record"]), rule["record"]
+            else:
+                alerts += 1
+                assert rule["alert"].startswith("Hpcscope")
+                assert rule["labels"]["severity"] in {"info", "warning", "critical"}
+                assert rule["annotations"]["runbook_url"]
+                assert rule["annotations"]["summary"]
+    assert alerts >= 4
