@@ -183,3 +183,13 @@ def test_a_job_you_may_not_see_cannot_be_linked(service: Service) -> None:
     row = trace_reports.analyze_and_store(service, BOB, [PARAM], source_names=["x"])
     with pytest.raises(trace_reports.TraceAccessError):
         trace_reports.link_analysis(service, BOB, row.analysis_id, "77")
+
+
+def test_the_server_never_forks(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the server holds the DuckDB file: no forked helper even for inputs above its 2 MB
+    def refuse() -> int:
+        raise AssertionError("the server forked")
+
+    monkeypatch.setattr("os.fork", refuse)
+    row = trace_reports.analyze_and_store(service, ALICE, [PARAM], source_names=["x"])
+    assert row.straggler_ranks == (7,)

@@ -117,7 +117,8 @@ def analyze_and_store(
     items = find_traces(paths)
     total = sum(i.json_bytes for i in items)
     executor = _executor(service, total, len(items)) if plan_workers(items, None) > 1 else None
-    result = analyze(paths, threshold=threshold, executor=executor)
+    # never "fork": this process holds the DuckDB file (no forked helper, no fork pool)
+    result = analyze(paths, threshold=threshold, executor=executor, start_method="forkserver")
     document = to_json(result)
     if upload_dir is not None:
         _strip_temporary(document, upload_dir)
