@@ -17,7 +17,6 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
-import pickle
 import shutil
 import struct
 import tarfile
@@ -278,8 +277,8 @@ def _with_fork_helper(
     Only for the command line (the caller checked the start method: a server that holds the
     DuckDB file never forks). Archive members are read first, in one pass (under
     :data:`IN_PROCESS_JSON_BYTES` in all), so the child inherits them instead of decompressing
-    the archive again. The child sends its results back pickled through a pipe; if it fails,
-    its ranks are parsed here."""
+    the archive again. The child sends its results back through a pipe; if it fails, its ranks
+    are parsed here."""
     members = _read_members(items)
 
     def parse(indices: list[int]) -> list[RankTimeline | _ErrorTuple]:
@@ -296,27 +295,30 @@ def _with_fork_helper(
         return out
 
     mine, theirs = list(range(0, len(items), 2)), list(range(1, len(items), 2))
-    read_end, write_end = os.pipe()
+    # IPC with our own child, as a process pool does (never used for files from users)
+    receiver, sender = multiprocessing.Pipe(duplex=False)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child; its results are checked in the parent
         code = 1
         try:
-            os.close(read_end)
-            data = pickle.dumps(parse(theirs), protocol=5)
-            with os.fdopen(write_end, "wb") as sink:
-                sink.write(data)
+            receiver.close()
+            sender.send(parse(theirs))
+            sender.close()
             code = 0
         finally:
             os._exit(code)
-    os.close(write_end)
+    sender.close()
     results: dict[int, RankTimeline | _ErrorTuple] = dict(zip(mine, parse(mine), strict=True))
-    with os.fdopen(read_end, "rb") as source:
-        data = source.read()
+    try:
+        received: list[RankTimeline | _ErrorTuple] | None = receiver.recv()
+    except (EOFError, OSError):
+        received = None
+    finally:
+        receiver.close()
     _, status = os.waitpid(pid, 0)
-    if status == 0 and data:
-        results.update(zip(theirs, pickle.loads(data), strict=True))
-    else:
-        results.update(zip(theirs, parse(theirs), strict=True))
+    if status != 0 or received is None or len(received) != len(theirs):
+        received = parse(theirs)
+    results.update(zip(theirs, received, strict=True))
     if progress:
         progress(len(items), len(items))
     return [results[i] for i in range(len(items))]
