@@ -58,3 +58,37 @@ def test_demo_serves_prints_logins_and_stops_by_itself(tmp_path: Path) -> None:
     assert body is not None, "the demo never served jobs"
     assert {job["account"] for job in body["jobs"]} <= {"vision", "nlp"}  # carol's teams
     assert (tmp_path / "demo" / "hpcscope.duckdb").exists()
+
+
+def test_demo_json_prints_url_and_logins(tmp_path: Path) -> None:
+    import json
+
+    port = free_port()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpcscope",
+            "demo",
+            "--for",
+            "3s",
+            "--port",
+            str(port),
+            "--state-dir",
+            str(tmp_path / "demo"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["url"] == f"http://127.0.0.1:{port}"
+    assert {login["user"] for login in document["logins"]} == {
+        "alice",
+        "bob",
+        "dave",
+        "carol",
+        "admin",
+    }

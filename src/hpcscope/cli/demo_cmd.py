@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 
 from hpcscope.cli.durations import parse_duration
-from hpcscope.cli.output import EXIT_RUNTIME_ERROR, EXIT_USAGE_ERROR, fail
+from hpcscope.cli.output import EXIT_RUNTIME_ERROR, EXIT_USAGE_ERROR, fail, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -74,6 +74,9 @@ def demo(
     scrape_interval: float = typer.Option(2.0, help="Seconds between scrapes."),
     topology: str = typer.Option("2x8-h100", help="Bundled topology name or a YAML file."),
     keep_store: bool = typer.Option(False, help="Keep the previous demo store."),
+    json_output: bool = typer.Option(
+        False, "--json", help="When ready, print the URL and logins as one JSON document."
+    ),
 ) -> None:
     """Run the demo: twin cluster + collection + analysis + web UI on localhost."""
     from hpcscope.serve.server import run_server
@@ -112,6 +115,27 @@ def demo(
         service = Service.open(settings)
 
         def ready(url: str) -> None:
+            if json_output:
+                print_json(
+                    {
+                        "url": url,
+                        "logins": [
+                            {
+                                "user": d.name,
+                                "password": d.password,
+                                "role": d.role.value,
+                                "accounts": list(d.accounts),
+                                "coordinates": list(d.coordinates),
+                            }
+                            for d in DEMO_LOGINS
+                        ],
+                        "twin": {
+                            "slurmrestd_url": info["slurmrestd_url"],
+                            "targets_file": str(twin_dir / "targets.json"),
+                        },
+                    }
+                )
+                return
             lines = [f"hpcscope demo: {url}", "", "Demo logins (user / password, role):"]
             lines += [
                 f"  {d.name:<6} / {d.password:<11} {d.role.value}"

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from hpcscope.cli.durations import parse_duration
-from hpcscope.cli.output import EXIT_USAGE_ERROR, fail
+from hpcscope.cli.output import EXIT_USAGE_ERROR, fail, print_json
 from hpcscope.model.errors import SourceError
 
 
@@ -25,6 +25,9 @@ def serve(
     slurmrestd_url: str | None = typer.Option(None, help="slurmrestd base URL."),
     scrape_interval: float | None = typer.Option(None, help="Seconds between scrapes."),
     duration: str | None = typer.Option(None, "--for", help="Stop after this long (60s, 5m)."),
+    json_output: bool = typer.Option(
+        False, "--json", help='When ready, print {"url": ...} as JSON on stdout.'
+    ),
 ) -> None:
     """Serve the web UI and API; collect from the configured targets and scheduler."""
     from hpcscope.serve.server import run_server
@@ -49,11 +52,13 @@ def serve(
     except ValueError as exc:
         fail(str(exc), code=EXIT_USAGE_ERROR)
     try:
-        run_server(
-            service,
-            duration_seconds=seconds,
-            on_ready=lambda url: typer.echo(f"hpcscope serving on {url}", err=True),
-            log_level="info",
-        )
+
+        def ready(url: str) -> None:
+            if json_output:
+                print_json({"url": url})
+            else:
+                typer.echo(f"hpcscope serving on {url}", err=True)
+
+        run_server(service, duration_seconds=seconds, on_ready=ready, log_level="info")
     finally:
         service.close()
