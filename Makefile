@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-dev
 TORCH  := $(VENV)/.installed-torch
 HTA    := .bench-venv/.installed-hta
 
-.PHONY: demo test check lint typecheck imports unit venv system-deps torch bench clean help
+.PHONY: demo test check lint typecheck imports unit venv system-deps torch bench bench-venv clean help
 
 help:
 	@echo "make demo   set up, then run the twin cluster + collector + web UI (prints URL and logins)"
@@ -54,8 +54,17 @@ unit: venv
 test: venv system-deps torch check
 	$(BIN)/pytest -q
 
-bench: venv torch
-	$(BIN)/pytest bench -q --benchmark-only
+bench: venv torch bench-venv
+	$(BIN)/pytest bench -q --benchmark-only || test $$? -eq 5
+	.bench-venv/bin/python bench/traces_vs_hta.py tests/fixtures/traces/hta_df_index_resolver_1rank tests/fixtures/traces/param_dlrm_8rank/dlrm_kineto.tar.gz tests/fixtures/traces/hta_trace_filter_2rank
+
+# HolisticTraceAnalysis 0.5.0 for bench/traces_vs_hta.py only (never a runtime or test dependency).
+$(HTA): pyproject.toml
+	test -x .bench-venv/bin/python || $(PYTHON) -m venv .bench-venv
+	.bench-venv/bin/python -m pip install -q HolisticTraceAnalysis==0.5.0 -e .
+	touch $@
+
+bench-venv: $(HTA)
 
 clean:
 	rm -rf $(VENV) .bench-venv .mypy_cache .ruff_cache test-artifacts

@@ -67,5 +67,5 @@ def fail(
             body["where"] = error.to_dict()
         print_json(body)
     else:
-        stderr_console().print(f"[bold red]error:[/] {message}", highlight=False)
+        stderr_console().print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)

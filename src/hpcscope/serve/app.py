@@ -26,6 +26,7 @@ from hpcscope.serve.routes import (
     jobs,
     metrics_route,
     simulate,
+    traces,
 )
 from hpcscope.serve.templating import STATIC_DIR
 from hpcscope.service.core import Service
@@ -38,6 +39,7 @@ ROUTERS = [
     metrics_route.router,
     simulate.router,
     diagram.router,
+    traces.router,
 ]
 
 

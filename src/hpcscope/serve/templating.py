@@ -27,6 +27,7 @@ NAV: list[tuple[str, str]] = [
     ("/diagram", "Diagram"),
     ("/step", "Training step"),
     ("/simulate", "Simulator"),
+    ("/traces", "Traces"),
 ]
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))

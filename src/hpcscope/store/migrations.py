@@ -124,4 +124,27 @@ CREATE TABLE ib_port_counters (
 );
 """,
     ),
+    Migration(
+        4,
+        "trace analyses: per-rank phases and stragglers of uploaded profiler traces",
+        """
+CREATE TABLE trace_analyses (
+    analysis_id VARCHAR PRIMARY KEY,
+    owner_user VARCHAR NOT NULL,
+    owner_accounts VARCHAR[] NOT NULL,
+    job_id VARCHAR,
+    account VARCHAR,
+    created TIMESTAMP NOT NULL,
+    source_names VARCHAR[] NOT NULL,
+    ranks INTEGER NOT NULL,
+    steps INTEGER NOT NULL,
+    partial BOOLEAN NOT NULL,
+    slowdown DOUBLE,
+    straggler_ranks INTEGER[] NOT NULL,
+    window_start TIMESTAMP,
+    window_end TIMESTAMP,
+    result_json VARCHAR NOT NULL
+);
+""",
+    ),
 )

@@ -1,0 +1,137 @@
+"""``hpcscope traces analyze``: phases per rank and step, stragglers and what-if, from traces."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from hpcscope.cli.output import (
+    EXIT_RUNTIME_ERROR,
+    fail,
+    print_json,
+    print_table,
+    stderr_console,
+    stdout_console,
+)
+from hpcscope.model.errors import SourceError
+
+traces_app = typer.Typer(help="PyTorch profiler (Kineto) traces: steps, phases, stragglers.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(traces_app, name="traces")
+
+
+@traces_app.command("analyze")
+def analyze_command(
+    paths: list[Path] = typer.Argument(
+        ...,
+        exists=True,
+        help="Per-rank trace files (.json, .json.gz), directories or tar archives.",
+    ),
+    json_output: bool = typer.Option(False, "--json", help="Print the JSON document."),
+    html: Path | None = typer.Option(
+        None, "--html", dir_okay=False, help="Also write a self-contained HTML report here."
+    ),
+    threshold: float = typer.Option(
+        0.75, min=0.0, max=1.0, help="Straggler score threshold (NVRx default 0.75)."
+    ),
+    workers: int | None = typer.Option(None, min=1, help="Parallel parsers (default: CPUs)."),
+    world_size: int | None = typer.Option(
+        None, min=1, help="Ranks the job had (default: distributedInfo.world_size)."
+    ),
+) -> None:
+    """Seconds per phase for every rank and step; the straggler, its phase, and what-if.
+
+    Exit 0 with a result (a partial one says so), 1 when the traces cannot be analysed (the
+    file and position are named), 2 for a usage error (a path that does not exist).
+    """
+    from hpcscope.service.traces import analyze, to_json
+    from hpcscope.service.traces_html import render_report
+
+    progress = None
+    if sys.stderr.isatty() and not json_output:
+        from rich.progress import Progress
+
+        bar = Progress(console=stderr_console(), transient=True)
+        bar.start()
+        task = bar.add_task("parsing ranks", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+    try:
+        result = analyze(
+            paths, threshold=threshold, workers=workers, world_size=world_size, progress=progress
+        )
+    except SourceError as exc:
+        fail(exc.describe(), code=EXIT_RUNTIME_ERROR, as_json=json_output, error=exc)
+    finally:
+        if progress is not None:
+            bar.stop()
+    document = to_json(result)
+    if html is not None:
+        try:
+            html.write_text(render_report(document), encoding="utf-8")
+        except OSError as exc:
+            fail(f"cannot write {html}: {exc.strerror or exc}", as_json=json_output)
+    if json_output:
+        print_json(document)
+        return
+    _print_human(document)
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value * 1000:,.2f}"
+
+
+def _print_human(doc: dict[str, object]) -> None:
+    from hpcscope.analysis.rank_timeline import PHASES
+
+    console = stdout_console()
+    phases: dict[str, dict[str, float]] = doc["phases"]  # type: ignore[assignment]
+    scores: dict[str, float] = doc["scores"]  # type: ignore[assignment]
+    steps: dict[str, float] = doc["step_seconds"]  # type: ignore[assignment]
+    rows = [
+        [rank, _ms(steps[rank]), *[_ms(phases[rank][p]) for p in PHASES], f"{scores[rank]:.2f}"]
+        for rank in phases
+    ]
+    columns = ["rank", "step ms", *[f"{p} ms" for p in PHASES], "score"]
+    print_table(
+        f"Mean milliseconds per step over {doc['steps']} steps (score: peers' median busy time "
+        "/ this rank's; 1 = as fast as its peers, below 0.75 a straggler by default)",
+        columns,
+        rows,
+        numeric=columns[1:],
+    )
+    stragglers: list[dict[str, object]] = doc["stragglers"]  # type: ignore[assignment]
+    if not stragglers:
+        console.print("No straggler: every rank's score is at or above the threshold.")
+    for s in stragglers:
+        phase_excess: dict[str, float] = s["phase_excess_seconds_per_step"]  # type: ignore[assignment]
+        console.print(
+            f"[bold]Straggler: rank {s['rank']}[/] is {_ms(s['excess_seconds_per_step'])} ms/step "  # type: ignore[arg-type]
+            f"slower than its peers' median (score {s['score']}); slowest phase: {s['phase']} "
+            f"(+{_ms(phase_excess[str(s['phase'])])} ms/step). Hint: {s['hint']}",
+            highlight=False,
+        )
+        for item in s["evidence"]:  # type: ignore[attr-defined]
+            console.print(f"  evidence: {item['summary']}", highlight=False)
+    what: dict[str, float] = doc["what_if"]  # type: ignore[assignment]
+    share = what["worst_rank_share"]
+    console.print(
+        f"What-if: actual step {_ms(what['actual_step_seconds'])} ms, ideal (every rank at its "
+        f"peers' median busy time) {_ms(what['ideal_step_seconds'])} ms, slowdown "
+        f"{what['slowdown']:.3f}x"
+        + (
+            f"; fixing rank {what['worst_rank']} alone removes {share * 100:.0f} % of it."
+            if share is not None
+            else "."
+        )
+    )
+    for note in doc["notes"]:  # type: ignore[attr-defined]
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    if doc["partial"]:
+        console.print("[yellow]The result is partial (see the notes).[/]")

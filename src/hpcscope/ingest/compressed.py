@@ -1,0 +1,102 @@
+"""Byte streams that may be gzip-compressed, read in bounded blocks, keeping what was read
+before a cut.
+
+Kineto traces come as ``.json`` or ``.json.gz`` whatever their names say, from files or from tar
+members (which cannot seek), and are sometimes cut short by a crash or a full disk: a reader
+must hand back every byte it could decompress before the cut (``gzip.GzipFile`` drops the last
+partial block and raises), then report the cut.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import IO
+
+
+class Gunzip:
+    """Gzip decompression that hands back every byte it could decode before a cut or a
+    corruption (``gzip.GzipFile.read`` raises and drops the partial block), then raises
+    ``EOFError``/``zlib.error`` on the next read. ``read(size)`` returns at most ``size``
+    bytes (``max_length``), so memory stays bounded whatever the compression ratio;
+    concatenated gzip members are read one after the other."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.pending = b""
+        self.started = False
+        self.failure: Exception | None = None
+
+    def read(self, size: int) -> bytes:
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
+        parts: list[bytes] = []
+        got = 0
+        while got < size:
+            data = self.unzip.unconsumed_tail
+            if not data:
+                data, self.pending = self.pending or self.raw.read(1 << 16), b""
+                if not data:
+                    if self.started and not self.unzip.eof:
+                        parts.append(self.unzip.flush())
+                        self.failure = EOFError(
+                            "compressed file ended before the end of its stream"
+                        )
+                    break
+                if self.unzip.eof:  # the next gzip member
+                    self.unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            self.started = True
+            try:
+                piece = self.unzip.decompress(data, size - got)
+            except zlib.error as exc:
+                self.failure = exc
+                break
+            parts.append(piece)
+            got += len(piece)
+            if self.unzip.eof and self.unzip.unused_data:
+                self.pending = self.unzip.unused_data
+        out = b"".join(parts)
+        if not out and self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
+        return out
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class Prepend:
+    """A stream with some bytes already read from it put back in front (magic sniffing on a
+    stream that cannot seek, such as a tar member)."""
+
+    def __init__(self, head: bytes, raw: IO[bytes]) -> None:
+        self.head = head
+        self.raw = raw
+
+    def read(self, size: int = -1) -> bytes:
+        if self.head:
+            head, self.head = self.head, b""
+            if size < 0:
+                return head + self.raw.read()
+            if len(head) >= size:
+                self.head = head[size:]
+                return head[:size]
+            return head + self.raw.read(size - len(head))
+        return self.raw.read(size)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def open_maybe_gzip(raw: IO[bytes]) -> IO[bytes]:
+    """``raw`` as read, or gunzipped when it starts with gzip's magic (whatever the name).
+
+    Decompression runs inline: a decompression thread was measured slower (0.78 s against
+    0.64 s on the 54 MB trace, equal on 200 MB): msgspec holds the GIL for a whole block, so
+    the thread mostly waits for it."""
+    head = raw.read(2)
+    stream: IO[bytes] = Prepend(head, raw)  # type: ignore[assignment]
+    if head == b"\x1f\x8b":
+        return Gunzip(stream)  # type: ignore[return-value]
+    return stream

@@ -1,0 +1,113 @@
+"""The streaming Kineto parser on real traces and on broken ones."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from hpcscope.ingest.kineto import TraceError, rank_from_name, read_kineto
+from hpcscope.model.trace_events import EventKind
+from tests.support.paths import FIXTURES
+
+TRACES = FIXTURES / "traces"
+HTA0 = TRACES / "hta_trace_filter_2rank" / "sampled_rank-0.json.gz"
+
+
+def test_reads_the_hta_sample() -> None:
+    trace = read_kineto(HTA0)
+    assert (trace.rank, trace.rank_from, trace.world_size, trace.backend) == (
+        0,
+        "distributedInfo",
+        128,
+        "nccl",
+    )
+    names = set(trace.events.names)
+    assert {"ProfilerStep#551", "ProfilerStep#552"} <= names
+    assert (trace.events.kind == EventKind.KERNEL).sum() > 1000
+    assert trace.problems == ()
+
+
+@pytest.mark.parametrize("block", [4096, 65536, 1 << 20])
+def test_block_size_does_not_change_the_result(block: int) -> None:
+    reference = read_kineto(HTA0)
+    other = read_kineto(HTA0, block_bytes=block)
+    assert len(other.events) == len(reference.events)
+    assert other.events.ts_us.tolist() == reference.events.ts_us.tolist()
+
+
+def test_rank_from_file_name() -> None:
+    assert rank_from_name("rank-3.json") == 3
+    assert rank_from_name("worker7_step_12.1694128201553.pt.trace.json") == 7
+    assert rank_from_name("trace.json") is None
+
+
+def _raw(path: Path = HTA0) -> bytes:
+    return gzip.decompress(path.read_bytes())
+
+
+def test_truncated_gzip_keeps_the_events_before_the_cut(tmp_path: Path) -> None:
+    data = HTA0.read_bytes()
+    cut = tmp_path / "rank-0.json.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    trace = read_kineto(cut)
+    assert 0 < len(trace.events) < len(read_kineto(HTA0).events)
+    assert any("compressed stream broken" in p for p in trace.problems)
+
+
+def test_truncated_json_is_partial(tmp_path: Path) -> None:
+    raw = _raw()
+    cut = tmp_path / "rank-0.json"
+    cut.write_bytes(raw[: len(raw) * 2 // 3])
+    trace = read_kineto(cut, block_bytes=8192)
+    assert len(trace.events) > 100
+    assert any("file ends inside the traceEvents array" in p for p in trace.problems)
+
+
+def test_invalid_json_names_line_and_column(tmp_path: Path) -> None:
+    text = '{"traceEvents": [\n  {"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2},\n'
+    text += '  {"ph": "X", "cat": "cpu_op", "name": "b", "ts": 3, "dur": @},\n'
+    text += '  {"ph": "X", "cat": "cpu_op", "name": "c", "ts": 5, "dur": 1}\n]}\n'
+    bad = tmp_path / "rank-0.json"
+    bad.write_text(text)
+    with pytest.raises(TraceError) as info:
+        read_kineto(bad)
+    assert info.value.line == 3
+    assert info.value.column is not None and info.value.column > 40
+    assert str(bad) in info.value.describe()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty file"),
+        (b"[1, 2]", "expected a JSON object"),
+        (b'{"schemaVersion": 1}', "no traceEvents array"),
+    ],
+)
+def test_not_a_trace(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "rank-0.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceError, match=message):
+        read_kineto(path)
+
+
+def test_no_rank_anywhere(tmp_path: Path) -> None:
+    path = tmp_path / "trace.json"
+    path.write_bytes(b'{"traceEvents": []}')
+    with pytest.raises(TraceError, match="cannot tell which rank"):
+        read_kineto(path)
+
+
+def test_boundary_inside_a_string_is_not_a_cut(tmp_path: Path) -> None:
+    tricky = "x}, {y" * 50
+    events = ",".join(
+        f'{{"ph": "X", "cat": "cpu_op", "name": "{tricky}{i}", "tid": 1, "ts": {i}, "dur": 1}}'
+        for i in range(200)
+    )
+    path = tmp_path / "rank-2.json"
+    path.write_text('{"traceEvents": [' + events + "]}")
+    trace = read_kineto(path, block_bytes=1024)
+    assert len(trace.events) == 200
+    assert trace.events.names[0].startswith("x}, {y")

@@ -1,0 +1,195 @@
+"""Root-cause evidence for a straggler from GPU telemetry in a real (temporary) store.
+
+The param 8-rank DLRM traces (rank 7 is the straggler the others wait for) are linked to a job
+whose GPU samples are written to the store: the evidence must name the straggler's GPU, its
+throttle reasons, clock and temperature against its peers, or rule the GPU out when it looks
+like the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from hpcscope.model.access import Principal, Role
+from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, JOB_ALLOCATION_SCHEMA
+from hpcscope.service import trace_reports
+from hpcscope.service.core import Service
+from hpcscope.service.settings import Settings
+from hpcscope.service.users import UserDirectory
+from tests.support.paths import FIXTURES
+
+PARAM = FIXTURES / "traces" / "param_dlrm_8rank" / "dlrm_kineto.tar.gz"
+WINDOW_START = datetime(2023, 9, 7, 23, 10, 1)  # the traces' profiled step, UTC
+ALICE = Principal("alice", Role.RESEARCHER)
+BOB = Principal("bob", Role.RESEARCHER)
+
+
+def _samples(job_id: str, slow_gpu: int | None, *, xid: int | None = None) -> pa.Table:
+    rows: dict[str, list[Any]] = {f.name: [] for f in GPU_SAMPLE_SCHEMA}
+    for second in range(-6, 8):
+        for gpu in range(8):
+            slow = gpu == slow_gpu
+            values = {
+                "ts": WINDOW_START + timedelta(seconds=second),
+                "node": "dgx1",
+                "gpu": gpu,
+                "job_id": job_id,
+                "gpu_util_ratio": 1.0,
+                "sm_active_ratio": 0.5,
+                "sm_clock_hertz": 1.10e9 if slow else 1.53e9,
+                "gpu_temperature_celsius": 89.0 if slow else 68.0,
+                "clock_throttle_reasons": 0x40 if slow else 0,
+                # a new Xid during the profiled step (DCGM repeats the last one afterwards)
+                "xid_last": xid if slow and xid and second >= 1 else 0,
+                "power_watts": 250.0,
+            }
+            for field in GPU_SAMPLE_SCHEMA:
+                rows[field.name].append(values.get(field.name))
+    return pa.table(rows, schema=GPU_SAMPLE_SCHEMA)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    settings = Settings(store_path=tmp_path / "s.duckdb", secret_key="t", scrape_interval_seconds=1)
+    opened = Service.open(settings, users=UserDirectory.demo())
+    jobs = pa.table(
+        {
+            "job_id": ["77", "78"],
+            "user": ["alice", "alice"],
+            "account": ["vision", "vision"],
+            "start_time": [WINDOW_START - timedelta(hours=1)] * 2,
+            "gpus": [8, 8],
+            "nodes": ["dgx1", "dgx1"],
+            "source": ["test", "test"],
+        }
+    )
+    opened.store.upsert_jobs(jobs).result()
+    allocation = pa.table(
+        {
+            "job_id": ["77"] * 8 + ["78"] * 8,
+            "node": ["dgx1"] * 16,
+            "gpu": list(range(8)) * 2,
+            "gpu_instance_id": [None] * 16,
+            "start_time": [WINDOW_START - timedelta(hours=1)] * 16,
+            "end_time": [None] * 16,
+        },
+        schema=JOB_ALLOCATION_SCHEMA,
+    )
+    opened.store.append("job_allocations", allocation).result()
+    opened.store.append("gpu_samples", _samples("77", slow_gpu=7, xid=79)).result()
+    opened.store.append("gpu_samples", _samples("78", slow_gpu=None)).result()
+    yield opened
+    opened.close()
+
+
+def _evidence(document: dict[str, Any], rank: int) -> list[dict[str, Any]]:
+    [straggler] = [s for s in document["stragglers"] if s["rank"] == rank]
+    return list(straggler["evidence"])
+
+
+def test_thermal_throttling_of_the_stragglers_gpu_is_evidence(service: Service) -> None:
+    row = trace_reports.analyze_and_store(
+        service, ALICE, [PARAM], source_names=["dlrm_kineto.tar.gz"], job_id="77"
+    )
+    found = trace_reports.get_analysis(service, ALICE, row.analysis_id)
+    assert found is not None
+    _, document = found
+    hardware = [e for e in _evidence(document, 7) if e["kind"] == "hardware"]
+    summaries = " | ".join(e["summary"] for e in hardware)
+    assert all(e["supports"] for e in hardware), summaries
+    throttle = next(e for e in hardware if "throttle_reasons" in e["figures"])
+    assert throttle["figures"]["throttle_reasons"] == 0x40
+    assert throttle["figures"]["node"] == "dgx1" and throttle["figures"]["gpu"] == 7
+    assert "HW thermal slowdown" in throttle["summary"]
+    clock = next(e for e in hardware if "sm_clock_hertz" in e["figures"])
+    assert clock["figures"]["sm_clock_hertz"] == pytest.approx(1.10e9)
+    assert clock["figures"]["peers_sm_clock_hertz"] == pytest.approx(1.53e9)
+    hot = next(e for e in hardware if "max_temperature_celsius" in e["figures"])
+    assert hot["figures"]["max_temperature_celsius"] == 89.0
+    assert any(
+        e["figures"].get("xid") == 79 and "fallen off the bus" in e["summary"] for e in hardware
+    )
+    assert any("rank 7 ran on node dgx1 GPU 7" in n for n in document["evidence_notes"])
+    # the trace-side checks are there too, ruling data and network out
+    kinds = {(e["kind"], e["supports"]) for e in _evidence(document, 7)}
+    assert ("data", False) in kinds and ("network", False) in kinds
+
+
+def test_a_healthy_gpu_is_ruled_out(service: Service) -> None:
+    row = trace_reports.analyze_and_store(
+        service, ALICE, [PARAM], source_names=["dlrm_kineto.tar.gz"], job_id="78"
+    )
+    found = trace_reports.get_analysis(service, ALICE, row.analysis_id)
+    assert found is not None
+    hardware = [e for e in _evidence(found[1], 7) if e["kind"] == "hardware"]
+    assert len(hardware) == 1 and hardware[0]["supports"] is False
+    assert "the GPU is not it" in hardware[0]["summary"]
+
+
+def test_evidence_follows_the_link_and_the_window(service: Service) -> None:
+    row = trace_reports.analyze_and_store(
+        service, ALICE, [PARAM], source_names=["dlrm_kineto.tar.gz"]
+    )
+    found = trace_reports.get_analysis(service, ALICE, row.analysis_id)
+    assert found is not None
+    assert all(e["kind"] != "hardware" for e in _evidence(found[1], 7))
+    trace_reports.link_analysis(service, ALICE, row.analysis_id, "77")
+    found = trace_reports.get_analysis(service, ALICE, row.analysis_id)
+    assert found is not None
+    assert any(e["kind"] == "hardware" and e["supports"] for e in _evidence(found[1], 7))
+
+
+def _shifted(table: pa.Table, job_id: str, delta: timedelta) -> pa.Table:
+    moved = table.set_column(0, "ts", pa.array([t + delta for t in table.column("ts").to_pylist()]))
+    moved = moved.set_column(
+        moved.schema.get_field_index("job_id"), "job_id", pa.array([job_id] * moved.num_rows)
+    )
+    return moved.cast(GPU_SAMPLE_SCHEMA)
+
+
+def test_samples_outside_the_profiled_window_are_ignored(service: Service) -> None:
+    # a throttled GPU 7 a day later must not count against the (healthy) profiled window
+    service.store.append("gpu_samples", _shifted(_samples("78", 7), "78", timedelta(days=1)))
+    service.store.flush()
+    row = trace_reports.analyze_and_store(service, ALICE, [PARAM], source_names=["x"], job_id="78")
+    found = trace_reports.get_analysis(service, ALICE, row.analysis_id)
+    assert found is not None
+    hardware = [e for e in _evidence(found[1], 7) if e["kind"] == "hardware"]
+    assert len(hardware) == 1 and not hardware[0]["supports"]
+
+
+def test_no_sample_in_the_window_is_said(service: Service) -> None:
+    jobs = pa.table({"job_id": ["79"], "user": ["alice"], "account": ["vision"], "source": ["t"]})
+    service.store.upsert_jobs(jobs).result()
+    service.store.append(
+        "gpu_samples", _shifted(_samples("79", 7), "79", timedelta(days=1))
+    ).result()
+    row = trace_reports.analyze_and_store(service, ALICE, [PARAM], source_names=["x"], job_id="79")
+    found = trace_reports.get_analysis(service, ALICE, row.analysis_id)
+    assert found is not None
+    assert all(e["kind"] != "hardware" for e in _evidence(found[1], 7))
+    assert any("no GPU sample in the profiled window" in n for n in found[1]["evidence_notes"])
+
+
+def test_a_job_you_may_not_see_cannot_be_linked(service: Service) -> None:
+    with pytest.raises(trace_reports.TraceAccessError, match="no job 77 visible"):
+        trace_reports.analyze_and_store(service, BOB, [PARAM], source_names=["x"], job_id="77")
+    row = trace_reports.analyze_and_store(service, BOB, [PARAM], source_names=["x"])
+    with pytest.raises(trace_reports.TraceAccessError):
+        trace_reports.link_analysis(service, BOB, row.analysis_id, "77")
+
+
+def test_the_server_never_forks(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the server holds the DuckDB file: no forked helper even for inputs above its 2 MB
+    def refuse() -> int:
+        raise AssertionError("the server forked")
+
+    monkeypatch.setattr("os.fork", refuse)
+    row = trace_reports.analyze_and_store(service, ALICE, [PARAM], source_names=["x"])
+    assert row.straggler_ranks == (7,)
