@@ -20,8 +20,14 @@ from tests.support.exposition_oracle import assert_same_samples, oracle_samples
 def test_twin_pages_scrape_parse_and_convert(tmp_path: Path) -> None:
     topology = load_topology(bundled_topology("2x8-h100"))
     with TwinCluster(topology, tmp_path / "twin", seed=3) as twin:
-        targets = load_file_sd(twin.state_dir / "targets.json")
-        assert sorted(target.node or "" for target in targets) == ["gpu01", "gpu02"]
+        every = load_file_sd(twin.state_dir / "targets.json")
+        assert sorted((t.exporter, t.node or "") for t in every) == [
+            ("dcgm", "gpu01"),
+            ("dcgm", "gpu02"),
+            ("node", "gpu01"),
+            ("node", "gpu02"),
+        ]
+        targets = [target for target in every if target.exporter == "dcgm"]
         port = next(iter(twin.dcgm_ports.values()))
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             text = response.read().decode()
