@@ -16,187 +16,19 @@ hpcscope uses. :meth:`Topology.elements` lists every drawable element with a sta
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from hpcscope.model import topology_file
 from hpcscope.model.errors import TopologyError
 from hpcscope.model.hostlist import HostlistError, expand_hostlist
-
-# --------------------------------------------------------------------------------------------
-# Sizes and rates written for humans ("80 GiB", "400 Gb/s") become base units (bytes, bits/s).
-
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z/]*)\s*$")
-_BYTE_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "pb": 10**15,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-    "pib": 2**50,
-}
-_RATE_UNITS = {
-    "": 1.0,
-    "b/s": 1.0,
-    "bps": 1.0,
-    "kb/s": 1e3,
-    "mb/s": 1e6,
-    "gb/s": 1e9,
-    "tb/s": 1e12,
-    "kbps": 1e3,
-    "mbps": 1e6,
-    "gbps": 1e9,
-}
-
-
-def _parse_bytes(value: object) -> object:
-    if isinstance(value, str):
-        match = _SIZE.match(value)
-        unit = match.group(2).lower() if match else None
-        if match is None or unit not in _BYTE_UNITS:
-            raise ValueError(f"not a size: {value!r} (write e.g. 80GiB, 2TiB or a byte count)")
-        return round(float(match.group(1)) * _BYTE_UNITS[unit])
-    return value
-
-
-def _parse_bits_per_second(value: object) -> object:
-    if isinstance(value, str):
-        match = _SIZE.match(value)
-        unit = match.group(2).lower() if match else None
-        if match is None or unit not in _RATE_UNITS:
-            raise ValueError(f"not a bit rate: {value!r} (write e.g. 400Gb/s)")
-        return float(match.group(1)) * _RATE_UNITS[unit]
-    return value
-
-
-Bytes = Annotated[int, BeforeValidator(_parse_bytes), Field(gt=0)]
-BitsPerSecond = Annotated[float, BeforeValidator(_parse_bits_per_second), Field(gt=0)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _CpuSpec(_Strict):
-    model: str
-    sockets: int = Field(ge=1)
-    cores_per_socket: int = Field(ge=1)
-
-
-class _GpuSpec(_Strict):
-    model: str
-    form_factor: str = "SXM5"
-    count: int = Field(ge=0, le=64)
-    memory_bytes: Bytes
-    sm_count: int = Field(ge=1)
-    max_power_watts: float = Field(gt=0)
-    idle_power_watts: float = Field(default=70.0, gt=0)
-    base_sm_clock_hertz: float = Field(default=1.59e9, gt=0)
-    max_sm_clock_hertz: float = Field(gt=0)
-    hbm_bandwidth_bytes_per_second: float = Field(gt=0)
-    peak_bf16_tensor_flops: float = Field(gt=0)
-    pci_bus_ids: list[str] | None = None
-
-
-class _NvlinkSpec(_Strict):
-    generation: int = Field(ge=1)
-    switch: str
-    links_per_gpu: int = Field(ge=1)
-    bandwidth_per_direction_bytes_per_second: float = Field(gt=0)
-    nccl_bus_bandwidth_bytes_per_second: float = Field(gt=0)
-
-
-class _HcaSpec(_Strict):
-    count: int = Field(ge=0, le=64)
-    model: str
-    hca_type: str
-    link_layer: Literal["InfiniBand", "Ethernet"] = "InfiniBand"
-    rate_bits_per_second: BitsPerSecond
-    device_prefix: str = "mlx5_"
-
-
-class _NodeGroup(_Strict):
-    name: str = Field(min_length=1)
-    hostnames: str = Field(min_length=1, description="Slurm hostlist, e.g. gpu[01-02]")
-    cpu: _CpuSpec
-    memory_bytes: Bytes
-    gpu: _GpuSpec
-    nvlink: _NvlinkSpec | None = None
-    hcas: _HcaSpec | None = None
-
-
-class _Interconnect(_Strict):
-    kind: Literal["infiniband", "roce", "ethernet"]
-    generation: str
-    topology: str
-    leaf_switches: int = Field(ge=0)
-    spine_switches: int = Field(ge=0)
-    port_rate_bits_per_second: BitsPerSecond
-
-
-class _Storage(_Strict):
-    kind: Literal["lustre", "spectrum-scale"]
-    name: str
-    mount_point: str
-    metadata_targets: int = Field(ge=1)
-    object_targets: int = Field(ge=1)
-    datasets_root: str
-    checkpoints_root: str
-
-
-class _Partition(_Strict):
-    name: str
-    nodes: str
-    default: bool = False
-    max_time_seconds: int | None = Field(default=None, gt=0)
-
-
-class _Scheduler(_Strict):
-    kind: Literal["slurm"] = "slurm"
-    version: str
-    cluster_name: str
-    partitions: list[_Partition] = Field(min_length=1)
-
-
-class _SoftwareItem(_Strict):
-    name: str
-    version: str
-
-
-class _ModelWeights(_Strict):
-    checkpoint_root: str
-    formats: list[str] = Field(min_length=1)
-
-
-class _Pricing(_Strict):
-    gpu_hour: float = Field(ge=0)
-    currency: str = "USD"
-
-
-class _TopologyFile(_Strict):
-    name: str = Field(min_length=1)
-    description: str = ""
-    pricing: _Pricing
-    node_groups: list[_NodeGroup] = Field(min_length=1)
-    interconnect: _Interconnect
-    storage: _Storage
-    scheduler: _Scheduler
-    software: list[_SoftwareItem] = Field(min_length=1)
-    model_weights: _ModelWeights
-
 
 # --------------------------------------------------------------------------------------------
 # The domain types the rest of hpcscope uses.
@@ -506,7 +338,7 @@ def parse_topology(text: str, *, source: str = "<topology>") -> Topology:
     positions: dict[tuple[str | int, ...], int] = {}
     _positions(document, (), positions)
     try:
-        spec = _TopologyFile.model_validate(data)
+        spec = topology_file.TopologyFile.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         path = [part for part in first["loc"] if isinstance(part, str | int)]
@@ -520,7 +352,7 @@ def parse_topology(text: str, *, source: str = "<topology>") -> Topology:
 
 
 def _build(
-    spec: _TopologyFile, *, source: str, positions: Mapping[tuple[str | int, ...], int]
+    spec: topology_file.TopologyFile, *, source: str, positions: Mapping[tuple[str | int, ...], int]
 ) -> Topology:
     nodes: list[Node] = []
     seen: set[str] = set()
