@@ -23,7 +23,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -61,6 +61,9 @@ class TraceInput:
     member: str | None = None
     json_bytes: int = 0
     display: str | None = None
+    data: bytes | None = field(default=None, repr=False, compare=False)
+    """The member's bytes, kept when its (small) archive was listed: a compressed tar cannot
+    seek, so listing it already decompressed everything; reading it again would double that."""
 
     @property
     def name(self) -> str:
@@ -112,25 +115,32 @@ def _json_bytes(file: Path) -> int:
 
 
 def _archive_members(file: Path) -> list[TraceInput]:
+    """The trace members of a tar archive, listed in one streaming pass; the members of an
+    archive small enough to parse in this process are kept in memory from that same pass."""
     try:
-        with tarfile.open(file) as archive:
-            members = [
-                m
-                for m in archive.getmembers()
-                if m.isfile()
-                and m.name.lower().endswith(_TRACE_SUFFIXES)
-                and not Path(m.name).name.startswith("._")
-            ]
+        keep = file.stat().st_size * GZIP_RATIO_GUESS < IN_PROCESS_JSON_BYTES
+        found: list[TraceInput] = []
+        with tarfile.open(file, mode="r|*", bufsize=_TAR_BUFFER) as archive:
+            for member in archive:
+                name = member.name
+                if (
+                    not member.isfile()
+                    or not name.lower().endswith(_TRACE_SUFFIXES)
+                    or Path(name).name.startswith("._")
+                ):
+                    continue
+                handle = archive.extractfile(member) if keep else None
+                found.append(
+                    TraceInput(
+                        str(file),
+                        name,
+                        member.size * (GZIP_RATIO_GUESS if name.lower().endswith(".gz") else 1),
+                        data=handle.read() if handle is not None else None,
+                    )
+                )
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise SourceError(f"cannot read archive: {exc}", source=str(file)) from None
-    return [
-        TraceInput(
-            str(file),
-            m.name,
-            m.size * (GZIP_RATIO_GUESS if m.name.lower().endswith(".gz") else 1),
-        )
-        for m in sorted(members, key=lambda m: m.name)
-    ]
+    return sorted(found, key=lambda item: item.member or "")
 
 
 _ErrorTuple = tuple[str, str, int | None, int | None]
@@ -147,7 +157,11 @@ def parse_one(item: TraceInput) -> RankTimeline | _ErrorTuple:
 
 def _parse_or_raise(item: TraceInput) -> RankTimeline:
     try:
-        if item.member is None:
+        if item.data is not None:
+            trace = read_kineto(
+                item.member or item.path, source=item.name, stream=io.BytesIO(item.data)
+            )
+        elif item.member is None:
             trace = read_kineto(item.path, source=item.name)
         else:
             with tarfile.open(item.path) as archive:
@@ -236,7 +250,7 @@ def _in_process(
     results: dict[int, RankTimeline | _ErrorTuple] = {}
     by_archive: dict[str, dict[str, int]] = {}
     for i, item in enumerate(items):
-        if item.member is None:
+        if item.member is None or item.data is not None:
             results[i] = parse_one(item)
             if progress:
                 progress(len(results), len(items))
@@ -329,7 +343,9 @@ def _read_members(items: Sequence[TraceInput]) -> dict[int, bytes | _ErrorTuple]
     out: dict[int, bytes | _ErrorTuple] = {}
     by_archive: dict[str, dict[str, int]] = {}
     for i, item in enumerate(items):
-        if item.member is not None:
+        if item.data is not None:
+            out[i] = item.data
+        elif item.member is not None:
             by_archive.setdefault(item.path, {})[item.member] = i
     for archive_path, wanted in by_archive.items():
         try:
@@ -361,7 +377,11 @@ def _extract_members(items: Sequence[TraceInput], directory: Path) -> list[Trace
     out = list(items)
     by_archive: dict[str, dict[str, int]] = {}
     for i, item in enumerate(items):
-        if item.member is not None:
+        if item.data is not None:
+            target = directory / f"kept-{i}-{Path(item.member or item.path).name}"
+            target.write_bytes(item.data)
+            out[i] = TraceInput(str(target), None, item.json_bytes, item.name)
+        elif item.member is not None:
             by_archive.setdefault(item.path, {})[item.member] = i
     for n, (archive_path, wanted) in enumerate(by_archive.items()):
         try:
