@@ -14,6 +14,7 @@ DuckDB file), so no request pays the start-up.
 
 from __future__ import annotations
 
+import gzip
 import io
 import multiprocessing
 import os
@@ -114,32 +115,59 @@ def _json_bytes(file: Path) -> int:
         return 0
 
 
+def _is_trace_member(member: tarfile.TarInfo) -> bool:
+    name = member.name
+    return (
+        member.isfile()
+        and name.lower().endswith(_TRACE_SUFFIXES)
+        and not Path(name).name.startswith("._")
+    )
+
+
+def _json_size_guess(member: tarfile.TarInfo) -> int:
+    return member.size * (GZIP_RATIO_GUESS if member.name.lower().endswith(".gz") else 1)
+
+
 def _archive_members(file: Path) -> list[TraceInput]:
-    """The trace members of a tar archive, listed in one streaming pass; the members of an
-    archive small enough to parse in this process are kept in memory from that same pass."""
+    """The trace members of a tar archive. A small archive is decompressed once, in memory,
+    and its members are kept (a compressed tar cannot seek: reading it again per member would
+    decompress it again); a large one is listed in one streaming pass."""
     try:
-        keep = file.stat().st_size * GZIP_RATIO_GUESS < IN_PROCESS_JSON_BYTES
+        if file.stat().st_size * GZIP_RATIO_GUESS < IN_PROCESS_JSON_BYTES:
+            kept = _small_archive(file)
+            if kept is not None:
+                return kept
         found: list[TraceInput] = []
         with tarfile.open(file, mode="r|*", bufsize=_TAR_BUFFER) as archive:
-            for member in archive:
-                name = member.name
-                if (
-                    not member.isfile()
-                    or not name.lower().endswith(_TRACE_SUFFIXES)
-                    or Path(name).name.startswith("._")
-                ):
-                    continue
-                handle = archive.extractfile(member) if keep else None
-                found.append(
-                    TraceInput(
-                        str(file),
-                        name,
-                        member.size * (GZIP_RATIO_GUESS if name.lower().endswith(".gz") else 1),
-                        data=handle.read() if handle is not None else None,
-                    )
-                )
+            found.extend(
+                TraceInput(str(file), m.name, _json_size_guess(m))
+                for m in archive
+                if _is_trace_member(m)
+            )
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise SourceError(f"cannot read archive: {exc}", source=str(file)) from None
+    return sorted(found, key=lambda item: item.member or "")
+
+
+def _small_archive(file: Path) -> list[TraceInput] | None:
+    """Members of a plain or gzip-compressed tar, read in one go (one C-speed decompression
+    instead of tarfile's buffered stream: half the time on an 8-rank archive). None for other
+    compressions, which take the streaming path."""
+    raw = file.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        data = gzip.decompress(raw)
+    elif raw[257:262] == b"ustar":
+        data = raw
+    else:
+        return None
+    found: list[TraceInput] = []
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        for member in archive.getmembers():
+            handle = archive.extractfile(member) if _is_trace_member(member) else None
+            if handle is not None:
+                found.append(
+                    TraceInput(str(file), member.name, _json_size_guess(member), data=handle.read())
+                )
     return sorted(found, key=lambda item: item.member or "")
 
 
