@@ -94,11 +94,16 @@ class Service:
         )
         return found[0] if found else None
 
+    def can_see_job(self, principal: Principal, job_id: str) -> bool:
+        """Whether ``job_id`` exists and ``principal`` may see it (without building a report)."""
+        _, ids = reports.visible_jobs_by_id(self.store, principal, [job_id])
+        return job_id in ids
+
     def job_timeseries(
         self, principal: Principal, job_id: str, *, max_points: int = 720
     ) -> dict[str, Any] | None:
         """Per-GPU reported vs real over the job's life, at most ``max_points`` buckets."""
-        if self.job_report(principal, job_id) is None:
+        if not self.can_see_job(principal, job_id):
             return None
         first, last = report_queries.sample_time_range(self.store, job_id)
         if first is None or last is None:

@@ -49,21 +49,37 @@ def reports_for(
     gpu_hour_price: float,
     currency: str,
 ) -> list[JobReport]:
-    """Reports of the jobs the principal may see (or of ``job_ids`` among them)."""
+    """Reports of the jobs the principal may see: the newest :data:`MAX_JOBS`, or exactly
+    ``job_ids`` among the visible ones (however old)."""
     scope = principal.job_scope()
-    jobs = _frame(queries.visible_jobs(store, scope, limit=MAX_JOBS))
-    ids = set(jobs["job_id"].to_list())
-    if scope.all_jobs:  # admins also get jobs seen on GPUs that the scheduler does not know
-        ids |= set(queries.job_ids_in_samples(store, scope, since=now - timedelta(days=1)))
-    if job_ids is not None:
-        ids &= set(job_ids)
-        jobs = jobs.filter(pl.col("job_id").is_in(list(ids)))
+    if job_ids is None:
+        jobs = _frame(queries.visible_jobs(store, scope, limit=MAX_JOBS))
+        ids = set(jobs["job_id"].to_list())
+        if scope.all_jobs:  # admins also get jobs seen on GPUs that the scheduler does not know
+            ids |= set(queries.job_ids_in_samples(store, scope, since=now - timedelta(days=1)))
+    else:
+        jobs, ids = visible_jobs_by_id(store, principal, job_ids)
     samples = _frame(queries.samples_for_jobs(store, sorted(ids)))
     summary = gpu_summary(
         samples, max_interval_seconds=max_interval_seconds(scrape_interval_seconds)
     )
     reports = job_reports(summary, jobs, now=now, gpu_hour_price=gpu_hour_price, currency=currency)
     return [r for r in reports if r.job_id in ids]
+
+
+def visible_jobs_by_id(
+    store: Store, principal: Principal, job_ids: list[str]
+) -> tuple[pl.DataFrame, set[str]]:
+    """The scheduler records and the ids of those of ``job_ids`` the principal may see.
+
+    An id with GPU samples but no scheduler record is visible to admins only (deny by
+    default): the record is then absent and the id is still returned."""
+    scope = principal.job_scope()
+    jobs = _frame(queries.jobs_by_id(store, job_ids, scope))
+    ids = set(jobs["job_id"].to_list())
+    if scope.all_jobs:
+        ids |= set(queries.job_ids_with_samples(store, job_ids))
+    return jobs, ids
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,10 +55,26 @@ def job_ids_in_samples(store: Store, scope: JobScope, *, since: datetime) -> lis
     return [str(v) for v in rows.column("job_id").to_pylist()]
 
 
-def job_record(store: Store, job_id: str, scope: JobScope) -> pa.Table:
-    """The scheduler record of ``job_id`` if ``scope`` admits it (0 or 1 row)."""
+def jobs_by_id(store: Store, job_ids: Sequence[str], scope: JobScope) -> pa.Table:
+    """Scheduler records of ``job_ids`` that ``scope`` admits (however old they are)."""
+    if not job_ids:
+        return store.query("SELECT * FROM jobs WHERE FALSE")
     where, params = _job_filter(scope)
-    return store.query(f"SELECT * FROM jobs j WHERE j.job_id = ? AND {where}", [job_id, *params])
+    marks = ", ".join("?" for _ in job_ids)
+    return store.query(
+        f"SELECT * FROM jobs j WHERE j.job_id IN ({marks}) AND {where}", [*job_ids, *params]
+    )
+
+
+def job_ids_with_samples(store: Store, job_ids: Sequence[str]) -> list[str]:
+    """Those of ``job_ids`` that have GPU samples (for admins: jobs Slurm may not know)."""
+    if not job_ids:
+        return []
+    marks = ", ".join("?" for _ in job_ids)
+    rows = store.query(
+        f"SELECT DISTINCT job_id FROM gpu_samples WHERE job_id IN ({marks})", list(job_ids)
+    )
+    return [str(v) for v in rows.column("job_id").to_pylist()]
 
 
 def samples_for_jobs(
