@@ -134,14 +134,27 @@ def test_unknown_infiniband_families_are_reported_not_fatal() -> None:
 
 
 def test_infiniband_collector_scrapes_node_exporter_into_the_store(tmp_path: Path) -> None:
-    from hpcscope.service.infiniband import InfinibandCollector
+    import asyncio
+
+    from hpcscope.ingest.scrape import Target
+    from hpcscope.service.collector import Collector, CollectorConfig
 
     with node_exporter(H100) as url, Store(tmp_path / "s.duckdb") as store:
-        collector = InfinibandCollector(
-            store, {"gpu-n01": url, "gpu-n02": "http://127.0.0.1:1/metrics"}
-        )
-        first = collector.collect_once()
-        collector.collect_once()
-        assert isinstance(first["gpu-n02"], Exception)  # one dead target costs its own rows
-        stored = ib_counters(store, node="gpu-n01")
+        targets = [
+            Target(url, "node", {"node": "gpu-n01"}),
+            Target("http://127.0.0.1:1/metrics", "node", {"node": "gpu-n02"}),
+        ]
+        collector = Collector(store, CollectorConfig(static_targets=targets))
+
+        async def two_cycles() -> list[list[str]]:
+            try:
+                return [(await collector.collect_once()).errors for _ in range(2)]
+            finally:
+                await collector.aclose()
+
+        first, _ = asyncio.run(two_cycles())
+        store.flush()
+        assert [e.split(":")[0:3] for e in first] == [["http", "//127.0.0.1", "1/metrics"]]
+        stored = ib_counters(store, node="gpu-n01")  # one dead target costs its own rows
+        assert ib_counters(store, node="gpu-n02").num_rows == 0
     assert stored.num_rows == 2 * 9

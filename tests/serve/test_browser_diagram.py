@@ -25,7 +25,7 @@ from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.serve.diagram.shapes import Role
 from hpcscope.serve.routes import diagram as diagram_routes
 from hpcscope.service.core import Service
-from hpcscope.service.diagram import utc_now
+from hpcscope.service.reports import utcnow
 from hpcscope.service.settings import Settings, bundled_topology
 from hpcscope.service.users import UserDirectory
 from tests.support.browser import login, screenshot
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture
 def base_url(service: Service) -> Iterator[str]:
-    write_fleet(service.store, now=utc_now())
+    write_fleet(service.store, now=utcnow())
     with live_server(create_app(service)) as url:
         yield url
 
@@ -171,7 +171,7 @@ def test_live_values_update_without_reload_and_pause_when_hidden(
     page: Any, service: Service, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(diagram_routes, "POLL_SECONDS", 1)
-    write_fleet(service.store, now=utc_now())
+    write_fleet(service.store, now=utcnow())
     with live_server(create_app(service)) as base_url:
         login(page, base_url, "admin", "admin-demo")
         page.goto(f"{base_url}/diagram?element=gpu-gpu01-7")
@@ -182,7 +182,7 @@ def test_live_values_update_without_reload_and_pause_when_hidden(
         # GPU 7 of gpu01 starts working for job 4410001
         row = {field.name: [None] for field in GPU_SAMPLE_SCHEMA}
         row.update(
-            ts=[utc_now()],
+            ts=[utcnow()],
             node=["gpu01"],
             gpu=[7],
             job_id=["4410001"],
@@ -267,7 +267,7 @@ def test_first_render_of_1024_gpus_under_one_second(
     scale = Service.open(settings, users=UserDirectory.demo())
     try:
         nodes = [node.name for node in scale.topology.nodes]
-        write_scaled_fleet(scale.store, nodes, now=utc_now())
+        write_scaled_fleet(scale.store, nodes, now=utcnow())
         with live_server(create_app(scale)) as base_url:
             login(page, base_url, "admin", "admin-demo")
             page.goto(f"{base_url}/diagram")  # warm: the first request of a process imports

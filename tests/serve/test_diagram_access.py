@@ -22,7 +22,7 @@ from hpcscope.model.catalog import default_catalog
 from hpcscope.serve.app import create_app
 from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.service.core import Service
-from hpcscope.service.diagram import utc_now
+from hpcscope.service.reports import utcnow
 from tests.conftest import DEMO_PASSWORDS
 from tests.support.fleet import JOBS, PLACEMENT, write_fleet
 from tests.support.paths import ARTIFACTS
@@ -42,7 +42,7 @@ VISIBLE = {
 
 @pytest.fixture
 def fleet_service(service: Service) -> Service:
-    write_fleet(service.store, now=utc_now())
+    write_fleet(service.store, now=utcnow())
     return service
 
 

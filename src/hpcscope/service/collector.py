@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,6 +35,7 @@ from hpcscope.ingest.scrape import Scraper, ScrapeResult, Target, load_file_sd
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.service.attribution import MappingRoot, store_dcgm_samples
+from hpcscope.service.reports import utcnow
 from hpcscope.service.scheduler import (
     AssociationSource,
     CommandSource,
@@ -47,12 +48,6 @@ from hpcscope.store import Store
 from hpcscope.store.infiniband import append_ib_counters
 
 log = logging.getLogger(__name__)
-
-
-def _naive_utc(moment: datetime) -> datetime:
-    if moment.tzinfo is None:
-        return moment
-    return moment.astimezone(UTC).replace(tzinfo=None)
 
 
 @dataclass
@@ -211,7 +206,7 @@ class Collector:
 
     async def collect_once(self) -> CycleReport:
         """Scrape every target once, store what came back, poll the scheduler if due."""
-        report = CycleReport(started_at=datetime.now(UTC).replace(tzinfo=None))
+        report = CycleReport(started_at=utcnow())
         if self._mapping is not None:  # allocations first: the samples below are judged by them
             try:
                 await asyncio.to_thread(self._mapping.collect_once)
@@ -256,7 +251,9 @@ class Collector:
     ) -> None:
         target = result.target
         node = target.labels.get("node")
-        ts = _naive_utc(result.started_at)
+        row = result.as_row()  # the scrapes row; ok, samples and error are settled below
+        ts = row["ts"]
+        assert isinstance(ts, datetime)
         samples = 0
         error = result.error
         ok = result.ok
@@ -296,23 +293,12 @@ class Collector:
             if target.url not in self._failing_since:
                 start = self._last_success.get(target.url, ts)
                 self._failing_since[target.url] = (start, error or "scrape failed")
-        scrape_rows.append(
-            {
-                "ts": ts,
-                "target": target.url,
-                "exporter": target.exporter,
-                "node": node,
-                "ok": ok,
-                "duration_seconds": result.duration_seconds,
-                "samples": samples,
-                "rejected_lines": result.rejected_lines,
-                "error": error,
-            }
-        )
+        # samples: rows stored (GPU rows or port rows), not page lines
+        scrape_rows.append({**row, "ok": ok, "samples": samples, "error": error})
 
     def close_open_gaps(self) -> None:
         """At shutdown, record targets still failing as gaps ending now."""
-        now = datetime.now(UTC).replace(tzinfo=None)
+        now = utcnow()
         rows = [
             {"target": url, "node": None, "start_ts": since, "end_ts": now, "reason": reason}
             for url, (since, reason) in self._failing_since.items()

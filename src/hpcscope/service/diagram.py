@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -32,6 +32,7 @@ from hpcscope.analysis.efficiency import gpu_summary
 from hpcscope.model.access import JobScope, Principal
 from hpcscope.model.catalog import Collector
 from hpcscope.service.core import Service
+from hpcscope.service.reports import utcnow
 from hpcscope.service.settings import Settings
 from hpcscope.store import diagram as queries
 
@@ -60,11 +61,6 @@ COLLECTOR_EXPORTERS: Mapping[str, tuple[str, ...]] = {
     "lustre-metrics": ("lustre-metrics", "lustre", "lustre-jobstats"),
     "ebpf-checkpoints": ("ebpf-checkpoints",),
 }
-
-
-def utc_now() -> datetime:
-    """The store's clock: naive UTC, as timestamps are stored."""
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,7 +492,7 @@ def live_state(
         now: the instant (naive UTC); default the wall clock.
         nodes: restrict GPUs and nodes to these (a zoomed view); default every node.
     """
-    now = now if now is not None else utc_now()
+    now = now if now is not None else utcnow()
     gpus, node_states, cluster = gpu_views(service, viewer, now=now, nodes=nodes)
     return LiveState(
         generated_at=now,

@@ -28,9 +28,9 @@ from hpcscope.service.diagram import (
     alert_summary,
     collector_health,
     gpu_views,
-    utc_now,
 )
 from hpcscope.service.diagram_ports import PortNow, port_now
+from hpcscope.service.reports import utcnow
 from hpcscope.store import diagram as queries
 
 
@@ -392,7 +392,7 @@ def element_card(
     Raises:
         UnknownElement: no element, collector or vector has this id.
     """
-    now = now if now is not None else utc_now()
+    now = now if now is not None else utcnow()
     catalog = service.catalog
     health_list = collector_health(service, now=now)
     health = {h.id: h for h in health_list}

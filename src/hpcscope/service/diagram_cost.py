@@ -25,7 +25,8 @@ from hpcscope.model.access import JobScope
 from hpcscope.model.catalog import Bridge
 from hpcscope.model.topology import Layer
 from hpcscope.service.core import Service
-from hpcscope.service.diagram import Viewer, utc_now
+from hpcscope.service.diagram import Viewer
+from hpcscope.service.reports import utcnow
 from hpcscope.store import diagram as queries
 
 #: Longest interval a sample stands for, in scrape intervals; longer silences are gaps.
@@ -122,7 +123,7 @@ def decision_view(
     window: timedelta = timedelta(hours=24),
 ) -> DecisionView:
     """Cost of lost GPU-hours (cluster, and the viewer's own jobs), owners per layer, bridges."""
-    now = now if now is not None else utc_now()
+    now = now if now is not None else utcnow()
     since = now - window
     until = now + timedelta(microseconds=1)  # include a sample stamped exactly now
     cluster = cost_summary(

@@ -31,9 +31,10 @@ from hpcscope.serve.diagram.shapes import DiagramLayout, Role
 from hpcscope.serve.diagram.view import duration, jsonable, live_payload, shape_view
 from hpcscope.serve.templating import percent, render, templates
 from hpcscope.service.core import Service
-from hpcscope.service.diagram import LiveState, Viewer, live_state, utc_now
+from hpcscope.service.diagram import LiveState, Viewer, live_state
 from hpcscope.service.diagram_cards import UnknownElement, element_card
 from hpcscope.service.diagram_cost import decision_view
+from hpcscope.service.reports import utcnow
 
 router = APIRouter()
 templates.env.filters["duration"] = duration
@@ -77,7 +78,7 @@ def _layout(service: Service, node: str | None) -> DiagramLayout:
 
 def _state(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveState:
     nodes = [layout.zoom_node] if layout.zoom_node is not None else None
-    return live_state(service, viewer, now=utc_now(), nodes=nodes)
+    return live_state(service, viewer, now=utcnow(), nodes=nodes)
 
 
 def summary_text(state: LiveState) -> str:
