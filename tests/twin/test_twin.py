@@ -191,3 +191,19 @@ def test_twin_writes_what_the_prolog_writes(tmp_path: Path) -> None:
         str(jobs[4].job_id)
     ]
     assert failed.end_time == pytest.approx(1e9 + 150) and failed.exit_code == 1
+
+
+def test_mapped_node_endpoint_follows_an_existing_mapping_directory(tmp_path: Path) -> None:
+    from hpcscope.twin.dcgm import mapped_node_endpoint
+
+    mapping.add_job(tmp_path, "3", "900")
+    ticks = iter(range(0, 1000, 10))
+    clock = lambda: float(next(ticks))  # noqa: E731
+    endpoint = mapped_node_endpoint(
+        TOPOLOGY, "slurm-n1", tmp_path, profile=Profile.HEALTHY, clock=clock
+    )
+    endpoint.collect()
+    samples = _samples(endpoint.collect())
+    assert samples[("DCGM_FI_DEV_GPU_UTIL", "3", "900")] > 90  # the mapped GPU runs the job
+    assert samples[("DCGM_FI_DEV_GPU_UTIL", "0", None)] == 0  # the others idle, unlabelled
+    assert 'hostname="slurm-n1"' in endpoint.collect()

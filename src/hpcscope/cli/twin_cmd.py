@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import signal
 import threading
-import time
 from pathlib import Path
 
 import typer
@@ -110,48 +108,20 @@ def dcgm_endpoint(
 
     The same files a real dcgm-exporter reads with ``--hpc-job-mapping-dir``: a GPU whose file
     names a job runs ``profile``; the others are idle."""
-    from hpcscope.model.topology import Topology, gpu_uuid
-    from hpcscope.twin.cluster import serve_routes
-    from hpcscope.twin.dcgm import DcgmEndpoint
-    from hpcscope.twin.mapping import read_mapping
-    from hpcscope.twin.workloads import Profile, TimeShares, shares_for
+    from hpcscope.model.topology import Topology
+    from hpcscope.twin.cluster import metrics_route, serve_routes
+    from hpcscope.twin.dcgm import mapped_node_endpoint
+    from hpcscope.twin.workloads import Profile
 
     try:
         chosen = Profile(profile)
         seconds = parse_duration(duration) if duration else None
         cluster_topology = _topology(topology)
         assert isinstance(cluster_topology, Topology)
-        template = cluster_topology.nodes[0]
     except (SourceError, ValueError, FileNotFoundError) as exc:
         fail(str(exc), code=EXIT_USAGE_ERROR, as_json=json_output)
-    gpus = [
-        dataclasses.replace(g, node=node, uuid=gpu_uuid(cluster_topology.name, node, g.index))
-        for g in template.gpus
-    ]
-
-    def shares(gpu_index: int) -> TimeShares | None:
-        jobs = read_mapping(mapping_dir).get(str(gpu_index))
-        if not jobs:
-            return None
-        return shares_for(
-            chosen,
-            gpu_index=gpu_index,
-            straggler_gpu=None,
-            memory_bytes=gpus[gpu_index].model.memory_bytes,
-        )
-
-    endpoint = DcgmEndpoint(node, gpus, mapping_dir, shares=shares, clock=time.time)
-    server, _ = serve_routes(
-        host,
-        port,
-        {
-            "/metrics": lambda: (
-                200,
-                "text/plain; version=0.0.4; charset=utf-8",
-                endpoint.collect().encode(),
-            )
-        },
-    )
+    endpoint = mapped_node_endpoint(cluster_topology, node, mapping_dir, profile=chosen)
+    server, _ = serve_routes(host, port, {"/metrics": metrics_route(endpoint)})
     bound = server.server_address[1]
     if json_output:
         print_json(

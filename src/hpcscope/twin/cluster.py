@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hpcscope.model.topology import Hca, Topology
 from hpcscope.twin.dcgm import DcgmEndpoint
@@ -86,6 +86,21 @@ def serve_routes(
     thread = threading.Thread(target=server.serve_forever, name=f"twin-http-{port}", daemon=True)
     thread.start()
     return server, thread
+
+
+class Collectable(Protocol):
+    """An exporter behind a page: advances its state and renders the page."""
+
+    def collect(self) -> str: ...
+
+
+def metrics_route(endpoint: Collectable) -> Route:
+    """``GET /metrics`` for an exporter: its page in the Prometheus text format."""
+
+    def route() -> tuple[int, str, bytes]:
+        return 200, "text/plain; version=0.0.4; charset=utf-8", endpoint.collect().encode()
+
+    return route
 
 
 class TwinCluster:
@@ -168,7 +183,7 @@ class TwinCluster:
                 xid_source=self._xid_source(node.name),
             )
             port = self.base_port + offset if self.base_port else 0
-            server, _ = serve_routes(self.host, port, {"/metrics": self._metrics_route(endpoint)})
+            server, _ = serve_routes(self.host, port, {"/metrics": metrics_route(endpoint)})
             self._servers.append(server)
             self.dcgm_ports[node.name] = server.server_address[1]
             if node.hcas:
@@ -180,7 +195,7 @@ class TwinCluster:
                 )
                 ib_port = self.base_port + 100 + offset if self.base_port else 0
                 ib_server, _ = serve_routes(
-                    self.host, ib_port, {"/metrics": self._node_route(infiniband)}
+                    self.host, ib_port, {"/metrics": metrics_route(infiniband)}
                 )
                 self._servers.append(ib_server)
                 self.node_exporter_ports[node.name] = ib_server.server_address[1]
@@ -264,26 +279,12 @@ class TwinCluster:
 
         return traffic
 
-    @staticmethod
-    def _node_route(endpoint: InfinibandEndpoint) -> Route:
-        def route() -> tuple[int, str, bytes]:
-            return 200, "text/plain; version=0.0.4; charset=utf-8", endpoint.collect().encode()
-
-        return route
-
     def _xid_source(self, node: str) -> Callable[[int], int]:
         def xid(gpu_index: int) -> int:
             with self._lock:
                 return self.scheduler.xid_of(node, gpu_index, self.now())
 
         return xid
-
-    @staticmethod
-    def _metrics_route(endpoint: DcgmEndpoint) -> Route:
-        def route() -> tuple[int, str, bytes]:
-            return 200, "text/plain; version=0.0.4; charset=utf-8", endpoint.collect().encode()
-
-        return route
 
     def _jobs_route(self) -> tuple[int, str, bytes]:
         with self._lock:

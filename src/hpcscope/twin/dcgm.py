@@ -10,16 +10,18 @@ GPU once per job id found in that GPU's file.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from hpcscope.model.topology import Gpu
+from hpcscope.model.topology import Gpu, Topology, gpu_uuid
 from hpcscope.twin import mapping
-from hpcscope.twin.workloads import GpuCounters, GpuPhysics, TimeShares
+from hpcscope.twin.workloads import GpuCounters, GpuPhysics, Profile, TimeShares, shares_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,18 +239,16 @@ class DcgmEndpoint:
         self,
         node: str,
         gpus: Sequence[Gpu],
-        mapping_dir: str | object,
+        mapping_dir: str | Path,
         *,
         shares: SharesSource,
         clock: Callable[[], float] = time.time,
         seed: int = 0,
         xid_source: Callable[[int], int] | None = None,
     ) -> None:
-        from pathlib import Path
-
         self.node = node
         self.gpus = tuple(gpus)
-        self.mapping_dir = Path(str(mapping_dir))
+        self.mapping_dir = Path(mapping_dir)
         self._shares = shares
         self._clock = clock
         self._xid_source = xid_source
@@ -273,3 +273,34 @@ class DcgmEndpoint:
                 )
             jobs = mapping.read_mapping(self.mapping_dir)
         return render_page(self.gpus, counters, jobs, hostname=self.node)
+
+
+def mapped_node_endpoint(
+    topology: Topology,
+    node: str,
+    mapping_dir: Path,
+    *,
+    profile: Profile,
+    clock: Callable[[], float] = time.time,
+) -> DcgmEndpoint:
+    """One node's endpoint over an existing hpc-job-mapping directory (no twin scheduler).
+
+    The node takes the GPUs of the topology's first node design; a GPU whose mapping file names
+    a job runs ``profile``, the others are idle. This is what a real Slurm's prolog-written
+    directory looks like through dcgm-exporter, for tests on a real scheduler."""
+    gpus = [
+        dataclasses.replace(g, node=node, uuid=gpu_uuid(topology.name, node, g.index))
+        for g in topology.nodes[0].gpus
+    ]
+
+    def shares(gpu_index: int) -> TimeShares | None:
+        if not mapping.read_mapping(mapping_dir).get(str(gpu_index)):
+            return None
+        return shares_for(
+            profile,
+            gpu_index=gpu_index,
+            straggler_gpu=None,
+            memory_bytes=gpus[gpu_index].model.memory_bytes,
+        )
+
+    return DcgmEndpoint(node, gpus, mapping_dir, shares=shares, clock=clock)
