@@ -13,6 +13,9 @@ The JSON shapes built here are documented in ``docs/simulate.md``.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -192,6 +195,24 @@ class SimulationReport:
     request: SimulationRequest
 
 
+def _price(request: SimulationRequest, topology: Topology) -> float:
+    """The request's GPU-hour price, else the site's (the topology's pricing)."""
+    price: float = (
+        request.gpu_hour_price if request.gpu_hour_price is not None else topology.gpu_hour_price
+    )
+    return price
+
+
+@contextmanager
+def _input_errors() -> Iterator[None]:
+    """A parameter the model rejects becomes an input error naming the field (CLI exit 2,
+    API 422)."""
+    try:
+        yield
+    except SimulationParameterError as exc:
+        raise SimulationInputError(exc.field, exc.message) from None
+
+
 def fabric_for(topology: Topology, request: _Params) -> Fabric:
     try:
         return Fabric.from_topology(
@@ -260,10 +281,8 @@ def run_simulation(
         n: request.allreduce_seconds if request.allreduce_seconds is not None else c.seconds
         for n, c in costs.items()
     }
-    price = (
-        request.gpu_hour_price if request.gpu_hour_price is not None else topology.gpu_hour_price
-    )
-    try:
+    price = _price(request, topology)
+    with _input_errors():
         points = simulate_scaling(
             request.step_model(),
             counts,
@@ -272,8 +291,6 @@ def run_simulation(
             seed=request.seed,
             gpu_hour_price=price,
         )
-    except SimulationParameterError as exc:
-        raise SimulationInputError(exc.field, exc.message) from None
     return SimulationReport(
         points=points,
         allreduce=tuple(costs[n] for n in counts),
@@ -336,7 +353,7 @@ def step_player(
     latencies = latencies or default_nccl_latencies()
     fabric = fabric_for(topology, request)
     cost = _costs([gpus], request, request.allreduce_algorithm, fabric, latencies)[gpus]
-    try:
+    with _input_errors():
         healthy_model = StepModel(
             data_load_seconds=request.data_load_seconds,
             forward_seconds=request.forward_seconds,
@@ -346,15 +363,11 @@ def step_player(
             jitter_cv=request.jitter_cv,
             jitter_distribution=request.jitter_distribution,
         )
-        slow_model = StepModel(
-            **{
-                **{f: getattr(healthy_model, f) for f in StepModel.__dataclass_fields__},
-                "stragglers": (
-                    Straggler(
-                        request.straggler_gpu, request.straggler_phase, request.straggler_factor
-                    ),
-                ),
-            }
+        slow_model = dataclasses.replace(
+            healthy_model,
+            stragglers=(
+                Straggler(request.straggler_gpu, request.straggler_phase, request.straggler_factor),
+            ),
         )
         per_node = fabric.gpus_per_node
         timelines = {
@@ -363,8 +376,6 @@ def step_player(
             )
             for name, m in (("healthy", healthy_model), ("straggler", slow_model))
         }
-    except SimulationParameterError as exc:
-        raise SimulationInputError(exc.field, exc.message) from None
     labels = [f"{gpu.node} · GPU {gpu.index}" for gpu in topology.gpus]
     ring = timelines["healthy"].ring
     return {
@@ -460,10 +471,8 @@ def run_what_if(
         SimulationInputError: an input the calibration or the models reject.
     """
     latencies = latencies or default_nccl_latencies()
-    try:
+    with _input_errors():
         calibration = calibrate(job, jitter_cv=jitter_cv)
-    except SimulationParameterError as exc:
-        raise SimulationInputError(exc.field, exc.message) from None
     fabric = fabric_for(topology, request)
     size = gradient_bytes(request.model_parameters, request.precision)
     if calibration.gpus >= 2:
@@ -484,28 +493,19 @@ def run_what_if(
     )
     seconds = {n: c.seconds for n, c in costs.items()}
     seconds[calibration.gpus] = calibration.communication_seconds
-    price = (
-        request.gpu_hour_price if request.gpu_hour_price is not None else topology.gpu_hour_price
-    )
-    try:
-        measured = simulate_scaling(
-            calibration.model,
-            counts,
-            seconds,
-            steps=request.steps,
-            seed=request.seed,
-            gpu_hour_price=price,
-        )
-        fixed = simulate_scaling(
-            calibration.fixed_model,
-            counts,
-            seconds,
-            steps=request.steps,
-            seed=request.seed,
-            gpu_hour_price=price,
-        )
-    except SimulationParameterError as exc:
-        raise SimulationInputError(exc.field, exc.message) from None
+    price = _price(request, topology)
+    with _input_errors():
+        measured, fixed = [
+            simulate_scaling(
+                model,
+                counts,
+                seconds,
+                steps=request.steps,
+                seed=request.seed,
+                gpu_hour_price=price,
+            )
+            for model in (calibration.model, calibration.fixed_model)
+        ]
     report = SimulationReport(
         points=measured,
         allreduce=tuple(costs[n] for n in counts),
