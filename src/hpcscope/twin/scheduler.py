@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -93,6 +94,54 @@ _JOB_NAMES = {
     Profile.IDLE_ALLOCATED: ("jupyter-debug", "interactive", "vscode-tunnel"),
     Profile.FAILED: ("vit-sweep", "rl-rollout", "eval-harness"),
 }
+
+_HOUR = 3600.0
+
+#: The demo's opening jobs (keyword arguments of :meth:`Scheduler.submit`).
+DEMO_SCENARIO: tuple[dict[str, Any], ...] = (
+    {
+        "name": "llama-7b-pretrain",
+        "user": "alice",
+        "account": "vision",
+        "profile": Profile.STRAGGLER,
+        "gpus": 8,
+        "duration_seconds": 8 * _HOUR,
+        "straggler_gpu": 2,
+    },
+    {
+        "name": "bert-finetune",
+        "user": "bob",
+        "account": "nlp",
+        "profile": Profile.DATA_STARVED,
+        "gpus": 4,
+        "duration_seconds": 8 * _HOUR,
+    },
+    {
+        "name": "whisper-train",
+        "user": "dave",
+        "account": "speech",
+        "profile": Profile.HEALTHY,
+        "gpus": 2,
+        "duration_seconds": 8 * _HOUR,
+    },
+    {
+        "name": "jupyter-debug",
+        "user": "bob",
+        "account": "nlp",
+        "profile": Profile.IDLE_ALLOCATED,
+        "gpus": 1,
+        "duration_seconds": 8 * _HOUR,
+    },
+    {
+        "name": "vit-sweep-17",
+        "user": "alice",
+        "account": "vision",
+        "profile": Profile.FAILED,
+        "gpus": 1,
+        "duration_seconds": 2 * _HOUR,
+        "fail_after_seconds": 120.0,
+    },
+)
 
 _XIDS = (79, 48, 94, 31)
 
@@ -222,51 +271,7 @@ class Scheduler:
         gpu02: the seeds' data-starved job (87 % reported, 19 % real) on 4 GPUs, a healthy
         2-GPU job, an allocated-but-idle interactive job, and a job that will fail with an Xid.
         """
-        hours = 3600.0
-        return [
-            self.submit(
-                name="llama-7b-pretrain",
-                user="alice",
-                account="vision",
-                profile=Profile.STRAGGLER,
-                gpus=8,
-                duration_seconds=8 * hours,
-                straggler_gpu=2,
-            ),
-            self.submit(
-                name="bert-finetune",
-                user="bob",
-                account="nlp",
-                profile=Profile.DATA_STARVED,
-                gpus=4,
-                duration_seconds=8 * hours,
-            ),
-            self.submit(
-                name="whisper-train",
-                user="dave",
-                account="speech",
-                profile=Profile.HEALTHY,
-                gpus=2,
-                duration_seconds=8 * hours,
-            ),
-            self.submit(
-                name="jupyter-debug",
-                user="bob",
-                account="nlp",
-                profile=Profile.IDLE_ALLOCATED,
-                gpus=1,
-                duration_seconds=8 * hours,
-            ),
-            self.submit(
-                name="vit-sweep-17",
-                user="alice",
-                account="vision",
-                profile=Profile.FAILED,
-                gpus=1,
-                duration_seconds=2 * hours,
-                fail_after_seconds=120.0,
-            ),
-        ]
+        return [self.submit(**spec) for spec in DEMO_SCENARIO]
 
     def _interarrival(self) -> float:
         if self.arrivals_per_hour <= 0:
