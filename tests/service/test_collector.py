@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,27 @@ class Switch:
         return 200, "text/plain; version=0.0.4", self.endpoint.collect().encode()
 
 
+@dataclass(frozen=True)
+class Endpoints:
+    """The switchable endpoints (a third, always good, is in the targets file too)."""
+
+    flaky: Switch
+    broken: Switch
+    targets: Path
+
+    def collector(self, store: Store, *, interval: float, timeout: float) -> Collector:
+        return Collector(
+            store,
+            CollectorConfig(
+                targets_path=self.targets,
+                scrape_interval_seconds=interval,
+                scrape_timeout_seconds=timeout,
+            ),
+        )
+
+
 @pytest.fixture
-def endpoints(tmp_path: Path) -> Iterator[dict[str, Switch | str]]:
+def endpoints(tmp_path: Path) -> Iterator[Endpoints]:
     node = TOPOLOGY.node("gpu01")
     mapping_dir = tmp_path / "mapping"
     for gpu in range(4):
@@ -70,26 +90,18 @@ def endpoints(tmp_path: Path) -> Iterator[dict[str, Switch | str]]:
         )
     targets_file = tmp_path / "targets.json"
     targets_file.write_text(json.dumps(targets))
-    yield {**switches, "targets": str(targets_file)}
+    yield Endpoints(switches["flaky"], switches["broken"], targets_file)
     for server in servers:
         server.shutdown()
         server.server_close()
 
 
 def test_bad_targets_cost_a_failed_scrape_and_a_gap_not_data(
-    tmp_path: Path, endpoints: dict[str, Switch | str]
+    tmp_path: Path, endpoints: Endpoints
 ) -> None:
     store = Store(tmp_path / "store.duckdb")
-    collector = Collector(
-        store,
-        CollectorConfig(
-            targets_path=Path(str(endpoints["targets"])),
-            scrape_interval_seconds=1,
-            scrape_timeout_seconds=1,
-        ),
-    )
-    flaky, broken = endpoints["flaky"], endpoints["broken"]
-    assert isinstance(flaky, Switch) and isinstance(broken, Switch)
+    collector = endpoints.collector(store, interval=1, timeout=1)
+    flaky, broken = endpoints.flaky, endpoints.broken
     # (broken mode, flaky mode) per cycle: flaky fails twice then comes back
     plan = [("ok", "ok"), ("garbage", "500"), ("garbage", "hang"), ("500", "ok")]
 
@@ -128,20 +140,10 @@ def test_bad_targets_cost_a_failed_scrape_and_a_gap_not_data(
     store.close()
 
 
-def test_collector_thread_survives_and_stops(
-    tmp_path: Path, endpoints: dict[str, Switch | str]
-) -> None:
+def test_collector_thread_survives_and_stops(tmp_path: Path, endpoints: Endpoints) -> None:
     store = Store(tmp_path / "store.duckdb")
-    collector = Collector(
-        store,
-        CollectorConfig(
-            targets_path=Path(str(endpoints["targets"])),
-            scrape_interval_seconds=0.3,
-            scrape_timeout_seconds=0.5,
-        ),
-    )
-    broken = endpoints["broken"]
-    assert isinstance(broken, Switch)
+    collector = endpoints.collector(store, interval=0.3, timeout=0.5)
+    broken = endpoints.broken
     broken.mode = "hang"
     collector.start()
     deadline = time.monotonic() + 10
