@@ -14,7 +14,7 @@ or service account's credentials).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
@@ -22,6 +22,7 @@ from prometheus_client.registry import CollectorRegistry
 from hpcscope import __version__
 from hpcscope.model.access import Principal, Role
 from hpcscope.service.core import Service
+from hpcscope.service.reports import epoch_seconds
 
 #: Window of the per-GPU "now" figures.
 LIVE_WINDOW = timedelta(minutes=5)
@@ -128,16 +129,8 @@ class HpcscopeCollector:
             duration.add_metric(values, float(target["last_duration_seconds"] or 0.0))
             samples.add_metric(values, float(target["last_samples"] or 0))
             if target["last_success"] is not None:
-                epoch = (
-                    target["last_success"].timestamp()
-                    if target["last_success"].tzinfo
-                    else (target["last_success"] - _EPOCH).total_seconds()
-                )
-                last.add_metric(values, epoch)
+                last.add_metric(values, epoch_seconds(target["last_success"]))
         yield from (up, duration, samples, last)
-
-
-_EPOCH = datetime(1970, 1, 1)
 
 
 def metrics_registry(service: Service) -> CollectorRegistry:

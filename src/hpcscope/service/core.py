@@ -122,11 +122,7 @@ class Service:
                     "tensor_active_ratio": [],
                 },
             )
-            entry["t"].append(
-                row["bucket"].timestamp()
-                if row["bucket"].tzinfo
-                else (row["bucket"] - datetime(1970, 1, 1)).total_seconds()
-            )
+            entry["t"].append(reports.epoch_seconds(row["bucket"]))
             for key in ("reported_util_ratio", "sm_active_ratio", "tensor_active_ratio"):
                 entry[key].append(row[key])
         return {

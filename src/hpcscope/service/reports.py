@@ -28,6 +28,13 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def epoch_seconds(moment: datetime) -> float:
+    """Seconds since the Unix epoch; a naive datetime is UTC (as the store keeps them)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
 def max_interval_seconds(scrape_interval_seconds: float) -> float:
     """A sample stands for at most three scrape intervals; beyond that the series has a gap."""
     return 3.0 * scrape_interval_seconds
