@@ -63,7 +63,7 @@ def _get(url: str, path: str, user: str | None, password: str | None, as_json: b
 
 
 def _offline(store: Path, job_id: str | None, as_json: bool) -> Any:
-    from hpcscope.model.access import Principal, Role
+    from hpcscope.model.access import system_principal
     from hpcscope.service.core import Service
     from hpcscope.service.settings import Settings
     from hpcscope.store import StoreError
@@ -73,7 +73,7 @@ def _offline(store: Path, job_id: str | None, as_json: bool) -> Any:
     except StoreError as exc:
         fail(str(exc), as_json=as_json)
     try:
-        admin = Principal(name="local-file", role=Role.ADMIN)
+        admin = system_principal("local-file")
         if job_id is None:
             return {"jobs": [r.to_dict() for r in service.job_reports(admin)]}
         report = service.job_report(admin, job_id)

@@ -72,3 +72,10 @@ class Principal:
     def can_see_job(self, *, user: str | None, account: str | None) -> bool:
         """Whether this principal may read a job of ``user`` charged to ``account``."""
         return self.job_scope().admits(user=user, account=account)
+
+
+def system_principal(purpose: str) -> Principal:
+    """An admin principal for hpcscope's own reads on behalf of a trusted path, never a person:
+    ``/metrics`` (which requires an admin to scrape it) and offline reads of a store file
+    (which require access to the file itself). ``purpose`` names it in logs."""
+    return Principal(name=f"hpcscope:{purpose}", role=Role.ADMIN)

@@ -20,14 +20,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from hpcscope import __version__
-from hpcscope.model.access import Principal, Role
+from hpcscope.model.access import system_principal
 from hpcscope.service.core import Service
 from hpcscope.service.reports import epoch_seconds
 
 #: Window of the per-GPU "now" figures.
 LIVE_WINDOW = timedelta(minutes=5)
 
-_SYSTEM = Principal(name="hpcscope-metrics", role=Role.ADMIN)
+_SYSTEM = system_principal("metrics")
 
 
 class HpcscopeCollector:
