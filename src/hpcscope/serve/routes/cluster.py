@@ -25,11 +25,10 @@ PrincipalDep = Annotated[Principal, Depends(require_principal)]
 def _context(request: Request, principal: Principal) -> dict[str, Any]:
     service = service_of(request)
     state = live_state(service, Viewer(principal))
-    running = [
-        r
-        for r in service.job_reports(principal)
-        if r.state in ("RUNNING", None) and r.gpus_observed
-    ]
+    # only the jobs with recent samples: this runs on every 5-second poll, it must not build
+    # the report of every job the principal has ever run
+    live = service.live_job_gpus(principal, window=service.live_window(), now=state.generated_at)
+    running = [r for r in live.jobs if r.state in ("RUNNING", None) and r.gpus_observed]
     by_node: dict[str, list[GpuLive]] = {}
     for gpu in sorted(state.gpus.values(), key=lambda g: (g.node, g.gpu)):
         by_node.setdefault(gpu.node, []).append(gpu)
