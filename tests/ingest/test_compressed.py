@@ -7,10 +7,11 @@ import gzip
 import io
 import zlib
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcscope.ingest.compressed import Gunzip, open_maybe_gzip
+from hpcscope.ingest.compressed import DEFLATE_ERRORS, Gunzip, gunzip_bytes, open_maybe_gzip
 
 
 def _read_all(stream: Gunzip, block: int) -> tuple[bytes, Exception | None]:
@@ -59,3 +60,19 @@ def test_highly_compressed_data_in_small_blocks() -> None:
     payload = b"\0" * (8 << 20) + b"end"  # ~1000:1, far more output than input per call
     out, error = _read_all(Gunzip(io.BytesIO(gzip.compress(payload))), 4096)
     assert error is None and out == payload
+
+
+@settings(max_examples=60, deadline=None)
+@given(payloads)
+def test_whole_file_decompression_reads_every_member(parts: list[bytes]) -> None:
+    assert gunzip_bytes(b"".join(gzip.compress(p) for p in parts)) == b"".join(parts)
+
+
+def test_whole_file_decompression_reports_a_cut_or_corruption() -> None:
+    data = gzip.compress(bytes(range(256)) * 400)
+    with pytest.raises(EOFError):
+        gunzip_bytes(data[: len(data) // 2])
+    corrupt = bytearray(data)
+    corrupt[20:40] = b"\xff" * 20
+    with pytest.raises(DEFLATE_ERRORS):
+        gunzip_bytes(bytes(corrupt))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import io
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -76,6 +78,62 @@ def test_invalid_json_names_line_and_column(tmp_path: Path) -> None:
     assert info.value.line == 3
     assert info.value.column is not None and info.value.column > 40
     assert str(bad) in info.value.describe()
+
+
+def _deep_error_text() -> tuple[str, int, int]:
+    """A trace whose invalid value sits on line ~3000, far past the first blocks; returns
+    the text, the bad line and its column."""
+    good = '  {"ph": "X", "cat": "cpu_op", "name": "op", "tid": 1, "ts": %d, "dur": 1},\n'
+    lines = ['{"traceEvents": [\n'] + [good % i for i in range(3000)]
+    bad = '  {"ph": "X", "cat": "cpu_op", "name": "op", "tid": 1, "ts": 1, "dur": @},\n'
+    lines.append(bad)
+    lines.append('  {"ph": "X", "cat": "cpu_op", "name": "op", "tid": 1, "ts": 2, "dur": 1}\n]}\n')
+    return "".join(lines), len(lines) - 1, bad.index("@") + 1
+
+
+class _OneWay(io.RawIOBase):
+    """A stream that cannot seek (like a member of a streamed tar archive)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.inner = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = self.inner.read(len(buffer))
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
+
+@pytest.mark.parametrize("form", ["file", "gzip file", "seekable stream", "one-way stream"])
+def test_error_far_into_the_file_names_its_line_and_column(tmp_path: Path, form: str) -> None:
+    """Lines are counted only when an error needs them (the input is read again), or as the
+    blocks go by when it cannot be read again: the same line and column either way."""
+    text, line, column = _deep_error_text()
+    data = text.encode()
+    path = tmp_path / "rank-0.json"
+    stream: IO[bytes] | None = None
+    if form == "file":
+        path.write_bytes(data)
+    elif form == "gzip file":
+        path.write_bytes(gzip.compress(data))
+    elif form == "seekable stream":
+        stream = io.BytesIO(gzip.compress(data))
+    else:
+        stream = io.BufferedReader(_OneWay(data))
+    with pytest.raises(TraceError) as info:
+        read_kineto(path, stream=stream, block_bytes=4096)
+    assert (info.value.line, info.value.column) == (line, column)
+
+
+def test_cut_far_into_the_file_names_its_line(tmp_path: Path) -> None:
+    text, line, _ = _deep_error_text()
+    path = tmp_path / "rank-0.json"
+    path.write_bytes(text.encode()[: text.index('"dur": @')])
+    trace = read_kineto(path, block_bytes=4096)
+    assert len(trace.events) == 3000
+    assert f"(line {line})" in trace.problems[0]
 
 
 @pytest.mark.parametrize(

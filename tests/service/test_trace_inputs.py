@@ -50,6 +50,21 @@ def test_a_broken_archive_is_named(tmp_path: Path) -> None:
         analyze([broken], workers=1)
 
 
+@pytest.mark.parametrize("damage", ["cut", "corrupt"])
+def test_a_damaged_small_archive_is_named(tmp_path: Path, damage: str) -> None:
+    """A small archive is decompressed in one go: a cut or a corrupt deflate stream is a
+    named error, not a traceback."""
+    data = bytearray(PARAM.read_bytes())
+    if damage == "cut":
+        data = data[: len(data) // 2]
+    else:
+        data[2000:2100] = b"\xff" * 100
+    broken = tmp_path / "ranks.tar.gz"
+    broken.write_bytes(bytes(data))
+    with pytest.raises(SourceError, match=r"ranks\.tar\.gz: cannot read archive"):
+        analyze([broken], workers=1)
+
+
 def test_a_servers_pool_gives_the_same_document() -> None:
     # the server parses large uploads in a pool it created once, with forkserver (it holds
     # the DuckDB file and must never fork)

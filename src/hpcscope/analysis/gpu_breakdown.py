@@ -14,17 +14,25 @@ So users can compare hpcscope with the tool they know, and so the benchmark can 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from hpcscope.analysis.arrays import codes_present, distinct
 from hpcscope.analysis.intervals import merge
 from hpcscope.model.trace_events import EventKind, EventTable
 
 _NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 _MEMORY = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _is_compute(name: str) -> bool:
+    """A computation kernel in HTA's sense (cached: ranks share their kernel names)."""
+    return _NOT_COMPUTE.match(name) is None and _MEMORY.match(name) is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +65,7 @@ def gpu_breakdown(ev: EventTable, *, steps: npt.NDArray[np.float64]) -> GpuBreak
         last_start = float(steps.max())
         runtime = np.flatnonzero(ev.kind == EventKind.RUNTIME)
         early = runtime[ev.ts_us[runtime] < last_start]
-        allowed = np.unique(ev.correlation[early])
+        allowed = distinct(ev.correlation[early])
         rows = rows[np.isin(ev.correlation[rows], allowed)]
     if rows.shape[0] == 0:
         return None
@@ -66,9 +74,8 @@ def gpu_breakdown(ev: EventTable, *, steps: npt.NDArray[np.float64]) -> GpuBreak
     span = float(busy.end[-1] - busy.start[0])
     idle = span - busy.total()
     is_compute = np.zeros(len(ev.names), dtype=bool)
-    for i in np.unique(ev.name[rows]).tolist():
-        name = ev.names[i]
-        is_compute[i] = _NOT_COMPUTE.match(name) is None and _MEMORY.match(name) is None
+    used = codes_present(ev.name[rows], len(ev.names))
+    is_compute[used] = [_is_compute(ev.names[i]) for i in used.tolist()]
     comp_rows = is_compute[ev.name[rows]]
     compute = merge(start[comp_rows], end[comp_rows]).total()
     return GpuBreakdown(

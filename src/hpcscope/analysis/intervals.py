@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from hpcscope.analysis.arrays import distinct
+
 F64 = npt.NDArray[np.float64]
 BOOL = npt.NDArray[np.bool_]
 
@@ -84,7 +86,7 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     """Intersection of two merged interval sets."""
     if not len(a) or not len(b):
         return Intervals.empty()
-    points = np.unique(np.concatenate([a.start, a.end, b.start, b.end]))
+    points = distinct(np.concatenate([a.start, a.end, b.start, b.end]))
     lo, hi = points[:-1], points[1:]
     mid = (lo + hi) / 2
     keep = covers(a, mid) & covers(b, mid)

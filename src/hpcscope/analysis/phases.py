@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from hpcscope.analysis.arrays import distinct
 from hpcscope.analysis.intervals import Intervals, clip, merge
 from hpcscope.analysis.rank_timeline import PHASES, REGION_PHASES, RankTimeline
 
@@ -132,7 +133,7 @@ def _label(window: tuple[float, float], sources: list[tuple[int, Intervals]]) ->
     clipped = [(phase, clip(iv, lo, hi)) for phase, iv in sources]
     points = [np.array([lo, hi])]
     points += [iv.start for _, iv in clipped] + [iv.end for _, iv in clipped]
-    edges = np.unique(np.concatenate(points))
+    edges = distinct(np.concatenate(points))
     length = np.diff(edges)
     mid = (edges[:-1] + edges[1:]) / 2
     label = np.full(mid.shape[0], PHASES.index("other"), dtype=np.int64)

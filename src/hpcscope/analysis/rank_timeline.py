@@ -23,12 +23,14 @@ never required):
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
+from hpcscope.analysis.arrays import codes_present, distinct
 from hpcscope.analysis.gpu_breakdown import GpuBreakdown, gpu_breakdown
 from hpcscope.analysis.intervals import Intervals, clip, covers, hull, intersect, merge
 from hpcscope.model.trace_events import EventKind, EventTable, RankTrace
@@ -124,14 +126,58 @@ class RankTimeline:
     epoch_offset_us: float | None = None
 
 
-def _name_flags(
-    names: tuple[str, ...], pattern: re.Pattern[str], candidates: npt.NDArray[np.int64]
-) -> npt.NDArray[np.bool_]:
-    """Per name id: does ``pattern`` match? Only ``candidates`` are tested (the names CPU
+#: The patterns tested against the names of CPU events (operators and annotations).
+CPU_NAME_PATTERNS = (
+    STEP_RE,
+    DATALOADER_RE,
+    DATA_ANNOTATION_RE,
+    FORWARD_ANNOTATION_RE,
+    BACKWARD_OP_RE,
+    BACKWARD_ANNOTATION_RE,
+    OPTIMIZER_RE,
+    OPTIMIZER_ANNOTATION_RE,
+    CPU_COLLECTIVE_RE,
+    COMM_OP_RE,
+)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _cpu_name_bits(name: str) -> int:
+    """Which of :data:`CPU_NAME_PATTERNS` match ``name``, as bits. Cached: every rank of a
+    run uses the same few hundred operator names, tested once per process, not per rank."""
+    bits = 0
+    for i, pattern in enumerate(CPU_NAME_PATTERNS):
+        if pattern.search(name) is not None:
+            bits |= 1 << i
+    return bits
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _is_nccl_kernel(name: str) -> bool:
+    return NCCL_KERNEL_RE.search(name) is not None
+
+
+class _NameFlags:
+    """Per name id, which CPU patterns match; only ``candidates`` are tested (the names CPU
     events use: a GPU trace has thousands of kernel names no CPU pattern is about)."""
+
+    def __init__(self, names: tuple[str, ...], candidates: npt.NDArray[np.int64]) -> None:
+        self.bits = np.zeros(len(names), dtype=np.int64)
+        if candidates.shape[0]:
+            self.bits[candidates] = [_cpu_name_bits(names[i]) for i in candidates.tolist()]
+
+    def __call__(self, pattern: re.Pattern[str]) -> npt.NDArray[np.bool_]:
+        bit = 1 << CPU_NAME_PATTERNS.index(pattern)
+        flags: npt.NDArray[np.bool_] = (self.bits & bit) != 0
+        return flags
+
+
+def _nccl_kernel_flags(
+    names: tuple[str, ...], candidates: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
     flags = np.zeros(len(names), dtype=bool)
-    for i in candidates.tolist():
-        flags[i] = pattern.search(names[i]) is not None
+    if candidates.shape[0]:
+        flags[candidates] = [_is_nccl_kernel(names[i]) for i in candidates.tolist()]
     return flags
 
 
@@ -167,10 +213,9 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
     end = ev.ts_us + ev.dur_us
     problems = list(trace.problems)
     markers: list[str] = []
-    cpu_names = np.unique(ev.name[cpu])
-    annotation_names = np.unique(ev.name[kind == EventKind.ANNOTATION])
+    flags = _NameFlags(names, codes_present(ev.name[cpu], len(names)))
 
-    is_step = _name_flags(names, STEP_RE, cpu_names)
+    is_step = flags(STEP_RE)
     main = _main_thread(ev, is_step)
     step_rows = np.flatnonzero(cpu & is_step[ev.name] & (ev.thread == main))
     if step_rows.shape[0]:
@@ -189,26 +234,19 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
         main = main if main is not None else _busiest_thread(ev, cpu)
 
     # ---- CPU phase regions
-    data_rows = cpu & (_name_flags(names, DATALOADER_RE, cpu_names)[ev.name])
-    data_ann = (kind == EventKind.ANNOTATION) & _name_flags(
-        names, DATA_ANNOTATION_RE, annotation_names
-    )[ev.name]
+    annotation = kind == EventKind.ANNOTATION
+    data_rows = cpu & flags(DATALOADER_RE)[ev.name]
+    data_ann = annotation & flags(DATA_ANNOTATION_RE)[ev.name]
     if data_ann.any():
         markers.append("data annotations")
     if data_rows.any():
         markers.append("DataLoader")
-    bwd_ops = cpu & _name_flags(names, BACKWARD_OP_RE, cpu_names)[ev.name]
-    bwd_ann = (kind == EventKind.ANNOTATION) & _name_flags(
-        names, BACKWARD_ANNOTATION_RE, cpu_names
-    )[ev.name]
-    opt_rows = cpu & _name_flags(names, OPTIMIZER_RE, cpu_names)[ev.name]
-    opt_ann = (kind == EventKind.ANNOTATION) & _name_flags(
-        names, OPTIMIZER_ANNOTATION_RE, cpu_names
-    )[ev.name]
-    fwd_ann = (kind == EventKind.ANNOTATION) & _name_flags(
-        names, FORWARD_ANNOTATION_RE, annotation_names
-    )[ev.name]
-    comm_op = _name_flags(names, COMM_OP_RE, cpu_names)[ev.name]
+    bwd_ops = cpu & flags(BACKWARD_OP_RE)[ev.name]
+    bwd_ann = annotation & flags(BACKWARD_ANNOTATION_RE)[ev.name]
+    opt_rows = cpu & flags(OPTIMIZER_RE)[ev.name]
+    opt_ann = annotation & flags(OPTIMIZER_ANNOTATION_RE)[ev.name]
+    fwd_ann = annotation & flags(FORWARD_ANNOTATION_RE)[ev.name]
+    comm_op = flags(COMM_OP_RE)[ev.name]
     for flag, label in ((fwd_ann, "forward annotations"), (bwd_ann, "backward annotations")):
         if flag.any():
             markers.append(label)
@@ -251,9 +289,8 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
     }
 
     # ---- CPU operators executing (what hides a collective on a CPU-only run)
-    coll_threads = np.unique(
-        ev.thread[cpu & _name_flags(names, CPU_COLLECTIVE_RE, cpu_names)[ev.name]]
-    )
+    cpu_coll = cpu & flags(CPU_COLLECTIVE_RE)[ev.name]
+    coll_threads = distinct(ev.thread[cpu_coll])
     busy_rows = (kind == EventKind.CPU_OP) & ~comm_op & ~np.isin(ev.thread, coll_threads)
     busy = merge(ev.ts_us[busy_rows], end[busy_rows])
     cpu_busy: dict[str, Intervals] = {}
@@ -266,7 +303,7 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
 
     # ---- GPU compute, by the phase of its launch
     has_gpu = bool(gpu.any())
-    kernel_names = _name_flags(names, NCCL_KERNEL_RE, np.unique(ev.name[gpu]))
+    kernel_names = _nccl_kernel_flags(names, codes_present(ev.name[gpu], len(names)))
     nccl = gpu & (kind == EventKind.KERNEL) & kernel_names[ev.name]
     compute = gpu & ~nccl
     launch = _launch_times(ev)
@@ -279,7 +316,6 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
             gpu_compute[name] = merge(ev.ts_us[sel], end[sel])
 
     # ---- collectives
-    cpu_coll = cpu & _name_flags(names, CPU_COLLECTIVE_RE, cpu_names)[ev.name]
     coll_rows = np.flatnonzero(nccl | cpu_coll)
     key_names: dict[str, int] = {}
     keys = np.empty(coll_rows.shape[0], dtype=np.int64)
@@ -390,7 +426,7 @@ def _minus(a: Intervals, b: Intervals) -> Intervals:
     """``a`` without ``b`` (both merged)."""
     if not len(a) or not len(b):
         return a
-    points = np.unique(np.concatenate([a.start, a.end, b.start, b.end]))
+    points = distinct(np.concatenate([a.start, a.end, b.start, b.end]))
     lo, hi = points[:-1], points[1:]
     mid = (lo + hi) / 2
     keep = covers(a, mid) & ~covers(b, mid)

@@ -10,7 +10,31 @@ partial block and raises), then report the cut.
 from __future__ import annotations
 
 import zlib
-from typing import IO
+from typing import IO, cast
+
+from isal import isal_zlib
+
+#: Errors of a broken deflate stream, from either library (isal's stub declares its error
+#: class as an instance, hence the cast).
+DEFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, cast("type[Exception]", isal_zlib.error))
+
+
+def gunzip_bytes(data: bytes) -> bytes:
+    """A whole gzip file (every member) decompressed at once with Intel ISA-L: 2.2x zlib's
+    speed (measured on the 54 MB trace: 50 ms against 114 ms); a decompressor per member,
+    which is 25 % faster than ``isal.igzip.decompress``'s buffered reader.
+
+    Raises:
+        EOFError: the data ends inside a member.
+    """
+    parts: list[bytes] = []
+    while data:
+        unzip = isal_zlib.decompressobj(16 + zlib.MAX_WBITS)
+        parts.append(unzip.decompress(data))
+        if not unzip.eof:
+            raise EOFError("compressed file ended before the end of its stream")
+        data = unzip.unused_data
+    return b"".join(parts) if len(parts) != 1 else parts[0]
 
 
 class Gunzip:
@@ -22,7 +46,9 @@ class Gunzip:
 
     def __init__(self, raw: IO[bytes]) -> None:
         self.raw = raw
-        self.unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        # ISA-L's inflate (python-isal, the same API as zlib's): 2-2.4x zlib's speed on
+        # Kineto traces, the largest single cost of reading a compressed trace after decoding
+        self.unzip = isal_zlib.decompressobj(16 + zlib.MAX_WBITS)
         self.pending = b""
         self.started = False
         self.failure: Exception | None = None
@@ -45,12 +71,12 @@ class Gunzip:
                         )
                     break
                 if self.unzip.eof:  # the next gzip member
-                    self.unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    self.unzip = isal_zlib.decompressobj(16 + zlib.MAX_WBITS)
             self.started = True
             try:
                 piece = self.unzip.decompress(data, size - got)
-            except zlib.error as exc:
-                self.failure = exc
+            except DEFLATE_ERRORS as exc:
+                self.failure = zlib.error(str(exc))
                 break
             parts.append(piece)
             got += len(piece)

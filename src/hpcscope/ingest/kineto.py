@@ -35,7 +35,7 @@ from collections.abc import Callable
 from itertools import compress
 from operator import attrgetter
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import msgspec
 import numpy as np
@@ -89,7 +89,6 @@ _NO_ARGS = _Args()
 
 
 class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
     cat: str = ""
     name: str = ""
     tid: int | str = 0
@@ -143,11 +142,17 @@ class _GroupCodes(dict[Any, int]):
 
 
 class _ThreadCodes(dict[Any, int]):
-    """Thread ids: integers as themselves; Kineto writes some threads as strings ("PyTorch
-    Profiler"), which get negative codes so they never collide with a real id."""
+    """Thread ids: integers (and strings of digits) as themselves; Kineto writes some threads
+    as names ("PyTorch Profiler"), which get negative codes so they never collide with a real
+    id."""
 
     def __missing__(self, key: Any) -> int:
-        code = key if type(key) is int else -2 - sum(type(k) is not int for k in self)
+        if type(key) is int:
+            code = key
+        elif isinstance(key, str) and key.isdigit():
+            code = int(key)
+        else:
+            code = -2 - sum(1 for k in self if not (type(k) is int or str(k).isdigit()))
         self[key] = code
         return code
 
@@ -166,7 +171,6 @@ class _StreamCodes(dict[Any, int]):
         return code
 
 
-_PH = attrgetter("ph")
 _CAT = attrgetter("cat")
 _NAME = attrgetter("name")
 _TID = attrgetter("tid")
@@ -187,9 +191,6 @@ def _ints(getter: Callable[[Any], Any], items: list[Any], count: int) -> npt.NDA
     except (TypeError, ValueError):
         values = map(getter, items)
         return np.fromiter((v if type(v) is int else -1 for v in values), np.int64, count)
-
-
-_PHASE_X = _KindCodes({"X": 1})
 
 
 class _Columns:
@@ -218,14 +219,9 @@ class _Columns:
             kind, dur, n = kind[keep], dur[keep], len(events)
             if not n:
                 return
-        # complete events only (the category and duration filter above already leaves little
-        # else: instant, flow and metadata events have no duration or no known category)
-        keep = np.fromiter(map(_PHASE_X.__getitem__, map(_PH, events)), np.int8, n) > 0
-        if not keep.all():
-            events = list(compress(events, keep.tolist()))
-            kind, dur, n = kind[keep], dur[keep], len(events)
-            if not n:
-                return
+        # complete events only: the duration filter above is that test (in the Chrome trace
+        # format only "X" events carry "dur"; instant, flow, counter and metadata events have
+        # none), so ``ph`` is not read at all
         names = np.fromiter(map(self.names.__getitem__, map(_NAME, events)), np.int32, n)
         python = kind == EventKind.PYTHON_GC
         if python.any():
@@ -238,7 +234,7 @@ class _Columns:
         args = list(map(_ARGS, events))
         if None in args:  # "args": null
             args = [_NO_ARGS if a is None else a for a in args]
-        thread = np.fromiter(map(self.threads.__getitem__, map(_TID, events)), np.int64, n)
+        thread = self._threads(events, n)
         on_stream = (kind >= EventKind.KERNEL) & (kind != EventKind.RUNTIME)
         on_stream &= kind != EventKind.PYTHON_GC
         if on_stream.any():
@@ -263,6 +259,13 @@ class _Columns:
                 np.fromiter(map(self.groups.__getitem__, map(_GROUP, args)), np.int32, n),
             )
         )
+
+    def _threads(self, events: list[_Event], n: int) -> npt.NDArray[np.int64]:
+        """Thread ids: integers as they are (one pass), else through :class:`_ThreadCodes`."""
+        try:
+            return np.fromiter(map(_TID, events), np.int64, n)
+        except (TypeError, ValueError):
+            return np.fromiter(map(self.threads.__getitem__, map(_TID, events)), np.int64, n)
 
     def add_loose(self, raw: list[Any]) -> None:
         """Events that do not fit the typed decoder (odd types): convert field by field."""
@@ -299,15 +302,31 @@ class _Columns:
 
 
 class _Reader:
-    """Reads blocks into a buffer and tracks the absolute offset and line of ``buf[0]``."""
+    """Reads blocks into a buffer and tracks the absolute offset of ``buf[0]``.
 
-    def __init__(self, stream: IO[bytes], source: str, block_bytes: int) -> None:
+    Line numbers are only wanted for an error message, so they are not counted as blocks go
+    by (that was 9 % of reading a small trace) when the input can be read again: a file, or a
+    seekable stream. An error then re-reads the input up to the dropped offset. A stream that
+    cannot seek (a member of a streamed tar archive) has its newlines counted as it is read.
+    """
+
+    def __init__(
+        self,
+        stream: IO[bytes],
+        source: str,
+        block_bytes: int,
+        reopen: Callable[[], IO[bytes]] | None = None,
+    ) -> None:
         self.stream = stream
         self.source = source
         self.block_bytes = block_bytes
+        self.reopen = reopen
         self.buf = bytearray()
         self.offset = 0  # absolute offset of buf[0]
-        self.line = 1  # line number of buf[0]
+        # line of buf[0] and bytes between that line's start and buf[0], counted only when
+        # the input cannot be read again
+        self.line = 1
+        self.since_newline = 0
         self.eof = False
         self.problem: str | None = None
 
@@ -328,19 +347,60 @@ class _Reader:
         return True
 
     def drop(self, count: int) -> None:
-        self.line += self.buf.count(b"\n", 0, count)
+        if self.reopen is None:
+            newlines = self.buf.count(b"\n", 0, count)
+            self.line += newlines
+            last = self.buf.rfind(b"\n", 0, count) if newlines else -1
+            self.since_newline = count - 1 - last if newlines else self.since_newline + count
         self.offset += count
         del self.buf[:count]
 
-    def where(self, index: int) -> tuple[int, int]:
-        """Line and column (1-based) of ``buf[index]`` (the column counts from ``buf[0]``
-        when the line started in a block already dropped)."""
-        line = self.line + self.buf.count(b"\n", 0, index)
+    def _dropped_lines(self) -> tuple[int, int] | None:
+        """Line of ``buf[0]`` and the bytes between its line's start and ``buf[0]``, by
+        reading the input again up to the dropped offset; None when that fails."""
+        if self.reopen is None:
+            return None
+        newlines, since_newline, left = 0, 0, self.offset
+        try:
+            again = open_maybe_gzip(self.reopen())
+        except OSError:
+            return None
+        try:
+            while left > 0:
+                chunk = again.read(min(left, 1 << 20))
+                if not chunk:
+                    return None
+                left -= len(chunk)
+                count = chunk.count(b"\n")
+                newlines += count
+                since_newline = (
+                    len(chunk) - 1 - chunk.rfind(b"\n") if count else since_newline + len(chunk)
+                )
+        except (EOFError, zlib.error, gzip.BadGzipFile, OSError):
+            return None
+        finally:
+            again.close()
+        return 1 + newlines, since_newline
+
+    def where(self, index: int) -> tuple[int | None, int | None]:
+        """Line and column (1-based) of ``buf[index]``; (None, None) when the input was
+        partly dropped and cannot be read again to count its lines."""
+        in_buffer = self.buf.count(b"\n", 0, index)
         start = self.buf.rfind(b"\n", 0, index)
-        return line, index - start
+        if self.offset == 0 or self.reopen is None:
+            line, since_newline = self.line, self.since_newline
+        else:
+            before = self._dropped_lines()
+            if before is None:
+                return None, None
+            line, since_newline = before
+        column = index - start if start >= 0 else since_newline + index + 1
+        return line + in_buffer, column
 
     def error(self, message: str, index: int) -> TraceError:
         line, column = self.where(index)
+        if line is None:
+            message = f"{message} (at byte {self.offset + index})"
         return TraceError(message, source=self.source, line=line, column=column)
 
 
@@ -478,7 +538,8 @@ def _tail(reader: _Reader, columns: _Columns, first: int) -> bytes:
         raise reader.error(f"invalid JSON in traceEvents: {message}", at)
     line, _ = reader.where(max(len(buf) - 1, 0))
     reason = reader.problem or "file ends inside the traceEvents array"
-    reader.problem = f"{reason}; kept the events before byte {end} (line {line})"
+    cut_at = f"byte {end} (line {line})" if line is not None else f"byte {end}"
+    reader.problem = f"{reason}; kept the events before {cut_at}"
     return b""
 
 
@@ -495,6 +556,37 @@ def _metadata(prefix: bytes, suffix: bytes, source: str) -> dict[str, Any]:
         raise TraceError("a Kineto trace is a JSON object", source=source, line=1, column=1)
     parsed.pop("traceEvents", None)
     return parsed
+
+
+def _reopener(path: Path, stream: IO[bytes] | None) -> Callable[[], IO[bytes]] | None:
+    """How to read the input again from its start (for the line of an error), if it can be."""
+    if stream is None:
+        return lambda: path.open("rb")
+    try:
+        if not stream.seekable():
+            return None
+        start = stream.tell()
+    except (OSError, ValueError, AttributeError):
+        return None
+
+    def rewind() -> IO[bytes]:
+        stream.seek(start)
+        return cast("IO[bytes]", _Unclosed(stream))
+
+    return rewind
+
+
+class _Unclosed:
+    """A stream read again for an error's line number: the caller closes the original."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+
+    def read(self, size: int = -1) -> bytes:
+        return self.raw.read(size)
+
+    def close(self) -> None:
+        pass
 
 
 def read_kineto(
@@ -522,12 +614,13 @@ def read_kineto(
     """
     path = Path(path)
     name = source or str(path)
+    reopen = _reopener(path, stream)  # before anything is read from ``stream``
     try:
         raw = open_maybe_gzip(path.open("rb") if stream is None else stream)
     except OSError as exc:
         raise TraceError(f"cannot open: {exc.strerror or exc}", source=name) from None
     columns = _Columns()
-    reader = _Reader(raw, name, block_bytes)
+    reader = _Reader(raw, name, block_bytes, reopen)
     try:
         while (match := _KEY.search(reader.buf)) is None:
             if not reader.more():

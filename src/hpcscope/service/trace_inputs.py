@@ -14,7 +14,6 @@ DuckDB file), so no request pays the start-up.
 
 from __future__ import annotations
 
-import gzip
 import io
 import multiprocessing
 import os
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from hpcscope.analysis.rank_timeline import RankTimeline, rank_timeline
+from hpcscope.ingest.compressed import DEFLATE_ERRORS, gunzip_bytes
 from hpcscope.ingest.kineto import TraceError, read_kineto
 from hpcscope.model.errors import SourceError
 
@@ -45,6 +45,12 @@ FORK_HELPER_JSON_BYTES = 2 << 20
 _TAR_BUFFER = 1 << 20
 #: Expansion assumed for a gzip member of a compressed tar (its size is not readable cheaply).
 GZIP_RATIO_GUESS = 10
+_ARCHIVE_ERRORS: tuple[type[Exception], ...] = (
+    tarfile.TarError,
+    OSError,
+    EOFError,
+    *DEFLATE_ERRORS,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +150,7 @@ def _archive_members(file: Path) -> list[TraceInput]:
                 for m in archive
                 if _is_trace_member(m)
             )
-    except (tarfile.TarError, OSError, EOFError) as exc:
+    except _ARCHIVE_ERRORS as exc:
         raise SourceError(f"cannot read archive: {exc}", source=str(file)) from None
     return sorted(found, key=lambda item: item.member or "")
 
@@ -155,7 +161,7 @@ def _small_archive(file: Path) -> list[TraceInput] | None:
     compressions, which take the streaming path."""
     raw = file.read_bytes()
     if raw[:2] == b"\x1f\x8b":
-        data = gzip.decompress(raw)
+        data = gunzip_bytes(raw)
     elif raw[257:262] == b"ustar":
         data = raw
     else:
