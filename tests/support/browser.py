@@ -31,6 +31,22 @@ CHROMIUM_ARGS = [
     "--disable-dev-shm-usage",
 ]
 SCREENSHOTS = ARTIFACTS / "screenshots"
+#: Console errors of the test's page, and how many there were when the test body ended.
+_PROBLEMS = pytest.StashKey[list[str]]()
+_PROBLEMS_AT_END = pytest.StashKey[int]()
+#: What a page polling its server logs once a live-server fixture has stopped the server
+#: (fixtures are torn down before ``page`` when they were set up after it).
+_SERVER_GONE = "net::ERR_CONNECTION_REFUSED"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    try:
+        return (yield)
+    finally:
+        problems = item.stash.get(_PROBLEMS, None)
+        if problems is not None:
+            item.stash[_PROBLEMS_AT_END] = len(problems)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +68,7 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1366, "height": 900})
     page = context.new_page()
     problems: list[str] = []
@@ -64,8 +80,12 @@ def page(browser: Any) -> Iterator[Any]:
     )
     page.on("pageerror", lambda err: problems.append(f"pageerror: {err}"))
     page.console_problems = problems
+    request.node.stash[_PROBLEMS] = problems
     yield page
     context.close()
+    # after the test body, a refused connection is the server fixture stopping first
+    end = request.node.stash.get(_PROBLEMS_AT_END, len(problems))
+    problems = problems[:end] + [p for p in problems[end:] if _SERVER_GONE not in p]
     assert not problems, "browser reported errors:\n" + "\n".join(problems)
 
 
