@@ -1,0 +1,273 @@
+"""Kineto trace events -> numpy columns (:class:`~hpcscope.model.trace_events.EventTable`).
+
+Each block of events is decoded with one call to msgspec's typed decoder, which builds only the
+fields declared below (unknown keys are skipped inside the C decoder, never materialised as
+Python objects), then becomes numpy column chunks at once: ``map`` over attribute getters and
+interning dicts, no per-event Python loop. Strings (names, process groups, threads named by
+Kineto) are interned to integer codes. Only complete events of the categories the analysis uses
+are kept (see ``_CATEGORIES``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import compress
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from hpcscope.model.trace_events import EventKind, EventTable
+
+_CATEGORIES: dict[str, EventKind] = {
+    "cpu_op": EventKind.CPU_OP,
+    "operator": EventKind.CPU_OP,
+    "user_annotation": EventKind.ANNOTATION,
+    "kernel": EventKind.KERNEL,
+    "gpu_memcpy": EventKind.MEMCPY,
+    "gpu_memset": EventKind.MEMSET,
+    "cuda_runtime": EventKind.RUNTIME,
+    "cuda_driver": EventKind.RUNTIME,
+    "gpu_user_annotation": EventKind.GPU_ANNOTATION,
+    "python_function": EventKind.PYTHON_GC,  # only the "Python GC" ones are kept
+}
+_GC_NAME = "Python GC"
+
+
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    external_id: int | str | None = msgspec.field(default=-1, name="External id")
+    correlation: int | None = -1
+    stream: int | str | None = -1
+    device: int | str | None = -1
+    group: str | None = msgspec.field(default=None, name="Process Group Name")
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    cat: str = ""
+    name: str = ""
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = -1.0
+    args: _Args | None = _NO_ARGS
+
+
+_DECODER = msgspec.json.Decoder(list[_Event])
+
+
+class _Codes(dict[Any, int]):
+    """A dict that gives every new key the next code (string interning, C-speed lookups
+    through ``map(codes.__getitem__, keys)``)."""
+
+    def __missing__(self, key: Any) -> int:
+        code = self[key] = len(self)
+        return code
+
+
+class _KindCodes(dict[Any, int]):
+    """Known keys to their code, anything else to -1 (remembered, so the next lookup of the
+    same unknown category stays in C)."""
+
+    def __missing__(self, key: Any) -> int:
+        self[key] = -1
+        return -1
+
+
+class _GroupCodes(dict[Any, int]):
+    """Process-group names to 0, 1, ...; no group (None) to -1."""
+
+    def __init__(self) -> None:
+        super().__init__({None: -1})
+
+    def __missing__(self, key: Any) -> int:
+        code = self[key] = len(self) - 1
+        return code
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(k for k in self if k is not None)
+
+
+class _ThreadCodes(dict[Any, int]):
+    """Thread ids: integers (and strings of digits) as themselves; Kineto writes some threads
+    as names ("PyTorch Profiler"), which get negative codes so they never collide with a real
+    id."""
+
+    def __missing__(self, key: Any) -> int:
+        if type(key) is int:
+            code = key
+        elif isinstance(key, str) and key.isdigit():
+            code = int(key)
+        else:
+            code = -2 - sum(1 for k in self if not (type(k) is int or str(k).isdigit()))
+        self[key] = code
+        return code
+
+
+class _StreamCodes(dict[Any, int]):
+    """``args.stream``: an integer or a string of digits (older Kineto), else -1."""
+
+    def __missing__(self, key: Any) -> int:
+        if type(key) is int:
+            code = key
+        elif isinstance(key, str) and key.isdigit():
+            code = int(key)
+        else:
+            code = -1
+        self[key] = code
+        return code
+
+
+_CAT = attrgetter("cat")
+_NAME = attrgetter("name")
+_TID = attrgetter("tid")
+_TS = attrgetter("ts")
+_DUR = attrgetter("dur")
+_ARGS = attrgetter("args")
+_CORRELATION = attrgetter("correlation")
+_EXTERNAL = attrgetter("external_id")
+_STREAM = attrgetter("stream")
+_GROUP = attrgetter("group")
+_DEVICE = attrgetter("device")
+
+
+def _ints(getter: Callable[[Any], Any], items: list[Any], count: int) -> npt.NDArray[np.int64]:
+    """``getter(item)`` as integers, with -1 for anything else (a null, a string id)."""
+    try:
+        return np.fromiter(map(getter, items), np.int64, count)
+    except (TypeError, ValueError):
+        values = map(getter, items)
+        return np.fromiter((v if type(v) is int else -1 for v in values), np.int64, count)
+
+
+class EventColumns:
+    """Column builders: each decoded block becomes numpy column chunks (field by field, with
+    ``map`` over attribute getters: no per-event Python loop); strings are interned."""
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[npt.NDArray[Any], ...]] = []
+        self.names = _Codes()
+        self.groups = _GroupCodes()
+        self.threads = _ThreadCodes()
+        self.streams = _StreamCodes()
+        self.kinds = _KindCodes({k: int(v) for k, v in _CATEGORIES.items()})
+        self.devices: dict[int, int] = {}
+        self.skipped = 0
+
+    def add(self, events: list[_Event]) -> None:
+        n = len(events)
+        if not n:
+            return
+        kind = np.fromiter(map(self.kinds.__getitem__, map(_CAT, events)), np.int8, n)
+        dur = np.fromiter(map(_DUR, events), np.float64, n)
+        keep = (kind >= 0) & (dur >= 0)
+        if not keep.all():
+            events = list(compress(events, keep.tolist()))
+            kind, dur, n = kind[keep], dur[keep], len(events)
+            if not n:
+                return
+        # complete events only: the duration filter above is that test (in the Chrome trace
+        # format only "X" events carry "dur"; instant, flow, counter and metadata events have
+        # none), so ``ph`` is not read at all
+        names = np.fromiter(map(self.names.__getitem__, map(_NAME, events)), np.int32, n)
+        python = kind == EventKind.PYTHON_GC
+        if python.any():
+            keep = ~python | (names == self.names[_GC_NAME])
+            if not keep.all():
+                events = list(compress(events, keep.tolist()))
+                kind, dur, names, n = kind[keep], dur[keep], names[keep], len(events)
+                if not n:
+                    return
+        args = list(map(_ARGS, events))
+        if None in args:  # "args": null
+            args = [_NO_ARGS if a is None else a for a in args]
+        thread = self._threads(events, n)
+        on_stream = (kind >= EventKind.KERNEL) & (kind != EventKind.RUNTIME)
+        on_stream &= kind != EventKind.PYTHON_GC
+        if on_stream.any():
+            stream = np.fromiter(map(self.streams.__getitem__, map(_STREAM, args)), np.int64, n)
+            thread = np.where(on_stream & (stream >= 0), stream, thread)
+            kernels = kind == EventKind.KERNEL
+            if kernels.any():
+                kernel_args = list(compress(args, kernels.tolist()))
+                device = _ints(_DEVICE, kernel_args, len(kernel_args))
+                values, counts = np.unique(device[device >= 0], return_counts=True)
+                for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+                    self.devices[value] = self.devices.get(value, 0) + count
+        self.chunks.append(
+            (
+                kind,
+                names,
+                thread,
+                np.fromiter(map(_TS, events), np.float64, n),
+                dur,
+                _ints(_CORRELATION, args, n),
+                _ints(_EXTERNAL, args, n),
+                np.fromiter(map(self.groups.__getitem__, map(_GROUP, args)), np.int32, n),
+            )
+        )
+
+    def _threads(self, events: list[_Event], n: int) -> npt.NDArray[np.int64]:
+        """Thread ids: integers as they are (one pass), else through :class:`_ThreadCodes`."""
+        try:
+            return np.fromiter(map(_TID, events), np.int64, n)
+        except (TypeError, ValueError):
+            return np.fromiter(map(self.threads.__getitem__, map(_TID, events)), np.int64, n)
+
+    def add_loose(self, raw: list[Any]) -> None:
+        """Events that do not fit the typed decoder (odd types): convert field by field."""
+        typed: list[_Event] = []
+        for item in raw:
+            if not isinstance(item, dict):
+                self.skipped += 1
+                continue
+            try:
+                typed.append(msgspec.convert(item, _Event, strict=False))
+            except msgspec.ValidationError:
+                self.skipped += 1
+        self.add(typed)
+
+    def decode(self, view: memoryview) -> list[Any] | None:
+        """A block of events (a JSON array): typed, or as plain values when a field has an
+        unexpected type (:meth:`consume` converts those one by one); None when the block is
+        not valid JSON."""
+        try:
+            return _DECODER.decode(view)
+        except msgspec.ValidationError:
+            try:
+                loose: list[Any] = msgspec.json.decode(view)
+            except msgspec.DecodeError:
+                return None
+            return loose
+        except msgspec.DecodeError:
+            return None
+
+    def consume(self, events: list[Any]) -> None:
+        """Add a decoded block."""
+        if events and not isinstance(events[0], _Event):
+            self.add_loose(events)
+        else:
+            self.add(events)
+
+    def table(self) -> EventTable:
+        dtypes = (np.int8, np.int32, np.int64, np.float64, np.float64, np.int64, np.int64, np.int32)
+        columns = [
+            np.concatenate([c[i] for c in self.chunks]) if self.chunks else np.zeros(0, dtype)
+            for i, dtype in enumerate(dtypes)
+        ]
+        self.chunks = []
+        return EventTable(
+            kind=columns[0],
+            name=columns[1],
+            thread=columns[2],
+            ts_us=columns[3],
+            dur_us=columns[4],
+            correlation=columns[5],
+            external_id=columns[6],
+            group=columns[7],
+            names=tuple(self.names),
+            groups=self.groups.names(),
+        )
