@@ -10,7 +10,7 @@ from hpcscope.analysis.calibration import (
     calibrate,
     expected_max_standard_normal,
 )
-from hpcscope.analysis.stepsim import SimulationParameterError
+from hpcscope.analysis.step_model import SimulationParameterError
 from hpcscope.service.measured_job import load_measured_job
 from tests.support.paths import FIXTURES
 

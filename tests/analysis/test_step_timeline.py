@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hpcscope.analysis.step_model import SimulationParameterError, StepModel, Straggler
 from hpcscope.analysis.step_timeline import MAX_TIMELINE_GPUS, ring_schedule, step_timeline
-from hpcscope.analysis.stepsim import SimulationParameterError, StepModel, Straggler
 
 
 @given(gpus=st.integers(1, 40), per_node=st.integers(1, 9), seed=st.integers(0, 2**32))

@@ -1,4 +1,5 @@
-"""The simulator wired to a topology: requests, the what-if curve, the trace-report reader."""
+"""The simulator wired to a topology: the scaling curve, model-level errors, the what-if curve,
+the trace-report reader."""
 
 from __future__ import annotations
 
@@ -10,16 +11,11 @@ import pytest
 from hpcscope.model.errors import SourceError
 from hpcscope.model.topology import Topology, load_topology
 from hpcscope.service.measured_job import load_measured_job, parse_measured_job
-from hpcscope.service.simulation import (
+from hpcscope.service.simulation import report_json, run_simulation, run_what_if, what_if_json
+from hpcscope.service.simulation_inputs import (
     SimulationInputError,
     SimulationRequest,
-    StepRequest,
     parse_request,
-    report_json,
-    run_simulation,
-    run_what_if,
-    step_player,
-    what_if_json,
 )
 from tests.support.paths import FIXTURES, REPO_ROOT
 
@@ -46,52 +42,6 @@ def test_defaults_give_the_reference_curve(cluster: Topology) -> None:
     assert point["lost_gpu_hours_per_day"] == pytest.approx(1024 * 24 * (1 - point["efficiency"]))
     assert body["fabric"]["nic_bytes_per_second"] == 50e9
     json.dumps(body)  # JSON-ready
-
-
-def test_step_player_data(cluster: Topology) -> None:
-    body = step_player(StepRequest(jitter_cv=0.0), cluster)
-    assert body["cluster"]["gpus"] == 16 and body["cluster"]["labels"][10] == "gpu02 · GPU 2"
-    healthy, slow = body["healthy"], body["straggler"]
-    ar = body["allreduce"]["seconds"]
-    assert body["allreduce"]["algorithm"] == "ring" and body["allreduce"]["ring_steps"] == 30
-    assert healthy["step_seconds"] == pytest.approx(0.036 + ar)  # ~42.6 ms
-    assert slow["step_seconds"] == pytest.approx(0.056 + ar)  # ~62.6 ms
-    assert slow["efficiency"] == pytest.approx((0.036 + ar) / (0.056 + ar))
-    assert [lane["slowdown_phases"] for lane in slow["lanes"]][2] == ["backward"]
-    assert sum(1 for hop in body["ring"]["hops"] if hop["link"] == "network") == 2
-    assert len(body["ring"]["transfers"]) == 30 * 16
-
-
-def test_step_player_rejects_a_gpu_the_cluster_lacks(cluster: Topology) -> None:
-    with pytest.raises(SimulationInputError) as info:
-        step_player(StepRequest(straggler_gpu=16), cluster)
-    assert info.value.field == "straggler_gpu"
-
-
-@pytest.mark.parametrize(
-    ("values", "field"),
-    [
-        ({"gpus": "0"}, "gpus"),
-        ({"gpus": "8,abc"}, "gpus.1"),
-        ({"gpus": "20000"}, "gpus"),
-        ({"hiccup_probability": 1.2}, "hiccup_probability"),
-        ({"backward_seconds": -0.02}, "backward_seconds"),
-        ({"model_parameters": -1}, "model_parameters"),
-        ({"model_parameters": 0}, "model_parameters"),
-        ({"straggler_gpus": "-1"}, "straggler_gpus"),
-        ({"straggler_factor": 0.5}, "straggler_factor"),
-        ({"bucket_bytes": -5}, "bucket_bytes"),
-        ({"gpu_hour_price": -1}, "gpu_hour_price"),
-        ({"allreduce_algorithm": "tree"}, "allreduce_algorithm"),
-        ({"steps": 0}, "steps"),
-        ({"surprise": 1}, "surprise"),
-    ],
-)
-def test_bad_requests_name_the_field(values: dict[str, object], field: str) -> None:
-    with pytest.raises(SimulationInputError) as info:
-        parse_request(SimulationRequest, values)
-    assert info.value.field == field
-    assert info.value.message
 
 
 def test_model_level_errors_name_the_field(cluster: Topology) -> None:

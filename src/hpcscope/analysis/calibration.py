@@ -3,7 +3,7 @@
 Input: the per-rank phase means of one job as ``hpcscope traces analyze --json`` reports them
 (``phases[rank][phase]`` in seconds per step, the flagged ``stragglers``, and, when present,
 the per-step excess of the slowest rank over the peer median). Output: a
-:class:`~hpcscope.analysis.stepsim.StepModel` whose healthy phases are the peer medians, whose
+:class:`~hpcscope.analysis.step_model.StepModel` whose healthy phases are the peer medians, whose
 persistent stragglers are the flagged ranks with their measured slowdown factor
 (``rank's phase / peer median``), and whose jitter CV comes from the per-step excess when the
 run has no persistent straggler: the slowest of ``n`` ranks exceeds the median by
@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hpcscope.analysis.stepsim import (
+from hpcscope.analysis.step_model import (
     STRAGGLER_PHASES,
     SimulationParameterError,
     StepModel,

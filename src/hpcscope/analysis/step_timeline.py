@@ -1,6 +1,6 @@
 """One training step, GPU by GPU, and the ring AllReduce schedule: what the step player draws.
 
-:func:`step_timeline` lays out a single step of :class:`~hpcscope.analysis.stepsim.StepModel`
+:func:`step_timeline` lays out a single step of :class:`~hpcscope.analysis.step_model.StepModel`
 on ``n`` GPUs: each GPU's data load, forward, backward (scaled by its persistent straggler
 factors and by one jitter draw, as in the simulator), an optional hiccup, then the wait at the
 barrier until the last GPU arrives, the AllReduce that starts for everyone at that instant, and
@@ -17,7 +17,7 @@ from typing import Literal
 
 import numpy as np
 
-from hpcscope.analysis.stepsim import (
+from hpcscope.analysis.step_model import (
     PRE_BARRIER_PHASES,
     SimulationParameterError,
     StepModel,

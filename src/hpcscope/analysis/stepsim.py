@@ -1,36 +1,10 @@
 """The straggler-effect simulator: what variability costs a synchronous training step at scale.
 
-Model (``docs/simulate.md`` has the derivation and the validation figures). For GPU ``i`` in
-step ``t``::
-
-    compute_i(t) = (data_load + forward + backward + other)_i * X_i(t)      # before the barrier
-    X_i(t)       ~ LogNormal(mean 1, CV)  (or Normal(1, CV) clipped at 0)
-    arrival_i(t) = compute_i(t) + hiccup_i(t) + gc_i(t)
-    step(t)      = max_i arrival_i(t) + T_allreduce(n) + max_i optimizer_i
-    wait_i(t)    = max_j arrival_j(t) - arrival_i(t)  (+ max_j optimizer_j - optimizer_i)
-
-Each phase mean is multiplied by a persistent straggler factor for the GPUs named in
-:class:`Straggler`; hiccups add a fixed delay with probability ``p`` per GPU and step; GC pauses
-hit a GPU every ``gc_interval_steps`` steps, at a phase offset that is random per GPU
-(``gc_synchronized`` aligns them, as Megatron-LM's manual GC does). ``CV`` is the coefficient
-of variation of a GPU's whole pre-barrier compute time in one step (the quantity the order
-statistics tables use); the optimizer step is not jittered.
-
-Outputs per GPU count: expected step time with percentile bands over steps, *efficiency*
-``ideal / E[step]`` where ideal is the same step without any variability (nominal phases, the
-same AllReduce), *scaling efficiency* ``(compute + optimizer) / E[step]`` (communication
-counted as loss), the barrier-wait share of GPU time, and GPU-hours and money lost per day.
-
-Estimator: efficiency is ``ideal / mean simulated step``, where ideal uses the nominal compute,
-lowered to GPU 0's mean jittered compute over the simulated steps when that is smaller. GPU 0
-takes part in every step at every GPU count and every step lasts at least as long as GPU 0's
-compute, so the estimate never exceeds 1, not even by Monte Carlo noise at one or two GPUs
-where the expected loss is about 0; it equals the nominal ratio whenever GPU 0 ran at or
-above its nominal mean (the correction is at most a few standard errors of one GPU's mean,
-~0.1 % of the compute at 10,000 steps and CV 10 %). With common random numbers the numerator
-does not depend on the GPU count, so efficiency never rises when GPUs are added at the same
-AllReduce time. The percentile band is ``nominal ideal / step`` percentiles, capped at 1 (a
-step where every GPU ran fast is not more than 100 % efficient).
+:func:`simulate_scaling` runs the Monte Carlo of a step model over training steps at several GPU
+counts: the model, its equations and its parameters are in :mod:`~hpcscope.analysis.step_model`;
+each count's steps are summarised into a :class:`~hpcscope.analysis.scale_point.ScalePoint`,
+whose outputs and efficiency estimator are in :mod:`~hpcscope.analysis.scale_point`.
+``docs/simulate.md`` has the derivation and the validation figures.
 
 Engine: pure numpy, seeded. Random draws come from one stream per block of 64 GPUs and purpose
 (jitter, hiccups, GC), so GPU ``i`` sees the same draws whatever the GPU count (common random
@@ -45,17 +19,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-JitterDistribution = Literal["lognormal", "normal"]
-
-#: Phases a GPU runs before it arrives at the barrier of the gradient AllReduce.
-PRE_BARRIER_PHASES: tuple[str, ...] = ("data_load", "forward", "backward", "other")
-#: Phases a persistent straggler can be slow in.
-STRAGGLER_PHASES: tuple[str, ...] = (*PRE_BARRIER_PHASES, "optimizer")
+from hpcscope.analysis.scale_point import ScalePoint, scale_point
+from hpcscope.analysis.step_model import FloatArray, StepModel, require
 
 #: GPUs per random stream; part of the seed contract (changing it changes every result).
 BLOCK_GPUS = 64
@@ -64,179 +33,11 @@ _MAX_GAP = 1 << 40
 #: Most GPUs the simulator accepts (the largest training clusters in the reference).
 MAX_GPUS = 16_384
 
-FloatArray = npt.NDArray[np.float64]
-
-
-class SimulationParameterError(ValueError):
-    """A parameter the model cannot use; ``field`` names it (as in the API and the CLI)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        self.message = message
-        super().__init__(f"{field}: {message}")
-
-
-@dataclass(frozen=True, slots=True)
-class Straggler:
-    """A GPU that is persistently slow in one phase: its phase takes ``factor`` (>= 1) times
-    longer than on its peers."""
-
-    gpu: int
-    phase: str = "backward"
-    factor: float = 2.0
-
-    def __post_init__(self) -> None:
-        if self.gpu < 0:
-            raise SimulationParameterError("straggler_gpu", f"GPU index {self.gpu} is negative")
-        if self.phase not in STRAGGLER_PHASES:
-            raise SimulationParameterError(
-                "straggler_phase",
-                f"unknown phase {self.phase!r} (one of {', '.join(STRAGGLER_PHASES)})",
-            )
-        if not (math.isfinite(self.factor) and self.factor >= 1):
-            raise SimulationParameterError(
-                "straggler_factor",
-                f"a straggler is slower than its peers: the factor must be at least 1 "
-                f"(got {self.factor})",
-            )
-
-
-def _require(condition: bool, name: str, message: str) -> None:
-    if not condition:
-        raise SimulationParameterError(name, message)
-
-
-@dataclass(frozen=True, slots=True)
-class StepModel:
-    """One data-parallel training step, per GPU, as data. Times in seconds.
-
-    The defaults are the illustrative 42 ms step of the reference (data 2, forward 10,
-    backward 20, AllReduce about 6, optimizer 4 ms), without variability.
-    """
-
-    data_load_seconds: float = 0.002
-    forward_seconds: float = 0.010
-    backward_seconds: float = 0.020
-    other_seconds: float = 0.0
-    optimizer_seconds: float = 0.004
-    jitter_cv: float = 0.0
-    jitter_distribution: JitterDistribution = "lognormal"
-    stragglers: tuple[Straggler, ...] = ()
-    hiccup_probability: float = 0.0
-    hiccup_seconds: float = 0.0
-    gc_interval_steps: int = 0
-    gc_pause_seconds: float = 0.0
-    gc_synchronized: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("data_load", "forward", "backward", "other", "optimizer"):
-            value = getattr(self, f"{name}_seconds")
-            _require(
-                math.isfinite(value) and value >= 0,
-                f"{name}_seconds",
-                f"must be a non-negative number of seconds (got {value})",
-            )
-        _require(
-            self.compute_seconds > 0,
-            "compute_seconds",
-            "the phases before the barrier add up to zero",
-        )
-        _require(
-            math.isfinite(self.jitter_cv) and 0 <= self.jitter_cv <= 1,
-            "jitter_cv",
-            f"must be between 0 and 1 (got {self.jitter_cv})",
-        )
-        _require(
-            self.jitter_distribution in ("lognormal", "normal"),
-            "jitter_distribution",
-            f"unknown distribution {self.jitter_distribution!r} (lognormal or normal)",
-        )
-        _require(
-            math.isfinite(self.hiccup_probability) and 0 <= self.hiccup_probability <= 1,
-            "hiccup_probability",
-            f"is a probability per GPU and step, between 0 and 1 (got {self.hiccup_probability})",
-        )
-        _require(
-            math.isfinite(self.hiccup_seconds) and self.hiccup_seconds >= 0,
-            "hiccup_seconds",
-            f"must be a non-negative duration (got {self.hiccup_seconds})",
-        )
-        _require(
-            self.gc_interval_steps >= 0,
-            "gc_interval_steps",
-            f"must be 0 (no GC pauses) or a number of steps (got {self.gc_interval_steps})",
-        )
-        _require(
-            math.isfinite(self.gc_pause_seconds) and self.gc_pause_seconds >= 0,
-            "gc_pause_seconds",
-            f"must be a non-negative duration (got {self.gc_pause_seconds})",
-        )
-
-    @property
-    def compute_seconds(self) -> float:
-        """Nominal pre-barrier time of a healthy GPU."""
-        return (
-            self.data_load_seconds
-            + self.forward_seconds
-            + self.backward_seconds
-            + self.other_seconds
-        )
-
-    def phase_seconds(self, phase: str) -> float:
-        """Nominal duration of ``phase`` (one of :data:`STRAGGLER_PHASES`)."""
-        value: float = getattr(self, f"{phase}_seconds")
-        return value
-
-    def factors(self, gpus: int) -> dict[str, FloatArray]:
-        """Per-phase slowdown factor of each of the first ``gpus`` GPUs (1 when healthy)."""
-        out = {phase: np.ones(gpus) for phase in STRAGGLER_PHASES}
-        for straggler in self.stragglers:
-            if straggler.gpu < gpus:
-                out[straggler.phase][straggler.gpu] *= straggler.factor
-        return out
-
-    def per_gpu_seconds(self, gpus: int) -> tuple[FloatArray, FloatArray]:
-        """(pre-barrier compute, optimizer) seconds of each GPU before jitter."""
-        factors = self.factors(gpus)
-        compute = np.zeros(gpus)
-        for phase in PRE_BARRIER_PHASES:
-            compute += self.phase_seconds(phase) * factors[phase]
-        return compute, self.optimizer_seconds * factors["optimizer"]
-
-
-@dataclass(frozen=True, slots=True)
-class ScalePoint:
-    """The simulated outcome at one GPU count. Times in seconds, ratios 0-1.
-
-    ``step_seconds_pNN`` are percentiles over the simulated steps; ``efficiency_p05`` is the
-    efficiency of a slow (95th percentile) step, ``efficiency_p95`` of a fast (5th) one.
-    """
-
-    gpus: int
-    steps: int
-    step_seconds: float
-    step_seconds_p05: float
-    step_seconds_p50: float
-    step_seconds_p95: float
-    step_seconds_p99: float
-    ideal_step_seconds: float
-    compute_seconds: float
-    allreduce_seconds: float
-    optimizer_seconds: float
-    efficiency: float
-    efficiency_p05: float
-    efficiency_p95: float
-    scaling_efficiency: float
-    barrier_wait_seconds: float
-    barrier_wait_ratio: float
-    hiccup_step_ratio: float
-    gpu_hours_per_day: float
-    lost_gpu_hours_per_day: float
-    lost_cost_per_day: float
-
 
 @dataclass(slots=True)
 class _Accumulator:
+    """Running totals per GPU count (one row each) over the chunks of simulated steps."""
+
     step_seconds: FloatArray
     arrival_sum: FloatArray
     wait_sum: FloatArray
@@ -278,15 +79,15 @@ def _stream(seed: int, purpose: int, block: int) -> np.random.Generator:
 
 
 def _validate_counts(gpu_counts: Sequence[int], steps: int, chunk_cells: int) -> list[int]:
-    _require(len(gpu_counts) > 0, "gpus", "give at least one GPU count")
+    require(len(gpu_counts) > 0, "gpus", "give at least one GPU count")
     for count in gpu_counts:
-        _require(
+        require(
             1 <= count <= MAX_GPUS,
             "gpus",
             f"GPU counts must be between 1 and {MAX_GPUS:,} (got {count})",
         )
-    _require(steps >= 1, "steps", f"simulate at least one step (got {steps})")
-    _require(chunk_cells >= 1, "chunk_cells", "must be positive")
+    require(steps >= 1, "steps", f"simulate at least one step (got {steps})")
+    require(chunk_cells >= 1, "chunk_cells", "must be positive")
     return sorted(set(gpu_counts))
 
 
@@ -319,16 +120,16 @@ def simulate_scaling(
         SimulationParameterError: naming the bad parameter.
     """
     counts = _validate_counts(gpu_counts, steps, chunk_cells)
-    _require(seed >= 0, "seed", f"must be a non-negative integer (got {seed})")
-    _require(
+    require(seed >= 0, "seed", f"must be a non-negative integer (got {seed})")
+    require(
         math.isfinite(gpu_hour_price) and gpu_hour_price >= 0,
         "gpu_hour_price",
         f"must be a non-negative price (got {gpu_hour_price})",
     )
     for count in counts:
-        _require(count in allreduce_seconds, "allreduce_seconds", f"missing for {count} GPUs")
+        require(count in allreduce_seconds, "allreduce_seconds", f"missing for {count} GPUs")
         value = allreduce_seconds[count]
-        _require(
+        require(
             math.isfinite(value) and value >= 0,
             "allreduce_seconds",
             f"must be a non-negative duration (got {value} for {count} GPUs)",
@@ -371,15 +172,17 @@ def simulate_scaling(
         acc.wait_sum += rows * np.maximum(ns * optimizer_max - optimizer_sum, 0.0)
         acc.hiccup_steps += (hit_gpu[:, None] < ns[None, :]).sum(axis=0)
     return tuple(
-        _point(
+        scale_point(
             model,
-            acc,
-            k,
-            count,
-            steps,
-            float(allreduce[k]),
-            float(optimizer_max[k]),
-            gpu_hour_price,
+            acc.step_seconds[k],
+            gpus=count,
+            arrival_seconds_sum=float(acc.arrival_sum[k]),
+            wait_seconds_sum=float(acc.wait_sum[k]),
+            hiccup_steps=int(acc.hiccup_steps[k]),
+            gpu0_jitter=acc.gpu0_jitter,
+            allreduce_seconds=float(allreduce[k]),
+            optimizer_seconds=float(optimizer_max[k]),
+            gpu_hour_price=gpu_hour_price,
         )
         for k, count in enumerate(counts)
     )
@@ -475,53 +278,3 @@ def _add_gc(
     gpu = np.repeat(np.arange(offsets.size), counts)
     within = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
     arrival[first_hit[gpu] + within * interval, gpu] += pause_seconds
-
-
-def _point(
-    model: StepModel,
-    acc: _Accumulator,
-    k: int,
-    gpus: int,
-    steps: int,
-    allreduce: float,
-    optimizer_max: float,
-    price: float,
-) -> ScalePoint:
-    series = acc.step_seconds[k]
-    mean = float(series.mean())
-    p05, p50, p95, p99 = (float(v) for v in np.percentile(series, [5, 50, 95, 99]))
-    nominal = model.compute_seconds + model.optimizer_seconds + allreduce
-    # Useful work of a step: the nominal compute, except when GPU 0 (in every step at every
-    # GPU count) ran faster than nominal on average over these steps; see the module docstring.
-    compute_mean = min(model.compute_seconds, model.compute_seconds * float(acc.gpu0_jitter.mean()))
-    useful = compute_mean + model.optimizer_seconds
-    efficiency = (useful + allreduce) / mean if mean > 0 else 1.0
-    band_low = min(1.0, nominal / p95) if p95 > 0 else 1.0
-    band_high = min(1.0, nominal / p05) if p05 > 0 else 1.0
-    gpu_hours = 24.0 * gpus
-    lost = gpu_hours * (1.0 - efficiency)
-    return ScalePoint(
-        gpus=gpus,
-        steps=steps,
-        step_seconds=mean,
-        step_seconds_p05=p05,
-        step_seconds_p50=p50,
-        step_seconds_p95=p95,
-        step_seconds_p99=p99,
-        ideal_step_seconds=nominal,
-        compute_seconds=float(acc.arrival_sum[k]) / (gpus * steps),
-        allreduce_seconds=allreduce,
-        optimizer_seconds=optimizer_max,
-        efficiency=efficiency,
-        efficiency_p05=band_low,
-        efficiency_p95=band_high,
-        scaling_efficiency=useful / mean if mean > 0 else 1.0,
-        barrier_wait_seconds=float(acc.wait_sum[k]) / (gpus * steps),
-        barrier_wait_ratio=float(acc.wait_sum[k]) / (gpus * float(series.sum()))
-        if mean > 0
-        else 0.0,
-        hiccup_step_ratio=float(acc.hiccup_steps[k]) / steps,
-        gpu_hours_per_day=gpu_hours,
-        lost_gpu_hours_per_day=lost,
-        lost_cost_per_day=lost * price,
-    )

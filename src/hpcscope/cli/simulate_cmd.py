@@ -24,16 +24,18 @@ from hpcscope.model.topology import Topology, load_topology
 from hpcscope.service.measured_job import load_measured_job
 from hpcscope.service.settings import bundled_topology
 from hpcscope.service.simulation import (
-    SimulationInputError,
     SimulationReport,
-    SimulationRequest,
     WhatIfReport,
     calibration_json,
-    parse_request,
     point_json,
     run_simulation,
     run_what_if,
     what_if_json,
+)
+from hpcscope.service.simulation_inputs import (
+    SimulationInputError,
+    SimulationRequest,
+    parse_request,
 )
 
 #: Request field -> the option a user typed, for error messages.

@@ -24,15 +24,14 @@ from hpcscope.analysis.collectives import gradient_bytes
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import service_of, site_viewer
 from hpcscope.serve.templating import render
-from hpcscope.service.simulation import (
+from hpcscope.service.simulation import report_json, run_simulation
+from hpcscope.service.simulation_inputs import (
     MAX_REQUEST_CELLS,
     SimulationInputError,
     SimulationRequest,
     StepRequest,
-    report_json,
-    run_simulation,
-    step_player,
 )
+from hpcscope.service.step_player import step_player
 
 router = APIRouter()
 
