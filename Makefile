@@ -37,8 +37,8 @@ demo: venv
 	$(BIN)/hpcscope demo $(DEMO_ARGS)
 
 lint: venv
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
 
 typecheck: venv
 	$(BIN)/mypy
