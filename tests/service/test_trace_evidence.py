@@ -1,4 +1,5 @@
-"""Root-cause evidence for a straggler from GPU telemetry in a real (temporary) store.
+"""Root-cause evidence for a straggler from GPU and InfiniBand telemetry in a real (temporary)
+store.
 
 The param 8-rank DLRM traces (rank 7 is the straggler the others wait for) are linked to a job
 whose GPU samples are written to the store: the evidence must name the straggler's GPU, its
@@ -8,20 +9,23 @@ like the others.
 
 from __future__ import annotations
 
+import tarfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pytest
 
 from hpcscope.model.access import Principal, Role
-from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, JOB_ALLOCATION_SCHEMA
+from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, IB_PORT_SCHEMA, JOB_ALLOCATION_SCHEMA
 from hpcscope.service import trace_reports
 from hpcscope.service.core import Service
 from hpcscope.service.settings import Settings
 from hpcscope.service.users import UserDirectory
+from hpcscope.store.infiniband import append_ib_counters
 from tests.support.paths import FIXTURES
 
 PARAM = FIXTURES / "traces" / "param_dlrm_8rank" / "dlrm_kineto.tar.gz"
@@ -193,3 +197,109 @@ def test_the_server_never_forks(service: Service, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr("os.fork", refuse)
     row = trace_reports.analyze_and_store(service, ALICE, [PARAM], source_names=["x"])
     assert row.straggler_ranks == (7,)
+
+
+def _two_node_traces(directory: Path) -> Path:
+    """The param ranks as if ranks 0-3 ran on dgx1 and 4-7 on dgx2 (Kineto's ``host_name``
+    set in copies of the real traces; everything else untouched)."""
+    with tarfile.open(PARAM) as archive:
+        archive.extractall(directory, filter="data")
+    traces = sorted(directory.rglob("*.json"))
+    assert len(traces) == 8
+    for path in traces:
+        document = orjson.loads(path.read_bytes())
+        rank = document["distributedInfo"]["rank"]
+        document["host_name"] = "dgx1" if rank < 4 else "dgx2"
+        path.write_bytes(orjson.dumps(document))
+    return directory
+
+
+def _ib_reads(node: str, symbol_errors: tuple[float, float]) -> pa.Table:
+    rows = []
+    for second, value in zip((-2, 2), symbol_errors, strict=True):
+        row: dict[str, Any] = dict.fromkeys(IB_PORT_SCHEMA.names)
+        row.update(
+            ts=WINDOW_START + timedelta(seconds=second),
+            node=node,
+            device="mlx5_0",
+            port=1,
+            state_id=4,
+            physical_state_id=5,
+            symbol_error_total=value,
+            link_error_recovery_total=0.0,
+        )
+        rows.append(row)
+    return pa.Table.from_pylist(rows, schema=IB_PORT_SCHEMA)
+
+
+@pytest.mark.parametrize(("dgx2_errors", "supports"), [((10.0, 1510.0), True), ((3.0, 3.0), False)])
+def test_infiniband_errors_on_the_stragglers_node_are_network_evidence(
+    service: Service, tmp_path: Path, dgx2_errors: tuple[float, float], supports: bool
+) -> None:
+    jobs = pa.table(
+        {"job_id": ["80"], "user": ["alice"], "account": ["vision"], "source": ["test"]}
+    )
+    service.store.upsert_jobs(jobs).result()
+    allocation = pa.table(
+        {
+            "job_id": ["80"] * 16,
+            "node": ["dgx1"] * 8 + ["dgx2"] * 8,
+            "gpu": list(range(8)) * 2,
+            "gpu_instance_id": [None] * 16,
+            "start_time": [WINDOW_START - timedelta(hours=1)] * 16,
+            "end_time": [None] * 16,
+        },
+        schema=JOB_ALLOCATION_SCHEMA,
+    )
+    service.store.append("job_allocations", allocation).result()
+    append_ib_counters(service.store, _ib_reads("dgx1", (0.0, 0.0))).result()
+    append_ib_counters(service.store, _ib_reads("dgx2", dgx2_errors)).result()
+    # counters of a day later must not count
+    late = _ib_reads("dgx1", (0.0, 99999.0))
+    late = late.set_column(
+        0, "ts", pa.array([t + timedelta(days=1) for t in late["ts"].to_pylist()])
+    )
+    append_ib_counters(service.store, late.cast(IB_PORT_SCHEMA)).result()
+    traces = _two_node_traces(tmp_path / "two-nodes")
+    row = trace_reports.analyze_and_store(service, ALICE, [traces], source_names=["x"], job_id="80")
+    found = trace_reports.get_analysis(service, ALICE, row.analysis_id)
+    assert found is not None
+    fabric = [e for e in _evidence(found[1], 7) if e["figures"].get("source") == "infiniband"]
+    assert len(fabric) == 1, fabric
+    [item] = fabric
+    assert item["kind"] == "network" and item["supports"] is supports
+    assert item["figures"]["node"] == "dgx2"
+    assert item["figures"]["errors"] == dgx2_errors[1] - dgx2_errors[0]
+    assert item["figures"]["peers_max_errors"] == 0
+    if supports:
+        assert "1,500 symbol errors" in item["summary"]
+        assert _evidence(found[1], 7)[0] == item  # supporting evidence comes first
+    assert any("rank 7 ran on node dgx2 GPU 7" in n for n in found[1]["evidence_notes"])
+    # linking again does not duplicate the telemetry evidence
+    trace_reports.link_analysis(service, ALICE, row.analysis_id, "80")
+    again = trace_reports.get_analysis(service, ALICE, row.analysis_id)
+    assert again is not None
+    assert [e for e in _evidence(again[1], 7) if e["figures"].get("source")] == fabric
+
+
+def test_a_node_without_counters_is_said(service: Service, tmp_path: Path) -> None:
+    jobs = pa.table({"job_id": ["81"], "user": ["alice"], "account": ["vision"], "source": ["t"]})
+    service.store.upsert_jobs(jobs).result()
+    allocation = pa.table(
+        {
+            "job_id": ["81"] * 16,
+            "node": ["dgx1"] * 8 + ["dgx2"] * 8,
+            "gpu": list(range(8)) * 2,
+            "gpu_instance_id": [None] * 16,
+            "start_time": [WINDOW_START - timedelta(hours=1)] * 16,
+            "end_time": [None] * 16,
+        },
+        schema=JOB_ALLOCATION_SCHEMA,
+    )
+    service.store.append("job_allocations", allocation).result()
+    traces = _two_node_traces(tmp_path / "two-nodes")
+    row = trace_reports.analyze_and_store(service, ALICE, [traces], source_names=["x"], job_id="81")
+    found = trace_reports.get_analysis(service, ALICE, row.analysis_id)
+    assert found is not None
+    assert all(e["figures"].get("source") != "infiniband" for e in _evidence(found[1], 7))
+    assert any("dgx1, dgx2: no InfiniBand counters" in n for n in found[1]["evidence_notes"])

@@ -1,6 +1,6 @@
 """Trace analyses in the server: analyse uploads (or, for admins, a server-side directory),
 store the result, list and show what a principal may see, link an analysis to a job, and add
-hardware evidence from the job's GPU telemetry.
+evidence from the job's telemetry (:mod:`hpcscope.service.job_evidence`).
 
 Visibility (applied in SQL by :mod:`hpcscope.store.traces`): a researcher sees their own
 analyses, a team lead also those of the accounts they coordinate, an admin all of them. An
@@ -22,19 +22,15 @@ import secrets
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
-from hpcscope.analysis.efficiency import gpu_summary
-from hpcscope.analysis.rank_gpus import map_ranks_to_gpus
-from hpcscope.analysis.straggler_evidence import GpuTelemetry, hardware_evidence
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import SourceError
 from hpcscope.model.trace_analysis import StoredAnalysis
 from hpcscope.service import reports
+from hpcscope.service.job_evidence import add_job_evidence, parse_utc
 from hpcscope.service.trace_inputs import IN_PROCESS_JSON_BYTES, find_traces, plan_workers
 from hpcscope.service.traces import analyze, to_json
 from hpcscope.store import traces as queries
@@ -138,8 +134,8 @@ def analyze_and_store(
         partial=bool(document["partial"]),
         slowdown=document["what_if"]["slowdown"],
         straggler_ranks=tuple(int(s["rank"]) for s in document["stragglers"]),
-        window_start=_parse_utc(window["start_utc"]) if window else None,
-        window_end=_parse_utc(window["end_utc"]) if window else None,
+        window_start=parse_utc(window["start_utc"]) if window else None,
+        window_end=parse_utc(window["end_utc"]) if window else None,
         result_json=json.dumps(document),
     )
     queries.insert_analysis(service.store, row)
@@ -178,10 +174,6 @@ def _strip_temporary(document: dict[str, Any], directory: Path) -> None:
     for source in document["sources"]:
         if source["file"].startswith(prefix):
             source["file"] = source["file"][len(prefix) :]
-
-
-def _parse_utc(text: str) -> datetime:
-    return datetime.fromisoformat(text.removesuffix("Z"))
 
 
 def list_analyses(service: Service, principal: Principal) -> list[StoredAnalysis]:
@@ -224,75 +216,3 @@ def link_analysis(
     if found is None:  # pragma: no cover - the owner always sees their own analysis
         raise TraceAccessError(f"no analysis {analysis_id} visible to you")
     return found
-
-
-def add_job_evidence(service: Service, document: dict[str, Any], job_id: str) -> None:
-    """Add hardware evidence from the job's GPU samples in the profiled window to each
-    straggler of ``document`` (in place), and say in ``evidence_notes`` what was (not) found.
-    The caller has checked that the job is visible."""
-    notes: list[str] = []
-    document["evidence_notes"] = notes
-    stragglers = [int(s["rank"]) for s in document["stragglers"]]
-    if not stragglers:
-        return
-    allocation = queries.job_allocation(service.store, job_id)
-    if not allocation:
-        notes.append(f"job {job_id}: no GPU allocation or sample is known, no hardware evidence")
-        return
-    mapping = map_ranks_to_gpus(
-        [(int(s["rank"]), s.get("host"), s.get("gpu_index")) for s in document["sources"]],
-        allocation,
-    )
-    window = document.get("window")
-    since = _parse_utc(window["start_utc"]) if window else None
-    until = _parse_utc(window["end_utc"]) if window else None
-    if window:
-        # samples are seconds apart: widen the window by one scrape interval on each side
-        pad = timedelta(seconds=service.settings.scrape_interval_seconds)
-        since, until = since - pad if since else None, until + pad if until else None
-    samples = pl.from_arrow(queries.job_samples(service.store, job_id, since=since, until=until))
-    assert isinstance(samples, pl.DataFrame)
-    if samples.height == 0:
-        notes.append(
-            f"job {job_id}: no GPU sample in the profiled window"
-            + (f" ({window['start_utc']} to {window['end_utc']})" if window else "")
-            + ", no hardware evidence"
-        )
-        return
-    summary = gpu_summary(
-        samples,
-        max_interval_seconds=reports.max_interval_seconds(service.settings.scrape_interval_seconds),
-    )
-    counts = samples.group_by(["node", "gpu"]).len()
-    per_gpu = {(r["node"], int(r["gpu"])): r for r in summary.to_dicts()}
-    sample_counts = {(r["node"], int(r["gpu"])): int(r["len"]) for r in counts.to_dicts()}
-    gpus: dict[int, GpuTelemetry] = {}
-    for rank, placed in mapping.items():
-        row = per_gpu.get((placed.node, placed.gpu))
-        if row is None:
-            continue
-        gpus[rank] = GpuTelemetry(
-            node=placed.node,
-            gpu=placed.gpu,
-            sm_clock_hertz=row["sm_clock_hertz"],
-            max_temperature_celsius=row["max_temperature_celsius"],
-            throttle_reasons=int(row["throttle_reasons"] or 0),
-            slowdown_share=row["slowdown_share"],
-            xid=int(row["xid"]) if row["xid"] else None,
-            samples=sample_counts.get((placed.node, placed.gpu), 0),
-            mapping=placed.how,
-        )
-    found = hardware_evidence(stragglers, [int(r) for r in document["ranks"]], gpus)
-    for straggler in document["stragglers"]:
-        rank = int(straggler["rank"])
-        where = mapping.get(rank)
-        if rank in found:
-            kept = [e for e in straggler["evidence"] if e["kind"] != "hardware"]
-            straggler["evidence"] = [e.to_dict() for e in found[rank]] + kept
-        if where is None:
-            notes.append(f"rank {rank}: could not be placed on an allocated GPU of job {job_id}")
-        else:
-            notes.append(
-                f"rank {rank} ran on node {where.node} GPU {where.gpu} (mapped by {where.how})"
-                + ("" if rank in found else "; no samples for it and a peer in the window")
-            )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future
 from datetime import datetime
 
@@ -27,17 +28,29 @@ def append_ib_counters(store: Store, rows: pa.Table) -> Future[int]:
 
 
 def ib_counters(
-    store: Store, *, node: str | None = None, since: datetime | None = None
+    store: Store,
+    *,
+    node: str | None = None,
+    nodes: Sequence[str] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> pa.Table:
-    """Stored port rows, oldest first, optionally for one node and from ``since``."""
+    """Stored port rows, oldest first, optionally for one node or some nodes, from ``since``
+    and up to ``until`` (both inclusive)."""
     clauses: list[str] = []
     params: list[object] = []
     if node is not None:
         clauses.append("node = ?")
         params.append(node)
+    if nodes is not None:
+        clauses.append("list_contains(?, node)")
+        params.append(list(nodes))
     if since is not None:
         clauses.append("ts >= ?")
         params.append(since)
+    if until is not None:
+        clauses.append("ts <= ?")
+        params.append(until)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     return store.query(
         f"SELECT * FROM ib_port_counters {where} ORDER BY node, device, port, ts", params

@@ -1,0 +1,179 @@
+"""Evidence for a traced job's stragglers from the telemetry hpcscope holds for the job.
+
+Once an analysis is linked to a job (and the caller has checked the principal may see it), the
+ranks are placed on the job's allocated GPUs
+(:func:`~hpcscope.analysis.rank_gpus.map_ranks_to_gpus`) and two sources are read over the
+profiled window, widened by one scrape interval on each side (samples are seconds apart):
+
+* the GPU samples of each rank's GPU (``gpu_samples``): hardware evidence (throttling, clocks,
+  temperature, Xid), :func:`~hpcscope.analysis.straggler_evidence.hardware_evidence`;
+* the InfiniBand port counters of each rank's node (``ib_port_counters``, node_exporter):
+  network evidence (errors, ports down), :func:`~hpcscope.analysis.fabric_evidence.fabric_evidence`.
+
+``evidence_notes`` says what was found and what was not (a node without counters, a rank that
+could not be placed), so an empty section is never silent.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from hpcscope.analysis.efficiency import gpu_summary
+from hpcscope.analysis.fabric_evidence import fabric_evidence, node_fabric
+from hpcscope.analysis.rank_gpus import RankGpu, map_ranks_to_gpus
+from hpcscope.analysis.straggler_evidence import GpuTelemetry, hardware_evidence
+from hpcscope.ingest.infiniband import COUNTER_WIDTH_BITS
+from hpcscope.service import reports
+from hpcscope.store import infiniband as ib_queries
+from hpcscope.store import traces as queries
+
+if TYPE_CHECKING:
+    from hpcscope.service.core import Service
+
+#: How far around the profiled window InfiniBand counter reads are looked for (node_exporter is
+#: often scraped every 15-60 s; the reads that bracket the window are kept).
+COUNTER_MARGIN_SECONDS = 300
+#: Evidence items this module adds, recognised when a link is made again.
+_TELEMETRY_SOURCES = ("infiniband",)
+
+
+def parse_utc(text: str) -> datetime:
+    """An ISO 8601 UTC time of the analysis document as a naive UTC datetime."""
+    return datetime.fromisoformat(text.removesuffix("Z"))
+
+
+def _from_telemetry(item: dict[str, Any]) -> bool:
+    figures = item.get("figures") or {}
+    return item["kind"] == "hardware" or figures.get("source") in _TELEMETRY_SOURCES
+
+
+def add_job_evidence(service: Service, document: dict[str, Any], job_id: str) -> None:
+    """Add hardware and fabric evidence from the job's telemetry in the profiled window to
+    each straggler of ``document`` (in place), and say in ``evidence_notes`` what was (not)
+    found. Evidence from an earlier link is replaced. The caller has checked that the job is
+    visible."""
+    notes: list[str] = []
+    document["evidence_notes"] = notes
+    for straggler in document["stragglers"]:
+        straggler["evidence"] = [e for e in straggler["evidence"] if not _from_telemetry(e)]
+    stragglers = [int(s["rank"]) for s in document["stragglers"]]
+    if not stragglers:
+        return
+    allocation = queries.job_allocation(service.store, job_id)
+    if not allocation:
+        notes.append(f"job {job_id}: no GPU allocation or sample is known, no hardware evidence")
+        return
+    mapping = map_ranks_to_gpus(
+        [(int(s["rank"]), s.get("host"), s.get("gpu_index")) for s in document["sources"]],
+        allocation,
+    )
+    window = document.get("window")
+    since = parse_utc(window["start_utc"]) if window else None
+    until = parse_utc(window["end_utc"]) if window else None
+    if since is not None and until is not None:
+        pad = timedelta(seconds=service.settings.scrape_interval_seconds)
+        since, until = since - pad, until + pad
+    found: dict[int, list[dict[str, object]]] = {}
+    for rank, items in _hardware(service, document, job_id, mapping, since, until, notes).items():
+        found.setdefault(rank, []).extend(e.to_dict() for e in items)
+    for rank, items in _fabric(service, stragglers, mapping, since, until, notes).items():
+        found.setdefault(rank, []).extend(e.to_dict() for e in items)
+    for straggler in document["stragglers"]:
+        rank = int(straggler["rank"])
+        added = found.get(rank, [])
+        supporting = [e for e in added if e["supports"]]
+        ruled_out = [e for e in added if not e["supports"]]
+        straggler["evidence"] = supporting + straggler["evidence"] + ruled_out
+        where = mapping.get(rank)
+        if where is None:
+            notes.append(f"rank {rank}: could not be placed on an allocated GPU of job {job_id}")
+        else:
+            hardware = any(e["kind"] == "hardware" for e in added)
+            notes.append(
+                f"rank {rank} ran on node {where.node} GPU {where.gpu} (mapped by {where.how})"
+                + ("" if hardware else "; no GPU samples for it and a peer in the window")
+            )
+
+
+def _hardware(
+    service: Service,
+    document: dict[str, Any],
+    job_id: str,
+    mapping: dict[int, RankGpu],
+    since: datetime | None,
+    until: datetime | None,
+    notes: list[str],
+) -> dict[int, tuple[Any, ...]]:
+    samples = pl.from_arrow(queries.job_samples(service.store, job_id, since=since, until=until))
+    assert isinstance(samples, pl.DataFrame)
+    if samples.height == 0:
+        window = document.get("window")
+        notes.append(
+            f"job {job_id}: no GPU sample in the profiled window"
+            + (f" ({window['start_utc']} to {window['end_utc']})" if window else "")
+            + ", no hardware evidence"
+        )
+        return {}
+    summary = gpu_summary(
+        samples,
+        max_interval_seconds=reports.max_interval_seconds(service.settings.scrape_interval_seconds),
+    )
+    counts = samples.group_by(["node", "gpu"]).len()
+    per_gpu = {(r["node"], int(r["gpu"])): r for r in summary.to_dicts()}
+    sample_counts = {(r["node"], int(r["gpu"])): int(r["len"]) for r in counts.to_dicts()}
+    gpus: dict[int, GpuTelemetry] = {}
+    for rank, placed in mapping.items():
+        row = per_gpu.get((placed.node, placed.gpu))
+        if row is None:
+            continue
+        gpus[rank] = GpuTelemetry(
+            node=placed.node,
+            gpu=placed.gpu,
+            sm_clock_hertz=row["sm_clock_hertz"],
+            max_temperature_celsius=row["max_temperature_celsius"],
+            throttle_reasons=int(row["throttle_reasons"] or 0),
+            slowdown_share=row["slowdown_share"],
+            xid=int(row["xid"]) if row["xid"] else None,
+            samples=sample_counts.get((placed.node, placed.gpu), 0),
+            mapping=placed.how,
+        )
+    stragglers = [int(s["rank"]) for s in document["stragglers"]]
+    return dict(hardware_evidence(stragglers, [int(r) for r in document["ranks"]], gpus))
+
+
+def _fabric(
+    service: Service,
+    stragglers: list[int],
+    mapping: dict[int, RankGpu],
+    since: datetime | None,
+    until: datetime | None,
+    notes: list[str],
+) -> dict[int, tuple[Any, ...]]:
+    rank_nodes = {rank: placed.node for rank, placed in mapping.items()}
+    nodes = sorted(set(rank_nodes.values()))
+    fabric = {}
+    if len(nodes) > 1:
+        # counters are read every node_exporter scrape (often 15-60 s): read around the window
+        # and keep, per port, the reads that bracket it
+        margin = timedelta(seconds=COUNTER_MARGIN_SECONDS)
+        rows = pl.from_arrow(
+            ib_queries.ib_counters(
+                service.store,
+                nodes=nodes,
+                since=since - margin if since else None,
+                until=until + margin if until else None,
+            )
+        )
+        assert isinstance(rows, pl.DataFrame)
+        window = (since, until) if since is not None and until is not None else None
+        fabric = node_fabric(rows, window=window, widths_bits=COUNTER_WIDTH_BITS)
+    missing = [n for n in nodes if n not in fabric] if len(nodes) > 1 else []
+    if missing:
+        notes.append(
+            f"node(s) {', '.join(missing)}: no InfiniBand counters in the profiled window "
+            "(node_exporter's infiniband collector not scraped), no fabric evidence for them"
+        )
+    return dict(fabric_evidence(stragglers, rank_nodes, fabric))
