@@ -214,6 +214,26 @@ def _two_node_traces(directory: Path) -> Path:
     return directory
 
 
+def _two_node_job(service: Service, job_id: str) -> None:
+    """Alice's job on all 8 GPUs of dgx1 and of dgx2."""
+    jobs = pa.table(
+        {"job_id": [job_id], "user": ["alice"], "account": ["vision"], "source": ["test"]}
+    )
+    service.store.upsert_jobs(jobs).result()
+    allocation = pa.table(
+        {
+            "job_id": [job_id] * 16,
+            "node": ["dgx1"] * 8 + ["dgx2"] * 8,
+            "gpu": list(range(8)) * 2,
+            "gpu_instance_id": [None] * 16,
+            "start_time": [WINDOW_START - timedelta(hours=1)] * 16,
+            "end_time": [None] * 16,
+        },
+        schema=JOB_ALLOCATION_SCHEMA,
+    )
+    service.store.append("job_allocations", allocation).result()
+
+
 def _ib_reads(node: str, symbol_errors: tuple[float, float]) -> pa.Table:
     rows = []
     for second, value in zip((-2, 2), symbol_errors, strict=True):
@@ -236,22 +256,7 @@ def _ib_reads(node: str, symbol_errors: tuple[float, float]) -> pa.Table:
 def test_infiniband_errors_on_the_stragglers_node_are_network_evidence(
     service: Service, tmp_path: Path, dgx2_errors: tuple[float, float], supports: bool
 ) -> None:
-    jobs = pa.table(
-        {"job_id": ["80"], "user": ["alice"], "account": ["vision"], "source": ["test"]}
-    )
-    service.store.upsert_jobs(jobs).result()
-    allocation = pa.table(
-        {
-            "job_id": ["80"] * 16,
-            "node": ["dgx1"] * 8 + ["dgx2"] * 8,
-            "gpu": list(range(8)) * 2,
-            "gpu_instance_id": [None] * 16,
-            "start_time": [WINDOW_START - timedelta(hours=1)] * 16,
-            "end_time": [None] * 16,
-        },
-        schema=JOB_ALLOCATION_SCHEMA,
-    )
-    service.store.append("job_allocations", allocation).result()
+    _two_node_job(service, "80")
     append_ib_counters(service.store, _ib_reads("dgx1", (0.0, 0.0))).result()
     append_ib_counters(service.store, _ib_reads("dgx2", dgx2_errors)).result()
     # counters of a day later must not count
@@ -283,20 +288,7 @@ def test_infiniband_errors_on_the_stragglers_node_are_network_evidence(
 
 
 def test_a_node_without_counters_is_said(service: Service, tmp_path: Path) -> None:
-    jobs = pa.table({"job_id": ["81"], "user": ["alice"], "account": ["vision"], "source": ["t"]})
-    service.store.upsert_jobs(jobs).result()
-    allocation = pa.table(
-        {
-            "job_id": ["81"] * 16,
-            "node": ["dgx1"] * 8 + ["dgx2"] * 8,
-            "gpu": list(range(8)) * 2,
-            "gpu_instance_id": [None] * 16,
-            "start_time": [WINDOW_START - timedelta(hours=1)] * 16,
-            "end_time": [None] * 16,
-        },
-        schema=JOB_ALLOCATION_SCHEMA,
-    )
-    service.store.append("job_allocations", allocation).result()
+    _two_node_job(service, "81")
     traces = _two_node_traces(tmp_path / "two-nodes")
     row = trace_reports.analyze_and_store(service, ALICE, [traces], source_names=["x"], job_id="81")
     found = trace_reports.get_analysis(service, ALICE, row.analysis_id)

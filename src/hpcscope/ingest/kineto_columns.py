@@ -91,34 +91,40 @@ class _GroupCodes(dict[Any, int]):
         return tuple(k for k in self if k is not None)
 
 
+def _integer(key: Any) -> int | None:
+    """An id written as an integer or as a string of digits (older Kineto), else None."""
+    if type(key) is int:
+        return key
+    if isinstance(key, str) and key.isdigit():
+        return int(key)
+    return None
+
+
 class _ThreadCodes(dict[Any, int]):
     """Thread ids: integers (and strings of digits) as themselves; Kineto writes some threads
-    as names ("PyTorch Profiler"), which get negative codes so they never collide with a real
-    id."""
+    as names ("PyTorch Profiler"), which get negative codes -2, -3, ... so they never collide
+    with a real id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.named = 0
 
     def __missing__(self, key: Any) -> int:
-        if type(key) is int:
-            code = key
-        elif isinstance(key, str) and key.isdigit():
-            code = int(key)
-        else:
-            code = -2 - sum(1 for k in self if not (type(k) is int or str(k).isdigit()))
+        code = _integer(key)
+        if code is None:
+            self.named += 1
+            code = -1 - self.named
         self[key] = code
         return code
 
 
 class _StreamCodes(dict[Any, int]):
-    """``args.stream``: an integer or a string of digits (older Kineto), else -1."""
+    """``args.stream``: an integer or a string of digits, else -1."""
 
     def __missing__(self, key: Any) -> int:
-        if type(key) is int:
-            code = key
-        elif isinstance(key, str) and key.isdigit():
-            code = int(key)
-        else:
-            code = -1
-        self[key] = code
-        return code
+        code = _integer(key)
+        self[key] = -1 if code is None else code
+        return self[key]
 
 
 _CAT = attrgetter("cat")
