@@ -20,7 +20,8 @@ from tests.support.fleet import write_scaled_fleet
 from hpcscope.serve.app import create_app
 from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.service.core import Service
-from hpcscope.service.diagram import Viewer, live_state, utc_now
+from hpcscope.service.diagram import Viewer, live_state
+from hpcscope.service.reports import utcnow
 from hpcscope.service.settings import Settings, bundled_topology
 from hpcscope.service.users import UserDirectory
 
@@ -32,7 +33,7 @@ def scale(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         store_path=path, secret_key="bench", topology_path=bundled_topology("128x8-h100")
     )
     service = Service.open(settings, users=UserDirectory.demo())
-    write_scaled_fleet(service.store, [n.name for n in service.topology.nodes], now=utc_now())
+    write_scaled_fleet(service.store, [n.name for n in service.topology.nodes], now=utcnow())
     yield service
     service.close()
 

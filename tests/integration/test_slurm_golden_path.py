@@ -47,7 +47,10 @@ from hpcscope.service.settings import bundled_topology
 from hpcscope.store import Store
 from hpcscope.twin.cluster import serve_routes
 from hpcscope.twin.dcgm import DcgmEndpoint
-from tests.support.slurm import NODE, SlurmCluster, leftover_processes, slurm_cluster
+from tests.support.slurm import slurm_cluster
+from tests.support.slurm_client import SlurmCluster
+from tests.support.slurm_config import NODE
+from tests.support.slurm_daemons import leftover_processes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 

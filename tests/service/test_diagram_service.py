@@ -10,13 +10,7 @@ import pytest
 
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 from hpcscope.service.core import Service
-from hpcscope.service.diagram import (
-    CollectorStatus,
-    GpuState,
-    Viewer,
-    diagram_viewer,
-    live_state,
-)
+from hpcscope.service.diagram import GpuState, Viewer, diagram_viewer, live_state
 from hpcscope.service.diagram_cards import (
     GpuCardLive,
     NodeCardLive,
@@ -27,6 +21,7 @@ from hpcscope.service.diagram_cards import (
     VectorCardLive,
     element_card,
 )
+from hpcscope.service.diagram_collectors import CollectorStatus
 from hpcscope.service.diagram_cost import decision_view
 from hpcscope.service.settings import Settings
 from tests.support.fleet import NOW, SAMPLES, STEP, write_fleet

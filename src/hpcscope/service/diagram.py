@@ -2,7 +2,8 @@
 
 The diagram's structure comes from the topology and the catalog; this module adds what the
 store knows now: each GPU's state and counters, node aggregates, the health of hpcscope's own
-collection per collector, open alerts when detections exist. Every query passes the viewer's
+collection per collector (:mod:`hpcscope.service.diagram_collectors`), open alerts when
+detections exist. Every query passes the viewer's
 job scope to the store, which nulls out what the viewer may not see:
 
 * a researcher sees the counters of GPUs held by their own jobs only; a GPU held by someone
@@ -30,8 +31,8 @@ import polars as pl
 
 from hpcscope.analysis.efficiency import gpu_summary
 from hpcscope.model.access import JobScope, Principal
-from hpcscope.model.catalog import Collector
 from hpcscope.service.core import Service
+from hpcscope.service.diagram_collectors import CollectorHealth, collector_health
 from hpcscope.service.reports import utcnow
 from hpcscope.service.settings import Settings
 from hpcscope.store import diagram as queries
@@ -40,27 +41,10 @@ from hpcscope.store import diagram as queries
 STALE_SCRAPES = 4
 #: ...and never fresher than this many seconds, whatever the scrape interval.
 MIN_FRESH_SECONDS = 60.0
-#: Window over which collector failures are counted.
-HEALTH_WINDOW_SECONDS = 15 * 60.0
 #: How far back a silent GPU's last sample is looked for (older: "no data").
 LAST_SEEN_LOOKBACK = timedelta(days=1)
 #: Window of the live per-GPU verdict (straggler, waiting at the barrier...) the diagram shows.
 VERDICT_WINDOW_SECONDS = 5 * 60.0
-
-#: Exporter names (``scrapes.exporter``) that stand for each collector of the catalog.
-COLLECTOR_EXPORTERS: Mapping[str, tuple[str, ...]] = {
-    "slurm-exporter": ("slurm-exporter", "slurm", "slurmrestd", "slurm-commands", "sacct"),
-    "dcgm-exporter": ("dcgm-exporter", "dcgm"),
-    "node-exporter": ("node-exporter", "node"),
-    "falco": ("falco",),
-    "tetragon": ("tetragon",),
-    "pytorch-profiler": ("pytorch-profiler", "kineto"),
-    "nccl-logs": ("nccl-logs", "nccl"),
-    # node_exporter's infiniband collector reads the same port counters perfquery reads (sysfs)
-    "ib-counters": ("ib-counters", "perfquery", "ibstat", "infiniband", "node"),
-    "lustre-metrics": ("lustre-metrics", "lustre", "lustre-jobstats"),
-    "ebpf-checkpoints": ("ebpf-checkpoints",),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,39 +134,6 @@ class NodeLive:
     worst_sm_active_ratio: float | None
     xid_gpus: int
     job_ids: tuple[str, ...]
-
-
-class CollectorStatus(StrEnum):
-    """Health of hpcscope's own collection from one collector."""
-
-    OK = "ok"
-    STALE = "stale"
-    FAILING = "failing"
-    CONFIGURED = "configured"  # set up, but hpcscope records no per-attempt health for it
-    NOT_CONFIGURED = "not-configured"
-
-
-@dataclass(frozen=True, slots=True)
-class CollectorHealth:
-    """A collector of Observe mode and how hpcscope's own collection from it is doing."""
-
-    id: str
-    name: str
-    observes: tuple[str, ...]
-    signals: str
-    status: CollectorStatus
-    exporters: tuple[str, ...] = ()
-    targets: int = 0
-    last_scrape_ts: datetime | None = None
-    last_ok_ts: datetime | None = None
-    staleness_seconds: float | None = None
-    scrapes_in_window: int = 0
-    failures_in_window: int = 0
-    failing_targets: int = 0
-    rejected_lines_in_window: int = 0
-    last_error: str | None = None
-    window_seconds: float = HEALTH_WINDOW_SECONDS
-    note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,72 +259,6 @@ def _node_live(element_id: str, node: str, gpus: list[GpuLive]) -> NodeLive:
         xid_gpus=sum(1 for g in gpus if g.xid_last),
         job_ids=tuple(jobs),
     )
-
-
-def collector_health(
-    service: Service, *, now: datetime, collectors: Iterable[Collector] | None = None
-) -> tuple[CollectorHealth, ...]:
-    """Health of every collector of the catalog from the ``scrapes`` table."""
-    since = now - timedelta(seconds=HEALTH_WINDOW_SECONDS)
-    rows = {r["exporter"]: r for r in queries.scrape_health(service.store, since=since)}
-    stale_after = 3 * service.settings.scrape_interval_seconds
-    out: list[CollectorHealth] = []
-    for collector in collectors if collectors is not None else service.catalog.collectors:
-        names = COLLECTOR_EXPORTERS.get(collector.id, (collector.id,))
-        found = [rows[name] for name in names if name in rows]
-        base: dict[str, Any] = {
-            "id": collector.id,
-            "name": collector.name,
-            "observes": tuple(kind.value for kind in collector.observes),
-            "signals": collector.signals,
-        }
-        if not found:
-            out.append(_configured_elsewhere(service, collector.id, base))
-            continue
-        last_ts = max(r["last_ts"] for r in found)
-        oks = [r["last_ok_ts"] for r in found if r["last_ok_ts"] is not None]
-        last_ok = max(oks) if oks else None
-        staleness = (now - last_ok).total_seconds() if last_ok is not None else None
-        failing = sum(int(r["failing_targets"]) for r in found)
-        errors = [(r["last_ts"], r["last_error"]) for r in found if r["last_error"]]
-        if failing:
-            status = CollectorStatus.FAILING
-        elif staleness is None or staleness > stale_after:
-            status = CollectorStatus.STALE
-        else:
-            status = CollectorStatus.OK
-        out.append(
-            CollectorHealth(
-                status=status,
-                exporters=tuple(r["exporter"] for r in found),
-                targets=sum(int(r["targets"]) for r in found),
-                last_scrape_ts=last_ts,
-                last_ok_ts=last_ok,
-                staleness_seconds=staleness,
-                scrapes_in_window=sum(int(r["scrapes"]) for r in found),
-                failures_in_window=sum(int(r["failures"]) for r in found),
-                failing_targets=failing,
-                rejected_lines_in_window=sum(int(r["rejected_lines"]) for r in found),
-                last_error=max(errors)[1] if errors else None,
-                **base,
-            )
-        )
-    return tuple(out)
-
-
-def _configured_elsewhere(
-    service: Service, collector_id: str, base: dict[str, Any]
-) -> CollectorHealth:
-    """A collector without scrape records: configured another way, or not configured."""
-    settings = service.settings
-    if collector_id == "slurm-exporter" and settings.slurmrestd_url:
-        note = (
-            f"hpcscope reads the scheduler from slurmrestd ({settings.slurmrestd_url}) every "
-            f"{settings.scheduler_poll_seconds:g} s instead of slurm-exporter; the health of "
-            "those polls is not recorded yet."
-        )
-        return CollectorHealth(status=CollectorStatus.CONFIGURED, note=note, **base)
-    return CollectorHealth(status=CollectorStatus.NOT_CONFIGURED, **base)
 
 
 def alert_summary(service: Service, viewer: Viewer) -> AlertSummary:

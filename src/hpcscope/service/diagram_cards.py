@@ -20,15 +20,13 @@ from hpcscope.model.topology import Element, ElementKind, Layer
 from hpcscope.service.core import Service
 from hpcscope.service.diagram import (
     AlertSummary,
-    CollectorHealth,
-    CollectorStatus,
     GpuLive,
     NodeLive,
     Viewer,
     alert_summary,
-    collector_health,
     gpu_views,
 )
+from hpcscope.service.diagram_collectors import CollectorHealth, CollectorStatus, collector_health
 from hpcscope.service.diagram_ports import PortNow, port_now
 from hpcscope.service.reports import utcnow
 from hpcscope.store import diagram as queries

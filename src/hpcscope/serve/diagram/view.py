@@ -24,14 +24,8 @@ import orjson
 from hpcscope.model.topology import ElementKind
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role, Shape
 from hpcscope.serve.templating import efficiency_bucket, percent
-from hpcscope.service.diagram import (
-    CollectorHealth,
-    CollectorStatus,
-    GpuLive,
-    GpuState,
-    LiveState,
-    NodeLive,
-)
+from hpcscope.service.diagram import GpuLive, GpuState, LiveState, NodeLive
+from hpcscope.service.diagram_collectors import CollectorHealth, CollectorStatus
 
 _STATE_WORDS = {
     GpuState.ALLOCATED: "allocated",
