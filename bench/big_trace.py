@@ -21,8 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from io import BufferedIOBase
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
@@ -69,7 +70,9 @@ def build(target: Path, gigabytes: float, *, compress: bool) -> tuple[int, int]:
     one_copy = sum(len(orjson.dumps(e)) + 2 for e in events)
     copies = max(1, round(gigabytes * 1e9 / one_copy))
     written = count = 0
-    opened: IO[bytes] = gzip.open(target, "wb", compresslevel=1) if compress else target.open("wb")  # noqa: SIM115
+    opened: BufferedIOBase = (
+        gzip.open(target, "wb", compresslevel=1) if compress else target.open("wb")  # noqa: SIM115
+    )
     with opened as handle:
         head = orjson.dumps(document)[:-1] + b', "traceEvents": [\n'
         handle.write(head)

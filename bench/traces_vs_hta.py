@@ -25,6 +25,17 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NotRequired, TypedDict
+
+
+class Run(TypedDict):
+    """One tool's run on one input: what the child prints, completed by the parent."""
+
+    wall_seconds: float
+    cpu_seconds: float
+    totals: dict[str, list[float]]  # rank -> idle, compute, non-compute time in microseconds
+    peak_rss_bytes: NotRequired[int]  # of the child's process tree, sampled by the parent
+    walls: NotRequired[list[float]]  # every run's wall seconds, added by _median
 
 
 def _tree_rss_bytes(pid: int) -> int:
@@ -43,7 +54,7 @@ def _tree_rss_bytes(pid: int) -> int:
     return total
 
 
-def measure(tool: str, path: str) -> dict[str, object]:
+def measure(tool: str, path: str) -> Run:
     proc = subprocess.Popen(
         [sys.executable, __file__, "--run", tool, path], stdout=subprocess.PIPE, text=True
     )
@@ -61,7 +72,7 @@ def measure(tool: str, path: str) -> dict[str, object]:
     out, _ = proc.communicate()
     done.set()
     thread.join()
-    result = json.loads(out.strip().splitlines()[-1])
+    result: Run = json.loads(out.strip().splitlines()[-1])
     result["peak_rss_bytes"] = peak
     return result
 
@@ -91,7 +102,7 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def run_hpcscope(path: str) -> dict[str, object]:
+def run_hpcscope(path: str) -> Run:
     # numpy imports numpy.ma lazily, on the first np.median/np.unique call (15 ms); HTA's
     # imports (pandas) load it before its timing starts, so it is imported here too: both
     # tools are timed without their imports, as the module docstring says.
@@ -114,7 +125,7 @@ def run_hpcscope(path: str) -> dict[str, object]:
     }
 
 
-def run_hta(path: str) -> dict[str, object]:
+def run_hta(path: str) -> Run:
     import logging
 
     logging.disable(logging.WARNING)
@@ -149,21 +160,21 @@ def _prepared(path: str, workdir: Path) -> str:
     return path
 
 
-def _median(runs: list[dict[str, object]]) -> dict[str, object]:
-    runs = sorted(runs, key=lambda r: float(r["wall_seconds"]))  # type: ignore[arg-type]
-    middle = dict(runs[len(runs) // 2])
-    middle["peak_rss_bytes"] = max(int(r["peak_rss_bytes"]) for r in runs)  # type: ignore[call-overload]
-    middle["walls"] = [round(float(r["wall_seconds"]), 3) for r in runs]  # type: ignore[arg-type]
-    cpus = sorted(float(r["cpu_seconds"]) for r in runs)  # type: ignore[arg-type]
+def _median(runs: list[Run]) -> Run:
+    runs = sorted(runs, key=lambda r: r["wall_seconds"])
+    middle = runs[len(runs) // 2].copy()
+    middle["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs)
+    middle["walls"] = [round(r["wall_seconds"], 3) for r in runs]
+    cpus = sorted(r["cpu_seconds"] for r in runs)
     middle["cpu_seconds"] = cpus[len(cpus) // 2]
     return middle
 
 
-def _interleaved(path: str, repeat: int) -> tuple[dict[str, object], dict[str, object]]:
+def _interleaved(path: str, repeat: int) -> tuple[Run, Run]:
     """Alternate the tools (ours, HTA, ours, HTA...) so a burst of load on the shared machine
     hits both alike; the median of each tool's runs is reported."""
-    ours: list[dict[str, object]] = []
-    theirs: list[dict[str, object]] = []
+    ours: list[Run] = []
+    theirs: list[Run] = []
     for _ in range(repeat):
         ours.append(measure("hpcscope", path))
         theirs.append(measure("hta", path))
@@ -190,22 +201,22 @@ def main() -> None:
                 f"runs (load average {os.getloadavg()[0]:.1f})"
             )
             for name, r in (("hpcscope", ours), ("HTA 0.5.0", theirs)):
-                wall = float(r["wall_seconds"])  # type: ignore[arg-type]
+                wall = r["wall_seconds"]
                 print(
                     f"  {name:9s} {wall:7.3f} s  {size / wall / 1e6:7.1f} MB/s  "
-                    f"CPU {float(r['cpu_seconds']):6.3f} s  "  # type: ignore[arg-type]
-                    f"peak RSS {int(r['peak_rss_bytes']) / 2**20:7.1f} MiB  runs {r['walls']}"  # type: ignore[call-overload]
+                    f"CPU {r['cpu_seconds']:6.3f} s  "
+                    f"peak RSS {r['peak_rss_bytes'] / 2**20:7.1f} MiB  runs {r['walls']}"
                 )
-            speed = float(theirs["wall_seconds"]) / float(ours["wall_seconds"])  # type: ignore[arg-type]
-            cpu_ratio = float(theirs["cpu_seconds"]) / float(ours["cpu_seconds"])  # type: ignore[arg-type]
-            rss = int(ours["peak_rss_bytes"]) / int(theirs["peak_rss_bytes"])  # type: ignore[call-overload]
+            speed = theirs["wall_seconds"] / ours["wall_seconds"]
+            cpu_ratio = theirs["cpu_seconds"] / ours["cpu_seconds"]
+            rss = ours["peak_rss_bytes"] / theirs["peak_rss_bytes"]
             print(
                 f"  throughput ratio hpcscope/HTA: {speed:.1f}x (CPU time {cpu_ratio:.1f}x); "
                 f"peak RSS ratio hpcscope/HTA: {rss:.2f}"
             )
             worst = 0.0
-            for rank, hta in sorted(theirs["totals"].items(), key=lambda kv: int(kv[0])):  # type: ignore[attr-defined]
-                mine = ours["totals"][rank]  # type: ignore[index]
+            for rank, hta in sorted(theirs["totals"].items(), key=lambda kv: int(kv[0])):
+                mine = ours["totals"][rank]
                 diffs = [abs(a - b) / b * 100 if b else 0.0 for a, b in zip(mine, hta, strict=True)]
                 worst = max(worst, *diffs)
                 print(

@@ -21,7 +21,7 @@ def at(seconds: float) -> datetime:
 
 
 def samples(rows: list[dict[str, Any]]) -> pa.Table:
-    base = {name: [] for name in GPU_SAMPLE_SCHEMA.names}
+    base: dict[str, list[Any]] = {name: [] for name in GPU_SAMPLE_SCHEMA.names}
     extra: dict[str, list[Any]] = {"platform_job_id": [], "claimed_job_id": []}
     for row in rows:
         for name in base:

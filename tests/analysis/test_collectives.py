@@ -9,6 +9,7 @@ import pytest
 
 from hpcscope.analysis.collectives import (
     ALLREDUCE_ALGORITHMS,
+    AllReduceAlgorithm,
     CollectiveModelError,
     Fabric,
     allreduce_cost,
@@ -75,9 +76,8 @@ WORKED_MS = {
 @pytest.mark.parametrize("gpus", sorted(WORKED_MS))
 def test_worked_allreduce_table(gpus: int, latencies: NcclLatencies) -> None:
     fabric = Fabric(8, 370e9, "nvlink", 48e9, 8)
-    for algorithm, expected_ms in zip(
-        ("ring", "two-level", "two-level-sum"), WORKED_MS[gpus], strict=True
-    ):
+    columns: tuple[AllReduceAlgorithm, ...] = ("ring", "two-level", "two-level-sum")
+    for algorithm, expected_ms in zip(columns, WORKED_MS[gpus], strict=True):
         cost = allreduce_cost(1.27e9, gpus, fabric, latencies, algorithm=algorithm)
         # the reference rounds to 0.1 ms: within half a unit, plus 1 % for its rounding of S
         assert cost.seconds * 1e3 == pytest.approx(expected_ms, abs=0.05 + 0.01 * expected_ms)
@@ -143,7 +143,7 @@ def test_buckets_pay_latency_each(latencies: NcclLatencies) -> None:
 @pytest.mark.parametrize("algorithm", ALLREDUCE_ALGORITHMS)
 @pytest.mark.parametrize("gpus", [2, 8, 16, 96, 1000])
 def test_message_bytes_for_inverts_the_model(
-    algorithm: str, gpus: int, latencies: NcclLatencies
+    algorithm: AllReduceAlgorithm, gpus: int, latencies: NcclLatencies
 ) -> None:
     fabric = Fabric(8, 370.8e9, "nvlink", 50e9, 8)
     seconds = allreduce_cost(2.5e9, gpus, fabric, latencies, algorithm=algorithm).seconds

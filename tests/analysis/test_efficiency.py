@@ -22,7 +22,9 @@ T0 = datetime(2026, 11, 29, 12, 0, 0)
 def samples(rows: list[dict[str, object]]) -> pl.DataFrame:
     """Rows with the stored schema; unspecified metrics are null."""
     full = [{f.name: row.get(f.name) for f in GPU_SAMPLE_SCHEMA} for row in rows]
-    return pl.from_dicts(full, schema=pl.from_arrow(GPU_SAMPLE_SCHEMA.empty_table()).schema)
+    empty = pl.from_arrow(GPU_SAMPLE_SCHEMA.empty_table())
+    assert isinstance(empty, pl.DataFrame)
+    return pl.from_dicts(full, schema=empty.schema)
 
 
 def series(

@@ -41,7 +41,8 @@ def _reference(case: str) -> list[ReferenceRow]:
         cells = [c.strip() for c in line.split("|")]
         if len(cells) == 6:
             missing = tuple(int(r) for r in cells[5].split(",") if r)
-            rows.append(ReferenceRow(cells[0], cells[1].rsplit(",", 1)[0], *cells[2:5], missing))
+            desc = cells[1].rsplit(",", 1)[0]
+            rows.append(ReferenceRow(cells[0], desc, cells[2], cells[3], cells[4], missing))
     return rows
 
 

@@ -28,7 +28,7 @@ def dashboards() -> dict[str, dict[str, Any]]:
 
 def expressions() -> list[str]:
     """Every PromQL expression of every panel and variable."""
-    found = []
+    found: list[str] = []
     for board in dashboards().values():
         for panel in board["panels"]:
             found.extend(target["expr"] for target in panel["targets"])

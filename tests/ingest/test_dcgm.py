@@ -8,7 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcscope.ingest.dcgm import DcgmConverter, dcgm_page_to_samples, samples_table
+from hpcscope.ingest.dcgm import (
+    DcgmConversion,
+    DcgmConverter,
+    dcgm_page_to_samples,
+    samples_table,
+)
 from hpcscope.ingest.dcgm_fields import FIELDS_BY_EXPORTED_NAME, is_blank
 from hpcscope.ingest.exposition import ExpositionParser, parse_exposition
 from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA
@@ -18,16 +23,18 @@ from tests.support.paths import FIXTURES
 DATADOG = FIXTURES / "dcgm" / "metrics_dcgm-exporter_datadog-integrations-core_fixture.txt"
 TS = datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
 MIB = 2**20
+# A row of gpu_samples by node, gpu, GPU instance and job
+RowKey = tuple[str, int, int | None, str | None]
 
 
-def _convert(text: str, *, node: str | None = None, ts: datetime = TS):
+def _convert(text: str, *, node: str | None = None, ts: datetime = TS) -> DcgmConversion:
     parser = ExpositionParser()
     page = parser.parse(text, source="http://gpu01:9400/metrics")
     assert page.errors == []
     return dcgm_page_to_samples(page, parser.series, ts=ts, node=node)
 
 
-def _rows(table: pa.Table) -> dict[tuple, dict]:
+def _rows(table: pa.Table) -> dict[RowKey, dict[str, object]]:
     return {
         (row["node"], row["gpu"], row["gpu_instance_id"], row["job_id"]): row
         for row in table.to_pylist()
@@ -223,7 +230,11 @@ def test_converter_reuses_decisions_and_survives_compaction() -> None:
     host_label=st.sampled_from(["hostname", "Hostname"]),
 )
 def test_rows_equal_the_samples_they_come_from(
-    seed: int, gpus: int, jobs: dict, mig: dict, host_label: str
+    seed: int,
+    gpus: int,
+    jobs: dict[str, list[str]],
+    mig: dict[int, list[int]],
+    host_label: str,
 ) -> None:
     mig_instances = {gpu: [(i, "1g.10gb") for i in ids] for gpu, ids in mig.items()}
     text = render_dcgm_page(
@@ -235,7 +246,7 @@ def test_rows_equal_the_samples_they_come_from(
         host_label=host_label,
     )
     column_of = {metric.source_field: metric.column for metric in GPU_METRICS}
-    expected: dict[tuple, dict[str, float]] = {}
+    expected: dict[RowKey, dict[str, float]] = {}
     samples, _ = parse_exposition(text)
     for name, labels, value, _ts in samples:
         field = FIELDS_BY_EXPORTED_NAME[name]

@@ -12,13 +12,13 @@ from hpcscope.ingest.exposition import (
     parse_exposition,
 )
 from hpcscope.model.errors import SourceError
-from tests.support.exposition_oracle import assert_same_samples, oracle_samples
+from tests.support.exposition_oracle import Sample, assert_same_samples, oracle_samples
 from tests.support.paths import FIXTURES
 
 DATADOG = FIXTURES / "dcgm" / "metrics_dcgm-exporter_datadog-integrations-core_fixture.txt"
 
 
-def _samples(parser: ExpositionParser, text: str | bytes, source: str = "t") -> list:
+def _samples(parser: ExpositionParser, text: str | bytes, source: str = "t") -> list[Sample]:
     page = parser.parse(text, source=source)
     return [
         (series.name, series.labels_dict(), value, None if stamp is None else stamp / 1000)

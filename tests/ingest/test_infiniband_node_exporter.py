@@ -9,11 +9,12 @@ from pathlib import Path
 
 import httpx2
 import polars as pl
+import pyarrow as pa
 import pytest
 
 from hpcscope.analysis.infiniband import counter_resets, port_rates
 from hpcscope.ingest.exposition import ExpositionParser
-from hpcscope.ingest.infiniband import COUNTER_WIDTH_BITS, infiniband_rows
+from hpcscope.ingest.infiniband import COUNTER_WIDTH_BITS, InfinibandConversion, infiniband_rows
 from hpcscope.model.schemas import IB_PORT_SCHEMA
 from hpcscope.store import Store
 from hpcscope.store.infiniband import append_ib_counters, ib_counters
@@ -30,10 +31,18 @@ def now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def rows_from(text: str, *, source: str, node: str = "n01", parser: ExpositionParser | None = None):  # type: ignore[no-untyped-def]
+def rows_from(
+    text: str, *, source: str, node: str = "n01", parser: ExpositionParser | None = None
+) -> InfinibandConversion:
     page = (parser or ExpositionParser()).parse(text, source=source)
     assert page.rejected_lines == 0
     return infiniband_rows(page, ts=now(), node=node)
+
+
+def _frame(table: pa.Table) -> pl.DataFrame:
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def test_live_node_exporter_matches_its_own_e2e_fixture(tmp_path: Path) -> None:
@@ -85,7 +94,7 @@ def test_counter_reset_between_scrapes_is_detected(tmp_path: Path) -> None:
         reads.append(rows_from(httpx2.get(url, timeout=5).text, source=url, parser=parser))
         (counters / "port_xmit_data").write_text("1000")  # perfquery -R: back to (almost) 0
         reads.append(rows_from(httpx2.get(url, timeout=5).text, source=url, parser=parser))
-    frame = pl.concat([pl.from_arrow(r.table) for r in reads])  # type: ignore[misc]
+    frame = pl.concat([_frame(r.table) for r in reads])
     frame = frame.with_columns(  # fixed, well-separated times: the rates are exact
         pl.Series("ts", [datetime(2026, 1, 1, 0, 0, 10 * (i // 9)) for i in range(frame.height)])
     )

@@ -20,7 +20,7 @@ def test_min_max_pairs_in_base_units() -> None:
     assert extremes[("Etpt", "max")].unit == "flops_per_second"
     rankings = [s for s in log.stragglers if isinstance(s, ThroughputRanking)]
     assert [r.side for r in rankings] == ["bottom", "top"]
-    assert rankings[0].ranks[0] == (0, pytest.approx(296.02e12))
+    assert rankings[0].ranks[0] == pytest.approx((0, 296.02e12))
 
 
 def test_data_loading_straggler_in_the_evo2_line() -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import httpx2
 import polars as pl
+import pyarrow as pa
 import pytest
 
 from hpcscope.analysis.queue import queue_waits
@@ -40,6 +41,7 @@ from hpcscope.service.attribution import MappingCollector, attributed_samples, s
 from hpcscope.service.scheduler import (
     AssociationSource,
     CommandSource,
+    Runner,
     SchedulerCollector,
     SlurmrestdSource,
 )
@@ -70,7 +72,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     print(f"slurm cluster lifetime {teardown_done - started:.1f}s")
 
 
-def runner_for(cluster: SlurmCluster) -> object:
+def runner_for(cluster: SlurmCluster) -> Runner:
     def run(args: Sequence[str]) -> str:
         return cluster.run(list(args)).stdout
 
@@ -102,7 +104,7 @@ def wait_for_records(cluster: SlurmCluster, raw_ids: Sequence[str], timeout: flo
     assert not missing, f"no prolog record for {sorted(missing)}\n{cluster.diagnostics()}"
 
 
-def scrape(endpoint_url: str, parser: ExpositionParser) -> object:
+def scrape(endpoint_url: str, parser: ExpositionParser) -> pa.Table:
     body = httpx2.get(endpoint_url, timeout=5).content
     page = parser.parse(body, source=endpoint_url)
     assert page.rejected_lines == 0
@@ -176,7 +178,7 @@ def test_golden_path_on_real_slurm(cluster: SlurmCluster, tmp_path: Path) -> Non
             SlurmrestdSource(
                 url="http://slurmrestd", version="v0.0.38", unix_socket=str(cluster.restd_socket)
             ),
-            associations=AssociationSource(runner=runner_for(cluster)),  # type: ignore[arg-type]
+            associations=AssociationSource(runner=runner_for(cluster)),
         )
         mapping_collector = MappingCollector(
             store, node=NODE, mapping_dir=cluster.mapping_dir, record_dir=cluster.record_dir
@@ -184,7 +186,7 @@ def test_golden_path_on_real_slurm(cluster: SlurmCluster, tmp_path: Path) -> Non
         assert scheduler.collect_once().ok
         mapping_collector.collect_once()
         running_samples = scrape(url, parser)
-        store_dcgm_samples(store, running_samples)  # type: ignore[arg-type]
+        store_dcgm_samples(store, running_samples)
         raw_to_id = {raw: task for task, raw in array_tasks.items()}
         owner = {
             jobs["alice"]: ("hpcs_alice", "team-a"),
@@ -192,7 +194,7 @@ def test_golden_path_on_real_slurm(cluster: SlurmCluster, tmp_path: Path) -> Non
             jobs["carol_fails"]: ("hpcs_carol", "team-b"),
             **dict.fromkeys(array_tasks.values(), ("hpcs_bob", "team-b")),
         }
-        expected = {
+        expected: set[tuple[int, str | None, str | None, str | None]] = {
             (gpu, raw_to_id.get(raw, raw), *owner[raw])
             for raw, indices in assigned.items()
             for gpu in indices
@@ -217,7 +219,7 @@ def test_golden_path_on_real_slurm(cluster: SlurmCluster, tmp_path: Path) -> Non
         after = datetime.now(UTC).replace(tzinfo=None)
         time.sleep(0.05)
         after_samples = scrape(url, parser)
-        result = store_dcgm_samples(store, after_samples)  # type: ignore[arg-type]
+        result = store_dcgm_samples(store, after_samples)
         assert set(result.samples.column("job_id").to_pylist()) == {None}
         late = attributed_samples(store, since=after).to_pylist()
         assert late and all(r["job_id"] is None for r in late)
@@ -227,7 +229,7 @@ def test_golden_path_on_real_slurm(cluster: SlurmCluster, tmp_path: Path) -> Non
         time.sleep(1.0)  # slurmctld hands finished jobs to slurmdbd asynchronously
         commands = SchedulerCollector(
             store,
-            CommandSource(runner=runner_for(cluster)),  # type: ignore[arg-type]
+            CommandSource(runner=runner_for(cluster)),
         )
         poll = commands.collect_once()
         assert poll.ok, poll.error

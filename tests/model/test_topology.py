@@ -68,6 +68,7 @@ def test_invalid_field_names_file_line_and_field() -> None:
     assert error.source == "bad.yaml"
     assert error.field == "node_groups[0].gpu.count"
     lines = text.splitlines()
+    assert error.line is not None
     assert lines[error.line - 1].strip() == "count: -1"
     assert str(error).startswith(f"bad.yaml:{error.line}: node_groups[0].gpu.count:")
 
@@ -77,6 +78,7 @@ def test_unknown_field_is_rejected_with_its_line() -> None:
     with pytest.raises(TopologyError) as info:
         parse_topology(text, source="t.yaml")
     assert info.value.field == "pricing.gpu_hours"
+    assert info.value.line is not None
     assert text.splitlines()[info.value.line - 1].strip() == "gpu_hours: 3"
 
 

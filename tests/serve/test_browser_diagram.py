@@ -180,7 +180,7 @@ def test_live_values_update_without_reload_and_pause_when_hidden(
         polls: list[str] = []
         page.on("request", lambda r: polls.append(r.url) if "/api/diagram/state" in r.url else None)
         # GPU 7 of gpu01 starts working for job 4410001
-        row = {field.name: [None] for field in GPU_SAMPLE_SCHEMA}
+        row: dict[str, list[object]] = {field.name: [None] for field in GPU_SAMPLE_SCHEMA}
         row.update(
             ts=[utcnow()],
             node=["gpu01"],

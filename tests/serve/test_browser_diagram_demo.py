@@ -173,7 +173,7 @@ def test_straggler_and_data_starved_gpus_are_distinct_and_match_the_job_report(
         gpu = next(g for g in report["gpus"] if (g["node"], g["gpu"]) == (node, index))
         real, reported = _card_pair(card_text)
         if job is starved_job:  # the seeds' job: about 87 % reported, 19 % real
-            assert (real, reported) == (pytest.approx(19, abs=3), pytest.approx(87, abs=3))
+            assert (real, reported) == pytest.approx((19, 87), abs=3)
         # the job is running: allow the one-point drift of the seconds between the two reads
         assert real == pytest.approx(gpu["sm_active_ratio"] * 100, abs=1.5)
         assert reported == pytest.approx(gpu["reported_util_ratio"] * 100, abs=1.5)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hpcscope.model.catalog import default_catalog
 from hpcscope.model.topology import ElementKind, Topology, load_topology, parse_topology
 from hpcscope.serve.diagram.layout import BADGE_SIZE, expected_element_ids, layout_diagram
-from hpcscope.serve.diagram.shapes import Box, DiagramLayout, Role, View
+from hpcscope.serve.diagram.shapes import Box, DiagramLayout, Role, Shape, View
 from hpcscope.service.settings import bundled_topology
 
 CATALOG = default_catalog()
@@ -41,7 +41,7 @@ def check_layout(layout: DiagramLayout, topology: Topology) -> None:
     )
     canvas = Box(0, 0, layout.width, layout.height)
     by_id = {s.id: s for s in layout.shapes}
-    siblings: dict[tuple[Role, str | None], list[Any]] = defaultdict(list)
+    siblings: dict[tuple[Role, str | None], list[Shape]] = defaultdict(list)
     for shape in layout.shapes:
         assert shape.box.width > 0 and shape.box.height > 0, shape.id
         assert canvas.contains(shape.box), f"{shape.id} outside the canvas"
@@ -53,14 +53,14 @@ def check_layout(layout: DiagramLayout, topology: Topology) -> None:
             cx = shape.badge_x - i * (BADGE_SIZE + 2)
             badge = Box(cx - BADGE_SIZE / 2, shape.badge_y - BADGE_SIZE / 2, BADGE_SIZE, BADGE_SIZE)
             assert shape.box.contains(badge), f"badge {number} outside {shape.id}"
-    for group in siblings.values():
-        for i, one in enumerate(group):
-            for other in group[i + 1 :]:
+    for members in siblings.values():
+        for i, one in enumerate(members):
+            for other in members[i + 1 :]:
                 assert not one.box.overlaps(other.box), f"{one.id} overlaps {other.id}"
     bands = {band.key: band.box for band in layout.bands}
     for i, band in enumerate(layout.bands):
-        for other in layout.bands[i + 1 :]:
-            assert not band.box.overlaps(other.box)
+        for other_band in layout.bands[i + 1 :]:
+            assert not band.box.overlaps(other_band.box)
     for shape in layout.elements():
         if shape.parent_id is None:
             assert any(box.contains(shape.box) for box in bands.values()), shape.id

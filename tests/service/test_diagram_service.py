@@ -110,7 +110,7 @@ def test_collector_health_from_our_own_scrapes(fleet: Service) -> None:
     # three scrape intervals without a good scrape: stale
     late = live_state(fleet, Viewer(None), now=NOW + timedelta(seconds=50))
     assert {h.id: h for h in late.collectors}["dcgm-exporter"].status is CollectorStatus.STALE
-    failed = {field.name: [None] for field in SCRAPE_SCHEMA}
+    failed: dict[str, list[object]] = {field.name: [None] for field in SCRAPE_SCHEMA}
     failed.update(
         ts=[NOW + STEP],
         target=["127.0.0.1:9401"],
@@ -137,7 +137,9 @@ def test_gpu_card_shows_real_beside_reported_now_and_over_the_job(fleet: Service
     assert [j.user for j in card.live.jobs] == ["bob"]
     assert card.live.gpu.verdict == "straggler"
     (over,) = card.live.over_job
-    report = fleet.job_report(fleet.principal("bob"), "4410002", now=NOW)  # type: ignore[arg-type]
+    bob = fleet.principal("bob")
+    assert bob is not None
+    report = fleet.job_report(bob, "4410002", now=NOW)
     assert report is not None and over.gpu is not None
     # the card shows the job report's numbers, not numbers of its own
     assert over.gpu == next(g for g in report.gpus if (g.node, g.gpu) == ("gpu02", 2))

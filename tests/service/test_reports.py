@@ -40,7 +40,7 @@ def test_a_job_older_than_the_listing_window_is_still_reachable_by_id(service: S
 
 
 def test_a_job_only_seen_on_gpus_is_for_admins(service: Service) -> None:
-    sample = {f.name: None for f in GPU_SAMPLE_SCHEMA}
+    sample: dict[str, object] = {f.name: None for f in GPU_SAMPLE_SCHEMA}
     sample.update(
         {
             "ts": utcnow() - timedelta(days=3),

@@ -18,7 +18,9 @@ from hpcscope.service.attribution import MappingCollector, attributed_samples, s
 from hpcscope.service.scheduler import (
     AssociationSource,
     CommandSource,
+    Runner,
     SchedulerCollector,
+    SchedulerSource,
     SlurmrestdSource,
 )
 from hpcscope.store import Store
@@ -35,7 +37,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield opened
 
 
-def replay(files: dict[str, str]) -> object:
+def replay(files: dict[str, str]) -> Runner:
     """A command runner that answers with captured output, by command name."""
 
     def run(args: Sequence[str]) -> str:
@@ -65,8 +67,8 @@ def test_command_source_fills_jobs_allocations_aliases_and_accounts(store: Store
     )
     collector = SchedulerCollector(
         store,
-        CommandSource(runner=runner),  # type: ignore[arg-type]
-        associations=AssociationSource(runner=runner),  # type: ignore[arg-type]
+        CommandSource(runner=runner),
+        associations=AssociationSource(runner=runner),
     )
     first = collector.collect_once()
     assert first.ok and first.jobs == 10
@@ -95,7 +97,7 @@ def test_a_failed_poll_keeps_what_was_stored(store: Store) -> None:
     )
     SchedulerCollector(store, good).collect_once()
     before = store.query("SELECT * FROM jobs ORDER BY job_id").to_pylist()
-    result = SchedulerCollector(store, Truncated()).collect_once()  # type: ignore[arg-type]
+    result = SchedulerCollector(store, Truncated()).collect_once()
     assert not result.ok
     assert "truncated" in (result.error or "")
     assert store.query("SELECT * FROM jobs ORDER BY job_id").to_pylist() == before
@@ -124,7 +126,7 @@ def test_slurmrestd_source_over_http(store: Store) -> None:
 
 def test_aliases_rename_rows_stored_under_a_raw_id(store: Store) -> None:
     t0 = datetime(2026, 1, 1)
-    sample = {name: [None] for name in GPU_SAMPLE_SCHEMA.names}
+    sample: dict[str, list[object]] = {name: [None] for name in GPU_SAMPLE_SCHEMA.names}
     sample.update(ts=[t0], node=["n01"], gpu=[5], job_id=["8"])
     store.append("gpu_samples", pa.table(sample, schema=GPU_SAMPLE_SCHEMA)).result()
     alloc = pa.table(
@@ -192,7 +194,7 @@ def test_mapping_collector_and_attribution_end_to_end(store: Store, tmp_path: Pa
 MAPPING_LABELS = {0: "1", 1: "1", 2: "2", 3: "2", 4: "2", 5: "8", 6: "3"}
 
 
-def _fixed(name: str) -> object:
+def _fixed(name: str) -> SchedulerSource:
     class Fixed:
         url = name
 

@@ -77,7 +77,7 @@ def test_nobody_scope_without_idle_values_returns_no_counter_at_all(store: Store
 
 
 def test_a_job_unknown_to_the_scheduler_is_hidden_from_non_admins(store: Store) -> None:
-    sample = {field.name: [None] for field in GPU_SAMPLE_SCHEMA}
+    sample: dict[str, list[object]] = {field.name: [None] for field in GPU_SAMPLE_SCHEMA}
     sample.update(
         ts=[NOW + STEP], node=["gpu01"], gpu=[7], job_id=["9999999"], gpu_util_ratio=[0.5]
     )
@@ -143,7 +143,7 @@ def test_gpu_time_counts_intervals_and_not_gaps(store: Store) -> None:
     assert alice.allocated_seconds == pytest.approx(4 * intervals)
     assert alice.useful_seconds == pytest.approx(4 * intervals * 0.19)
     # a ten-minute silence on one GPU is a gap, not ten minutes of anything
-    late = {field.name: [None] for field in GPU_SAMPLE_SCHEMA}
+    late: dict[str, list[object]] = {field.name: [None] for field in GPU_SAMPLE_SCHEMA}
     late.update(
         ts=[NOW + timedelta(minutes=10)],
         node=["gpu01"],
@@ -176,7 +176,7 @@ def test_scrape_health_per_exporter(store: Store) -> None:
     assert dcgm["scrapes"] == 2 * SAMPLES and dcgm["failures"] == 1
     assert dcgm["failing_targets"] == 0 and dcgm["last_error"] == "timeout after 5.0 s"
     assert dcgm["last_ok_ts"] == NOW
-    failed = {field.name: [None] for field in SCRAPE_SCHEMA}
+    failed: dict[str, list[object]] = {field.name: [None] for field in SCRAPE_SCHEMA}
     failed.update(
         ts=[NOW + STEP],
         target=["127.0.0.1:9402"],

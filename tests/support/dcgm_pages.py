@@ -186,7 +186,7 @@ def render_dcgm_page(
                 )
                 value = rng.uniform(spec.low, spec.high)
                 text = f"{round(value):d}" if spec.integer else f"{value:f}"
-                job_lines = jobs.get(mapping_file) or [None]
+                job_lines: Sequence[str | None] = jobs.get(mapping_file) or [None]
                 for job in job_lines:
                     attribute = "" if job is None else f',hpc_job="{job}"'
                     lines.append(f"{base}{attribute}}} {text}")

@@ -87,7 +87,7 @@ label_names = st.from_regex(
     r"[a-zA-Z][a-zA-Z0-9_]{0,8}|_[a-zA-Z0-9][a-zA-Z0-9_]{0,6}", fullmatch=True
 )
 label_values = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12
+    alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12
 )
 # Help text: anything printable, inner blanks included (both parsers strip the line's ends).
 help_texts = st.text(
@@ -137,13 +137,13 @@ def sample_lines(draw: st.DrawFn, name: str) -> str:
     """One valid sample line of metric ``name`` with varied but legal blanks."""
     labels = draw(st.dictionaries(label_names, label_values, max_size=4))
     line = draw(_OPTIONAL_BLANKS) + name
-    if labels or draw(st.booleans()):
+    if bool(labels) or draw(st.booleans()):
         pairs = [
             f"{draw(_OPTIONAL_BLANKS)}{label}{draw(_OPTIONAL_BLANKS)}={draw(_OPTIONAL_BLANKS)}"
             f'"{escape_label_value(value)}"{draw(_OPTIONAL_BLANKS)}'
             for label, value in labels.items()
         ]
-        trailing = "," if pairs and draw(st.booleans()) else ""
+        trailing = "," if bool(pairs) and draw(st.booleans()) else ""
         line += draw(_OPTIONAL_BLANKS) + "{" + ",".join(pairs) + trailing + "}"
         line += draw(_OPTIONAL_BLANKS)
     else:

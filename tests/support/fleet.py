@@ -202,7 +202,7 @@ def write_scaled_fleet(
         user, account = rng.choice(users)
         profile = rng.choice(profiles)
         start = now - timedelta(minutes=rng.randint(5, 600))
-        for key, value in {
+        record: dict[str, object] = {
             "job_id": job_id,
             "cluster": "scale",
             "name": f"job-{count}",
@@ -220,7 +220,8 @@ def write_scaled_fleet(
             "gpus": width * gpus_per_node,
             "nodes": ",".join(members),
             "source": "test-fleet",
-        }.items():
+        }
+        for key, value in record.items():
             jobs[key].append(value)
         slow = rng.randrange(width * gpus_per_node)
         for n, node in enumerate(members):

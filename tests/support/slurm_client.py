@@ -128,8 +128,8 @@ class SlurmCluster:
     def diagnostics(self) -> str:
         """The tails of the daemon logs and the hook log, for failure messages."""
         parts = []
-        names = ("slurmctld.log", "slurmd.log", "slurmdbd.log", "munged.log", "hooks.log")
-        names += tuple(sorted(p.name for p in (self.root / "log").glob("*.stdout")))
+        names = ["slurmctld.log", "slurmd.log", "slurmdbd.log", "munged.log", "hooks.log"]
+        names += sorted(p.name for p in (self.root / "log").glob("*.stdout"))
         for name in names:
             path = self.root / "log" / name
             if path.exists():

@@ -20,7 +20,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tests.support.slurm_client import SlurmCluster
@@ -70,7 +70,7 @@ def start(
     return proc
 
 
-def wait_for(what: str, check: object, timeout: float, cluster: SlurmCluster) -> None:
+def wait_for(what: str, check: Callable[[], bool], timeout: float, cluster: SlurmCluster) -> None:
     """Poll ``check`` until it is true; fail at once when one of our daemons has exited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -80,7 +80,7 @@ def wait_for(what: str, check: object, timeout: float, cluster: SlurmCluster) ->
                     f"{name} exited with {proc.returncode} while waiting for {what}\n"
                     f"{cluster.diagnostics()}"
                 )
-        if callable(check) and check():
+        if check():
             return
         time.sleep(0.1)
     raise SlurmUnavailable(

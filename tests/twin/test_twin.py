@@ -77,6 +77,7 @@ def test_demo_scenario_fills_the_cluster_and_writes_the_mapping(tmp_path: Path) 
     scheduler.tick(1e9 + 121)
     assert failed.faulted(1e9 + 121) and failed.state is JobState.RUNNING  # hangs in NCCL
     scheduler.tick(1e9 + 151)
+    failed = jobs[4]  # the same job, read again: tick() ended it (mypy keeps the narrowing above)
     assert failed.state is JobState.FAILED and failed.exit_code == 1
     assert str(failed.allocation[0][1]) not in mapping.read_mapping(scheduler.mapping_dir("gpu02"))
 

@@ -4,6 +4,7 @@ slurmrestd v0.0.37/v0.0.38 responses captured from the test cluster."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -65,9 +66,8 @@ def test_squeue_text_real_22_05() -> None:
         (SCKYZO / "slurm-26.05.2" / "squeue_jobs.txt", 14),
     ],
 )
-def test_squeue_text_exporter_format(path: object, jobs: int) -> None:
-    assert hasattr(path, "read_text")
-    snap = parse_squeue_text(path.read_text(), source=str(path), fields=EXPORTER_SQUEUE)  # type: ignore[attr-defined]
+def test_squeue_text_exporter_format(path: Path, jobs: int) -> None:
+    snap = parse_squeue_text(path.read_text(), source=str(path), fields=EXPORTER_SQUEUE)
     assert snap.jobs.num_rows == jobs
     assert snap.warnings == []
 
@@ -140,7 +140,7 @@ def test_real_slurmrestd_22_05_jobs_and_gres_detail(name: str) -> None:
     snap = parse_slurmrestd_jobs((DEB / name).read_bytes(), source=name)
     assert snap.warnings == []
     assert snap.jobs.num_rows == 10
-    held = {}
+    held: dict[str, list[str]] = {}
     for row in snap.allocations.to_pylist():
         held.setdefault(str(row["gpu"]), []).append(row["job_id"])
     # the GPUs slurmctld reports are exactly the ones the prolog labelled (array task 3_1 is
