@@ -125,7 +125,10 @@ def main() -> None:
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             sys.exit(f"analysis failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-        peak_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)[1])  # type: ignore[index]
+        peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
+        if peak is None:
+            sys.exit(f"no peak RSS in the output of /usr/bin/time -v:\n{proc.stderr[-4000:]}")
+        peak_kib = int(peak[1])
         doc = orjson.loads(proc.stdout)
         print(
             f"hpcscope traces analyze: {wall:.2f} s wall ({size / wall / 1e6:.0f} MB/s of JSON), "

@@ -34,6 +34,7 @@ class SlurmCluster:
     restd_socket: Path | None = None
     startup_seconds: dict[str, float] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    last_probe: str = ""  # stderr of the latest readiness probe (sacctmgr), for diagnostics
 
     @property
     def env(self) -> dict[str, str]:
@@ -135,4 +136,6 @@ class SlurmCluster:
             if path.exists():
                 lines = path.read_text(errors="replace").splitlines()[-15:]
                 parts.append(f"--- {name}\n" + "\n".join(lines))
+        if self.last_probe:
+            parts.append(f"--- last readiness probe (stderr)\n{self.last_probe}")
         return "\n".join(parts)

@@ -162,7 +162,7 @@ def _dbd_up(cluster: SlurmCluster) -> bool:
         text=True,
         timeout=10,
     )
-    cluster.last_probe = done.stderr.strip()  # type: ignore[attr-defined]
+    cluster.last_probe = done.stderr.strip()
     return done.returncode == 0
 
 
