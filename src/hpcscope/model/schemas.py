@@ -288,3 +288,37 @@ IB_PORT_SCHEMA = pa.schema(
 ``state_id`` 4 = ACTIVE, ``physical_state_id`` 5 = LinkUp. Counters are stored raw (as read):
 rates, reset detection (a counter that goes down was reset: ``perfquery -r``, a reboot, or
 tampering) and 32-bit saturation are derived by :mod:`hpcscope.analysis.infiniband`."""
+
+LUSTRE_JOB_STATS_SCHEMA = pa.schema(
+    [
+        pa.field("ts", TS, nullable=False),
+        pa.field("server", pa.string(), nullable=False),
+        pa.field("target", pa.string()),
+        pa.field("component", pa.string()),
+        pa.field("job_id_raw", pa.string(), nullable=False),
+        pa.field("job_id", pa.string()),
+        pa.field("host", pa.string()),
+        pa.field("operation", pa.string(), nullable=False),
+        pa.field("unit", pa.string(), nullable=False),
+        pa.field("samples", pa.float64(), nullable=False),
+        pa.field("sum_value", pa.float64()),
+        pa.field("min_value", pa.float64()),
+        pa.field("max_value", pa.float64()),
+        pa.field("start_ts", TS),
+    ]
+)
+"""One row per Lustre job_stats operation per job per target per snapshot (``telemetry.md`` §7).
+
+``ts`` is the entry's ``snapshot_time``: Lustre sets it when the job's counters last changed, so
+an idle job read again has the same ``ts`` and is stored once (the store keys rows on
+``server, target, job_id_raw, operation, ts``). ``server`` names the Lustre server (OSS/MDS)
+whose ``lctl get_param`` output the row came from; ``target`` is the OST/MDT
+(``es01a-OST0001``; null for a ``/proc`` file read without one) and ``component`` ``ost`` or
+``mdt``. ``job_id_raw`` is the jobid as Lustre wrote it (``SLURM_JOB10:0:es18kxe-co-client``,
+``jobid_name`` template); ``job_id`` and ``host`` are extracted from it by the site's pattern
+and are null for ids that are not Slurm jobs (``bash:0:host``). Counters are cumulative since
+the entry appeared and reset when Lustre drops an idle entry (``job_cleanup_interval``), so
+rates come from differences that never go down. ``unit`` is Lustre's (``bytes``, ``usecs``,
+``reqs``): ``sum_value`` of a ``usecs`` operation is the total service time in microseconds;
+``sum_value``/``min_value``/``max_value`` are null in pre-2.14 files, which count requests only.
+``start_ts`` is the 2.14+ ``start_time`` (when the entry was created)."""
