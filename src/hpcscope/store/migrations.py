@@ -147,4 +147,26 @@ CREATE TABLE trace_analyses (
 );
 """,
     ),
+    Migration(
+        5,
+        "lustre job_stats: per-job operation counters of OSTs and MDTs",
+        """
+CREATE TABLE lustre_job_stats (
+    ts TIMESTAMP NOT NULL,
+    server VARCHAR NOT NULL,
+    target VARCHAR,
+    component VARCHAR,
+    job_id_raw VARCHAR NOT NULL,
+    job_id VARCHAR,
+    host VARCHAR,
+    operation VARCHAR NOT NULL,
+    unit VARCHAR NOT NULL,
+    samples DOUBLE NOT NULL,
+    sum_value DOUBLE,
+    min_value DOUBLE,
+    max_value DOUBLE,
+    start_ts TIMESTAMP
+);
+""",
+    ),
 )
