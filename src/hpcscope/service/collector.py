@@ -11,7 +11,9 @@ keeps its loop to itself). Each cycle:
 4. records one ``scrapes`` row per attempt, and a ``collection_gaps`` row when a target comes
    back after failing (the gap is data: analysis never reads it as an idle GPU);
 5. every ``scheduler_poll_seconds``, reads Slurm's jobs (slurmrestd, or squeue/sacct) and
-   associations (sacctmgr) into ``jobs``, ``job_allocations`` and ``account_memberships``.
+   associations (sacctmgr) into ``jobs``, ``job_allocations`` and ``account_memberships``;
+6. reads the Lustre job_stats spool files that changed into ``lustre_job_stats``, one
+   ``scrapes`` row per file (``service/lustre_spool.py``).
 
 An exporter that hangs, returns 500 or garbage costs one failed scrape row; the collector keeps
 running, and nothing stored before is touched.
@@ -31,10 +33,12 @@ import pyarrow as pa
 
 from hpcscope.ingest.dcgm import DcgmConversion, DcgmConverter, samples_table
 from hpcscope.ingest.infiniband import infiniband_rows
+from hpcscope.ingest.lustre_jobstats import DEFAULT_JOBID_PATTERN
 from hpcscope.ingest.scrape import Scraper, ScrapeResult, Target, load_file_sd
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.service.attribution import MappingRoot, store_dcgm_samples
+from hpcscope.service.lustre_spool import LustreSpool, scrape_rows
 from hpcscope.service.reports import utcnow
 from hpcscope.service.scheduler import (
     AssociationSource,
@@ -67,6 +71,10 @@ class CollectorConfig:
     """Root of per-node hpc-job-mapping directories (``service/attribution.py``)."""
     job_records_dir: Path | None = None
     """Directory of the Slurm prolog's job records."""
+    lustre_job_stats_dir: Path | None = None
+    """Spool of ``<server>.job_stats`` files (``service/lustre_spool.py``)."""
+    lustre_jobid_pattern: str = DEFAULT_JOBID_PATTERN
+    """Regex that finds the Slurm job (and host) in a Lustre job_id."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CollectorConfig | None:
@@ -88,7 +96,12 @@ class CollectorConfig:
             if settings.slurm_associations
             else None
         )
-        if settings.targets_path is None and scheduler is None and settings.job_mapping_dir is None:
+        if (
+            settings.targets_path is None
+            and scheduler is None
+            and settings.job_mapping_dir is None
+            and settings.lustre_job_stats_dir is None
+        ):
             return None
         return cls(
             targets_path=settings.targets_path,
@@ -99,6 +112,8 @@ class CollectorConfig:
             scheduler_poll_seconds=settings.scheduler_poll_seconds,
             job_mapping_dir=settings.job_mapping_dir,
             job_records_dir=settings.job_records_dir,
+            lustre_job_stats_dir=settings.lustre_job_stats_dir,
+            lustre_jobid_pattern=settings.lustre_jobid_pattern,
         )
 
 
@@ -111,6 +126,7 @@ class CycleReport:
     ok: int = 0
     samples_written: int = 0
     jobs_written: int = 0
+    lustre_rows_written: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -140,6 +156,13 @@ class Collector:
         self._mapping = (
             MappingRoot(store, config.job_mapping_dir, config.job_records_dir)
             if config.job_mapping_dir is not None
+            else None
+        )
+        self._lustre = (
+            LustreSpool(
+                store, config.lustre_job_stats_dir, jobid_pattern=config.lustre_jobid_pattern
+            )
+            if config.lustre_job_stats_dir is not None
             else None
         )
         self._stop = threading.Event()
@@ -239,7 +262,26 @@ class Collector:
             report.jobs_written = poll.jobs
             if not poll.ok:
                 report.errors.append(f"scheduler: {poll.error}")
+        if self._lustre is not None:
+            await self._collect_lustre(self._lustre, report)
         return report
+
+    async def _collect_lustre(self, spool: LustreSpool, report: CycleReport) -> None:
+        try:
+            reads = await asyncio.to_thread(spool.collect_once)
+        except Exception as exc:  # a bug or an odd spool must not stop the other sources
+            log.exception("lustre spool collection failed")
+            report.errors.append(f"lustre spool: {exc}")
+            return
+        report.targets += len(reads)
+        for read in reads:
+            report.lustre_rows_written += read.stored
+            if read.ok:
+                report.ok += 1
+            else:
+                report.errors.append(read.error or f"{read.path}: failed")
+        if reads:
+            self.store.append("scrapes", scrape_rows(reads))
 
     def _record(
         self,

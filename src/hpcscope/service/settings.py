@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from hpcscope.ingest.lustre_jobstats import DEFAULT_JOBID_PATTERN, compile_jobid_pattern
 from hpcscope.model.errors import SourceError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -101,6 +102,22 @@ class Settings(BaseModel):
     job_records_dir: Path | None = Field(
         None, description="Directory of job records written by the Slurm prolog/epilog."
     )
+    lustre_job_stats_dir: Path | None = Field(
+        None,
+        description="Spool directory of Lustre job_stats snapshots, one <server>.job_stats "
+        "file per OSS/MDS (deploy/lustre/hpcscope-jobstats); read when a file changes.",
+    )
+    lustre_jobid_pattern: str = Field(
+        DEFAULT_JOBID_PATTERN,
+        description="Regex matched against a whole Lustre job_id, with a named group 'job' "
+        "(the Slurm job id) and optionally 'host' (jobid_name with %H).",
+    )
+
+    @field_validator("lustre_jobid_pattern")
+    @classmethod
+    def _jobid_pattern_compiles(cls, value: str) -> str:
+        compile_jobid_pattern(value)  # ValueError names what is wrong
+        return value
 
     def slurmrestd_token(self) -> str | None:
         """The JWT from ``slurmrestd_token_file`` (or ``SLURM_JWT``), stripped; None if unset."""
