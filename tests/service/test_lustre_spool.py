@@ -51,7 +51,8 @@ def _scrapes(store: Store) -> list[dict[str, object]]:
         "SELECT target, exporter, node, ok, samples, rejected_lines, error FROM scrapes "
         "ORDER BY ts, target"
     )
-    return rows.to_pylist()
+    listed: list[dict[str, object]] = rows.to_pylist()
+    return listed
 
 
 @pytest.fixture
