@@ -295,3 +295,48 @@ def test_the_running_twin_writes_the_spool_and_names_it(tmp_path: Path) -> None:
             entries = read_job_stats((spool / "mds1.job_stats").read_text())
             hosts = {e.job_id.split(":")[2] for e in entries}
     assert hosts == {"gpu01", "gpu02"}  # the ticker keeps rewriting the files
+
+
+def test_the_twins_files_give_storage_evidence_against_the_data_starved_node(
+    tmp_path: Path,
+) -> None:
+    """The twin's snapshots, as rows of the ``lustre_job_stats`` columns, through the storage
+    analysis: gpu02 (the data-starved job's node) reads an order of magnitude slower."""
+    import polars as pl
+
+    from hpcscope.analysis.storage_evidence import node_storage, storage_evidence
+
+    *_, snapshots = _run(tmp_path, 120.0, step=30.0)
+    rows = []
+    for snapshot in snapshots:
+        for server, entries in snapshot.items():
+            for entry in entries:
+                slurm_id, _, host = entry.job_id.split(":")
+                for op, (samples, unit, low, high, total, _, _) in entry.ops.items():
+                    rows.append(
+                        {
+                            "ts": entry.times_ns["snapshot_time"] // 1000,
+                            "server": server,
+                            "target": entry.target,
+                            "component": "mdt" if "-MDT" in entry.target else "ost",
+                            "job_id_raw": entry.job_id,
+                            "job_id": slurm_id,
+                            "host": host,
+                            "operation": op,
+                            "unit": unit,
+                            "samples": float(samples),
+                            "sum_value": float(total),
+                            "min_value": float(low),
+                            "max_value": float(high),
+                            "start_ts": entry.times_ns["start_time"] // 1000,
+                        }
+                    )
+    frame = pl.DataFrame(rows).with_columns(pl.col("ts", "start_ts").cast(pl.Datetime("us")))
+    storage = node_storage(frame)
+    slow, fast = storage["gpu02"], storage["gpu01"]
+    assert slow.mean_read_latency_seconds is not None and fast.mean_read_latency_seconds
+    assert 0.010 <= slow.mean_read_latency_seconds <= 0.040
+    assert 0.0005 <= fast.mean_read_latency_seconds <= 0.002
+    assert slow.metadata_ops > 0 and fast.write_bytes > 0
+    [item] = storage_evidence([1], {0: "gpu01", 1: "gpu02"}, storage)[1]
+    assert item.supports and "per read RPC on gpu02" in item.summary
