@@ -11,6 +11,8 @@ State directory layout::
     <state_dir>/targets.json            file_sd: dcgm endpoints (labels: node, exporter)
     <state_dir>/twin.json               ports, slurmrestd URL and settings of this run
     <state_dir>/nodes/<node>/hpc-job-mapping/<gpu>   what the Slurm prolog writes
+    <state_dir>/lustre/<server>.job_stats           ``lctl get_param`` job_stats of each Lustre
+                                                    server (:mod:`hpcscope.twin.lustre`)
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, Protocol
 
 from hpcscope.model.topology import Hca, Topology
 from hpcscope.twin.dcgm import DcgmEndpoint
+from hpcscope.twin.lustre import LustreJobStats
 from hpcscope.twin.node_exporter import InfinibandEndpoint, PortTraffic
 from hpcscope.twin.scheduler import Scheduler
 from hpcscope.twin.slurmrestd import jobs_response
@@ -154,6 +157,8 @@ class TwinCluster:
         self.dcgm_ports: dict[str, int] = {}
         self.node_exporter_ports: dict[str, int] = {}
         self.slurmrestd_port: int | None = None
+        # None when the topology's storage is not Lustre
+        self.lustre = LustreJobStats.from_topology(topology, seed=seed)
 
     def now(self) -> float:
         """Simulated epoch seconds."""
@@ -161,6 +166,11 @@ class TwinCluster:
 
     def mapping_dir(self, node: str) -> Path:
         return self.scheduler.mapping_dir(node)
+
+    @property
+    def lustre_dir(self) -> Path | None:
+        """The spool directory of the Lustre servers' job_stats files (None: no Lustre)."""
+        return None if self.lustre is None else self.state_dir / "lustre"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -171,7 +181,9 @@ class TwinCluster:
                 self.scheduler.submit_demo_scenario()
             elif self.scenario != "empty":
                 raise ValueError(f"unknown scenario {self.scenario!r}")
-            self.scheduler.tick(self.now())
+            now = self.now()
+            self.scheduler.tick(now)
+            self._tick_lustre(now)
         for offset, node in enumerate(self.topology.nodes):
             endpoint = DcgmEndpoint(
                 node.name,
@@ -234,7 +246,16 @@ class TwinCluster:
     def _tick_loop(self) -> None:
         while not self._stop.wait(0.25):
             with self._lock:
-                self.scheduler.tick(self.now())
+                now = self.now()
+                self.scheduler.tick(now)
+                self._tick_lustre(now)
+
+    def _tick_lustre(self, now: float) -> None:
+        """Count the jobs' Lustre I/O up to now and rewrite the servers' job_stats files."""
+        if self.lustre is None or self.lustre_dir is None:
+            return
+        self.lustre.advance(now, self.scheduler.jobs.values())
+        self.lustre.write(self.lustre_dir)
 
     # ------------------------------------------------------------------ endpoints
 
@@ -326,6 +347,7 @@ class TwinCluster:
                     "slurmrestd_port": self.slurmrestd_port,
                     "slurmrestd_url": self.slurmrestd_url,
                     "started_at": self._start_wall,
+                    "lustre_dir": None if self.lustre_dir is None else str(self.lustre_dir),
                 },
                 indent=2,
             )

@@ -248,3 +248,15 @@ STORAGE_READ_BYTES_PER_SECOND: dict[Profile, float] = {
 
 #: Inter-node AllReduce traffic per rail while a multi-node job is in its collective phase.
 RAIL_COLLECTIVE_BYTES_PER_SECOND = 40e9
+
+#: Mean service time of one Lustre read RPC (``read`` op of job_stats, as the OST measures it)
+#: for each profile. Healthy jobs stream large shards (about a millisecond per 1-4 MiB RPC); the
+#: data-starved job reads many small files and its RPCs queue on the OSTs behind each other, so
+#: the storage side of its data stall shows as read latency an order of magnitude higher.
+STORAGE_READ_LATENCY_SECONDS: dict[Profile, float] = {
+    Profile.HEALTHY: 0.9e-3,
+    Profile.DATA_STARVED: 24e-3,
+    Profile.STRAGGLER: 1.2e-3,
+    Profile.IDLE_ALLOCATED: 0.6e-3,
+    Profile.FAILED: 0.9e-3,
+}
