@@ -366,3 +366,16 @@ def test_round_trip(target: str, entries: list[Entry]) -> None:
                 }
             )
     assert table.to_pylist() == expected
+
+
+def test_a_2_14_mdt_entry_without_a_slurm_job() -> None:
+    path = FIXTURES / "lustre" / "mdt_job_stats_entry_lustre2.14_whamcloud.txt"
+    table = parse_job_stats(
+        path.read_text(), source=str(path), server="mds1", target="fs-MDT0000", component="mdt"
+    )
+    assert table.num_rows == 24  # MDT operations of 2.14, parallel_rename_* and migrate included
+    statfs = _row(table, ":988:ds88", "statfs")
+    assert (statfs["job_id"], statfs["host"], statfs["unit"]) == (None, None, "usecs")
+    assert (statfs["samples"], statfs["sum_value"], statfs["min_value"]) == (9372.0, 148887.0, 8.0)
+    assert statfs["ts"] == datetime(2024, 7, 15, 13, 2, 14, 873002)
+    assert "parallel_rename_file" in table["operation"].to_pylist()

@@ -10,10 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from hpcscope.model.topology import load_topology
 from hpcscope.service.collector import Collector, CollectorConfig, CycleReport
-from hpcscope.service.settings import Settings
+from hpcscope.service.lustre_spool import LustreSpool
+from hpcscope.service.settings import Settings, bundled_topology
 from hpcscope.store import Store
 from hpcscope.store.lustre import job_stats
+from hpcscope.twin.lustre import LustreJobStats
+from hpcscope.twin.scheduler import Scheduler
 from tests.support.aio import run_async
 from tests.support.paths import FIXTURES
 
@@ -188,3 +192,34 @@ def test_a_collector_with_only_a_lustre_spool_starts(tmp_path: Path, spool: Path
         assert job_stats(store, job_ids=["43"]).num_rows == 0
         assert job_stats(store, job_ids=["10"], hosts=["es18kxe-co-client"]).num_rows == 30
     assert CollectorConfig.from_settings(Settings(scheduler_source="none")) is None
+
+
+def test_the_twins_spool_reads_cleanly_with_jobs_and_hosts(tmp_path: Path) -> None:
+    """What the twin writes (twin/lustre.py) is what this reader accepts: every file ok, every
+    id a Slurm job on one of its nodes."""
+    topology = load_topology(bundled_topology())
+    scheduler = Scheduler(topology, tmp_path / "nodes", start_time=1.7e9, arrivals_per_hour=0)
+    scheduler.submit_demo_scenario()
+    lustre = LustreJobStats.from_topology(topology, seed=3)
+    assert lustre is not None
+    spool = tmp_path / "lustre"
+    with Store(tmp_path / "s.duckdb") as store:
+        reader = LustreSpool(store, spool)
+        stored = 0
+        for tick in range(4):
+            now = 1.7e9 + 30.0 * tick
+            scheduler.tick(now)
+            lustre.advance(now, scheduler.jobs.values())
+            lustre.write(spool)
+            reads = reader.collect_once()
+            assert {r.server for r in reads} == {"oss1", "oss2", "mds1"}
+            assert all(r.ok for r in reads), [r.error for r in reads]
+            stored += sum(r.stored for r in reads)
+        rows = job_stats(store)
+        assert rows.num_rows == stored > 0
+        jobs = {job.job_id: job for job in scheduler.jobs.values()}
+        pairs = set(zip(rows["job_id"].to_pylist(), rows["host"].to_pylist(), strict=True))
+        assert pairs and all(host in jobs[int(job)].nodes for job, host in pairs)
+        assert set(rows["component"].to_pylist()) == {"ost", "mdt"}
+        reads_again = reader.collect_once()
+        assert reads_again == []  # nothing rewritten since the last read
