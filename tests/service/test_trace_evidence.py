@@ -20,12 +20,18 @@ import pyarrow as pa
 import pytest
 
 from hpcscope.model.access import Principal, Role
-from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, IB_PORT_SCHEMA, JOB_ALLOCATION_SCHEMA
+from hpcscope.model.schemas import (
+    GPU_SAMPLE_SCHEMA,
+    IB_PORT_SCHEMA,
+    JOB_ALLOCATION_SCHEMA,
+    LUSTRE_JOB_STATS_SCHEMA,
+)
 from hpcscope.service import trace_reports
 from hpcscope.service.core import Service
 from hpcscope.service.settings import Settings
 from hpcscope.service.users import UserDirectory
 from hpcscope.store.infiniband import append_ib_counters
+from hpcscope.store.lustre import append_job_stats
 from tests.support.paths import FIXTURES
 
 PARAM = FIXTURES / "traces" / "param_dlrm_8rank" / "dlrm_kineto.tar.gz"
@@ -295,3 +301,65 @@ def test_a_node_without_counters_is_said(service: Service, tmp_path: Path) -> No
     assert found is not None
     assert all(e["figures"].get("source") != "infiniband" for e in _evidence(found[1], 7))
     assert any("dgx1, dgx2: no InfiniBand counters" in n for n in found[1]["evidence_notes"])
+
+
+def _lustre_reads(node: str, job_id: str, read_usecs: float) -> pa.Table:
+    """Two job_stats snapshots of one OST entry of ``job_id`` on ``node`` around the profiled
+    step: 1,000 reads of 1 MiB, ``read_usecs`` microseconds of read latency in all."""
+    rows = []
+    for second, fraction in ((-2, 0.0), (2, 1.0)):
+        for operation, unit, total in (("read", "usecs", read_usecs), ("read_bytes", "bytes", 1e9)):
+            rows.append(
+                {
+                    "ts": WINDOW_START + timedelta(seconds=second),
+                    "server": "oss1",
+                    "target": "scratch-OST0000",
+                    "component": "ost",
+                    "job_id_raw": f"{job_id}:1000:{node}",
+                    "job_id": job_id,
+                    "host": node,
+                    "operation": operation,
+                    "unit": unit,
+                    "samples": 1000.0 * fraction,
+                    "sum_value": total * fraction,
+                    "min_value": None,
+                    "max_value": None,
+                    "start_ts": WINDOW_START - timedelta(minutes=10),
+                }
+            )
+    return pa.Table.from_pylist(rows, schema=LUSTRE_JOB_STATS_SCHEMA)
+
+
+@pytest.mark.parametrize(("dgx2_usecs", "supports"), [(24e6, True), (1.1e6, False)])
+def test_slow_lustre_reads_on_the_stragglers_node_are_storage_evidence(
+    service: Service, tmp_path: Path, dgx2_usecs: float, supports: bool
+) -> None:
+    _two_node_job(service, "82")
+    append_job_stats(service.store, _lustre_reads("dgx1", "82", 1e6)).result()
+    append_job_stats(service.store, _lustre_reads("dgx2", "82", dgx2_usecs)).result()
+    append_job_stats(service.store, _lustre_reads("dgx2", "99", 90e6)).result()  # another job
+    traces = _two_node_traces(tmp_path / "two-nodes")
+    row = trace_reports.analyze_and_store(service, ALICE, [traces], source_names=["x"], job_id="82")
+    found = trace_reports.get_analysis(service, ALICE, row.analysis_id)
+    assert found is not None
+    storage = [e for e in _evidence(found[1], 7) if e["figures"].get("source") == "lustre"]
+    assert len(storage) == 1, storage
+    [item] = storage
+    assert item["kind"] == "data" and item["supports"] is supports, item["summary"]
+    assert item["figures"]["node"] == "dgx2"
+    # the other job's slower reads on dgx2 are not this job's
+    latency = 0.024 if supports else 0.0011
+    assert item["figures"]["mean_read_latency_seconds"] == pytest.approx(latency)
+    assert item["figures"]["peers_mean_read_latency_seconds"] == pytest.approx(0.001)
+    if supports:
+        assert "24.00 ms per read RPC on dgx2" in item["summary"]
+
+
+def test_no_lustre_rows_is_said(service: Service, tmp_path: Path) -> None:
+    _two_node_job(service, "83")
+    traces = _two_node_traces(tmp_path / "two-nodes")
+    row = trace_reports.analyze_and_store(service, ALICE, [traces], source_names=["x"], job_id="83")
+    found = trace_reports.get_analysis(service, ALICE, row.analysis_id)
+    assert found is not None
+    assert all(e["figures"].get("source") != "lustre" for e in _evidence(found[1], 7))
+    assert any("no Lustre job_stats" in n for n in found[1]["evidence_notes"])

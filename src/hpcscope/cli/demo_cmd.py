@@ -108,6 +108,7 @@ def demo(
             port=port,
             anonymous_diagram=True,
             targets_path=twin_dir / "targets.json",
+            lustre_job_stats_dir=Path(str(info["lustre_dir"])) if info.get("lustre_dir") else None,
             slurmrestd_url=str(info["slurmrestd_url"]),
             scrape_interval_seconds=scrape_interval,
             scheduler_poll_seconds=scrape_interval,

@@ -8,7 +8,11 @@ profiled window, widened by one scrape interval on each side (samples are second
 * the GPU samples of each rank's GPU (``gpu_samples``): hardware evidence (throttling, clocks,
   temperature, Xid), :func:`~hpcscope.analysis.straggler_evidence.hardware_evidence`;
 * the InfiniBand port counters of each rank's node (``ib_port_counters``, node_exporter):
-  network evidence (errors, ports down), :func:`~hpcscope.analysis.fabric_evidence.fabric_evidence`.
+  network evidence (errors, ports down), :func:`~hpcscope.analysis.fabric_evidence.fabric_evidence`;
+* the job's Lustre job_stats (``lustre_job_stats``, entries of ``jobid_name=%j:%u:%H`` name the
+  client node): storage evidence for a data stall (read latency and throughput of the
+  straggler's node against its peers' nodes),
+  :func:`~hpcscope.analysis.storage_evidence.storage_evidence`.
 
 ``evidence_notes`` says what was found and what was not (a node without counters, a rank that
 could not be placed), so an empty section is never silent.
@@ -24,10 +28,12 @@ import polars as pl
 from hpcscope.analysis.efficiency import gpu_summary
 from hpcscope.analysis.fabric_evidence import fabric_evidence, node_fabric
 from hpcscope.analysis.rank_gpus import RankGpu, map_ranks_to_gpus
+from hpcscope.analysis.storage_evidence import node_storage, storage_evidence
 from hpcscope.analysis.straggler_evidence import GpuTelemetry, hardware_evidence
 from hpcscope.ingest.infiniband import COUNTER_WIDTH_BITS
 from hpcscope.service import reports
 from hpcscope.store import infiniband as ib_queries
+from hpcscope.store import lustre as lustre_queries
 from hpcscope.store import traces as queries
 
 if TYPE_CHECKING:
@@ -37,7 +43,7 @@ if TYPE_CHECKING:
 #: often scraped every 15-60 s; the reads that bracket the window are kept).
 COUNTER_MARGIN_SECONDS = 300
 #: Evidence items this module adds, recognised when a link is made again.
-_TELEMETRY_SOURCES = ("infiniband",)
+_TELEMETRY_SOURCES = ("infiniband", "lustre")
 
 
 def parse_utc(text: str) -> datetime:
@@ -80,6 +86,10 @@ def add_job_evidence(service: Service, document: dict[str, Any], job_id: str) ->
     for rank, items in _hardware(service, document, job_id, mapping, since, until, notes).items():
         found.setdefault(rank, []).extend(e.to_dict() for e in items)
     for rank, items in _fabric(service, stragglers, mapping, since, until, notes).items():
+        found.setdefault(rank, []).extend(e.to_dict() for e in items)
+    data_ranks = [int(s["rank"]) for s in document["stragglers"] if s["phase"] == "data_load"]
+    storage = _storage(service, job_id, stragglers, data_ranks, mapping, since, until, notes)
+    for rank, items in storage.items():
         found.setdefault(rank, []).extend(e.to_dict() for e in items)
     for straggler in document["stragglers"]:
         rank = int(straggler["rank"])
@@ -177,3 +187,53 @@ def _fabric(
             "(node_exporter's infiniband collector not scraped), no fabric evidence for them"
         )
     return dict(fabric_evidence(stragglers, rank_nodes, fabric))
+
+
+def _short(host: str) -> str:
+    return host.split(".", 1)[0].lower()
+
+
+def _storage(
+    service: Service,
+    job_id: str,
+    stragglers: list[int],
+    data_ranks: list[int],
+    mapping: dict[int, RankGpu],
+    since: datetime | None,
+    until: datetime | None,
+    notes: list[str],
+) -> dict[int, tuple[Any, ...]]:
+    """Storage evidence from the job's own job_stats entries, node against node."""
+    margin = timedelta(seconds=COUNTER_MARGIN_SECONDS)
+    rows = pl.from_arrow(
+        lustre_queries.job_stats(
+            service.store,
+            job_ids=[job_id],
+            since=since - margin if since else None,
+            until=until + margin if until else None,
+        )
+    )
+    assert isinstance(rows, pl.DataFrame)
+    if rows.height == 0:
+        notes.append(
+            f"job {job_id}: no Lustre job_stats in the profiled window (Lustre spool not "
+            "configured, or jobid_name does not carry the Slurm job id), no storage evidence"
+        )
+        return {}
+    # Lustre's %H is the client's hostname, Slurm's node name may be its short form
+    nodes = {_short(placed.node): placed.node for placed in mapping.values()}
+    rows = rows.with_columns(
+        pl.col("host").map_elements(
+            lambda h: nodes.get(_short(h), h), return_dtype=pl.String, skip_nulls=True
+        )
+    )
+    if rows["host"].null_count() == rows.height:
+        notes.append(
+            f"job {job_id}: its Lustre job_stats name no client node (set jobid_name to "
+            "%j:%u:%H), no storage evidence node against node"
+        )
+        return {}
+    window = (since, until) if since is not None and until is not None else None
+    storage = node_storage(rows, window=window)
+    rank_nodes = {rank: placed.node for rank, placed in mapping.items()}
+    return dict(storage_evidence(stragglers, rank_nodes, storage, data_phase_ranks=data_ranks))
