@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from hpcscope.model.schemas import IB_PORT_SCHEMA
 from hpcscope.store.duck import Store
+from hpcscope.store.filters import Where
 
 
 def append_ib_counters(store: Store, rows: pa.Table) -> Future[int]:
@@ -37,21 +38,8 @@ def ib_counters(
 ) -> pa.Table:
     """Stored port rows, oldest first, optionally for one node or some nodes, from ``since``
     and up to ``until`` (both inclusive)."""
-    clauses: list[str] = []
-    params: list[object] = []
-    if node is not None:
-        clauses.append("node = ?")
-        params.append(node)
-    if nodes is not None:
-        clauses.append("list_contains(?, node)")
-        params.append(list(nodes))
-    if since is not None:
-        clauses.append("ts >= ?")
-        params.append(since)
-    if until is not None:
-        clauses.append("ts <= ?")
-        params.append(until)
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    where = Where().equals("node", node).among("node", nodes).window(since, until)
     return store.query(
-        f"SELECT * FROM ib_port_counters {where} ORDER BY node, device, port, ts", params
+        f"SELECT * FROM ib_port_counters {where.sql()} ORDER BY node, device, port, ts",
+        where.params,
     )

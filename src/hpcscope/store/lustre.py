@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from hpcscope.model.schemas import LUSTRE_JOB_STATS_SCHEMA
 from hpcscope.store.duck import Store
+from hpcscope.store.filters import Where
 
 #: The columns that identify a stored row.
 KEY_COLUMNS = ("server", "target", "job_id_raw", "operation", "ts")
@@ -86,25 +87,11 @@ def job_stats(
     Returns:
         A table of :data:`LUSTRE_JOB_STATS_SCHEMA`.
     """
-    clauses: list[str] = []
-    params: list[object] = []
-    if job_ids is not None:
-        clauses.append("list_contains(?, job_id)")
-        params.append(list(job_ids))
-    if hosts is not None:
-        clauses.append("list_contains(?, host)")
-        params.append(list(hosts))
-    if since is not None:
-        clauses.append("ts >= ?")
-        params.append(since)
-    if until is not None:
-        clauses.append("ts <= ?")
-        params.append(until)
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    where = Where().among("job_id", job_ids).among("host", hosts).window(since, until)
     columns = ", ".join(LUSTRE_JOB_STATS_SCHEMA.names)
     table = store.query(
-        f"SELECT {columns} FROM lustre_job_stats {where} "
+        f"SELECT {columns} FROM lustre_job_stats {where.sql()} "
         "ORDER BY server, target NULLS FIRST, job_id_raw, operation, ts",
-        params,
+        where.params,
     )
     return table.cast(LUSTRE_JOB_STATS_SCHEMA)

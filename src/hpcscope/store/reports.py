@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from hpcscope.model.access import JobScope
 from hpcscope.store.duck import Store
+from hpcscope.store.filters import Where
 
 _SAMPLE_COLUMNS = "s.*"
 
@@ -87,15 +88,8 @@ def samples_for_jobs(
     """GPU samples of the given jobs (the caller has already checked visibility)."""
     if not job_ids:
         return store.query("SELECT * FROM gpu_samples WHERE FALSE")
-    clauses = [f"job_id IN ({', '.join('?' for _ in job_ids)})"]
-    params: list[object] = list(job_ids)
-    if since is not None:
-        clauses.append("ts >= ?")
-        params.append(since)
-    if until is not None:
-        clauses.append("ts <= ?")
-        params.append(until)
-    return store.query(f"SELECT * FROM gpu_samples WHERE {' AND '.join(clauses)}", params)
+    where = Where().among("job_id", list(job_ids)).window(since, until)
+    return store.query(f"SELECT * FROM gpu_samples {where.sql()}", where.params)
 
 
 def gpu_timeseries(
