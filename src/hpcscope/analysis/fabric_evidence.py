@@ -29,6 +29,7 @@ from datetime import datetime
 
 import polars as pl
 
+from hpcscope.analysis.counters import bracket_reads
 from hpcscope.analysis.infiniband import port_rates
 from hpcscope.analysis.straggler_evidence import Evidence
 
@@ -83,12 +84,7 @@ def bracket(counters: pl.DataFrame, start: datetime, end: datetime) -> pl.DataFr
     after ``end`` (its first/last read when there is none): counters are read every scrape
     interval, so the increase over a window of a few seconds is the increase between the
     reads that bracket it."""
-    if counters.height == 0:
-        return counters
-    ts = pl.col("ts")
-    lower = ts.filter(ts <= start).max().over(_PORT).fill_null(ts.min().over(_PORT))
-    upper = ts.filter(ts >= end).min().over(_PORT).fill_null(ts.max().over(_PORT))
-    return counters.filter((ts >= lower) & (ts <= upper))
+    return bracket_reads(counters, start, end, by=_PORT)
 
 
 def node_fabric(

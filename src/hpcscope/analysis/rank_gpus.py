@@ -40,7 +40,9 @@ def _natural(name: str) -> tuple[object, ...]:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-def _short(host: str) -> str:
+def short_host(host: str) -> str:
+    """A host name as Slurm names nodes: the first label, lower case (``gpu01.cluster`` and
+    ``GPU01`` are node ``gpu01``)."""
     return host.split(".", 1)[0].lower()
 
 
@@ -69,10 +71,10 @@ def map_ranks_to_gpus(
     for gpus in by_node.values():
         gpus.sort()
     per_node = len(by_node[nodes[0]])
-    short = {_short(node): node for node in nodes}
+    short = {short_host(node): node for node in nodes}
     out: dict[int, RankGpu] = {}
     for rank, host, device in ranks:
-        found = short.get(_short(host)) if host else None
+        found = short.get(short_host(host)) if host else None
         how_node = "host_name"
         if found is None:
             index = rank // per_node

@@ -36,6 +36,7 @@ from datetime import datetime
 
 import polars as pl
 
+from hpcscope.analysis.counters import bracket_reads
 from hpcscope.analysis.straggler_evidence import Evidence
 
 #: A mean read latency at least this many times the peers' median supports a storage cause ...
@@ -107,12 +108,7 @@ def bracket(rows: pl.DataFrame, start: datetime, end: datetime) -> pl.DataFrame:
     """Each entry's snapshots from its last at or before ``start`` to its first at or after
     ``end`` (its first/last snapshot when there is none): job_stats are read every poll
     interval, so the increase over a window is the increase between the reads around it."""
-    if rows.height == 0:
-        return rows
-    ts = pl.col("ts")
-    lower = ts.filter(ts <= start).max().over(ENTRY).fill_null(ts.min().over(ENTRY))
-    upper = ts.filter(ts >= end).min().over(ENTRY).fill_null(ts.max().over(ENTRY))
-    return rows.filter((ts >= lower) & (ts <= upper))
+    return bracket_reads(rows, start, end, by=ENTRY)
 
 
 def entry_increases(rows: pl.DataFrame, *, since: datetime | None = None) -> pl.DataFrame:

@@ -27,9 +27,9 @@ import polars as pl
 
 from hpcscope.analysis.efficiency import gpu_summary
 from hpcscope.analysis.fabric_evidence import fabric_evidence, node_fabric
-from hpcscope.analysis.rank_gpus import RankGpu, map_ranks_to_gpus
+from hpcscope.analysis.rank_gpus import RankGpu, map_ranks_to_gpus, short_host
 from hpcscope.analysis.storage_evidence import node_storage, storage_evidence
-from hpcscope.analysis.straggler_evidence import GpuTelemetry, hardware_evidence
+from hpcscope.analysis.straggler_evidence import Evidence, GpuTelemetry, hardware_evidence
 from hpcscope.ingest.infiniband import COUNTER_WIDTH_BITS
 from hpcscope.service import reports
 from hpcscope.store import infiniband as ib_queries
@@ -82,15 +82,16 @@ def add_job_evidence(service: Service, document: dict[str, Any], job_id: str) ->
     if since is not None and until is not None:
         pad = timedelta(seconds=service.settings.scrape_interval_seconds)
         since, until = since - pad, until + pad
-    found: dict[int, list[dict[str, object]]] = {}
-    for rank, items in _hardware(service, document, job_id, mapping, since, until, notes).items():
-        found.setdefault(rank, []).extend(e.to_dict() for e in items)
-    for rank, items in _fabric(service, stragglers, mapping, since, until, notes).items():
-        found.setdefault(rank, []).extend(e.to_dict() for e in items)
     data_ranks = [int(s["rank"]) for s in document["stragglers"] if s["phase"] == "data_load"]
-    storage = _storage(service, job_id, stragglers, data_ranks, mapping, since, until, notes)
-    for rank, items in storage.items():
-        found.setdefault(rank, []).extend(e.to_dict() for e in items)
+    sources = (
+        _hardware(service, document, job_id, mapping, since, until, notes),
+        _fabric(service, stragglers, mapping, since, until, notes),
+        _storage(service, job_id, stragglers, data_ranks, mapping, since, until, notes),
+    )
+    found: dict[int, list[dict[str, object]]] = {}
+    for by_rank in sources:
+        for rank, items in by_rank.items():
+            found.setdefault(rank, []).extend(e.to_dict() for e in items)
     for straggler in document["stragglers"]:
         rank = int(straggler["rank"])
         added = found.get(rank, [])
@@ -116,7 +117,7 @@ def _hardware(
     since: datetime | None,
     until: datetime | None,
     notes: list[str],
-) -> dict[int, tuple[Any, ...]]:
+) -> dict[int, tuple[Evidence, ...]]:
     samples = pl.from_arrow(queries.job_samples(service.store, job_id, since=since, until=until))
     assert isinstance(samples, pl.DataFrame)
     if samples.height == 0:
@@ -161,7 +162,7 @@ def _fabric(
     since: datetime | None,
     until: datetime | None,
     notes: list[str],
-) -> dict[int, tuple[Any, ...]]:
+) -> dict[int, tuple[Evidence, ...]]:
     rank_nodes = {rank: placed.node for rank, placed in mapping.items()}
     nodes = sorted(set(rank_nodes.values()))
     fabric = {}
@@ -189,10 +190,6 @@ def _fabric(
     return dict(fabric_evidence(stragglers, rank_nodes, fabric))
 
 
-def _short(host: str) -> str:
-    return host.split(".", 1)[0].lower()
-
-
 def _storage(
     service: Service,
     job_id: str,
@@ -202,7 +199,7 @@ def _storage(
     since: datetime | None,
     until: datetime | None,
     notes: list[str],
-) -> dict[int, tuple[Any, ...]]:
+) -> dict[int, tuple[Evidence, ...]]:
     """Storage evidence from the job's own job_stats entries, node against node."""
     margin = timedelta(seconds=COUNTER_MARGIN_SECONDS)
     rows = pl.from_arrow(
@@ -221,10 +218,10 @@ def _storage(
         )
         return {}
     # Lustre's %H is the client's hostname, Slurm's node name may be its short form
-    nodes = {_short(placed.node): placed.node for placed in mapping.values()}
+    nodes = {short_host(placed.node): placed.node for placed in mapping.values()}
     rows = rows.with_columns(
         pl.col("host").map_elements(
-            lambda h: nodes.get(_short(h), h), return_dtype=pl.String, skip_nulls=True
+            lambda h: nodes.get(short_host(h), h), return_dtype=pl.String, skip_nulls=True
         )
     )
     if rows["host"].null_count() == rows.height:
