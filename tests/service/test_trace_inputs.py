@@ -33,6 +33,19 @@ def test_every_way_of_parsing_gives_the_same_document(
     assert in_process == pool == helper
 
 
+def test_a_streamed_archive_gives_the_same_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An archive too large to keep in memory is streamed, one pass per archive, by each way of
+    parsing (in process, the forked helper's member read, extraction for a pool)."""
+    reference = _doc(PARAM, workers=1)
+    monkeypatch.setattr(trace_inputs, "_small_archive", lambda file: None)
+    assert all(item.data is None for item in find_traces([PARAM]))
+    in_process = _doc(PARAM, workers=1)
+    pool = _doc(PARAM, workers=2)
+    monkeypatch.setattr(trace_inputs, "FORK_HELPER_JSON_BYTES", 0)
+    helper = _doc(PARAM)
+    assert reference == in_process == pool == helper
+
+
 def test_small_inputs_parse_in_process_and_sizes_are_estimated() -> None:
     items = find_traces([PARAM])
     assert len(items) == 8 and all(i.member for i in items)

@@ -21,7 +21,7 @@ import shutil
 import struct
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,10 +45,11 @@ FORK_HELPER_JSON_BYTES = 2 << 20
 _TAR_BUFFER = 1 << 20
 #: Expansion assumed for a gzip member of a compressed tar (its size is not readable cheaply).
 GZIP_RATIO_GUESS = 10
+#: What a streamed pass over a broken archive raises.
+_STREAM_ERRORS = (tarfile.TarError, OSError, EOFError)
+#: ... and what reading a small archive in one go raises (the decompressor's own errors too).
 _ARCHIVE_ERRORS: tuple[type[Exception], ...] = (
-    tarfile.TarError,
-    OSError,
-    EOFError,
+    *_STREAM_ERRORS,
     *DEFLATE_ERRORS,
 )
 
@@ -282,39 +283,50 @@ def _in_process(
     """Parse in this process; each archive is read once, member after member (a compressed
     tar cannot seek: opening it again per member would decompress it again each time)."""
     results: dict[int, RankTimeline | _ErrorTuple] = {}
-    by_archive: dict[str, dict[str, int]] = {}
     for i, item in enumerate(items):
         if item.member is None or item.data is not None:
             results[i] = parse_one(item)
             if progress:
                 progress(len(results), len(items))
-        else:
-            by_archive.setdefault(item.path, {})[item.member] = i
-    for archive_path, wanted in by_archive.items():
+    for archive_path, wanted in _members_by_archive(items).items():
         try:
-            with tarfile.open(archive_path, mode="r|*", bufsize=_TAR_BUFFER) as archive:
-                for member in archive:
-                    index = wanted.get(member.name)
-                    if index is None:
-                        continue
-                    item = items[index]
-                    handle = archive.extractfile(member)
-                    if handle is None:
-                        results[index] = (
-                            "not a regular file in the archive",
-                            item.name,
-                            None,
-                            None,
-                        )
-                    else:
-                        results[index] = _parse_stream(item, handle)
-                    if progress:
-                        progress(len(results), len(items))
-        except (tarfile.TarError, OSError, EOFError) as exc:
+            for index, handle in _stream_members(archive_path, wanted):
+                item = items[index]
+                results[index] = (
+                    _parse_stream(item, handle)
+                    if handle is not None
+                    else ("not a regular file in the archive", item.name, None, None)
+                )
+                if progress:
+                    progress(len(results), len(items))
+        except _STREAM_ERRORS as exc:
             message = f"cannot read archive: {exc}"
             for index in wanted.values():
                 results.setdefault(index, (message, archive_path, None, None))
     return [results[i] for i in range(len(items))]
+
+
+def _members_by_archive(items: Sequence[TraceInput]) -> dict[str, dict[str, int]]:
+    """Archive -> {member name: index in ``items``} of the members still to be read (those
+    whose bytes are not already kept)."""
+    by_archive: dict[str, dict[str, int]] = {}
+    for i, item in enumerate(items):
+        if item.member is not None and item.data is None:
+            by_archive.setdefault(item.path, {})[item.member] = i
+    return by_archive
+
+
+def _stream_members(
+    archive_path: str, wanted: dict[str, int]
+) -> Iterator[tuple[int, IO[bytes] | None]]:
+    """One streaming pass over an archive: ``(index, handle)`` of each wanted member in archive
+    order (None for a member that is not a regular file). Raises what tarfile raises for a
+    broken archive (:data:`_STREAM_ERRORS`)."""
+    with tarfile.open(archive_path, mode="r|*", bufsize=_TAR_BUFFER) as archive:
+        for member in archive:
+            index = wanted.get(member.name)
+            if index is not None:
+                yield index, archive.extractfile(member)
 
 
 def _with_fork_helper(
@@ -374,22 +386,15 @@ def _with_fork_helper(
 
 def _read_members(items: Sequence[TraceInput]) -> dict[int, bytes | _ErrorTuple]:
     """The bytes of every archive member among ``items`` (one pass per archive)."""
-    out: dict[int, bytes | _ErrorTuple] = {}
-    by_archive: dict[str, dict[str, int]] = {}
-    for i, item in enumerate(items):
-        if item.data is not None:
-            out[i] = item.data
-        elif item.member is not None:
-            by_archive.setdefault(item.path, {})[item.member] = i
-    for archive_path, wanted in by_archive.items():
+    out: dict[int, bytes | _ErrorTuple] = {
+        i: item.data for i, item in enumerate(items) if item.data is not None
+    }
+    for archive_path, wanted in _members_by_archive(items).items():
         try:
-            with tarfile.open(archive_path, mode="r|*", bufsize=_TAR_BUFFER) as archive:
-                for member in archive:
-                    index = wanted.get(member.name)
-                    handle = archive.extractfile(member) if index is not None else None
-                    if index is not None and handle is not None:
-                        out[index] = handle.read()
-        except (tarfile.TarError, OSError, EOFError) as exc:
+            for index, handle in _stream_members(archive_path, wanted):
+                if handle is not None:
+                    out[index] = handle.read()
+        except _STREAM_ERRORS as exc:
             for index in wanted.values():
                 out.setdefault(index, (f"cannot read archive: {exc}", archive_path, None, None))
     return out
@@ -409,28 +414,22 @@ def _extract_members(items: Sequence[TraceInput], directory: Path) -> list[Trace
     workers read plain files; plain files are passed through. Errors are left for the
     workers to report (a member that cannot be extracted keeps pointing into its archive)."""
     out = list(items)
-    by_archive: dict[str, dict[str, int]] = {}
     for i, item in enumerate(items):
         if item.data is not None:
             target = directory / f"kept-{i}-{Path(item.member or item.path).name}"
             target.write_bytes(item.data)
             out[i] = TraceInput(str(target), None, item.json_bytes, item.name)
-        elif item.member is not None:
-            by_archive.setdefault(item.path, {})[item.member] = i
-    for n, (archive_path, wanted) in enumerate(by_archive.items()):
+    for n, (archive_path, wanted) in enumerate(_members_by_archive(items).items()):
         try:
-            with tarfile.open(archive_path, mode="r|*", bufsize=_TAR_BUFFER) as archive:
-                for member in archive:
-                    index = wanted.get(member.name)
-                    handle = archive.extractfile(member) if index is not None else None
-                    if index is None or handle is None:
-                        continue
-                    target = directory / f"{n}-{index}-{Path(member.name).name}"
-                    with handle, target.open("wb") as sink:
-                        shutil.copyfileobj(handle, sink, 1 << 20)
-                    item = items[index]
-                    out[index] = TraceInput(str(target), None, item.json_bytes, item.name)
-        except (tarfile.TarError, OSError, EOFError):
+            for index, handle in _stream_members(archive_path, wanted):
+                if handle is None:
+                    continue
+                item = items[index]
+                target = directory / f"{n}-{index}-{Path(item.member or item.path).name}"
+                with handle, target.open("wb") as sink:
+                    shutil.copyfileobj(handle, sink, 1 << 20)
+                out[index] = TraceInput(str(target), None, item.json_bytes, item.name)
+        except _STREAM_ERRORS:
             continue
     return out
 
