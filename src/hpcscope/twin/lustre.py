@@ -47,7 +47,7 @@ import numpy as np
 
 from hpcscope.model.topology import Topology
 from hpcscope.twin.mapping import write_text_atomic
-from hpcscope.twin.scheduler import SimJob, _uid
+from hpcscope.twin.scheduler import SimJob, user_uid
 from hpcscope.twin.workloads import (
     STORAGE_READ_BYTES_PER_SECOND,
     STORAGE_READ_LATENCY_SECONDS,
@@ -338,7 +338,7 @@ class LustreJobStats:
         per_node: dict[str, int] = {}
         for node, _gpu in job.allocation:
             per_node[node] = per_node.get(node, 0) + 1
-        uid = _uid(job.user)
+        uid = user_uid(job.user)
         for node in sorted(per_node):
             self._node_io(
                 job, f"{job.job_id}:{uid}:{node}", per_node[node], high - low, checkpoints,

@@ -151,8 +151,8 @@ FAULT_GRACE_SECONDS = 30.0
 REPAIR_SECONDS = 600.0
 
 
-def _uid(user: str) -> int:
-    """A stable POSIX uid for a simulated user."""
+def user_uid(user: str) -> int:
+    """A stable POSIX uid for a simulated user (job records and Lustre job ids agree on it)."""
     return 10_000 + sum(ord(c) * (i + 1) for i, c in enumerate(user)) % 50_000
 
 
@@ -215,7 +215,7 @@ class Scheduler:
                     "cluster": self.topology.slurm_cluster_name,
                     "node": node,
                     "user": job.user,
-                    "uid": _uid(job.user),
+                    "uid": user_uid(job.user),
                     "account": job.account,
                     "partition": job.partition,
                     "gpus": [str(g) for g in gpus],
