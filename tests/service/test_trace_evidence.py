@@ -80,18 +80,8 @@ def service(tmp_path: Path) -> Iterator[Service]:
         }
     )
     opened.store.upsert_jobs(jobs).result()
-    allocation = pa.table(
-        {
-            "job_id": ["77"] * 8 + ["78"] * 8,
-            "node": ["dgx1"] * 16,
-            "gpu": list(range(8)) * 2,
-            "gpu_instance_id": [None] * 16,
-            "start_time": [WINDOW_START - timedelta(hours=1)] * 16,
-            "end_time": [None] * 16,
-        },
-        schema=JOB_ALLOCATION_SCHEMA,
-    )
-    opened.store.append("job_allocations", allocation).result()
+    for job_id in ("77", "78"):
+        opened.store.append("job_allocations", _allocation(job_id, ["dgx1"])).result()
     opened.store.append("gpu_samples", _samples("77", slow_gpu=7, xid=79)).result()
     opened.store.append("gpu_samples", _samples("78", slow_gpu=None)).result()
     yield opened
@@ -220,24 +210,29 @@ def _two_node_traces(directory: Path) -> Path:
     return directory
 
 
+def _allocation(job_id: str, nodes: list[str]) -> pa.Table:
+    """``job_id`` on all 8 GPUs of each of ``nodes``, from an hour before the profiled step."""
+    rows = len(nodes) * 8
+    return pa.table(
+        {
+            "job_id": [job_id] * rows,
+            "node": [node for node in nodes for _ in range(8)],
+            "gpu": list(range(8)) * len(nodes),
+            "gpu_instance_id": [None] * rows,
+            "start_time": [WINDOW_START - timedelta(hours=1)] * rows,
+            "end_time": [None] * rows,
+        },
+        schema=JOB_ALLOCATION_SCHEMA,
+    )
+
+
 def _two_node_job(service: Service, job_id: str) -> None:
     """Alice's job on all 8 GPUs of dgx1 and of dgx2."""
     jobs = pa.table(
         {"job_id": [job_id], "user": ["alice"], "account": ["vision"], "source": ["test"]}
     )
     service.store.upsert_jobs(jobs).result()
-    allocation = pa.table(
-        {
-            "job_id": [job_id] * 16,
-            "node": ["dgx1"] * 8 + ["dgx2"] * 8,
-            "gpu": list(range(8)) * 2,
-            "gpu_instance_id": [None] * 16,
-            "start_time": [WINDOW_START - timedelta(hours=1)] * 16,
-            "end_time": [None] * 16,
-        },
-        schema=JOB_ALLOCATION_SCHEMA,
-    )
-    service.store.append("job_allocations", allocation).result()
+    service.store.append("job_allocations", _allocation(job_id, ["dgx1", "dgx2"])).result()
 
 
 def _ib_reads(node: str, symbol_errors: tuple[float, float]) -> pa.Table:
