@@ -15,8 +15,8 @@ from tests.support.dcgm_pages import cluster_pages
 from tests.support.exposition_oracle import oracle_samples
 
 from bench.exposition_ratio import FIXTURE, NODES
-from hpcscope.ingest.dcgm import DcgmConverter, samples_table
-from hpcscope.ingest.exposition import ExpositionParser, ParsedPage
+from hpcscope.ingest.exporters.dcgm import DcgmConverter, samples_table
+from hpcscope.ingest.exposition.parser import ExpositionParser, ParsedPage
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from bench.simulate_scale import in_subprocess
-from hpcscope.analysis.step_model import StepModel, Straggler
-from hpcscope.analysis.stepsim import simulate_scaling
+from hpcscope.analysis.simulate.step_model import StepModel, Straggler
+from hpcscope.analysis.simulate.stepsim import simulate_scaling
 
 GB = 10**9
 MODEL = StepModel(

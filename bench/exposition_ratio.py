@@ -33,8 +33,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from tests.support.dcgm_pages import cluster_pages
 
-from hpcscope.ingest.dcgm import DcgmConverter
-from hpcscope.ingest.exposition import ExpositionParser
+from hpcscope.ingest.exporters.dcgm import DcgmConverter
+from hpcscope.ingest.exposition.parser import ExpositionParser
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests/fixtures/dcgm/metrics_dcgm-exporter_datadog-integrations-core_fixture.txt"

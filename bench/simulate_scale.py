@@ -41,8 +41,8 @@ def peak_rss_bytes() -> int:
 
 
 def run_once(gpus: int, steps: int, seed: int) -> dict[str, float]:
-    from hpcscope.analysis.step_model import StepModel, Straggler
-    from hpcscope.analysis.stepsim import simulate_scaling
+    from hpcscope.analysis.simulate.step_model import StepModel, Straggler
+    from hpcscope.analysis.simulate.stepsim import simulate_scaling
 
     model = StepModel(
         jitter_cv=0.05,

@@ -1,7 +1,7 @@
 """Accuracy of the straggler analysis on real gloo ranks with injected stragglers, over N runs.
 
-Runs the acceptance matrix of ``tests/service/test_injected_stragglers.py`` (3 ranks, DDP and a
-manual AllReduce, with and without annotations, a 40 ms delay injected in each phase, plus a
+Runs the acceptance matrix of ``tests/service/traces/test_injected_stragglers.py`` (3 ranks, DDP and
+a manual AllReduce, with and without annotations, a 40 ms delay injected in each phase, plus a
 baseline without injection per configuration) ``--runs`` times, each a fresh launch of real
 torch processes, and prints for every case the injected and the estimated delay, the slowdown
 the timings imply and the estimated one, and the error; then the spread of the errors over all
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.service.test_injected_stragglers import (  # noqa: E402
+from tests.service.traces.test_injected_stragglers import (  # noqa: E402
     ANALYSIS_PHASE,
     WORLD,
     _implied_slowdown,
@@ -30,7 +30,7 @@ from tests.service.test_injected_stragglers import (  # noqa: E402
 )
 from tests.support.torch_ranks import generate  # noqa: E402
 
-from hpcscope.service.traces import analyze, to_json  # noqa: E402
+from hpcscope.service.traces.pipeline import analyze, to_json  # noqa: E402
 
 
 def main() -> None:

@@ -108,7 +108,7 @@ def run_hpcscope(path: str) -> Run:
     # tools are timed without their imports, as the module docstring says.
     import numpy.ma  # noqa: F401
 
-    from hpcscope.service.traces import analyze
+    from hpcscope.service.traces.pipeline import analyze
 
     t0, c0 = time.perf_counter(), _cpu_seconds()
     result = analyze([path])

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
+from hpcscope.service.identity.users import DEMO_LOGINS, UserDirectory
 from hpcscope.service.settings import Settings
-from hpcscope.service.users import DEMO_LOGINS, UserDirectory
 
 pytest_plugins = ["tests.support.browser"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from hpcscope.cli.main import app
-from tests.ingest.nccl_fixtures import FR_CASES, NCCL
+from tests.ingest.nccl.nccl_fixtures import FR_CASES, NCCL
 
 runner = CliRunner(env={"NO_COLOR": "1", "COLUMNS": "160"})
 

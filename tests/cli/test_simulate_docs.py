@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hpcscope.cli.simulate_cmd import OPTION_OF
-from hpcscope.service.simulation_inputs import SimulationRequest, StepRequest
+from hpcscope.service.simulate.inputs import SimulationRequest, StepRequest
 from tests.cli.test_simulate_cmd import WHAT_IF_KEYS
 from tests.support.paths import REPO_ROOT
 

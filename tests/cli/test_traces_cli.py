@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hpcscope.analysis.rank_timeline import PHASES
+from hpcscope.analysis.traces.rank_timeline import PHASES
 from hpcscope.cli.main import app
 from tests.support.paths import FIXTURES
 
@@ -198,7 +198,7 @@ def test_truncated_gzip_gives_a_partial_result(tmp_path: Path) -> None:
 
 def test_the_simulator_reads_a_real_report(tmp_path: Path) -> None:
     # the --json document is the input of `hpcscope simulate --calibrate` (docs/simulate.md)
-    from hpcscope.service.measured_job import load_measured_job
+    from hpcscope.service.simulate.measured_job import load_measured_job
 
     code, out, _ = _run(str(PARAM), "--json")
     assert code == 0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcscope.service.lustre_spool import LustreSpool
+from hpcscope.service.collect.lustre_spool import LustreSpool
 from hpcscope.store import Store
 from tests.support.paths import FIXTURES, REPO_ROOT
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcscope.ingest.jobmap import read_job_records, read_mapping_dir
+from hpcscope.ingest.slurm.jobmap import read_job_records, read_mapping_dir
 from tests.support.paths import REPO_ROOT
 
 PROLOG = REPO_ROOT / "deploy" / "slurm" / "prolog"

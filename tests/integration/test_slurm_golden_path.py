@@ -31,14 +31,18 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from hpcscope.analysis.queue import queue_waits
-from hpcscope.ingest.dcgm import dcgm_page_to_samples
-from hpcscope.ingest.exposition import ExpositionParser
-from hpcscope.ingest.jobmap import read_job_records, read_mapping_dir
+from hpcscope.analysis.jobs.queue import queue_waits
+from hpcscope.ingest.exporters.dcgm import dcgm_page_to_samples
+from hpcscope.ingest.exposition.parser import ExpositionParser
 from hpcscope.ingest.slurm import parse_gres, parse_sacct_json
+from hpcscope.ingest.slurm.jobmap import read_job_records, read_mapping_dir
 from hpcscope.model.topology import load_topology
-from hpcscope.service.attribution import MappingCollector, attributed_samples, store_dcgm_samples
-from hpcscope.service.scheduler import (
+from hpcscope.service.collect.attribution import (
+    MappingCollector,
+    attributed_samples,
+    store_dcgm_samples,
+)
+from hpcscope.service.collect.scheduler import (
     AssociationSource,
     CommandSource,
     Runner,

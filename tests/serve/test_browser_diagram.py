@@ -25,9 +25,9 @@ from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.serve.diagram.shapes import Role
 from hpcscope.serve.routes import diagram as diagram_routes
 from hpcscope.service.core import Service
-from hpcscope.service.reports import utcnow
+from hpcscope.service.identity.users import UserDirectory
+from hpcscope.service.jobs.reports import utcnow
 from hpcscope.service.settings import Settings, bundled_topology
-from hpcscope.service.users import UserDirectory
 from tests.support.browser import login, screenshot
 from tests.support.fleet import write_fleet, write_scaled_fleet
 from tests.support.paths import ARTIFACTS

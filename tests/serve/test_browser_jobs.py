@@ -8,7 +8,7 @@ import pytest
 
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
-from hpcscope.service.reports import utcnow
+from hpcscope.service.jobs.reports import utcnow
 from tests.support.browser import login, screenshot
 from tests.support.data import populate
 from tests.support.servers import live_server

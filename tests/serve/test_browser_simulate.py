@@ -11,8 +11,8 @@ import pytest
 
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
+from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.settings import Settings
-from hpcscope.service.users import UserDirectory
 from tests.support.browser import login, screenshot
 from tests.support.servers import live_server
 

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hpcscope.service.core import Service
-from hpcscope.service.reports import utcnow
+from hpcscope.service.jobs.reports import utcnow
 from tests.support.data import JOBS, populate
 
 VISIBLE = {

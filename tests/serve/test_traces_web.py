@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
+from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.settings import Settings
-from hpcscope.service.users import UserDirectory
 from tests.conftest import basic_auth
 from tests.support.paths import FIXTURES
 

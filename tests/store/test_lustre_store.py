@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from hpcscope.ingest.lustre_jobstats import parse_job_stats
+from hpcscope.ingest.exporters.lustre_jobstats import parse_job_stats
 from hpcscope.model.schemas import LUSTRE_JOB_STATS_SCHEMA
 from hpcscope.store import Store
 from hpcscope.store.lustre import append_job_stats, job_stats

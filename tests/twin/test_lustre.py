@@ -304,7 +304,7 @@ def test_the_twins_files_give_storage_evidence_against_the_data_starved_node(
     analysis: gpu02 (the data-starved job's node) reads an order of magnitude slower."""
     import polars as pl
 
-    from hpcscope.analysis.storage_evidence import node_storage, storage_evidence
+    from hpcscope.analysis.traces.storage_evidence import node_storage, storage_evidence
 
     *_, snapshots = _run(tmp_path, 120.0, step=30.0)
     rows = []

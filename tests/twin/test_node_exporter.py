@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcscope.ingest.exposition import ExpositionParser
-from hpcscope.ingest.infiniband import infiniband_rows
+from hpcscope.ingest.exporters.infiniband import infiniband_rows
+from hpcscope.ingest.exposition.parser import ExpositionParser
 from hpcscope.model.topology import load_topology
 from hpcscope.service.settings import bundled_topology
 from hpcscope.twin.node_exporter import InfinibandEndpoint, PortTraffic, go_float

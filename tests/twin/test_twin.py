@@ -173,7 +173,7 @@ def test_running_twin_serves_pages_and_slurmrestd_on_loopback(tmp_path: Path) ->
 
 def test_twin_writes_what_the_prolog_writes(tmp_path: Path) -> None:
     """The twin's mapping files and job records read back through the reference readers."""
-    from hpcscope.ingest.jobmap import read_job_records, read_mapping_dir
+    from hpcscope.ingest.slurm.jobmap import read_job_records, read_mapping_dir
 
     scheduler = Scheduler(TOPOLOGY, tmp_path, start_time=1e9, arrivals_per_hour=0)
     jobs = scheduler.submit_demo_scenario()

@@ -4,8 +4,8 @@ Counters only go up. One that goes down was reset: ``perfquery -r/-R``, a driver
 reboot, or someone covering RDMA traffic (security rule RD-6: a reset outside maintenance is
 itself a finding). Over an interval with a reset the increase is the new value (Prometheus'
 ``rate`` convention: the counter restarted from 0). A narrow counter stuck at its maximum
-(``2**bits - 1``, see :data:`hpcscope.ingest.infiniband.COUNTER_WIDTH_BITS`) has an unknown
-increase: its rate is null, not 0.
+(``2**bits - 1``, see :data:`hpcscope.ingest.exporters.infiniband.COUNTER_WIDTH_BITS`) has an
+unknown increase: its rate is null, not 0.
 """
 
 from __future__ import annotations

@@ -81,8 +81,8 @@ def demo(
     """Run the demo: twin cluster + collection + analysis + web UI on localhost."""
     from hpcscope.serve.server import run_server
     from hpcscope.service.core import Service
+    from hpcscope.service.identity.users import DEMO_LOGINS
     from hpcscope.service.settings import Settings, bundled_topology
-    from hpcscope.service.users import DEMO_LOGINS
 
     try:
         seconds = parse_duration(duration) if duration else None

@@ -55,7 +55,7 @@ def analyze(
     ),
 ) -> None:
     """Analyse NCCL and PyTorch logs and flight-recorder dumps; localise a hang."""
-    from hpcscope.service.nccl import analyze as run
+    from hpcscope.service.nccl.pipeline import analyze as run
 
     report = run(files, world_size=world_size)
     if json_output:

@@ -21,9 +21,14 @@ from hpcscope.cli.output import EXIT_USAGE_ERROR, fail, print_json, stdout_conso
 from hpcscope.model.errors import SourceError
 from hpcscope.model.nccl_latency import NcclLatencies, default_nccl_latencies, load_nccl_latencies
 from hpcscope.model.topology import Topology, load_topology
-from hpcscope.service.measured_job import load_measured_job
 from hpcscope.service.settings import bundled_topology
-from hpcscope.service.simulation import (
+from hpcscope.service.simulate.inputs import (
+    SimulationInputError,
+    SimulationRequest,
+    parse_request,
+)
+from hpcscope.service.simulate.measured_job import load_measured_job
+from hpcscope.service.simulate.simulation import (
     SimulationReport,
     WhatIfReport,
     calibration_json,
@@ -31,11 +36,6 @@ from hpcscope.service.simulation import (
     run_simulation,
     run_what_if,
     what_if_json,
-)
-from hpcscope.service.simulation_inputs import (
-    SimulationInputError,
-    SimulationRequest,
-    parse_request,
 )
 
 #: Request field -> the option a user typed, for error messages.

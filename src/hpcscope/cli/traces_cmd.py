@@ -48,8 +48,8 @@ def analyze_command(
     Exit 0 with a result (a partial one says so), 1 when the traces cannot be analysed (the
     file and position are named), 2 for a usage error (a path that does not exist).
     """
-    from hpcscope.service.traces import analyze, to_json
-    from hpcscope.service.traces_html import render_report
+    from hpcscope.service.traces.html import render_report
+    from hpcscope.service.traces.pipeline import analyze, to_json
 
     progress = None
     if sys.stderr.isatty() and not json_output:
@@ -88,7 +88,7 @@ def _ms(value: float | None) -> str:
 
 
 def _print_human(doc: dict[str, object]) -> None:
-    from hpcscope.analysis.rank_timeline import PHASES
+    from hpcscope.analysis.traces.rank_timeline import PHASES
 
     console = stdout_console()
     phases: dict[str, dict[str, float]] = doc["phases"]  # type: ignore[assignment]

@@ -1,6 +1,6 @@
 """What ranks report about their collectives: PyTorch watchdog lines and flight-recorder dumps.
 
-These are the inputs of hang localisation (:mod:`hpcscope.analysis.hangs`). They are plain
+These are the inputs of hang localisation (:mod:`hpcscope.analysis.hangs.localize`). They are plain
 frozen values so that :mod:`hpcscope.ingest` can produce them and :mod:`hpcscope.analysis` can
 read them without importing each other.
 

@@ -1,8 +1,8 @@
 """Columnar event tables of one rank's PyTorch profiler (Kineto) trace.
 
-The parser (:mod:`hpcscope.ingest.kineto`) fills these; the analyses
-(:mod:`hpcscope.analysis.step_phases`, :mod:`hpcscope.analysis.stragglers`) read them. Columns
-are numpy arrays, not Arrow or Polars: a rank's table is built and analysed inside a worker
+The parser (:mod:`hpcscope.ingest.traces.kineto`) fills these; the analyses
+(:mod:`hpcscope.analysis.step_phases`, :mod:`hpcscope.analysis.traces.stragglers`) read them.
+Columns are numpy arrays, not Arrow or Polars: a rank's table is built and analysed inside a worker
 process that never imports pyarrow (84 MB resident on import) or polars (59 MB), which is what
 keeps peak memory a fraction of HolisticTraceAnalysis' (see ``bench/traces_vs_hta.py``).
 :meth:`EventTable.to_arrow` gives the Arrow view where one is wanted (storage, notebooks).

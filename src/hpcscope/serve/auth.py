@@ -15,7 +15,7 @@ from fastapi import Request
 
 from hpcscope.model.access import Principal
 from hpcscope.service.core import Service
-from hpcscope.service.diagram import diagram_viewer
+from hpcscope.service.diagram.live import diagram_viewer
 
 
 class LoginRequired(Exception):

@@ -22,7 +22,7 @@ from prometheus_client.registry import CollectorRegistry
 from hpcscope import __version__
 from hpcscope.model.access import system_principal
 from hpcscope.service.core import Service
-from hpcscope.service.reports import epoch_seconds
+from hpcscope.service.jobs.reports import epoch_seconds
 
 #: Window of the per-GPU "now" figures.
 LIVE_WINDOW = timedelta(minutes=5)

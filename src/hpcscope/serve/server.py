@@ -9,7 +9,7 @@ from collections.abc import Callable
 import uvicorn
 
 from hpcscope.serve.app import create_app
-from hpcscope.service.collector import Collector, CollectorConfig
+from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
 
 log = logging.getLogger(__name__)

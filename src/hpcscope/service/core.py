@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from hpcscope.analysis.jobs import JobReport
+from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import Principal
 from hpcscope.model.catalog import Catalog, default_catalog
 from hpcscope.model.topology import Topology, load_topology
-from hpcscope.service import reports
+from hpcscope.service.identity.users import UserDirectory
+from hpcscope.service.jobs import reports
 from hpcscope.service.settings import Settings
-from hpcscope.service.users import UserDirectory
 from hpcscope.store import Store
 from hpcscope.store import reports as report_queries
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hpcscope.ingest.lustre_jobstats import DEFAULT_JOBID_PATTERN, compile_jobid_pattern
+from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN, compile_jobid_pattern
 from hpcscope.model.errors import SourceError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

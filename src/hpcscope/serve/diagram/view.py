@@ -1,6 +1,6 @@
 """From live state to what the SVG shows: CSS classes, text lines, accessible names, JSON.
 
-The layout says where a shape is; :class:`~hpcscope.service.diagram.LiveState` says what is
+The layout says where a shape is; :class:`~hpcscope.service.diagram.live.LiveState` says what is
 known about it for this viewer. This module joins the two for the template (first render) and
 for the polling endpoint (later updates), so both always agree.
 
@@ -24,8 +24,8 @@ import orjson
 from hpcscope.model.topology import ElementKind
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role, Shape
 from hpcscope.serve.templating import efficiency_bucket, percent
-from hpcscope.service.diagram import GpuLive, GpuState, LiveState, NodeLive
-from hpcscope.service.diagram_collectors import CollectorHealth, CollectorStatus
+from hpcscope.service.diagram.collectors import CollectorHealth, CollectorStatus
+from hpcscope.service.diagram.live import GpuLive, GpuState, LiveState, NodeLive
 
 _STATE_WORDS = {
     GpuState.ALLOCATED: "allocated",
@@ -64,7 +64,7 @@ def node_class(node: NodeLive, open_alerts: int) -> str:
     return " ".join(classes)
 
 
-#: Short words for the analysis' per-GPU verdicts (hpcscope.analysis.efficiency.GpuVerdict).
+#: Short words for the analysis' per-GPU verdicts (hpcscope.analysis.jobs.efficiency.GpuVerdict).
 VERDICT_WORDS = {
     "straggler": "straggler",
     "waiting_at_barrier": "at barrier",

@@ -1,6 +1,6 @@
 """The cluster overview: nodes, GPUs coloured by real efficiency, running jobs, collectors.
 
-The per-GPU state is the diagram's live state (``service/diagram.py``): one implementation of
+The per-GPU state is the diagram's live state (``service/diagram/live.py``): one implementation of
 "what this viewer may see of each GPU now", whichever page draws it.
 """
 
@@ -15,7 +15,7 @@ from hpcscope.model.access import Principal
 from hpcscope.serve.auth import require_principal, service_of
 from hpcscope.serve.diagram.view import jsonable
 from hpcscope.serve.templating import render
-from hpcscope.service.diagram import GpuLive, Viewer, live_state
+from hpcscope.service.diagram.live import GpuLive, Viewer, live_state
 
 router = APIRouter()
 

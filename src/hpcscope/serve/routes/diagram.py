@@ -31,10 +31,10 @@ from hpcscope.serve.diagram.shapes import DiagramLayout, Role
 from hpcscope.serve.diagram.view import duration, jsonable, live_payload, shape_view
 from hpcscope.serve.templating import percent, render, templates
 from hpcscope.service.core import Service
-from hpcscope.service.diagram import LiveState, Viewer, live_state
-from hpcscope.service.diagram_cards import UnknownElement, element_card
-from hpcscope.service.diagram_cost import decision_view
-from hpcscope.service.reports import utcnow
+from hpcscope.service.diagram.cards import UnknownElement, element_card
+from hpcscope.service.diagram.cost import decision_view
+from hpcscope.service.diagram.live import LiveState, Viewer, live_state
+from hpcscope.service.jobs.reports import utcnow
 
 router = APIRouter()
 templates.env.filters["duration"] = duration

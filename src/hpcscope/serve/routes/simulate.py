@@ -20,18 +20,18 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
-from hpcscope.analysis.collectives import gradient_bytes
+from hpcscope.analysis.simulate.collectives import gradient_bytes
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import service_of, site_viewer
 from hpcscope.serve.templating import render
-from hpcscope.service.simulation import report_json, run_simulation
-from hpcscope.service.simulation_inputs import (
+from hpcscope.service.simulate.inputs import (
     MAX_REQUEST_CELLS,
     SimulationInputError,
     SimulationRequest,
     StepRequest,
 )
-from hpcscope.service.step_player import step_player
+from hpcscope.service.simulate.simulation import report_json, run_simulation
+from hpcscope.service.simulate.step_player import step_player
 
 router = APIRouter()
 

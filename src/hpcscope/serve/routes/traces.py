@@ -20,15 +20,15 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from hpcscope.analysis.rank_timeline import PHASES
+from hpcscope.analysis.traces.rank_timeline import PHASES
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import SourceError
 from hpcscope.model.trace_analysis import StoredAnalysis
 from hpcscope.serve.auth import require_principal, service_of
 from hpcscope.serve.templating import render
 from hpcscope.serve.uploads import UploadError, receive_files
-from hpcscope.service import trace_reports
-from hpcscope.service.trace_reports import TraceAccessError
+from hpcscope.service.traces import reports as trace_reports
+from hpcscope.service.traces.reports import TraceAccessError
 
 router = APIRouter()
 

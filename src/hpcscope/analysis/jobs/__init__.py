@@ -1,0 +1,1 @@
+"""Per-job accounting from GPU samples and scheduler records: efficiency, reports, queue waits."""

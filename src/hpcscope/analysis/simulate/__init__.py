@@ -1,0 +1,1 @@
+"""The straggler simulator's models: step model, Monte Carlo, AllReduce cost, calibration."""

@@ -1,0 +1,1 @@
+"""The Prometheus text exposition format: parser, scraper and scrape targets."""

@@ -1,0 +1,1 @@
+"""PyTorch profiler (Kineto) traces -> columnar event tables."""

@@ -1,0 +1,1 @@
+"""Collection: scrape exporters, read spools, poll the scheduler, attribute samples to jobs."""

@@ -1,0 +1,242 @@
+"""GPU -> job -> user -> account, from the platform's own mapping and Slurm's records.
+
+Two pieces:
+
+* :class:`MappingCollector` reads one node's hpc-job-mapping directory (the files dcgm-exporter
+  ``--hpc-job-mapping-dir`` and the twin's dcgm endpoints read) and the prolog's job records,
+  and keeps ``job_allocations`` (and the prolog's view of ``jobs``) up to date. It runs where the
+  directory is: on the node (agent mode), or on a server that sees the node directories (shared
+  storage, the twin's state directory).
+* :func:`attribute_samples` gives every GPU sample its job from those allocations
+  (:func:`hpcscope.analysis.jobs.attribution.attribute_gpu_samples`), the dcgm-exporter ``hpc_job``
+  label only as a fallback, and a self-reported id never; and :func:`store_attributed` appends
+  them to ``gpu_samples``. User and account come from the ``jobs`` table
+  (:func:`attributed_samples`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hpcscope.analysis.jobs.attribution import Attribution, attribute_gpu_samples
+from hpcscope.ingest.slurm.jobmap import read_job_records, read_mapping_dir, records_snapshot
+from hpcscope.model.schemas import JOB_ALLOCATION_SCHEMA
+from hpcscope.store import Store
+from hpcscope.store import slurm as slurm_store
+
+log = logging.getLogger(__name__)
+
+
+def _utc(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=UTC).replace(tzinfo=None)
+
+
+@dataclass
+class MappingCollector:
+    """Keeps one node's allocations in step with its mapping directory and job records.
+
+    Args:
+        store: where allocations and jobs go.
+        node: the node name (``SLURMD_NODENAME``).
+        mapping_dir: the hpc-job-mapping directory.
+        record_dir: the prolog's job record directory (None: mapping files only, allocations
+            then start and end at the poll that first and last sees a line).
+        clock: epoch seconds.
+    """
+
+    store: Store
+    node: str
+    mapping_dir: Path
+    record_dir: Path | None = None
+    clock: Callable[[], float] = time.time
+    _seen: set[str] = field(default_factory=set)
+
+    def collect_once(self) -> dict[str, int]:
+        """One pass: records, then mapping lines; returns counts for logs and tests."""
+        now = self.clock()
+        written = {"records": 0, "mapping_lines": 0, "closed": 0}
+        open_jobs: set[str] = set()
+        if self.record_dir is not None:
+            records = read_job_records(self.record_dir)
+            for warning in records.warnings:
+                log.warning("%s", warning)
+            mine = [r for r in records.records if r.node in (None, self.node)]
+            snapshot = records_snapshot(mine)
+            resolved = self._resolve(snapshot.jobs.column("job_id").to_pylist())
+            jobs = _rename(snapshot.jobs, resolved)
+            allocations = _rename(snapshot.allocations, resolved)
+            self.store.upsert_jobs(jobs).result()
+            slurm_store.merge_allocations(self.store, allocations).result()
+            slurm_store.upsert_aliases(self.store, snapshot.aliases).result()
+            for row in jobs.select(["job_id", "end_time"]).to_pylist():
+                if row["end_time"] is not None:
+                    self.store.close_allocations(row["job_id"], row["end_time"]).result()
+                elif row["job_id"] is not None:
+                    open_jobs.add(str(row["job_id"]))
+            written["records"] = len(mine)
+        mapping = read_mapping_dir(self.mapping_dir, node=self.node)
+        for warning in mapping.warnings:
+            log.warning("%s", warning)
+        labels = mapping.rows.column("job_id").to_pylist()
+        resolved = self._resolve(labels)
+        start = _utc(now)
+        rows = mapping.rows.to_pylist()
+        table = pa.table(
+            {
+                "job_id": [resolved[r["job_id"]] for r in rows],
+                "node": [self.node] * len(rows),
+                "gpu": [r["gpu"] for r in rows],
+                "gpu_instance_id": [r["gpu_instance_id"] for r in rows],
+                "start_time": [start] * len(rows),
+                "end_time": [None] * len(rows),
+            },
+            schema=JOB_ALLOCATION_SCHEMA,
+        )
+        slurm_store.merge_allocations(self.store, table).result()
+        current = {resolved[label] for label in labels}
+        written["mapping_lines"] = len(rows)
+        # jobs this collector saw on the node whose lines are gone and whose record (if any)
+        # did not end them: the epilog ran (or the files were removed); end them now
+        vanished = self._seen - current - open_jobs
+        for job_id in sorted(vanished):
+            self.store.close_allocations(job_id, start).result()
+            written["closed"] += 1
+        self._seen = current | open_jobs
+        return written
+
+    def _resolve(self, labels: list[str]) -> dict[str, str]:
+        return slurm_store.job_id_for_labels(self.store, [str(label) for label in labels])
+
+
+def node_mapping_dirs(root: Path) -> dict[str, Path]:
+    """Per-node mapping directories under ``root``: ``<root>/<node>/`` holding mapping files,
+    or ``<root>/<node>/hpc-job-mapping/`` (the twin's state layout)."""
+    found: dict[str, Path] = {}
+    try:
+        children = sorted(p for p in root.iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return found
+    for child in children:
+        nested = child / "hpc-job-mapping"
+        found[child.name] = nested if nested.is_dir() else child
+    return found
+
+
+def node_record_dirs(root: Path | None) -> list[Path]:
+    """``root`` and its sub-directories (records may be shared or kept per node)."""
+    if root is None or not root.is_dir():
+        return []
+    return [root, *sorted(p for p in root.iterdir() if p.is_dir())]
+
+
+@dataclass
+class MappingRoot:
+    """Mapping collectors for every node directory under a root (discovered each pass)."""
+
+    store: Store
+    mapping_root: Path
+    records_root: Path | None = None
+    clock: Callable[[], float] = time.time
+    _collectors: dict[str, MappingCollector] = field(default_factory=dict)
+
+    def collect_once(self) -> int:
+        """One pass over every node; returns the number of mapping lines seen."""
+        lines = 0
+        for node, directory in node_mapping_dirs(self.mapping_root).items():
+            collector = self._collectors.get(node)
+            if collector is None:
+                records = self.records_root
+                if records is not None and (records / node).is_dir():
+                    records = records / node
+                collector = self._collectors[node] = MappingCollector(
+                    self.store, node=node, mapping_dir=directory, record_dir=records,
+                    clock=self.clock,
+                )  # fmt: skip
+            lines += collector.collect_once()["mapping_lines"]
+        return lines
+
+
+def _rename(table: pa.Table, resolved: dict[str, str]) -> pa.Table:
+    if table.num_rows == 0 or not resolved:
+        return table
+    index = table.schema.get_field_index("job_id")
+    renamed = pa.array(
+        [resolved.get(v, v) for v in table.column("job_id").to_pylist()], pa.string()
+    )
+    return table.set_column(index, table.schema.field(index), renamed)
+
+
+def attribute_samples(store: Store, samples: pa.Table) -> Attribution:
+    """Attribute a batch of GPU samples using the stored allocations and aliases.
+
+    Args:
+        samples: ``GPU_SAMPLE_SCHEMA`` columns, plus ``platform_job_id`` (dcgm-exporter's
+            ``hpc_job``) and, when a user-controlled source claims one, ``claimed_job_id``.
+    """
+    if samples.num_rows == 0:
+        return attribute_gpu_samples(samples, JOB_ALLOCATION_SCHEMA.empty_table())
+    ts = samples.column("ts")
+    start, end = pc.min(ts).as_py(), pc.max(ts).as_py()
+    labels: list[str] = []
+    for column in ("platform_job_id", "claimed_job_id"):
+        if column in samples.column_names:
+            labels.extend(str(v) for v in pc.unique(samples.column(column)).drop_null().to_pylist())
+    resolved = slurm_store.job_id_for_labels(store, labels)
+    aliases = {k: v for k, v in resolved.items() if k != v}
+    allocations = slurm_store.allocations_between(
+        store, start, end, job_ids=sorted(set(resolved.values()))
+    )
+    return attribute_gpu_samples(
+        samples, allocations.select(JOB_ALLOCATION_SCHEMA.names), aliases=aliases
+    )
+
+
+def store_attributed(store: Store, samples: pa.Table) -> Attribution:
+    """Attribute and append to ``gpu_samples``; log label mismatches (possible spoofing)."""
+    result = attribute_samples(store, samples)
+    store.append("gpu_samples", result.samples).result()
+    for mismatch in result.mismatches.to_pylist()[:20]:
+        log.warning(
+            "job label mismatch on %s gpu %s at %s: %s says %r, the allocation says %r",
+            mismatch["node"],
+            mismatch["gpu"],
+            mismatch["ts"],
+            mismatch["claim_source"],
+            mismatch["claimed_job_id"],
+            mismatch["job_id"] or "no job",
+        )
+    return result
+
+
+def store_dcgm_samples(store: Store, samples: pa.Table) -> Attribution:
+    """Store rows converted from dcgm-exporter pages (:mod:`hpcscope.ingest.exporters.dcgm`).
+
+    The converter puts the page's ``hpc_job`` label in ``job_id``; that label comes from the
+    platform's mapping files through dcgm-exporter, so it is kept as ``platform_job_id`` (the
+    fallback of rule 2) and the job is decided by the allocations.
+    """
+    index = samples.schema.get_field_index("job_id")
+    labels = samples.column(index)
+    relabelled = samples.set_column(
+        index, samples.schema.field(index), pa.nulls(samples.num_rows, pa.string())
+    ).append_column("platform_job_id", labels)
+    return store_attributed(store, relabelled)
+
+
+def attributed_samples(store: Store, *, since: datetime | None = None) -> pa.Table:
+    """Stored samples with the job's user and account (admin view, for checks and exports)."""
+    where, params = ("WHERE s.ts >= ?", [since]) if since is not None else ("", [])
+    return store.query(
+        'SELECT s.ts, s.node, s.gpu, s.gpu_instance_id, s.job_id, j."user", j.account '
+        f"FROM gpu_samples s LEFT JOIN jobs j ON j.job_id = s.job_id {where} "
+        "ORDER BY s.ts, s.node, s.gpu, s.job_id",
+        params,
+    )

@@ -1,0 +1,350 @@
+"""The collector: scrape exporters, convert, store; poll the scheduler; record its own health.
+
+One collector per server process, on its own thread with its own asyncio loop (the web server
+keeps its loop to itself). Each cycle:
+
+1. re-reads the Prometheus ``file_sd`` targets file when it changed;
+2. scrapes every dcgm-exporter and node-exporter target concurrently (timeouts per target);
+3. converts dcgm pages into ``gpu_samples`` rows (attributed to jobs by the platform's
+   allocations, ``service/collect/attribution.py``) and node-exporter pages into InfiniBand port
+   counters, and appends them through the store's writer;
+4. records one ``scrapes`` row per attempt, and a ``collection_gaps`` row when a target comes
+   back after failing (the gap is data: analysis never reads it as an idle GPU);
+5. every ``scheduler_poll_seconds``, reads Slurm's jobs (slurmrestd, or squeue/sacct) and
+   associations (sacctmgr) into ``jobs``, ``job_allocations`` and ``account_memberships``;
+6. reads the Lustre job_stats spool files that changed into ``lustre_job_stats``, one
+   ``scrapes`` row per file (``service/collect/lustre_spool.py``).
+
+An exporter that hangs, returns 500 or garbage costs one failed scrape row; the collector keeps
+running, and nothing stored before is touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from hpcscope.ingest.exporters.dcgm import DcgmConversion, DcgmConverter, samples_table
+from hpcscope.ingest.exporters.infiniband import infiniband_rows
+from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN
+from hpcscope.ingest.exposition.scrape import Scraper, ScrapeResult, Target, load_file_sd
+from hpcscope.model.errors import SourceError
+from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
+from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_samples
+from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
+from hpcscope.service.collect.scheduler import (
+    AssociationSource,
+    CommandSource,
+    SchedulerCollector,
+    SchedulerSource,
+    SlurmrestdSource,
+)
+from hpcscope.service.jobs.reports import utcnow
+from hpcscope.service.settings import Settings
+from hpcscope.store import Store
+from hpcscope.store.infiniband import append_ib_counters
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CollectorConfig:
+    """What to collect and how often."""
+
+    targets_path: Path | None = None
+    static_targets: list[Target] = field(default_factory=list)
+    scheduler: SchedulerSource | None = None
+    """Where Slurm's view of jobs comes from (slurmrestd, or squeue/sacct on the server)."""
+    associations: AssociationSource | None = None
+    """``sacctmgr`` user -> account memberships and coordinators, polled with the scheduler."""
+    scrape_interval_seconds: float = 15.0
+    scrape_timeout_seconds: float = 5.0
+    scheduler_poll_seconds: float = 10.0
+    job_mapping_dir: Path | None = None
+    """Root of per-node hpc-job-mapping directories (``service/collect/attribution.py``)."""
+    job_records_dir: Path | None = None
+    """Directory of the Slurm prolog's job records."""
+    lustre_job_stats_dir: Path | None = None
+    """Spool of ``<server>.job_stats`` files (``service/collect/lustre_spool.py``)."""
+    lustre_jobid_pattern: str = DEFAULT_JOBID_PATTERN
+    """Regex that finds the Slurm job (and host) in a Lustre job_id."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CollectorConfig | None:
+        """The collection a site's settings ask for, or None when nothing is configured."""
+        scheduler: SchedulerSource | None = None
+        if settings.scheduler_source == "slurmrestd" and settings.slurmrestd_url:
+            scheduler = SlurmrestdSource(
+                url=settings.slurmrestd_url,
+                version=settings.slurmrestd_api_version,
+                unix_socket=settings.slurmrestd_socket,
+                user=settings.slurmrestd_user,
+                token=settings.slurmrestd_token(),
+                timeout_seconds=settings.scrape_timeout_seconds,
+            )
+        elif settings.scheduler_source == "commands":
+            scheduler = CommandSource(accounting=settings.slurm_accounting)
+        associations = (
+            AssociationSource(cluster=settings.slurm_cluster)
+            if settings.slurm_associations
+            else None
+        )
+        if (
+            settings.targets_path is None
+            and scheduler is None
+            and settings.job_mapping_dir is None
+            and settings.lustre_job_stats_dir is None
+        ):
+            return None
+        return cls(
+            targets_path=settings.targets_path,
+            scheduler=scheduler,
+            associations=associations,
+            scrape_interval_seconds=settings.scrape_interval_seconds,
+            scrape_timeout_seconds=settings.scrape_timeout_seconds,
+            scheduler_poll_seconds=settings.scheduler_poll_seconds,
+            job_mapping_dir=settings.job_mapping_dir,
+            job_records_dir=settings.job_records_dir,
+            lustre_job_stats_dir=settings.lustre_job_stats_dir,
+            lustre_jobid_pattern=settings.lustre_jobid_pattern,
+        )
+
+
+@dataclass
+class CycleReport:
+    """What one collection cycle did (returned for tests and logs)."""
+
+    started_at: datetime
+    targets: int = 0
+    ok: int = 0
+    samples_written: int = 0
+    jobs_written: int = 0
+    lustre_rows_written: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Collector:
+    """Scrapes, converts and stores, forever, on a background thread.
+
+    Args:
+        store: where rows go (through its single writer).
+        config: targets, scheduler endpoint, intervals.
+    """
+
+    def __init__(self, store: Store, config: CollectorConfig) -> None:
+        self.store = store
+        self.config = config
+        self._scraper = Scraper(timeout_seconds=config.scrape_timeout_seconds)
+        self._converters: dict[str, DcgmConverter] = {}
+        self._targets: list[Target] = list(config.static_targets)
+        self._targets_mtime: float | None = None
+        self._last_success: dict[str, datetime] = {}
+        self._failing_since: dict[str, tuple[datetime, str]] = {}
+        self._last_scheduler_poll = 0.0
+        self._scheduler = (
+            SchedulerCollector(store, config.scheduler, config.associations)
+            if config.scheduler is not None
+            else None
+        )
+        self._mapping = (
+            MappingRoot(store, config.job_mapping_dir, config.job_records_dir)
+            if config.job_mapping_dir is not None
+            else None
+        )
+        self._lustre = (
+            LustreSpool(
+                store, config.lustre_job_stats_dir, jobid_pattern=config.lustre_jobid_pattern
+            )
+            if config.lustre_job_stats_dir is not None
+            else None
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.cycles = 0
+        self.last_report: CycleReport | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Collect on a background thread until :meth:`stop`."""
+        self._thread = threading.Thread(target=self._run, name="hpcscope-collector", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.config.scrape_timeout_seconds + 5)
+
+    def _run(self) -> None:
+        asyncio.run(self._loop())
+
+    async def _loop(self) -> None:
+        interval = self.config.scrape_interval_seconds
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.last_report = await self.collect_once()
+            except Exception:  # a bug in one cycle must not end collection
+                log.exception("collection cycle failed")
+            self.cycles += 1
+            next_tick += interval
+            delay = next_tick - time.monotonic()
+            if delay < 0:  # we are late: skip the missed ticks instead of bursting
+                next_tick = time.monotonic()
+                delay = 0.0
+            await asyncio.sleep(min(delay, interval))
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the scraper's HTTP connections (in the loop that used them)."""
+        await self._scraper.aclose()
+
+    # ------------------------------------------------------------------ one cycle
+
+    def targets(self) -> list[Target]:
+        """The current target list: static targets plus the file_sd file (re-read on change)."""
+        path = self.config.targets_path
+        if path is not None:
+            try:
+                mtime = path.stat().st_mtime
+            except FileNotFoundError:
+                mtime = None
+            if mtime is not None and mtime != self._targets_mtime:
+                try:
+                    loaded = load_file_sd(path)
+                except SourceError as exc:
+                    log.error("targets file: %s (keeping the previous list)", exc)
+                else:
+                    self._targets = [*self.config.static_targets, *loaded]
+                    self._targets_mtime = mtime
+                    log.info("collector: %d targets from %s", len(loaded), path)
+        return self._targets
+
+    async def collect_once(self) -> CycleReport:
+        """Scrape every target once, store what came back, poll the scheduler if due."""
+        report = CycleReport(started_at=utcnow())
+        if self._mapping is not None:  # allocations first: the samples below are judged by them
+            try:
+                await asyncio.to_thread(self._mapping.collect_once)
+            except Exception as exc:  # a bad mapping directory must not stop scraping
+                log.exception("job mapping collection failed")
+                report.errors.append(f"job mapping: {exc}")
+        targets = [t for t in self.targets() if t.exporter in ("dcgm", "node")]
+        report.targets = len(targets)
+        results = await self._scraper.scrape(targets) if targets else []
+        scrape_rows: list[dict[str, object]] = []
+        gap_rows: list[dict[str, object]] = []
+        conversions: list[DcgmConversion] = []
+        for result in results:
+            self._record(result, scrape_rows, gap_rows, conversions, report)
+        if any(conversion.rows for conversion in conversions):
+            table = samples_table(conversions)  # one table per round, not one per page
+            report.samples_written = table.num_rows
+            # the job of each sample is decided from the platform's allocations; the page's
+            # hpc_job label is only the fallback (service/collect/attribution.py)
+            await asyncio.to_thread(store_dcgm_samples, self.store, table)
+        if scrape_rows:
+            self.store.append("scrapes", pa.Table.from_pylist(scrape_rows, schema=SCRAPE_SCHEMA))
+        if gap_rows:
+            self.store.append("collection_gaps", pa.Table.from_pylist(gap_rows, schema=GAP_SCHEMA))
+        if self._scheduler is not None and (
+            time.monotonic() - self._last_scheduler_poll >= self.config.scheduler_poll_seconds
+        ):
+            self._last_scheduler_poll = time.monotonic()
+            poll = await asyncio.to_thread(self._scheduler.collect_once)
+            report.jobs_written = poll.jobs
+            if not poll.ok:
+                report.errors.append(f"scheduler: {poll.error}")
+        if self._lustre is not None:
+            await self._collect_lustre(self._lustre, report)
+        return report
+
+    async def _collect_lustre(self, spool: LustreSpool, report: CycleReport) -> None:
+        try:
+            reads = await asyncio.to_thread(spool.collect_once)
+        except Exception as exc:  # a bug or an odd spool must not stop the other sources
+            log.exception("lustre spool collection failed")
+            report.errors.append(f"lustre spool: {exc}")
+            return
+        report.targets += len(reads)
+        for read in reads:
+            report.lustre_rows_written += read.stored
+            if read.ok:
+                report.ok += 1
+            else:
+                report.errors.append(read.error or f"{read.path}: failed")
+        if reads:
+            self.store.append("scrapes", scrape_rows(reads))
+
+    def _record(
+        self,
+        result: ScrapeResult,
+        scrape_rows: list[dict[str, object]],
+        gap_rows: list[dict[str, object]],
+        conversions: list[DcgmConversion],
+        report: CycleReport,
+    ) -> None:
+        target = result.target
+        node = target.labels.get("node")
+        row = result.as_row()  # the scrapes row; ok, samples and error are settled below
+        ts = row["ts"]
+        assert isinstance(ts, datetime)
+        samples = 0
+        error = result.error
+        ok = result.ok
+        if result.page is not None and target.exporter == "node":
+            try:
+                ports = infiniband_rows(result.page, ts=ts, node=node or target.url)
+            except SourceError as exc:
+                ok, error = False, exc.describe()
+            else:
+                append_ib_counters(self.store, ports.table)
+                samples = ports.table.num_rows
+        elif result.page is not None:
+            converter = self._converters.setdefault(target.url, DcgmConverter())
+            try:
+                conversion = converter.convert(result.page, ts=ts, node=node)
+            except SourceError as exc:
+                ok, error = False, exc.describe()
+            else:
+                conversions.append(conversion)
+                samples = conversion.rows
+        if ok:
+            report.ok += 1
+            if target.url in self._failing_since:
+                since, reason = self._failing_since.pop(target.url)
+                gap_rows.append(
+                    {
+                        "target": target.url,
+                        "node": node,
+                        "start_ts": since,
+                        "end_ts": ts,
+                        "reason": reason,
+                    }
+                )
+            self._last_success[target.url] = ts
+        else:
+            report.errors.append(f"{target.url}: {error}")
+            if target.url not in self._failing_since:
+                start = self._last_success.get(target.url, ts)
+                self._failing_since[target.url] = (start, error or "scrape failed")
+        # samples: rows stored (GPU rows or port rows), not page lines
+        scrape_rows.append({**row, "ok": ok, "samples": samples, "error": error})
+
+    def close_open_gaps(self) -> None:
+        """At shutdown, record targets still failing as gaps ending now."""
+        now = utcnow()
+        rows = [
+            {"target": url, "node": None, "start_ts": since, "end_ts": now, "reason": reason}
+            for url, (since, reason) in self._failing_since.items()
+        ]
+        self._failing_since.clear()
+        if rows:
+            self.store.append("collection_gaps", pa.Table.from_pylist(rows, schema=GAP_SCHEMA))

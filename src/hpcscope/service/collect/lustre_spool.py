@@ -1,0 +1,173 @@
+"""Reading the Lustre job_stats spool: one ``<server>.job_stats`` file per OSS/MDS.
+
+A cron job on each Lustre server (``deploy/lustre/hpcscope-jobstats``) writes the output of
+``lctl get_param obdfilter.*.job_stats mdt.*.job_stats`` to ``<spool>/<server>.job_stats``
+through a temporary file and a rename, so a reader sees either the old snapshot or the new
+one, never half of one; the digital twin writes the same files. The spool is a shared
+filesystem or an rsync target on the hpcscope server.
+
+Each cycle, :meth:`LustreSpool.collect_once` reads the files whose modification time or size
+changed since they were last read, parses them (the file name's stem is the server) and
+appends the rows; the store skips snapshots it already holds, so reading a file twice is
+harmless. Every file read gives one ``scrapes`` row (exporter ``lustre``, target = the path):
+a malformed file is a failed row carrying the parser's ``file:line:column`` message, its
+complete entries before the bad line are still stored, and the other files are read as usual.
+A malformed file is not read again until it changes; an unreadable one (permissions, a
+vanished file) is retried every cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from hpcscope.ingest.exporters.lustre_jobstats import (
+    DEFAULT_JOBID_PATTERN,
+    JobStatsFormatError,
+    compile_jobid_pattern,
+    parse_job_stats,
+)
+from hpcscope.model.schemas import SCRAPE_SCHEMA
+from hpcscope.service.jobs.reports import utcnow
+from hpcscope.store import Store
+from hpcscope.store.lustre import append_job_stats
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".job_stats"
+EXPORTER = "lustre"
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolRead:
+    """One read of one spool file: what became of it."""
+
+    ts: datetime
+    path: Path
+    server: str
+    ok: bool
+    duration_seconds: float
+    rows: int
+    """Rows parsed from the file (for a malformed file: from its complete entries)."""
+    stored: int
+    """Rows new to the store (the rest were snapshots it already held)."""
+    error: str | None = None
+
+    def as_scrape_row(self) -> dict[str, object]:
+        """This read as a row of :data:`SCRAPE_SCHEMA`."""
+        return {
+            "ts": self.ts,
+            "target": str(self.path),
+            "exporter": EXPORTER,
+            "node": self.server,
+            "ok": self.ok,
+            "duration_seconds": self.duration_seconds,
+            "samples": self.rows,
+            "rejected_lines": 0 if self.ok else 1,
+            "error": self.error,
+        }
+
+
+def scrape_rows(reads: list[SpoolRead]) -> pa.Table:
+    """The ``scrapes`` rows of some reads."""
+    return pa.Table.from_pylist([read.as_scrape_row() for read in reads], schema=SCRAPE_SCHEMA)
+
+
+class LustreSpool:
+    """Reads changed ``<server>.job_stats`` files of one directory into the store.
+
+    Args:
+        store: where rows go.
+        directory: the spool directory (need not exist yet: a missing directory reads as
+            empty, with a warning).
+        jobid_pattern: the site's job id regex (setting ``lustre_jobid_pattern``).
+    """
+
+    def __init__(
+        self, store: Store, directory: Path, *, jobid_pattern: str = DEFAULT_JOBID_PATTERN
+    ) -> None:
+        self.store = store
+        self.directory = directory
+        self.pattern = compile_jobid_pattern(jobid_pattern)
+        self._seen: dict[Path, tuple[int, int]] = {}
+        self._warned_missing = False
+
+    def changed_files(self) -> list[tuple[Path, tuple[int, int]]]:
+        """Spool files whose (mtime, size) differ from the last read, sorted by name."""
+        try:
+            entries = sorted(self.directory.iterdir())
+        except FileNotFoundError:
+            if not self._warned_missing:
+                log.warning("lustre spool %s does not exist (yet)", self.directory)
+                self._warned_missing = True
+            return []
+        self._warned_missing = False
+        present: set[Path] = set()
+        changed: list[tuple[Path, tuple[int, int]]] = []
+        for path in entries:
+            # dot files are the writers' temporary files (renamed into place when complete)
+            if path.name.startswith(".") or not path.name.endswith(SUFFIX):
+                continue
+            try:
+                stat = path.stat()
+            except OSError:
+                continue  # renamed away between listing and stat
+            if not path.is_file():
+                continue
+            present.add(path)
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            if self._seen.get(path) != stamp:
+                changed.append((path, stamp))
+        for gone in set(self._seen) - present:
+            del self._seen[gone]
+        return changed
+
+    def collect_once(self) -> list[SpoolRead]:
+        """Read, parse and store every changed file; one :class:`SpoolRead` per file read."""
+        return [self._read(path, stamp) for path, stamp in self.changed_files()]
+
+    def _read(self, path: Path, stamp: tuple[int, int]) -> SpoolRead:
+        server = path.name[: -len(SUFFIX)]
+        ts = utcnow()
+        started = time.perf_counter()
+
+        def done(ok: bool, rows: int, stored: int, error: str | None) -> SpoolRead:
+            return SpoolRead(
+                ts=ts,
+                path=path,
+                server=server,
+                ok=ok,
+                duration_seconds=time.perf_counter() - started,
+                rows=rows,
+                stored=stored,
+                error=error,
+            )
+
+        try:
+            text = path.read_text(encoding="utf-8", errors="strict")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return done(False, 0, 0, f"{path}: cannot read: {reason}")
+        table: pa.Table | None
+        error: str | None = None
+        try:
+            table = parse_job_stats(
+                text, source=str(path), server=server, jobid_pattern=self.pattern
+            )
+        except JobStatsFormatError as exc:
+            table, error = exc.partial, exc.describe()
+        rows = table.num_rows if table is not None else 0
+        stored = 0
+        if table is not None and rows:
+            try:
+                stored = append_job_stats(self.store, table).result()
+            except Exception as exc:  # the store refused: retry the file next cycle
+                log.exception("storing %s failed", path)
+                return done(False, rows, 0, f"{path}: not stored: {exc}")
+        self._seen[path] = stamp  # read (well or badly): not again until it changes
+        return done(error is None, rows, stored, error)

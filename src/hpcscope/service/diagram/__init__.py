@@ -1,0 +1,1 @@
+"""The explorable cluster diagram: live values, element cards, collector health, cost reading."""

@@ -1,0 +1,141 @@
+"""Health of hpcscope's own collection, per collector of the catalog.
+
+The diagram's Observe mode draws every collector the catalog knows (slurm-exporter,
+dcgm-exporter, node-exporter, Falco, ...) and says how hpcscope's own collection from it is
+doing: ok, stale, failing, configured another way, or not configured. The figures come from
+the ``scrapes`` table (one row per scrape attempt, with its outcome), over a recent window;
+several exporter names may stand for one collector (:data:`COLLECTOR_EXPORTERS`).
+
+The figures name no job and no user, so they are the same for every viewer, anonymous
+visitors included. :mod:`hpcscope.service.diagram.live` puts them into the live state, and
+:mod:`hpcscope.service.diagram.cards` onto the collector and source cards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from hpcscope.model.catalog import Collector
+from hpcscope.service.core import Service
+from hpcscope.store import diagram as queries
+
+#: Window over which collector failures are counted.
+HEALTH_WINDOW_SECONDS = 15 * 60.0
+
+#: Exporter names (``scrapes.exporter``) that stand for each collector of the catalog.
+COLLECTOR_EXPORTERS: Mapping[str, tuple[str, ...]] = {
+    "slurm-exporter": ("slurm-exporter", "slurm", "slurmrestd", "slurm-commands", "sacct"),
+    "dcgm-exporter": ("dcgm-exporter", "dcgm"),
+    "node-exporter": ("node-exporter", "node"),
+    "falco": ("falco",),
+    "tetragon": ("tetragon",),
+    "pytorch-profiler": ("pytorch-profiler", "kineto"),
+    "nccl-logs": ("nccl-logs", "nccl"),
+    # node_exporter's infiniband collector reads the same port counters perfquery reads (sysfs)
+    "ib-counters": ("ib-counters", "perfquery", "ibstat", "infiniband", "node"),
+    "lustre-metrics": ("lustre-metrics", "lustre", "lustre-jobstats"),
+    "ebpf-checkpoints": ("ebpf-checkpoints",),
+}
+
+
+class CollectorStatus(StrEnum):
+    """Health of hpcscope's own collection from one collector."""
+
+    OK = "ok"
+    STALE = "stale"
+    FAILING = "failing"
+    CONFIGURED = "configured"  # set up, but hpcscope records no per-attempt health for it
+    NOT_CONFIGURED = "not-configured"
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorHealth:
+    """A collector of Observe mode and how hpcscope's own collection from it is doing."""
+
+    id: str
+    name: str
+    observes: tuple[str, ...]
+    signals: str
+    status: CollectorStatus
+    exporters: tuple[str, ...] = ()
+    targets: int = 0
+    last_scrape_ts: datetime | None = None
+    last_ok_ts: datetime | None = None
+    staleness_seconds: float | None = None
+    scrapes_in_window: int = 0
+    failures_in_window: int = 0
+    failing_targets: int = 0
+    rejected_lines_in_window: int = 0
+    last_error: str | None = None
+    window_seconds: float = HEALTH_WINDOW_SECONDS
+    note: str | None = None
+
+
+def collector_health(
+    service: Service, *, now: datetime, collectors: Iterable[Collector] | None = None
+) -> tuple[CollectorHealth, ...]:
+    """Health of every collector of the catalog from the ``scrapes`` table."""
+    since = now - timedelta(seconds=HEALTH_WINDOW_SECONDS)
+    rows = {r["exporter"]: r for r in queries.scrape_health(service.store, since=since)}
+    stale_after = 3 * service.settings.scrape_interval_seconds
+    out: list[CollectorHealth] = []
+    for collector in collectors if collectors is not None else service.catalog.collectors:
+        names = COLLECTOR_EXPORTERS.get(collector.id, (collector.id,))
+        found = [rows[name] for name in names if name in rows]
+        base: dict[str, Any] = {
+            "id": collector.id,
+            "name": collector.name,
+            "observes": tuple(kind.value for kind in collector.observes),
+            "signals": collector.signals,
+        }
+        if not found:
+            out.append(_configured_elsewhere(service, collector.id, base))
+            continue
+        last_ts = max(r["last_ts"] for r in found)
+        oks = [r["last_ok_ts"] for r in found if r["last_ok_ts"] is not None]
+        last_ok = max(oks) if oks else None
+        staleness = (now - last_ok).total_seconds() if last_ok is not None else None
+        failing = sum(int(r["failing_targets"]) for r in found)
+        errors = [(r["last_ts"], r["last_error"]) for r in found if r["last_error"]]
+        if failing:
+            status = CollectorStatus.FAILING
+        elif staleness is None or staleness > stale_after:
+            status = CollectorStatus.STALE
+        else:
+            status = CollectorStatus.OK
+        out.append(
+            CollectorHealth(
+                status=status,
+                exporters=tuple(r["exporter"] for r in found),
+                targets=sum(int(r["targets"]) for r in found),
+                last_scrape_ts=last_ts,
+                last_ok_ts=last_ok,
+                staleness_seconds=staleness,
+                scrapes_in_window=sum(int(r["scrapes"]) for r in found),
+                failures_in_window=sum(int(r["failures"]) for r in found),
+                failing_targets=failing,
+                rejected_lines_in_window=sum(int(r["rejected_lines"]) for r in found),
+                last_error=max(errors)[1] if errors else None,
+                **base,
+            )
+        )
+    return tuple(out)
+
+
+def _configured_elsewhere(
+    service: Service, collector_id: str, base: dict[str, Any]
+) -> CollectorHealth:
+    """A collector without scrape records: configured another way, or not configured."""
+    settings = service.settings
+    if collector_id == "slurm-exporter" and settings.slurmrestd_url:
+        note = (
+            f"hpcscope reads the scheduler from slurmrestd ({settings.slurmrestd_url}) every "
+            f"{settings.scheduler_poll_seconds:g} s instead of slurm-exporter; the health of "
+            "those polls is not recorded yet."
+        )
+        return CollectorHealth(status=CollectorStatus.CONFIGURED, note=note, **base)
+    return CollectorHealth(status=CollectorStatus.NOT_CONFIGURED, **base)

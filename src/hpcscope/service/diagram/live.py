@@ -1,0 +1,391 @@
+"""Live values of the cluster diagram, constrained by who is looking.
+
+The diagram's structure comes from the topology and the catalog; this module adds what the
+store knows now: each GPU's state and counters, node aggregates, the health of hpcscope's own
+collection per collector (:mod:`hpcscope.service.diagram.collectors`), open alerts when
+detections exist. Every query passes the viewer's
+job scope to the store, which nulls out what the viewer may not see:
+
+* a researcher sees the counters of GPUs held by their own jobs only; a GPU held by someone
+  else's job is *allocated*, with no job id, user or counter, and a GPU no job holds is *idle*;
+  the counters of idle GPUs (memory left behind after a job is a security signal) are for
+  admins;
+* a team lead sees their accounts' jobs too; an admin sees everything;
+* an anonymous visitor (only when ``Settings.anonymous_diagram`` is on) sees structure,
+  cards, collectors, threats and cluster-wide aggregates, never a job, a user or a per-GPU
+  counter.
+
+Cards (:mod:`hpcscope.service.diagram.cards`) and the decision-maker figures
+(:mod:`hpcscope.service.diagram.cost`) build on the same viewer and state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+import polars as pl
+
+from hpcscope.analysis.jobs.efficiency import gpu_summary
+from hpcscope.model.access import JobScope, Principal
+from hpcscope.service.core import Service
+from hpcscope.service.diagram.collectors import CollectorHealth, collector_health
+from hpcscope.service.jobs.reports import utcnow
+from hpcscope.service.settings import Settings
+from hpcscope.store import diagram as queries
+
+#: A GPU whose latest sample is older than this many scrape intervals is stale.
+STALE_SCRAPES = 4
+#: ...and never fresher than this many seconds, whatever the scrape interval.
+MIN_FRESH_SECONDS = 60.0
+#: How far back a silent GPU's last sample is looked for (older: "no data").
+LAST_SEEN_LOOKBACK = timedelta(days=1)
+#: Window of the live per-GPU verdict (straggler, waiting at the barrier...) the diagram shows.
+VERDICT_WINDOW_SECONDS = 5 * 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """Who is looking at the diagram: a principal, or an anonymous visitor."""
+
+    principal: Principal | None
+
+    @property
+    def anonymous(self) -> bool:
+        return self.principal is None
+
+    @property
+    def name(self) -> str | None:
+        return self.principal.name if self.principal is not None else None
+
+    def scope(self) -> JobScope:
+        """The principal's job scope; no job at all for an anonymous visitor."""
+        if self.principal is None:
+            return JobScope(all_jobs=False)
+        return self.principal.job_scope()
+
+
+def diagram_viewer(settings: Settings, principal: Principal | None) -> Viewer | None:
+    """The viewer for this request, or None when the diagram needs a login."""
+    if principal is not None:
+        return Viewer(principal)
+    return Viewer(None) if settings.anonymous_diagram else None
+
+
+class GpuState(StrEnum):
+    """What the diagram may say about a GPU, given the viewer."""
+
+    ACTIVE = "active"  # held by a job the viewer may see: counters shown
+    ALLOCATED = "allocated"  # held only by jobs the viewer may not see: no counter, no name
+    IDLE = "idle"  # no job holds it
+    STALE = "stale"  # reported before, but not within the freshness window (jobs still named)
+    NODATA = "nodata"  # never reported
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLive:
+    """One GPU now. Counters are None when the viewer may not see them or nothing came."""
+
+    element_id: str
+    node: str
+    gpu: int
+    state: GpuState
+    sample_ts: datetime | None = None
+    age_seconds: float | None = None
+    job_ids: tuple[str, ...] = ()
+    hidden_jobs: int = 0
+    gpu_util_ratio: float | None = None
+    sm_active_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    sm_occupancy_ratio: float | None = None
+    dram_active_ratio: float | None = None
+    power_watts: float | None = None
+    gpu_temperature_celsius: float | None = None
+    fb_used_bytes: float | None = None
+    fb_free_bytes: float | None = None
+    sm_clock_hertz: float | None = None
+    nvlink_tx_bytes_per_second: float | None = None
+    nvlink_rx_bytes_per_second: float | None = None
+    xid_last: int | None = None
+    verdict: str | None = None  # GpuVerdict over the last VERDICT_WINDOW_SECONDS, own jobs only
+
+    @property
+    def has_values(self) -> bool:
+        return self.sm_active_ratio is not None or self.gpu_util_ratio is not None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLive:
+    """A node's GPUs summed up (means over the GPUs whose counters the viewer may see)."""
+
+    element_id: str
+    node: str
+    gpus: int
+    reporting: int
+    active: int
+    allocated_hidden: int
+    idle: int
+    stale: int
+    gpu_util_ratio: float | None
+    sm_active_ratio: float | None
+    worst_sm_active_ratio: float | None
+    xid_gpus: int
+    job_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterHealth:
+    """Cluster-wide aggregate: no job, no user, safe for every viewer."""
+
+    gpus_total: int
+    gpus_reporting: int
+    gpus_allocated: int
+    gpu_util_ratio: float | None
+    sm_active_ratio: float | None
+    gpus_with_xid: int
+    latest_ts: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class AlertSummary:
+    """Open security alerts per threat vector and node, when detections exist."""
+
+    configured: bool
+    shown: bool
+    by_vector: Mapping[str, int] = field(default_factory=dict)
+    by_node: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_vector.values())
+
+
+@dataclass(frozen=True, slots=True)
+class LiveState:
+    """Everything live the diagram draws, for one viewer at one instant."""
+
+    generated_at: datetime
+    fresh_seconds: float
+    viewer_anonymous: bool
+    gpus: Mapping[str, GpuLive]
+    nodes: Mapping[str, NodeLive]
+    collectors: tuple[CollectorHealth, ...]
+    cluster: ClusterHealth
+    alerts: AlertSummary
+
+
+def fresh_seconds(settings: Settings) -> float:
+    """How old a GPU's latest sample may be and still count as live."""
+    return max(MIN_FRESH_SECONDS, STALE_SCRAPES * settings.scrape_interval_seconds)
+
+
+#: Counter columns of the store that GpuLive carries (the others stay in the store).
+_LIVE_VALUES = tuple(
+    c for c in queries.LIVE_GPU_COLUMNS if c in GpuLive.__dataclass_fields__ and c != "xid_last"
+)
+
+
+def _gpu_live(
+    element_id: str,
+    node: str,
+    gpu: int,
+    row: Mapping[str, Any] | None,
+    now: datetime,
+    last_seen: datetime | None,
+    verdicts: Mapping[tuple[str, str, int], str],
+) -> GpuLive:
+    if row is None:
+        state = GpuState.STALE if last_seen is not None else GpuState.NODATA
+        age = (now - last_seen).total_seconds() if last_seen is not None else None
+        return GpuLive(element_id, node, gpu, state, sample_ts=last_seen, age_seconds=age)
+    visible = tuple(str(j) for j in row["visible_jobs"])
+    hidden = int(row["hidden_jobs"])
+    ts = row["ts"]
+    if ts is None:  # held by a job, but silent: a gap is never shown as a value
+        state = GpuState.STALE if last_seen is not None else GpuState.NODATA
+    elif visible:
+        state = GpuState.ACTIVE
+    elif hidden:
+        state = GpuState.ALLOCATED
+    else:
+        state = GpuState.IDLE
+    sample_ts = ts if ts is not None else last_seen
+    values = {c: row[c] for c in _LIVE_VALUES}
+    xid = row["xid_last"]
+    verdict = None
+    if state is GpuState.ACTIVE:
+        verdict = next(
+            (verdicts[(j, node, gpu)] for j in visible if (j, node, gpu) in verdicts), None
+        )
+    return GpuLive(
+        element_id,
+        node,
+        gpu,
+        state,
+        sample_ts=sample_ts,
+        age_seconds=(now - sample_ts).total_seconds() if sample_ts is not None else None,
+        job_ids=visible,
+        hidden_jobs=hidden,
+        xid_last=int(xid) if xid is not None else None,
+        verdict=verdict,
+        **values,
+    )
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _node_live(element_id: str, node: str, gpus: list[GpuLive]) -> NodeLive:
+    active = [g for g in gpus if g.state is GpuState.ACTIVE]
+    jobs = sorted({job for g in gpus for job in g.job_ids})
+    real = [g.sm_active_ratio for g in active if g.sm_active_ratio is not None]
+    return NodeLive(
+        element_id=element_id,
+        node=node,
+        gpus=len(gpus),
+        reporting=sum(1 for g in gpus if g.state not in (GpuState.STALE, GpuState.NODATA)),
+        active=len(active),
+        allocated_hidden=sum(1 for g in gpus if g.state is GpuState.ALLOCATED),
+        idle=sum(1 for g in gpus if g.state is GpuState.IDLE),
+        stale=sum(1 for g in gpus if g.state in (GpuState.STALE, GpuState.NODATA)),
+        gpu_util_ratio=_mean(g.gpu_util_ratio for g in active),
+        sm_active_ratio=_mean(real),
+        worst_sm_active_ratio=min(real) if real else None,
+        xid_gpus=sum(1 for g in gpus if g.xid_last),
+        job_ids=tuple(jobs),
+    )
+
+
+def alert_summary(service: Service, viewer: Viewer) -> AlertSummary:
+    """Open alerts per vector and node; counts only, and never to anonymous visitors."""
+    rows = queries.open_alert_counts(service.store)
+    if rows is None:
+        return AlertSummary(configured=False, shown=not viewer.anonymous)
+    if viewer.anonymous:
+        return AlertSummary(configured=True, shown=False)
+    by_vector: dict[str, int] = {}
+    by_node: dict[str, int] = {}
+    for row in rows:
+        count = int(row["open"])
+        by_vector[str(row["vector"])] = by_vector.get(str(row["vector"]), 0) + count
+        if row["node"] is not None:
+            by_node[str(row["node"])] = by_node.get(str(row["node"]), 0) + count
+    return AlertSummary(configured=True, shown=True, by_vector=by_vector, by_node=by_node)
+
+
+def live_verdicts(
+    service: Service, viewer: Viewer, *, now: datetime
+) -> dict[tuple[str, str, int], str]:
+    """Per (job, node, GPU) verdict over the last few minutes, for jobs inside the scope.
+
+    The verdicts are :func:`hpcscope.analysis.jobs.efficiency.gpu_summary`'s, the same analysis as
+    the job report, over a recent window: the diagram shows what a GPU is doing now
+    (straggler, waiting at the barrier, busy but not computing...), the job report what it did
+    over the whole run.
+    """
+    if viewer.anonymous:
+        return {}
+    table = queries.recent_job_samples(
+        service.store,
+        scope=viewer.scope(),
+        since=now - timedelta(seconds=VERDICT_WINDOW_SECONDS),
+    )
+    if table.num_rows == 0:
+        return {}
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    summary = gpu_summary(frame, max_interval_seconds=3 * service.settings.scrape_interval_seconds)
+    return {
+        (str(row["job_id"]), str(row["node"]), int(row["gpu"])): str(row["verdict"])
+        for row in summary.select("job_id", "node", "gpu", "verdict").iter_rows(named=True)
+    }
+
+
+def gpu_views(
+    service: Service, viewer: Viewer, *, now: datetime, nodes: Iterable[str] | None = None
+) -> tuple[dict[str, GpuLive], dict[str, NodeLive], ClusterHealth]:
+    """Every GPU and node of the topology (or of ``nodes``) as ``viewer`` may see them now,
+    and the cluster-wide aggregate."""
+    fresh = fresh_seconds(service.settings)
+    states = queries.gpu_states(
+        service.store,
+        scope=viewer.scope(),
+        since=now - timedelta(seconds=fresh),
+        idle_values=viewer.principal is not None and viewer.principal.is_admin,
+    )
+    by_gpu = {(r["node"], int(r["gpu"])): r for r in states.rows}
+    wanted = set(nodes) if nodes is not None else None
+    silent = any(
+        by_gpu.get((gpu.node, gpu.index), {}).get("ts") is None
+        for node in service.topology.nodes
+        if wanted is None or node.name in wanted
+        for gpu in node.gpus
+    )
+    last_seen = (
+        queries.last_sample_times(service.store, since=now - LAST_SEEN_LOOKBACK) if silent else {}
+    )
+    verdicts = live_verdicts(service, viewer, now=now)
+    gpus: dict[str, GpuLive] = {}
+    node_states: dict[str, NodeLive] = {}
+    for node in service.topology.nodes:
+        if wanted is not None and node.name not in wanted:
+            continue
+        members = [
+            _gpu_live(
+                gpu.element_id,
+                node.name,
+                gpu.index,
+                by_gpu.get((node.name, gpu.index)),
+                now,
+                last_seen.get((node.name, gpu.index)),
+                verdicts,
+            )
+            for gpu in node.gpus
+        ]
+        gpus.update({g.element_id: g for g in members})
+        node_states[node.element_id] = _node_live(node.element_id, node.name, members)
+    health = states.health
+    cluster = ClusterHealth(
+        gpus_total=service.topology.gpu_count,
+        gpus_reporting=int(health["gpus_reporting"]),
+        gpus_allocated=int(health["gpus_allocated"]),
+        gpu_util_ratio=health["gpu_util_ratio"],
+        sm_active_ratio=health["sm_active_ratio"],
+        gpus_with_xid=int(health["gpus_with_xid"]),
+        latest_ts=health["latest_ts"],
+    )
+    return gpus, node_states, cluster
+
+
+def live_state(
+    service: Service,
+    viewer: Viewer,
+    *,
+    now: datetime | None = None,
+    nodes: Iterable[str] | None = None,
+) -> LiveState:
+    """What the diagram shows live for ``viewer``.
+
+    Args:
+        service: the running service.
+        viewer: who is looking (scope and anonymity).
+        now: the instant (naive UTC); default the wall clock.
+        nodes: restrict GPUs and nodes to these (a zoomed view); default every node.
+    """
+    now = now if now is not None else utcnow()
+    gpus, node_states, cluster = gpu_views(service, viewer, now=now, nodes=nodes)
+    return LiveState(
+        generated_at=now,
+        fresh_seconds=fresh_seconds(service.settings),
+        viewer_anonymous=viewer.anonymous,
+        gpus=gpus,
+        nodes=node_states,
+        collectors=collector_health(service, now=now),
+        cluster=cluster,
+        alerts=alert_summary(service, viewer),
+    )

@@ -1,0 +1,1 @@
+"""Identity: the user directory, roles and the accounts users coordinate."""

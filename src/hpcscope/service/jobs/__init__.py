@@ -1,0 +1,1 @@
+"""Job reports and the live cluster state, constrained by the caller's principal."""

@@ -1,0 +1,181 @@
+"""Job reports and the live cluster state, constrained by the caller's principal.
+
+Wiring only: store queries (constrained by :meth:`Principal.job_scope`) -> pure analysis ->
+report objects. The web app and the CLI render what this returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from hpcscope.analysis.jobs.efficiency import gpu_summary
+from hpcscope.analysis.jobs.report import JobReport, job_reports
+from hpcscope.model.access import Principal
+from hpcscope.store import reports as queries
+from hpcscope.store.duck import Store
+
+#: Jobs listed at most per request (newest first).
+MAX_JOBS = 200
+
+
+def utcnow() -> datetime:
+    """Naive UTC now: the store keeps naive UTC timestamps."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def epoch_seconds(moment: datetime) -> float:
+    """Seconds since the Unix epoch; a naive datetime is UTC (as the store keeps them)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def max_interval_seconds(scrape_interval_seconds: float) -> float:
+    """A sample stands for at most three scrape intervals; beyond that the series has a gap."""
+    return 3.0 * scrape_interval_seconds
+
+
+def _frame(table: pa.Table) -> pl.DataFrame:
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def reports_for(
+    store: Store,
+    principal: Principal,
+    *,
+    job_ids: list[str] | None = None,
+    now: datetime,
+    scrape_interval_seconds: float,
+    gpu_hour_price: float,
+    currency: str,
+) -> list[JobReport]:
+    """Reports of the jobs the principal may see: the newest :data:`MAX_JOBS`, or exactly
+    ``job_ids`` among the visible ones (however old)."""
+    scope = principal.job_scope()
+    if job_ids is None:
+        jobs = _frame(queries.visible_jobs(store, scope, limit=MAX_JOBS))
+        ids = set(jobs["job_id"].to_list())
+        if scope.all_jobs:  # admins also get jobs seen on GPUs that the scheduler does not know
+            ids |= set(queries.job_ids_in_samples(store, scope, since=now - timedelta(days=1)))
+    else:
+        jobs, ids = visible_jobs_by_id(store, principal, job_ids)
+    samples = _frame(queries.samples_for_jobs(store, sorted(ids)))
+    summary = gpu_summary(
+        samples, max_interval_seconds=max_interval_seconds(scrape_interval_seconds)
+    )
+    reports = job_reports(summary, jobs, now=now, gpu_hour_price=gpu_hour_price, currency=currency)
+    return [r for r in reports if r.job_id in ids]
+
+
+def visible_jobs_by_id(
+    store: Store, principal: Principal, job_ids: list[str]
+) -> tuple[pl.DataFrame, set[str]]:
+    """The scheduler records and the ids of those of ``job_ids`` the principal may see.
+
+    An id with GPU samples but no scheduler record is visible to admins only (deny by
+    default): the record is then absent and the id is still returned."""
+    scope = principal.job_scope()
+    jobs = _frame(queries.jobs_by_id(store, job_ids, scope))
+    ids = set(jobs["job_id"].to_list())
+    if scope.all_jobs:
+        ids |= set(queries.job_ids_with_samples(store, job_ids))
+    return jobs, ids
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionHealth:
+    """The collector's own health: per target, the last attempt and success; recent gaps."""
+
+    generated_at: datetime
+    targets: tuple[dict[str, Any], ...]
+    gaps: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        def plain(value: Any) -> Any:
+            return value.isoformat() + "Z" if isinstance(value, datetime) else value
+
+        return {
+            "generated_at": plain(self.generated_at),
+            "targets": [{k: plain(v) for k, v in t.items()} for t in self.targets],
+            "gaps": [{k: plain(v) for k, v in g.items()} for g in self.gaps],
+        }
+
+
+def collection_health(store: Store, *, now: datetime) -> CollectionHealth:
+    """Per-target scrape health over the last 15 minutes and the gaps of the last hour.
+
+    Holds no job data (targets are exporters and the scheduler), so it needs no scope."""
+    health = queries.scrape_health(store, since=now - timedelta(minutes=15)).to_pylist()
+    gaps = queries.collection_gaps(store, since=now - timedelta(hours=1)).to_pylist()
+    return CollectionHealth(generated_at=now, targets=tuple(health), gaps=tuple(gaps))
+
+
+@dataclass(frozen=True, slots=True)
+class LiveGpu:
+    """One GPU of a running job over a recent window."""
+
+    job_id: str
+    node: str
+    gpu: int
+    reported_util_ratio: float | None
+    sm_active_ratio: float | None
+    tensor_active_ratio: float | None
+    verdict: str
+
+
+@dataclass(frozen=True, slots=True)
+class LiveJobs:
+    """Jobs with samples in the window (whole-life reports) and their GPUs over the window."""
+
+    jobs: tuple[JobReport, ...]
+    gpus: tuple[LiveGpu, ...]
+
+
+def live_job_gpus(
+    store: Store,
+    principal: Principal,
+    *,
+    now: datetime,
+    window: timedelta,
+    scrape_interval_seconds: float,
+    gpu_hour_price: float,
+    currency: str,
+) -> LiveJobs:
+    """What the jobs running in the last ``window`` are doing now, for ``principal``."""
+    ids = queries.job_ids_in_samples(store, principal.job_scope(), since=now - window)
+    if not ids:
+        return LiveJobs((), ())
+    jobs = reports_for(
+        store,
+        principal,
+        job_ids=ids,
+        now=now,
+        scrape_interval_seconds=scrape_interval_seconds,
+        gpu_hour_price=gpu_hour_price,
+        currency=currency,
+    )
+    recent = _frame(queries.samples_for_jobs(store, ids, since=now - window))
+    summary = gpu_summary(
+        recent, max_interval_seconds=max_interval_seconds(scrape_interval_seconds)
+    )
+    gpus = tuple(
+        LiveGpu(
+            row["job_id"],
+            row["node"],
+            int(row["gpu"]),
+            row["reported_util_ratio"],
+            row["sm_active_ratio"],
+            row["tensor_active_ratio"],
+            row["verdict"],
+        )
+        for row in summary.sort(["job_id", "node", "gpu"]).iter_rows(named=True)
+        if row["job_id"] is not None
+    )
+    return LiveJobs(tuple(jobs), gpus)

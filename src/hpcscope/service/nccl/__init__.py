@@ -1,0 +1,1 @@
+"""NCCL logs and flight-recorder dumps: read, analyse, build the report."""

@@ -1,0 +1,1 @@
+"""The straggler simulator and step player wired to a cluster topology."""

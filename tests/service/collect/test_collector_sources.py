@@ -1,0 +1,83 @@
+"""The collector's other sources: a real node_exporter (InfiniBand) and the twin's slurmrestd."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from hpcscope.model.topology import load_topology
+from hpcscope.service.collect.collector import Collector, CollectorConfig
+from hpcscope.service.collect.scheduler import SlurmrestdSource
+from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.store import Store
+from hpcscope.twin.cluster import TwinCluster
+from tests.support.node_exporter import node_exporter
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "infiniband"
+
+
+def test_node_exporter_targets_fill_infiniband_counters_and_slurmrestd_fills_jobs(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "store.duckdb")
+    with (
+        node_exporter(FIXTURES / "sysfs_h100_gpud") as url,
+        TwinCluster(
+            load_topology(bundled_topology()), tmp_path / "twin", arrivals_per_hour=0
+        ) as twin,
+    ):
+        targets = json.loads((tmp_path / "twin" / "targets.json").read_text())
+        host_port = url.removeprefix("http://").removesuffix("/metrics")
+        targets.append(
+            {"targets": [host_port], "labels": {"exporter": "node", "node": "real-node"}}
+        )
+        (tmp_path / "targets.json").write_text(json.dumps(targets))
+        collector = Collector(
+            store,
+            CollectorConfig(
+                targets_path=tmp_path / "targets.json",
+                scheduler=SlurmrestdSource(url=twin.slurmrestd_url),
+                scrape_interval_seconds=1,
+                scheduler_poll_seconds=0,
+            ),
+        )
+
+        async def run() -> None:
+            try:
+                await collector.collect_once()
+            finally:
+                await collector.aclose()
+
+        asyncio.run(run())
+        store.flush()
+    ports = store.query(
+        "SELECT node, count(*) AS n FROM ib_port_counters GROUP BY node ORDER BY node"
+    ).to_pylist()
+    # the real node_exporter over a captured H100 sysfs tree (8 NDR + 1 Ethernet ports), and
+    # the twin's own node_exporter pages (8 HCAs per node)
+    assert ports == [
+        {"node": "gpu01", "n": 8},
+        {"node": "gpu02", "n": 8},
+        {"node": "real-node", "n": 9},
+    ]
+    jobs = store.query('SELECT job_id, "user", account, gpus FROM jobs ORDER BY job_id')
+    assert [row["user"] for row in jobs.to_pylist()] == ["alice", "bob", "dave", "bob", "alice"]
+    health = store.query("SELECT exporter, ok FROM scrapes ORDER BY exporter").to_pylist()
+    assert {row["exporter"] for row in health} == {"dcgm", "node", "slurmrestd"}
+    assert all(row["ok"] for row in health)
+    store.close()
+
+
+def test_settings_choose_the_scheduler_source(tmp_path: Path) -> None:
+    rest = CollectorConfig.from_settings(
+        Settings(slurmrestd_url="http://ctl:6820", slurmrestd_api_version="v0.0.38")
+    )
+    assert rest is not None and isinstance(rest.scheduler, SlurmrestdSource)
+    assert rest.scheduler.version == "v0.0.38"
+    commands = CollectorConfig.from_settings(
+        Settings(scheduler_source="commands", slurm_associations=True)
+    )
+    assert commands is not None and commands.scheduler is not None
+    assert commands.scheduler.name == "slurm-commands" and commands.associations is not None
+    assert CollectorConfig.from_settings(Settings()) is None
