@@ -24,6 +24,7 @@ import duckdb
 import pyarrow as pa
 
 from hpcscope.model.access import JobScope
+from hpcscope.model.errors import StoreError
 from hpcscope.store.migrations import MIGRATIONS
 
 log = logging.getLogger(__name__)
@@ -51,10 +52,6 @@ JOB_MERGE_COLUMNS = (
     "gpus",
     "nodes",
 )
-
-
-class StoreError(RuntimeError):
-    """The store could not be opened or a write was refused."""
 
 
 class StoreClosedError(StoreError):
@@ -86,7 +83,7 @@ class Store:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
             self._con = duckdb.connect(self.path, read_only=read_only)
-        except duckdb.IOException as exc:
+        except duckdb.Error as exc:  # locked, unreadable, not a DuckDB file, corrupt
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
         self._con.execute("SET TimeZone = 'UTC'")
         self._local = threading.local()
@@ -139,9 +136,12 @@ class Store:
                     [migration.version, migration.name],
                 )
                 con.execute("COMMIT")
-            except duckdb.Error:
+            except duckdb.Error as exc:
                 con.execute("ROLLBACK")
-                raise
+                raise StoreError(
+                    f"store {self.path}: migration {migration.version:04d} {migration.name} "
+                    f"failed: {exc}"
+                ) from exc
             log.info(
                 "store %s: applied migration %04d %s", self.path, migration.version, migration.name
             )

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from hpcscope.analysis.jobs.report import GpuReport
 from hpcscope.model.catalog import Card, ThreatVector
+from hpcscope.model.errors import InputError
 from hpcscope.model.topology import Element, ElementKind, Layer
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.collectors import CollectorHealth, CollectorStatus, collector_health
@@ -32,7 +33,7 @@ from hpcscope.service.jobs.reports import utcnow
 from hpcscope.store import diagram as queries
 
 
-class UnknownElement(KeyError):
+class UnknownElement(InputError, KeyError):
     """No element of the diagram has this id."""
 
 
