@@ -4,14 +4,33 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from hpcscope import __version__
 from hpcscope.cli import demo_cmd, jobs_cmd, nccl_cmd, serve_cmd, simulate_cmd, traces_cmd, twin_cmd
-from hpcscope.cli.output import print_json
+from hpcscope.cli.output import print_json, report_error
+from hpcscope.model.errors import HpcscopeError
+
+
+class _Commands(TyperGroup):
+    """The command group, with the one handler for errors no command handled itself.
+
+    An :class:`HpcscopeError` becomes one line on stderr and exit code 1 (runtime) or 2 (bad
+    input), never a traceback; other exceptions are bugs and keep their traceback.
+    """
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HpcscopeError as exc:
+            report_error(exc)
+
 
 app = typer.Typer(
+    cls=_Commands,
     name="hpcscope",
     help="Observability and security for HPC clusters that train AI models: which job, which "
     "GPU, which phase, and what it costs.",

@@ -8,7 +8,7 @@ import typer
 
 from hpcscope.cli.durations import parse_duration
 from hpcscope.cli.output import EXIT_USAGE_ERROR, fail, print_json
-from hpcscope.model.errors import SourceError
+from hpcscope.model.errors import HpcscopeError
 
 
 def register(app: typer.Typer) -> None:
@@ -47,9 +47,9 @@ def serve(
             scrape_interval_seconds=scrape_interval,
         )
         service = Service.open(settings)
-    except SourceError as exc:
-        fail(exc.describe(), code=EXIT_USAGE_ERROR, error=exc)
     except ValueError as exc:
+        if isinstance(exc, HpcscopeError):
+            raise  # the CLI's one handler prints it (hpcscope: file:line:col: message)
         fail(str(exc), code=EXIT_USAGE_ERROR)
     try:
 
