@@ -18,6 +18,7 @@ from pathlib import Path
 import typer
 
 from hpcscope.cli.durations import parse_duration
+from hpcscope.cli.logs import configure_logging, log_level_or_default
 from hpcscope.cli.output import EXIT_RUNTIME_ERROR, EXIT_USAGE_ERROR, fail, print_json
 
 
@@ -74,11 +75,22 @@ def demo(
     scrape_interval: float = typer.Option(2.0, help="Seconds between scrapes."),
     topology: str = typer.Option("2x8-h100", help="Bundled topology name or a YAML file."),
     keep_store: bool = typer.Option(False, help="Keep the previous demo store."),
+    log_level: str | None = typer.Option(
+        None,
+        "--log-level",
+        help="debug, info (default, or HPCSCOPE_LOG_LEVEL), warning, error. debug adds one "
+        "line per scrape and per HTTP request.",
+    ),
+    log_format: str = typer.Option(
+        "text", "--log-format", help="text, or json (one JSON object per line on stderr)."
+    ),
     json_output: bool = typer.Option(
         False, "--json", help="When ready, print the URL and logins as one JSON document."
     ),
 ) -> None:
     """Run the demo: twin cluster + collection + analysis + web UI on localhost."""
+    level = log_level_or_default(log_level)
+    configure_logging(level, log_format)
     from hpcscope.serve.server import run_server
     from hpcscope.service.core import Service
     from hpcscope.service.identity.users import DEMO_LOGINS
@@ -152,7 +164,12 @@ def demo(
             typer.echo("\n".join(lines))
 
         try:
-            run_server(service, duration_seconds=seconds, on_ready=ready)
+            run_server(
+                service,
+                duration_seconds=seconds,
+                on_ready=ready,
+                log_level="debug" if level == "debug" else "warning",  # uvicorn's start-up lines
+            )
         finally:
             service.close()
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
@@ -11,6 +10,7 @@ from typer.core import TyperGroup
 
 from hpcscope import __version__
 from hpcscope.cli import demo_cmd, jobs_cmd, nccl_cmd, serve_cmd, simulate_cmd, traces_cmd, twin_cmd
+from hpcscope.cli.logs import LOG_LEVELS, configure_logging
 from hpcscope.cli.output import print_json, report_error
 from hpcscope.model.errors import HpcscopeError
 
@@ -59,8 +59,6 @@ def version(json_output: bool = typer.Option(False, "--json", help="Print JSON."
 
 def main() -> None:
     """Entry point of the ``hpcscope`` script."""
-    logging.basicConfig(
-        level=os.environ.get("HPCSCOPE_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    level = os.environ.get("HPCSCOPE_LOG_LEVEL", "info")
+    configure_logging(level if level.lower() in LOG_LEVELS else "info")
     app()

@@ -261,6 +261,18 @@ class Store:
         """Wait until every write queued so far is done."""
         self.submit_write(lambda con: None).result()
 
+    def size_bytes(self) -> int:
+        """Bytes on disk: the database file and its write-ahead log (0 for ``:memory:``)."""
+        if self.path == ":memory:":
+            return 0
+        total = 0
+        for path in (Path(self.path), Path(f"{self.path}.wal")):
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:
+                pass
+        return total
+
     # ---------------------------------------------------------------- reads
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
