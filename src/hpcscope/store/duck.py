@@ -174,7 +174,12 @@ class Store:
                     cursor.execute("ROLLBACK")
                 except duckdb.Error:
                     pass
-                future.set_exception(exc)
+                if isinstance(exc, duckdb.Error):  # callers never see duckdb's own types
+                    refused = StoreError(f"store {self.path}: write refused: {exc}")
+                    refused.__cause__ = exc
+                    future.set_exception(refused)
+                else:
+                    future.set_exception(exc)
             else:
                 future.set_result(result)
 
@@ -283,8 +288,15 @@ class Store:
         return cursor
 
     def query(self, sql: str, params: Sequence[object] = ()) -> pa.Table:
-        """Run a read-only SQL query and return Arrow. For the store's own query modules."""
-        return self._cursor().sql(sql, params=list(params)).to_arrow_table()
+        """Run a read-only SQL query and return Arrow. For the store's own query modules.
+
+        Raises:
+            StoreError: DuckDB refused the query (a corrupt file, a bug in a query module).
+        """
+        try:
+            return self._cursor().sql(sql, params=list(params)).to_arrow_table()
+        except duckdb.Error as exc:
+            raise StoreError(f"store {self.path}: query failed: {exc}") from exc
 
     @staticmethod
     def scope_sql(
