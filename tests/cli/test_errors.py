@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,17 @@ def test_a_store_that_is_not_duckdb_exits_1_with_one_line(tmp_path: Path) -> Non
     assert len(lines) == 1
     assert lines[0].startswith(f"hpcscope: cannot open store {store}: ")
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_with_json_the_error_is_also_the_json_document(tmp_path: Path) -> None:
+    config = tmp_path / "site.yaml"
+    config.write_text("port: 99999\n")
+    result = CliRunner().invoke(app, ["serve", "--config", str(config), "--json"])
+    assert result.exit_code == EXIT_USAGE_ERROR
+    body = json.loads(result.stdout)
+    assert body["where"]["source"] == str(config) and body["where"]["field"] == "port"
+    assert body["error"].startswith(f"{config}: port: ")
+    assert result.stderr.startswith(f"hpcscope: {config}: port: ")
 
 
 @pytest.mark.parametrize(

@@ -4,24 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 
-from hpcscope.cli.logs import PER_REQUEST_LOGGERS, configure_logging
+from hpcscope.cli.logs import configure_logging
 from hpcscope.model.errors import InputError
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    levels = {name: logging.getLogger(name).level for name in PER_REQUEST_LOGGERS}
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    for name, old in levels.items():
-        logging.getLogger(name).setLevel(old)
 
 
 def test_per_request_lines_are_hidden_at_info(capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,11 +22,16 @@ class _Commands(TyperGroup):
     input), never a traceback; other exceptions are bugs and keep their traceback.
     """
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        # the error is a JSON document on stdout when the command was asked for JSON
+        ctx.meta["hpcscope.json"] = "--json" in args
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except HpcscopeError as exc:
-            report_error(exc)
+            report_error(exc, as_json=bool(ctx.meta.get("hpcscope.json")))
 
 
 app = typer.Typer(

@@ -90,7 +90,16 @@ def error_line(error: HpcscopeError) -> str:
     return f"hpcscope: {text}"
 
 
-def report_error(error: HpcscopeError) -> NoReturn:
-    """Print :func:`error_line` on stderr (no traceback) and exit with :func:`error_exit_code`."""
+def report_error(error: HpcscopeError, *, as_json: bool = False) -> NoReturn:
+    """Print :func:`error_line` on stderr (no traceback) and exit with :func:`error_exit_code`.
+
+    With ``as_json``, the error is also the JSON document on stdout, as :func:`fail` writes it:
+    ``{"error": message, "where": {source, line, column, field, message}}``.
+    """
     typer.echo(error_line(error), err=True)
+    if as_json:
+        body: dict[str, Any] = {"error": error_line(error).removeprefix("hpcscope: ")}
+        if isinstance(error, SourceError):
+            body["where"] = error.to_dict()
+        print_json(body)
     raise typer.Exit(error_exit_code(error))
