@@ -1,4 +1,5 @@
-"""Docs-drift tests: every setting, CLI command and exported metric family is documented."""
+"""Docs-drift tests: every setting, CLI command and exported metric family is documented, and
+every path, command and option the docs name exists."""
 
 from __future__ import annotations
 
