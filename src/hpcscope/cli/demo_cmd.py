@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import typer
 
@@ -31,7 +32,30 @@ def _start_twin(
 ) -> tuple[subprocess.Popen[bytes], dict[str, object]]:
     info_file = state_dir / "twin.json"
     info_file.unlink(missing_ok=True)
-    process = subprocess.Popen(
+    # the twin's log goes to a file: a pipe nobody reads would fill and stop the twin, and its
+    # per-job lines would crowd the demo's console
+    log_file = state_dir / "twin.log"
+    with log_file.open("wb") as log_handle:  # the child keeps its own descriptor
+        process = _spawn_twin(state_dir, log_handle, seed=seed, speed=speed, topology=topology)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            err = log_file.read_text(errors="replace")[-4000:]
+            raise RuntimeError(f"the twin exited with {process.returncode}: {err.strip()}")
+        if info_file.exists():
+            try:
+                return process, json.loads(info_file.read_text())
+            except json.JSONDecodeError:
+                pass  # being written
+        time.sleep(0.1)
+    process.terminate()
+    raise RuntimeError(f"the twin did not start within 30 s (log: {log_file})")
+
+
+def _spawn_twin(
+    state_dir: Path, log_handle: BinaryIO, *, seed: int, speed: float, topology: str
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -48,21 +72,8 @@ def _start_twin(
             topology,
         ],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log_handle,
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            err = process.stderr.read().decode(errors="replace") if process.stderr else ""
-            raise RuntimeError(f"the twin exited with {process.returncode}: {err.strip()}")
-        if info_file.exists():
-            try:
-                return process, json.loads(info_file.read_text())
-            except json.JSONDecodeError:
-                pass  # being written
-        time.sleep(0.1)
-    process.terminate()
-    raise RuntimeError("the twin did not start within 30 s")
 
 
 def demo(
