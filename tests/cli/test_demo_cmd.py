@@ -53,6 +53,12 @@ def test_demo_serves_prints_logins_and_stops_by_itself(tmp_path: Path) -> None:
             process.kill()
     assert process.returncode == 0, err
     assert f"http://127.0.0.1:{port}" in out
+    # a quiet console: no line per scrape or request (those are DEBUG); the collector's status
+    # is one line a minute (tests/service/collect/test_status.py), so 60 s stay under 40 lines
+    console = out.splitlines() + err.splitlines()
+    assert len(console) <= 40, "\n".join(console)
+    assert "HTTP Request" not in err
+    assert "/metrics" not in err
     for login in ("alice / alice-demo", "carol / carol-demo", "admin / admin-demo"):
         assert login.replace(" / ", "") in out.replace(" ", "").replace("/", "")
     assert body is not None, "the demo never served jobs"

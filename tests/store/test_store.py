@@ -50,10 +50,22 @@ def test_a_bad_batch_fails_alone_and_loses_nothing(tmp_path: Path) -> None:
     with Store(tmp_path / "s.duckdb") as store:
         store.append("gpu_samples", _samples(8)).result()
         bad = pa.table({"ts": [None], "node": ["gpu01"], "gpu": [0]})
-        with pytest.raises(Exception, match=r"NOT NULL|null"):
+        with pytest.raises(StoreError, match=r"write refused: .*(NOT NULL|null)"):
             store.append("gpu_samples", bad).result()
         store.append("gpu_samples", _samples(4)).result()
         assert store.query("SELECT count(*) AS n FROM gpu_samples").to_pylist() == [{"n": 12}]
+
+
+def test_a_failed_query_is_a_store_error_naming_the_store(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.duckdb") as store, pytest.raises(StoreError, match=r"s\.duckdb"):
+        store.query("SELECT * FROM no_such_table")
+
+
+def test_a_file_that_is_not_a_store_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "not-a-store.duckdb"
+    path.write_bytes(b"garbage" * 1000)
+    with pytest.raises(StoreError, match="cannot open store"):
+        Store(path)
 
 
 def test_unknown_table_is_refused(tmp_path: Path) -> None:

@@ -14,10 +14,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import typer
 
 from hpcscope.cli.durations import parse_duration
+from hpcscope.cli.logs import configure_logging, log_level_or_default
 from hpcscope.cli.output import EXIT_RUNTIME_ERROR, EXIT_USAGE_ERROR, fail, print_json
 
 
@@ -30,7 +32,30 @@ def _start_twin(
 ) -> tuple[subprocess.Popen[bytes], dict[str, object]]:
     info_file = state_dir / "twin.json"
     info_file.unlink(missing_ok=True)
-    process = subprocess.Popen(
+    # the twin's log goes to a file: a pipe nobody reads would fill and stop the twin, and its
+    # per-job lines would crowd the demo's console
+    log_file = state_dir / "twin.log"
+    with log_file.open("wb") as log_handle:  # the child keeps its own descriptor
+        process = _spawn_twin(state_dir, log_handle, seed=seed, speed=speed, topology=topology)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            err = log_file.read_text(errors="replace")[-4000:]
+            raise RuntimeError(f"the twin exited with {process.returncode}: {err.strip()}")
+        if info_file.exists():
+            try:
+                return process, json.loads(info_file.read_text())
+            except json.JSONDecodeError:
+                pass  # being written
+        time.sleep(0.1)
+    process.terminate()
+    raise RuntimeError(f"the twin did not start within 30 s (log: {log_file})")
+
+
+def _spawn_twin(
+    state_dir: Path, log_handle: BinaryIO, *, seed: int, speed: float, topology: str
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -47,21 +72,8 @@ def _start_twin(
             topology,
         ],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log_handle,
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            err = process.stderr.read().decode(errors="replace") if process.stderr else ""
-            raise RuntimeError(f"the twin exited with {process.returncode}: {err.strip()}")
-        if info_file.exists():
-            try:
-                return process, json.loads(info_file.read_text())
-            except json.JSONDecodeError:
-                pass  # being written
-        time.sleep(0.1)
-    process.terminate()
-    raise RuntimeError("the twin did not start within 30 s")
 
 
 def demo(
@@ -74,11 +86,22 @@ def demo(
     scrape_interval: float = typer.Option(2.0, help="Seconds between scrapes."),
     topology: str = typer.Option("2x8-h100", help="Bundled topology name or a YAML file."),
     keep_store: bool = typer.Option(False, help="Keep the previous demo store."),
+    log_level: str | None = typer.Option(
+        None,
+        "--log-level",
+        help="debug, info (default, or HPCSCOPE_LOG_LEVEL), warning, error. debug adds one "
+        "line per scrape and per HTTP request.",
+    ),
+    log_format: str = typer.Option(
+        "text", "--log-format", help="text, or json (one JSON object per line on stderr)."
+    ),
     json_output: bool = typer.Option(
         False, "--json", help="When ready, print the URL and logins as one JSON document."
     ),
 ) -> None:
     """Run the demo: twin cluster + collection + analysis + web UI on localhost."""
+    level = log_level_or_default(log_level)
+    configure_logging(level, log_format)
     from hpcscope.serve.server import run_server
     from hpcscope.service.core import Service
     from hpcscope.service.identity.users import DEMO_LOGINS
@@ -152,7 +175,12 @@ def demo(
             typer.echo("\n".join(lines))
 
         try:
-            run_server(service, duration_seconds=seconds, on_ready=ready)
+            run_server(
+                service,
+                duration_seconds=seconds,
+                on_ready=ready,
+                log_level="debug" if level == "debug" else "warning",  # uvicorn's start-up lines
+            )
         finally:
             service.close()
     finally:

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hpcscope.model.errors import SourceError
+from hpcscope.model.errors import HpcscopeError, InputError, SourceError
 
 EXIT_OK = 0
 EXIT_RUNTIME_ERROR = 1
@@ -69,3 +69,37 @@ def fail(
     else:
         stderr_console().print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def error_exit_code(error: HpcscopeError) -> int:
+    """The exit code for an error no command handled: 2 for bad input, 1 for the rest.
+
+    Bad input is what the person running the command can fix in the command line or the files
+    it names (:class:`SourceError`, with its config and parse subclasses, and
+    :class:`InputError`); everything else (store, access, scrape) is a runtime error.
+    """
+    if isinstance(error, SourceError | InputError):
+        return EXIT_USAGE_ERROR
+    return EXIT_RUNTIME_ERROR
+
+
+def error_line(error: HpcscopeError) -> str:
+    """One line for stderr: ``hpcscope: <source>:<line>:<col>: message`` where known."""
+    text = error.describe() if isinstance(error, SourceError) else str(error)
+    text = " ".join(text.split()) or type(error).__name__  # one line, never empty
+    return f"hpcscope: {text}"
+
+
+def report_error(error: HpcscopeError, *, as_json: bool = False) -> NoReturn:
+    """Print :func:`error_line` on stderr (no traceback) and exit with :func:`error_exit_code`.
+
+    With ``as_json``, the error is also the JSON document on stdout, as :func:`fail` writes it:
+    ``{"error": message, "where": {source, line, column, field, message}}``.
+    """
+    typer.echo(error_line(error), err=True)
+    if as_json:
+        body: dict[str, Any] = {"error": error_line(error).removeprefix("hpcscope: ")}
+        if isinstance(error, SourceError):
+            body["where"] = error.to_dict()
+        print_json(body)
+    raise typer.Exit(error_exit_code(error))

@@ -7,8 +7,9 @@ from pathlib import Path
 import typer
 
 from hpcscope.cli.durations import parse_duration
+from hpcscope.cli.logs import configure_logging, log_level_or_default
 from hpcscope.cli.output import EXIT_USAGE_ERROR, fail, print_json
-from hpcscope.model.errors import SourceError
+from hpcscope.model.errors import HpcscopeError
 
 
 def register(app: typer.Typer) -> None:
@@ -25,11 +26,22 @@ def serve(
     slurmrestd_url: str | None = typer.Option(None, help="slurmrestd base URL."),
     scrape_interval: float | None = typer.Option(None, help="Seconds between scrapes."),
     duration: str | None = typer.Option(None, "--for", help="Stop after this long (60s, 5m)."),
+    log_level: str | None = typer.Option(
+        None,
+        "--log-level",
+        help="debug, info (default, or HPCSCOPE_LOG_LEVEL), warning, error. debug adds one "
+        "line per scrape and per HTTP request.",
+    ),
+    log_format: str = typer.Option(
+        "text", "--log-format", help="text, or json (one JSON object per line on stderr)."
+    ),
     json_output: bool = typer.Option(
         False, "--json", help='When ready, print {"url": ...} as JSON on stdout.'
     ),
 ) -> None:
     """Serve the web UI and API; collect from the configured targets and scheduler."""
+    level = log_level_or_default(log_level)
+    configure_logging(level, log_format)
     from hpcscope.serve.server import run_server
     from hpcscope.service.core import Service
     from hpcscope.service.settings import load_settings
@@ -47,9 +59,9 @@ def serve(
             scrape_interval_seconds=scrape_interval,
         )
         service = Service.open(settings)
-    except SourceError as exc:
-        fail(exc.describe(), code=EXIT_USAGE_ERROR, error=exc)
     except ValueError as exc:
+        if isinstance(exc, HpcscopeError):
+            raise  # the CLI's one handler prints it (hpcscope: file:line:col: message)
         fail(str(exc), code=EXIT_USAGE_ERROR)
     try:
 
@@ -59,6 +71,6 @@ def serve(
             else:
                 typer.echo(f"hpcscope serving on {url}", err=True)
 
-        run_server(service, duration_seconds=seconds, on_ready=ready, log_level="info")
+        run_server(service, duration_seconds=seconds, on_ready=ready, log_level=level)
     finally:
         service.close()

@@ -1,20 +1,55 @@
-"""Errors that name where bad input came from.
+"""hpcscope's exceptions: one tree rooted at :class:`HpcscopeError`.
 
-Every parser in hpcscope reports a problem as a :class:`SourceError`: the source (a file path,
-a scrape target URL, a command), and where known the line and column (1-based) and the field.
-The message is written for the operator who has to fix the input, not for us.
+Every error hpcscope raises on purpose derives from :class:`HpcscopeError`, so the CLI and the
+web app can catch one type, map it to an exit code or an HTTP status, and print one clear line.
+Bad input is a :class:`SourceError`: the source (a file path, a scrape target URL, a command),
+and where known the line and column (1-based) and the field. Messages are written for the
+operator who has to fix the input, not for us. Where callers already caught a built-in type
+(``ValueError``, ``KeyError``, ``RuntimeError``), the class also derives from it.
 
-::
+Hierarchy (``tests/model/test_errors.py`` checks that every exception class under
+``src/hpcscope`` derives from the root and is listed here)::
 
-    SourceError
-     ├── TopologyError        (topology YAML: file, line, field)
-     └── (ingest errors subclass it: ExpositionError, SchedulerFormatError, TraceError, ...)
+    HpcscopeError
+     ├── SourceError                 (bad input: source, line, column, field; a ValueError)
+     │    ├── ConfigError            (settings, users and site files)
+     │    │    └── TopologyError     (topology YAML: file, line, field)
+     │    ├── ExpositionError        (Prometheus text pages)
+     │    ├── TargetsError           (file_sd target lists)
+     │    ├── SchedulerFormatError   (Slurm JSON and text output)
+     │    ├── JobMapError            (dcgm-exporter job-mapping files)
+     │    ├── InfinibandFormatError  (IB sysfs counters, perfquery)
+     │    ├── JobStatsFormatError    (Lustre job_stats)
+     │    ├── NcclLogError           (NCCL and watchdog logs)
+     │    ├── FlightRecorderError    (flight-recorder dumps)
+     │    ├── UnsafePickleError      (a pickle that would run code)
+     │    ├── TraceError             (Kineto traces)
+     │    └── NcclTableError         (the bundled NCCL latency table)
+     ├── HostlistError               (a Slurm hostlist expression; a ValueError)
+     ├── InputError                  (bad request parameters)
+     │    ├── SimulationInputError   (simulator request; a ValueError)
+     │    ├── SimulationParameterError (step model parameters; a ValueError)
+     │    ├── CollectiveModelError   (collective cost model parameters; a ValueError)
+     │    ├── UploadError            (malformed or oversized upload)
+     │    └── UnknownElement         (no diagram element with this id; a KeyError)
+     ├── AccessError                 (denied, or not visible to this principal)
+     │    ├── LoginRequired          (a page needs a login: redirect)
+     │    ├── Unauthorized           (an API call needs credentials: 401)
+     │    └── TraceAccessError       (a trace action or job the principal may not touch)
+     ├── StoreError                  (store open, migration, corruption; a RuntimeError)
+     │    └── StoreClosedError       (a write after close)
+     └── ScrapeError                 (a scrape that ended without a usable page)
+          └── _Failed                (the scraper's internal signal, recorded, never escapes)
 """
 
 from __future__ import annotations
 
 
-class SourceError(ValueError):
+class HpcscopeError(Exception):
+    """The root of every exception hpcscope raises on purpose."""
+
+
+class SourceError(HpcscopeError, ValueError):
     """Bad input, with its source and position."""
 
     def __init__(
@@ -56,5 +91,25 @@ class SourceError(ValueError):
         }
 
 
-class TopologyError(SourceError):
+class ConfigError(SourceError):
+    """A settings, users or site file that cannot be used (file, line, field)."""
+
+
+class TopologyError(ConfigError):
     """A topology file that cannot describe a cluster."""
+
+
+class InputError(HpcscopeError):
+    """Bad request parameters (API query, CLI option, form field, upload)."""
+
+
+class AccessError(HpcscopeError):
+    """The principal may not do this, or may not see this object."""
+
+
+class StoreError(HpcscopeError, RuntimeError):
+    """The store could not be opened or migrated, is corrupt, or refused a write."""
+
+
+class ScrapeError(HpcscopeError):
+    """A scrape that ended without a usable page; the message is the operator's error."""

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import re
 
+from hpcscope.model.errors import HpcscopeError
+
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 
 
-class HostlistError(ValueError):
+class HostlistError(HpcscopeError, ValueError):
     """A hostlist expression that Slurm would not accept."""
 
 

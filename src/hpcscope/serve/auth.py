@@ -14,18 +14,19 @@ from urllib.parse import quote
 from fastapi import Request
 
 from hpcscope.model.access import Principal
+from hpcscope.model.errors import AccessError
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.live import diagram_viewer
 
 
-class LoginRequired(Exception):
+class LoginRequired(AccessError):
     """Raised by page dependencies; turned into a redirect to /login."""
 
     def __init__(self, next_url: str) -> None:
         self.next_url = next_url
 
 
-class Unauthorized(Exception):
+class Unauthorized(AccessError):
     """Raised by API dependencies; turned into 401 with a WWW-Authenticate header."""
 
 

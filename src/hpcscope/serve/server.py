@@ -24,8 +24,9 @@ def run_server(
 ) -> None:
     """Serve until interrupted (or for ``duration_seconds``), collecting in the background.
 
-    The collector starts in the app's lifespan and stops before the store closes, so queued
-    writes are flushed and no data is lost on a clean stop.
+    ``log_level`` is uvicorn's own (start-up lines at ``info``, one line per request at
+    ``debug``). The collector starts in the app's lifespan and stops before the store closes,
+    so queued writes are flushed and no data is lost on a clean stop.
     """
     config = CollectorConfig.from_settings(service.settings)
     collector = Collector(service.store, config) if config is not None else None
@@ -48,6 +49,10 @@ def run_server(
             host=service.settings.host,
             port=service.settings.port,
             log_level=log_level,
+            # logging is configured once for the process (cli/logs.py), not by uvicorn; its
+            # access log is one line per request: only when debugging
+            log_config=None,
+            access_log=log_level == "debug",
             lifespan="on",
         )
     )

@@ -17,12 +17,14 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from hpcscope.model.errors import InputError
+
 #: Largest text field kept (job id, threshold...), bytes.
 MAX_FIELD_BYTES = 4096
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 
-class UploadError(Exception):
+class UploadError(InputError):
     """A malformed or oversized upload; ``status`` is the HTTP status to answer with."""
 
     def __init__(self, message: str, status: int = 400) -> None:

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN, compile_jobid_pattern
-from hpcscope.model.errors import SourceError
+from hpcscope.model.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -125,7 +125,7 @@ class Settings(BaseModel):
             try:
                 return self.slurmrestd_token_file.read_text(encoding="utf-8").strip()
             except OSError as exc:
-                raise SourceError(
+                raise ConfigError(
                     f"cannot read: {exc.strerror}", source=str(self.slurmrestd_token_file)
                 ) from None
         return os.environ.get("SLURM_JWT") or None
@@ -147,9 +147,9 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         try:
             loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError) as exc:
-            raise SourceError(f"cannot read settings: {exc}", source=source) from None
+            raise ConfigError(f"cannot read settings: {exc}", source=source) from None
         if not isinstance(loaded, dict):
-            raise SourceError("settings must be a mapping", source=source, line=1)
+            raise ConfigError("settings must be a mapping", source=source, line=1)
         values.update(loaded)
     for name in Settings.model_fields:
         env = os.environ.get(f"HPCSCOPE_{name.upper()}")
@@ -161,4 +161,4 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
-        raise SourceError(first["msg"], source=source, field=field) from None
+        raise ConfigError(first["msg"], source=source, field=field) from None

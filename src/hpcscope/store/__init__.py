@@ -4,6 +4,7 @@
 query methods return Arrow tables constrained by a :class:`~hpcscope.model.access.JobScope`.
 """
 
-from hpcscope.store.duck import Store, StoreClosedError, StoreError
+from hpcscope.model.errors import StoreError
+from hpcscope.store.duck import Store, StoreClosedError
 
 __all__ = ["Store", "StoreClosedError", "StoreError"]

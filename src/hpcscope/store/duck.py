@@ -24,6 +24,7 @@ import duckdb
 import pyarrow as pa
 
 from hpcscope.model.access import JobScope
+from hpcscope.model.errors import StoreError
 from hpcscope.store.migrations import MIGRATIONS
 
 log = logging.getLogger(__name__)
@@ -51,10 +52,6 @@ JOB_MERGE_COLUMNS = (
     "gpus",
     "nodes",
 )
-
-
-class StoreError(RuntimeError):
-    """The store could not be opened or a write was refused."""
 
 
 class StoreClosedError(StoreError):
@@ -86,7 +83,7 @@ class Store:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
             self._con = duckdb.connect(self.path, read_only=read_only)
-        except duckdb.IOException as exc:
+        except duckdb.Error as exc:  # locked, unreadable, not a DuckDB file, corrupt
             raise StoreError(f"cannot open store {self.path}: {exc}") from None
         self._con.execute("SET TimeZone = 'UTC'")
         self._local = threading.local()
@@ -139,9 +136,12 @@ class Store:
                     [migration.version, migration.name],
                 )
                 con.execute("COMMIT")
-            except duckdb.Error:
+            except duckdb.Error as exc:
                 con.execute("ROLLBACK")
-                raise
+                raise StoreError(
+                    f"store {self.path}: migration {migration.version:04d} {migration.name} "
+                    f"failed: {exc}"
+                ) from exc
             log.info(
                 "store %s: applied migration %04d %s", self.path, migration.version, migration.name
             )
@@ -174,7 +174,12 @@ class Store:
                     cursor.execute("ROLLBACK")
                 except duckdb.Error:
                     pass
-                future.set_exception(exc)
+                if isinstance(exc, duckdb.Error):  # callers never see duckdb's own types
+                    refused = StoreError(f"store {self.path}: write refused: {exc}")
+                    refused.__cause__ = exc
+                    future.set_exception(refused)
+                else:
+                    future.set_exception(exc)
             else:
                 future.set_result(result)
 
@@ -261,6 +266,18 @@ class Store:
         """Wait until every write queued so far is done."""
         self.submit_write(lambda con: None).result()
 
+    def size_bytes(self) -> int:
+        """Bytes on disk: the database file and its write-ahead log (0 for ``:memory:``)."""
+        if self.path == ":memory:":
+            return 0
+        total = 0
+        for path in (Path(self.path), Path(f"{self.path}.wal")):
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:
+                pass
+        return total
+
     # ---------------------------------------------------------------- reads
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
@@ -271,8 +288,15 @@ class Store:
         return cursor
 
     def query(self, sql: str, params: Sequence[object] = ()) -> pa.Table:
-        """Run a read-only SQL query and return Arrow. For the store's own query modules."""
-        return self._cursor().sql(sql, params=list(params)).to_arrow_table()
+        """Run a read-only SQL query and return Arrow. For the store's own query modules.
+
+        Raises:
+            StoreError: DuckDB refused the query (a corrupt file, a bug in a query module).
+        """
+        try:
+            return self._cursor().sql(sql, params=list(params)).to_arrow_table()
+        except duckdb.Error as exc:
+            raise StoreError(f"store {self.path}: query failed: {exc}") from exc
 
     @staticmethod
     def scope_sql(

@@ -188,6 +188,29 @@ def test_node_scheduler_and_uncollected_sources(fleet: Service) -> None:
         element_card(fleet, alice, "gpu-gpu09-0", now=NOW)
 
 
+def test_the_storage_card_says_job_stats_are_stored_once_collected(fleet: Service) -> None:
+    alice = viewer(fleet, "alice")
+    read: dict[str, list[object]] = {field.name: [None] for field in SCRAPE_SCHEMA}
+    read.update(
+        ts=[NOW],
+        target=["/var/spool/hpcscope/oss1.job_stats"],
+        exporter=["lustre"],
+        node=["oss1"],
+        ok=[True],
+        duration_seconds=[0.01],
+        samples=[12],
+        rejected_lines=[0],
+    )
+    fleet.store.append("scrapes", pa.table(read, schema=SCRAPE_SCHEMA)).result()
+    card = element_card(fleet, alice, "storage", now=NOW)
+    assert isinstance(card.live, SourcesCardLive)
+    assert card.live.not_collected == ()  # never "does not store these values yet"
+    assert (
+        "Lustre job_stats",
+        "stored per job (lustre_job_stats); evidence in trace analyses",
+    ) in (card.live.facts)
+
+
 def test_vector_cards_say_when_detections_are_not_configured(fleet: Service) -> None:
     card = element_card(fleet, viewer(fleet, "alice"), "vector-rdma-blind-spot", now=NOW)
     assert isinstance(card.live, VectorCardLive)

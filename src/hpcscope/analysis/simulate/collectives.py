@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from hpcscope.model.errors import InputError
 from hpcscope.model.nccl_latency import Link, NcclLatencies, Protocol
 from hpcscope.model.topology import Topology
 
@@ -42,7 +43,7 @@ PRECISION_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "
 PCIE_GEN5_BYTES_PER_SECOND = 48e9
 
 
-class CollectiveModelError(ValueError):
+class CollectiveModelError(InputError, ValueError):
     """Parameters a cost model cannot use (no NIC between nodes, zero bandwidth, ...)."""
 
     def __init__(self, field: str, message: str) -> None:

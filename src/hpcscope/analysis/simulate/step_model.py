@@ -31,6 +31,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from hpcscope.model.errors import InputError
+
 JitterDistribution = Literal["lognormal", "normal"]
 
 #: Phases a GPU runs before it arrives at the barrier of the gradient AllReduce.
@@ -41,7 +43,7 @@ STRAGGLER_PHASES: tuple[str, ...] = (*PRE_BARRIER_PHASES, "optimizer")
 FloatArray = npt.NDArray[np.float64]
 
 
-class SimulationParameterError(ValueError):
+class SimulationParameterError(InputError, ValueError):
     """A parameter the model cannot use; ``field`` names it (as in the API and the CLI)."""
 
     def __init__(self, field: str, message: str) -> None:

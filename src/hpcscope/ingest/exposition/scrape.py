@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from hpcscope.ingest.exposition.parser import ExpositionParser, ParsedPage, Series
 from hpcscope.ingest.exposition.targets import Target, TargetsError, load_file_sd, parse_file_sd
+from hpcscope.model.errors import ScrapeError
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 
 __all__ = [
@@ -94,7 +95,7 @@ def scrape_results_table(results: Iterable[ScrapeResult]) -> pa.Table:
     return pa.Table.from_pylist([result.as_row() for result in results], schema=SCRAPE_SCHEMA)
 
 
-class _Failed(Exception):
+class _Failed(ScrapeError):
     """A scrape that ended without a usable page; the message is the operator's error."""
 
     def __init__(self, message: str, body_bytes: int = 0) -> None:

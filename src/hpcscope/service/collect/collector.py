@@ -46,6 +46,7 @@ from hpcscope.service.collect.scheduler import (
     SchedulerSource,
     SlurmrestdSource,
 )
+from hpcscope.service.collect.status import StatusLog, format_status
 from hpcscope.service.jobs.reports import utcnow
 from hpcscope.service.settings import Settings
 from hpcscope.store import Store
@@ -169,6 +170,7 @@ class Collector:
         self._thread: threading.Thread | None = None
         self.cycles = 0
         self.last_report: CycleReport | None = None
+        self.status_log = StatusLog(store.size_bytes)  # one INFO line a minute
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -193,6 +195,8 @@ class Collector:
                 self.last_report = await self.collect_once()
             except Exception:  # a bug in one cycle must not end collection
                 log.exception("collection cycle failed")
+            else:
+                self._log_cycle(self.last_report)
             self.cycles += 1
             next_tick += interval
             delay = next_tick - time.monotonic()
@@ -201,6 +205,24 @@ class Collector:
                 delay = 0.0
             await asyncio.sleep(min(delay, interval))
         await self.aclose()
+
+    def _log_cycle(self, report: CycleReport) -> None:
+        """Per-cycle detail at DEBUG; the status line at INFO once a minute."""
+        log.debug(
+            "collector: cycle %d: %d/%d targets ok, %d samples, %d jobs, %d errors %s",
+            self.cycles,
+            report.ok,
+            report.targets,
+            report.samples_written,
+            report.jobs_written,
+            len(report.errors),
+            report.errors[:3],
+        )
+        status = self.status_log.observe(
+            targets=report.targets, ok=report.ok, samples=report.samples_written
+        )
+        if status is not None:
+            log.info("%s", format_status(status))
 
     async def aclose(self) -> None:
         """Close the scraper's HTTP connections (in the loop that used them)."""
@@ -335,6 +357,7 @@ class Collector:
             if target.url not in self._failing_since:
                 start = self._last_success.get(target.url, ts)
                 self._failing_since[target.url] = (start, error or "scrape failed")
+        log.debug("scrape %s: ok=%s samples=%d error=%s", target.url, ok, samples, error)
         # samples: rows stored (GPU rows or port rows), not page lines
         scrape_rows.append({**row, "ok": ok, "samples": samples, "error": error})
 

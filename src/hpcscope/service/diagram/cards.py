@@ -4,9 +4,10 @@ One card per element id of the diagram (topology elements, ``collector-<id>``,
 ``vector-<id>``). The static part comes from the catalog (what it is, what to observe and with
 which tool, what threatens it); the live part is a kind-specific value object, constrained by
 the viewer exactly like :func:`hpcscope.service.diagram.live.live_state`. Where hpcscope does not
-collect a source yet (InfiniBand counters, Lustre job_stats, checkpoint access events, profiler
-traces), the card carries a :class:`NotCollected` naming the collector that would provide it,
-never a number.
+collect a source (not configured here: node-exporter's InfiniBand counters, the Lustre job_stats
+spool; not collected yet: Falco and Tetragon events, checkpoint access events, profiler traces on
+the diagram), the card carries a :class:`NotCollected` naming the collector that would provide
+it, never a number.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from datetime import datetime, timedelta
 
 from hpcscope.analysis.jobs.report import GpuReport
 from hpcscope.model.catalog import Card, ThreatVector
+from hpcscope.model.errors import InputError
 from hpcscope.model.topology import Element, ElementKind, Layer
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.collectors import CollectorHealth, CollectorStatus, collector_health
@@ -32,7 +34,7 @@ from hpcscope.service.jobs.reports import utcnow
 from hpcscope.store import diagram as queries
 
 
-class UnknownElement(KeyError):
+class UnknownElement(InputError, KeyError):
     """No element of the diagram has this id."""
 
 
@@ -355,13 +357,21 @@ def _sources_card(
             ("Datasets", str(storage["datasets_root"])),
             ("Checkpoints", str(storage["checkpoints_root"])),
         )
-        return SourcesCardLive(
-            facts,
-            _not_collected(
-                health,
-                ("Read and write bytes and operations per job (job_stats)", "lustre-metrics"),
-            ),
+        if health["lustre-metrics"].status is CollectorStatus.NOT_CONFIGURED:
+            return SourcesCardLive(
+                facts,
+                _not_collected(
+                    health,
+                    ("Read and write bytes and operations per job (job_stats)", "lustre-metrics"),
+                ),
+            )
+        # collected: the spool's job_stats are stored (lustre_job_stats) and are evidence in
+        # trace analyses linked to a job (service/traces/job_evidence.py)
+        stored = (
+            "Lustre job_stats",
+            "stored per job (lustre_job_stats); evidence in trace analyses",
         )
+        return SourcesCardLive((*facts, stored), ())
     if kind is ElementKind.SOFTWARE:
         return SourcesCardLive(
             tuple(topology.software),

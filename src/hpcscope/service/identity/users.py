@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hpcscope.model.access import Principal, Role
-from hpcscope.model.errors import SourceError
+from hpcscope.model.errors import ConfigError
 
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 
@@ -129,12 +129,12 @@ class UserDirectory:
             raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
             parsed = _UsersFile.model_validate(raw)
         except OSError as exc:
-            raise SourceError(f"cannot read users file: {exc.strerror}", source=str(path)) from None
+            raise ConfigError(f"cannot read users file: {exc.strerror}", source=str(path)) from None
         except yaml.YAMLError as exc:
-            raise SourceError(f"not valid YAML: {exc}", source=str(path)) from None
+            raise ConfigError(f"not valid YAML: {exc}", source=str(path)) from None
         except ValidationError as exc:
             first = exc.errors()[0]
-            raise SourceError(
+            raise ConfigError(
                 first["msg"], source=str(path), field=".".join(str(p) for p in first["loc"])
             ) from None
         return cls(

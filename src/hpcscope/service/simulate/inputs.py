@@ -34,6 +34,7 @@ from hpcscope.analysis.simulate.step_model import (
     Straggler,
 )
 from hpcscope.analysis.simulate.stepsim import MAX_GPUS
+from hpcscope.model.errors import InputError
 from hpcscope.model.nccl_latency import NcclLatencies, Protocol
 from hpcscope.model.topology import Topology
 
@@ -50,7 +51,7 @@ assert set(STRAGGLER_PHASES) == set(StragglerPhase.__args__)  # type: ignore[att
 assert set(PRECISION_BYTES) == set(Precision.__args__)  # type: ignore[attr-defined]
 
 
-class SimulationInputError(ValueError):
+class SimulationInputError(InputError, ValueError):
     """A bad parameter, named as the API names it (``field``), with a message for a person."""
 
     def __init__(self, field: str, message: str) -> None:

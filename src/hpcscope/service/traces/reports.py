@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcscope.model.access import Principal
-from hpcscope.model.errors import SourceError
+from hpcscope.model.errors import AccessError, SourceError
 from hpcscope.model.trace_analysis import StoredAnalysis
 from hpcscope.service.jobs import reports
 from hpcscope.service.traces.inputs import IN_PROCESS_JSON_BYTES, find_traces, plan_workers
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from hpcscope.service.core import Service
 
 
-class TraceAccessError(Exception):
+class TraceAccessError(AccessError):
     """The principal may not do this (admin-only action, a job they may not see)."""
 
 
