@@ -8,7 +8,16 @@ import os
 import typer
 
 from hpcscope import __version__
-from hpcscope.cli import demo_cmd, jobs_cmd, nccl_cmd, serve_cmd, simulate_cmd, traces_cmd, twin_cmd
+from hpcscope.cli import (
+    demo_cmd,
+    deploy_cmd,
+    jobs_cmd,
+    nccl_cmd,
+    serve_cmd,
+    simulate_cmd,
+    traces_cmd,
+    twin_cmd,
+)
 from hpcscope.cli.output import print_json
 
 app = typer.Typer(
@@ -27,6 +36,7 @@ jobs_cmd.register(app)
 simulate_cmd.register(app)
 nccl_cmd.register(app)
 traces_cmd.register(app)
+deploy_cmd.register(app)
 
 
 @app.command()
