@@ -92,6 +92,7 @@ FALCO_ALERT_SCHEMA = pa.schema(
         pa.field("fd_sport", pa.int64()),
         pa.field("fd_rip", pa.string()),
         pa.field("fd_rport", pa.int64()),
+        pa.field("target_pid", pa.int64()),
         pa.field("cgroups", pa.string()),
         *_JOB_COLUMNS,
         *_SOURCE_COLUMNS,
@@ -100,7 +101,8 @@ FALCO_ALERT_SCHEMA = pa.schema(
 """One row per Falco alert. ``priority`` is Falco's, lower-cased (:data:`FALCO_PRIORITIES`);
 ``priority_level`` its syslog level (0 emergency .. 7 debug). Process, file and connection
 columns are null when the rule's output did not carry the field or Falco could not resolve it
-(``<NA>``)."""
+(``<NA>``). ``target_pid`` is ``evt.arg.pid`` (the traced process of a ptrace or
+``process_vm_readv`` alert)."""
 
 TETRAGON_EVENT_TYPES: tuple[str, ...] = (
     "process_exec",

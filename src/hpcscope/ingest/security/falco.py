@@ -55,12 +55,22 @@ FALCO_FIELD_COLUMNS: Mapping[str, str] = {
     "fd.sport": "fd_sport",
     "fd.rip": "fd_rip",
     "fd.rport": "fd_rport",
+    "evt.arg.pid": "target_pid",
     "thread.cgroups": "cgroups",
 }
 """Falco output fields the parser maps, and their column (the rest stay in ``raw``)."""
 
 _INT_COLUMNS = frozenset(
-    {"proc_pid", "proc_ppid", "user_uid", "user_loginuid", "fd_cport", "fd_sport", "fd_rport"}
+    {
+        "proc_pid",
+        "proc_ppid",
+        "user_uid",
+        "user_loginuid",
+        "fd_cport",
+        "fd_sport",
+        "fd_rport",
+        "target_pid",
+    }
 )
 _PRIORITY_ALIASES = {"info": "informational", "warn": "warning", "err": "error", "crit": "critical"}
 
