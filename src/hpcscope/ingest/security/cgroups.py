@@ -17,6 +17,7 @@ Step directories are ``step_<n>``, ``step_batch``, ``step_extern``, ``step_inter
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from hpcscope.model.security_events import SlurmCgroup
 
@@ -56,6 +57,7 @@ def parse_slurm_cgroup_path(path: str) -> SlurmCgroup | None:
     return None
 
 
+@lru_cache(maxsize=4096)  # a job's processes repeat the same string
 def slurm_job_from_falco_cgroups(value: str | None) -> SlurmCgroup | None:
     """The job named by Falco's ``thread.cgroups`` (``cpuset=/... memory=/...``).
 
