@@ -89,6 +89,7 @@ def test_falco_10k_alerts(benchmark: BenchmarkFixture, falco_lines: list[bytes])
 def test_tetragon_10k_kprobes(benchmark: BenchmarkFixture, tetragon_lines: list[bytes]) -> None:
     def run() -> int:
         jobs = ExecJobCache(proc_root=PROC)
-        return parse_tetragon_lines(tetragon_lines, source="bench", jobs=jobs).table.num_rows
+        rows: int = parse_tetragon_lines(tetragon_lines, source="bench", jobs=jobs).table.num_rows
+        return rows
 
     assert benchmark(run) == LINES
