@@ -230,3 +230,26 @@ def test_alert_round_trip(
     assert (row["rule"], row["priority"], row["event_time_ns"]) == (rule, priority, time_ns)
     assert (row["proc_pid"], row["proc_name"], row["fd_name"]) == (pid, name, path)
     assert row["tags"] == tags and row["job_id"] == str(job) and row["cgroups"] == cgroups
+
+
+@given(
+    garbage=st.lists(st.binary(max_size=60).filter(lambda b: b"\n" not in b), max_size=8),
+    positions=st.lists(st.integers(0, 8), max_size=8),
+)
+def test_good_alerts_survive_any_garbage_around_them(
+    garbage: list[bytes], positions: list[int]
+) -> None:
+    good = [
+        orjson.dumps({"rule": f"r{n}", "priority": "Error", "output_fields": {"evt.time": n}})
+        for n in range(len(positions))
+    ]
+    lines: list[bytes] = list(garbage)
+    for n, position in enumerate(positions):
+        lines.insert(min(position, len(lines)), good[n])
+    result = parse_falco_lines(b"\n".join(lines).split(b"\n"), source="mixed")
+    rules = result.table.column("rule").to_pylist()
+    assert [rule for rule in rules if rule in {f"r{n}" for n in range(len(good))}] == [
+        f"r{n}" for n in sorted(range(len(positions)), key=lambda n: lines.index(good[n]))
+    ]
+    assert result.table.num_rows + len(result.errors) == result.lines
+    assert result.lines == sum(1 for line in lines if line.strip())
