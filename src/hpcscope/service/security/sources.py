@@ -12,6 +12,7 @@ same for a pipe (``sys.stdin.buffer``, a FIFO) until end of file.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,15 +74,18 @@ class LineTail:
         return TailRead(first, complete, rotated)
 
 
-class _TailSource:
+class _TailSource(ABC):
+    """A tailed file whose new lines are parsed into the buffer on each :meth:`poll`."""
+
     kind = ""
 
     def __init__(self, path: str | Path, buffer: SecurityEventBuffer, *, from_end: bool) -> None:
         self.tail = LineTail(path, from_end=from_end)
         self.buffer = buffer
 
+    @abstractmethod
     def _parse(self, read: TailRead) -> ParseResult:
-        raise NotImplementedError
+        """Parse the lines of one read."""
 
     def poll(self) -> ParseResult:
         """Parse the lines appended since the last poll and queue them in the buffer."""
