@@ -145,3 +145,16 @@ def test_falco_config_appends_thread_cgroups(name: str) -> None:
     assert append["match"] == {"source": "syscall"}
     assert append["extra_fields"] == ["thread.cgroups"]
     assert config["http_output"]["url"].split("?")[0].endswith("/api/ingest/falco")
+
+
+def test_conditions_are_balanced() -> None:
+    for item in _items():
+        condition = item.get("condition")
+        if condition is None:
+            continue
+        assert condition.count('"') % 2 == 0, condition
+        depth = 0
+        for char in re.sub(r'"[^"]*"', '""', condition):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            assert depth >= 0, condition
+        assert depth == 0, condition
