@@ -9,7 +9,16 @@ import typer
 from typer.core import TyperGroup
 
 from hpcscope import __version__
-from hpcscope.cli import demo_cmd, jobs_cmd, nccl_cmd, serve_cmd, simulate_cmd, traces_cmd, twin_cmd
+from hpcscope.cli import (
+    demo_cmd,
+    deploy_cmd,
+    jobs_cmd,
+    nccl_cmd,
+    serve_cmd,
+    simulate_cmd,
+    traces_cmd,
+    twin_cmd,
+)
 from hpcscope.cli.logs import LOG_LEVELS, configure_logging
 from hpcscope.cli.output import print_json, report_error
 from hpcscope.model.errors import HpcscopeError
@@ -51,6 +60,7 @@ jobs_cmd.register(app)
 simulate_cmd.register(app)
 nccl_cmd.register(app)
 traces_cmd.register(app)
+deploy_cmd.register(app)
 
 
 @app.command()

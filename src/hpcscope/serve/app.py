@@ -23,6 +23,7 @@ from hpcscope.serve.routes import (
     cluster,
     diagram,
     health,
+    ingest,
     jobs,
     metrics_route,
     simulate,
@@ -40,6 +41,7 @@ ROUTERS = [
     simulate.router,
     diagram.router,
     traces.router,
+    ingest.router,
 ]
 
 

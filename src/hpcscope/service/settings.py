@@ -112,6 +112,17 @@ class Settings(BaseModel):
         description="Regex matched against a whole Lustre job_id, with a named group 'job' "
         "(the Slurm job id) and optionally 'host' (jobid_name with %H).",
     )
+    falco_ingest_token: str | None = Field(
+        None,
+        description="Shared token Falco's http_output presents to POST /api/ingest/falco "
+        "(Bearer header or ?token=); the endpoint is off when unset.",
+    )
+    security_buffer_rows: int = Field(
+        100_000,
+        ge=1,
+        description="Parsed Falco/Tetragon events kept in memory for the alert engine; "
+        "the oldest are dropped beyond this.",
+    )
 
     @field_validator("lustre_jobid_pattern")
     @classmethod

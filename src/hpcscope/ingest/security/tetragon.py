@@ -1,0 +1,245 @@
+"""Tetragon JSON export: one event per line, its top-level key naming its type.
+
+Format (``security.md`` §8; samples ``tests/fixtures/security/tetragon/``): ``process_exec``,
+``process_exit``, ``process_kprobe`` (and ``process_tracepoint``, ``process_lsm``, which share
+the kprobe shape), plus ``node_name`` and ``time`` (RFC 3339, ns). The ``process`` object has
+``exec_id``, ``pid``, ``uid``, ``auid``, ``cwd``, ``binary``, ``arguments``, ``flags``,
+``start_time``, ``parent_exec_id``, ``tid``; ``pod`` only on Kubernetes, ``docker`` optional.
+Kprobe events add ``parent``, ``function_name``, typed ``args[]`` (``file_arg``/``path_arg``
+``{path, permission}``, ``int_arg``, ``sock_arg``, ...), ``return``, ``action``,
+``policy_name``. protojson writes 64-bit integers (``size_arg``, ``long_arg``) as strings.
+
+Other event types (``process_uprobe``, ``process_loader``, ``rate_limit_info``...) keep their
+type, node, time and raw line. The job comes from an :class:`ExecJobCache` when one is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import IO, Any
+
+import msgspec
+
+from hpcscope.ingest.security.exec_cache import ExecJob, ExecJobCache
+from hpcscope.ingest.security.lines import (
+    ParseResult,
+    SecurityEventError,
+    as_int,
+    as_str,
+    decode_error,
+    iter_lines,
+    rfc3339_to_ns,
+    table_from_rows,
+)
+from hpcscope.model.security_events import TETRAGON_EVENT_SCHEMA
+
+_META_KEYS = frozenset({"node_name", "time", "node_labels", "cluster_name", "aggregation_info"})
+_INT_ARG_KEYS = ("int_arg", "uint_arg", "size_arg", "long_arg")
+# Hooks whose int argument is a MAY_* access mask (arg1 of security_file_permission).
+_ACCESS_MASK_HOOKS = frozenset({"security_file_permission", "security_inode_permission"})
+
+
+class _Container(msgspec.Struct, gc=False):
+    id: str | None = None
+
+
+class _Pod(msgspec.Struct, gc=False):
+    namespace: str | None = None
+    name: str | None = None
+    container: _Container | None = None
+
+
+class _Process(msgspec.Struct, gc=False):
+    exec_id: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    uid: int | str | None = None
+    auid: int | str | None = None
+    cwd: str | None = None
+    binary: str | None = None
+    arguments: str | None = None
+    flags: str | None = None
+    start_time: str | None = None
+    parent_exec_id: str | None = None
+    docker: str | None = None
+    pod: _Pod | None = None
+
+
+class _Event(msgspec.Struct, gc=False):
+    process: _Process | None = None
+    parent: _Process | None = None
+    function_name: str | None = None
+    policy_name: str | None = None
+    action: str | None = None
+    args: list[dict[str, Any]] | None = None
+    return_: dict[str, Any] | None = msgspec.field(default=None, name="return")
+    status: int | str | None = None
+    signal: str | None = None
+
+
+class _Line(msgspec.Struct, gc=False):
+    node_name: str | None = None
+    time: str | None = None
+    process_exec: _Event | None = None
+    process_exit: _Event | None = None
+    process_kprobe: _Event | None = None
+    process_tracepoint: _Event | None = None
+    process_lsm: _Event | None = None
+
+
+_DECODER = msgspec.json.Decoder(_Line)
+_ANY = msgspec.json.Decoder(dict[str, Any])
+
+
+def _typed(line: _Line) -> tuple[str, _Event] | None:
+    for name in ("process_exec", "process_exit", "process_kprobe", "process_tracepoint"):
+        event = getattr(line, name)
+        if event is not None:
+            return name, event
+    if line.process_lsm is not None:
+        return "process_lsm", line.process_lsm
+    return None
+
+
+def _args(row: dict[str, Any], args: list[dict[str, Any]]) -> None:
+    ints: list[int] = []
+    for arg in args:
+        for key in ("file_arg", "path_arg", "linux_binprm_arg"):
+            value = arg.get(key)
+            if isinstance(value, dict) and row["file_path"] is None:
+                row["file_path"] = as_str(value.get("path"))
+                row["file_mode"] = as_str(value.get("permission"))
+        for key in _INT_ARG_KEYS:
+            if key in arg:
+                number = as_int(arg[key])
+                if number is not None:
+                    ints.append(number)
+        sock = arg.get("sock_arg")
+        if isinstance(sock, dict) and row["sock_daddr"] is None:
+            row["sock_family"] = as_str(sock.get("family"))
+            row["sock_protocol"] = as_str(sock.get("protocol"))
+            row["sock_saddr"] = as_str(sock.get("saddr"))
+            row["sock_sport"] = as_int(sock.get("sport"))
+            row["sock_daddr"] = as_str(sock.get("daddr"))
+            row["sock_dport"] = as_int(sock.get("dport"))
+    row["int_args"] = ints or None
+    if row["function_name"] in _ACCESS_MASK_HOOKS and ints:
+        row["access_mask"] = ints[0]
+
+
+def tetragon_event_row(
+    line: bytes, *, source: str, line_number: int, jobs: ExecJobCache | None = None
+) -> dict[str, Any]:
+    """One export line -> one row of :data:`TETRAGON_EVENT_SCHEMA` (a dict keyed by column).
+
+    ``jobs`` resolves the job: ``process_exec`` reads the cgroup once, ``process_exit`` evicts.
+
+    Raises:
+        SecurityEventError: not JSON (with the column), not an object, or no event key.
+    """
+    try:
+        decoded = _DECODER.decode(line)
+    except msgspec.DecodeError as exc:
+        raise decode_error(exc, line, source=source, line_number=line_number) from None
+    typed = _typed(decoded)
+    row: dict[str, Any] = dict.fromkeys(TETRAGON_EVENT_SCHEMA.names)
+    row.update(
+        node_name=decoded.node_name,
+        raw=line.decode("utf-8", errors="replace"),
+        source_name=source,
+        source_line=line_number,
+    )
+    if typed is None:
+        keys = [key for key in _ANY.decode(line) if key not in _META_KEYS]
+        if not keys:
+            raise SecurityEventError(
+                "no event: expected a top-level key such as process_exec or process_kprobe",
+                source=source,
+                line=line_number,
+            )
+        row["event_type"] = keys[0]
+        _time(row, decoded.time, None)
+        return row
+    event_type, event = typed
+    row["event_type"] = event_type
+    process = event.process or _Process()
+    _time(row, decoded.time, process.start_time if event_type == "process_exec" else None)
+    row.update(
+        exec_id=process.exec_id,
+        parent_exec_id=process.parent_exec_id,
+        pid=as_int(process.pid),
+        tid=as_int(process.tid),
+        uid=as_int(process.uid),
+        auid=as_int(process.auid),
+        binary=process.binary,
+        arguments=process.arguments,
+        cwd=process.cwd,
+        flags=process.flags,
+        parent_binary=event.parent.binary if event.parent else None,
+        function_name=event.function_name,
+        policy_name=event.policy_name,
+        action=event.action,
+        exit_status=as_int(event.status),
+        exit_signal=event.signal or None,
+    )
+    if process.pod is not None:
+        row["pod_namespace"], row["pod_name"] = process.pod.namespace, process.pod.name
+        if process.pod.container is not None:
+            row["container_id"] = process.pod.container.id
+    row["container_id"] = row["container_id"] or process.docker
+    if event.args:
+        _args(row, event.args)
+    if event.return_:
+        row["return_int"] = as_int(event.return_.get("int_arg"))
+    if jobs is not None:
+        _attribute(row, event_type, jobs)
+    return row
+
+
+def _time(row: dict[str, Any], time: str | None, fallback: str | None) -> None:
+    nanos = rfc3339_to_ns(time) if time else None
+    if nanos is None and fallback:
+        nanos = rfc3339_to_ns(fallback)
+    if nanos is not None:
+        row["event_time_ns"], row["ts"] = nanos, nanos // 1000
+
+
+def _attribute(row: dict[str, Any], event_type: str, jobs: ExecJobCache) -> None:
+    exec_id, pid, parent = row["exec_id"], row["pid"], row["parent_exec_id"]
+    found: ExecJob
+    if event_type == "process_exec" and exec_id is not None:
+        found = jobs.on_exec(exec_id, pid, parent)
+    else:
+        found = jobs.lookup(exec_id, pid, parent)
+    if event_type == "process_exit":
+        jobs.on_exit(exec_id)
+    if found.job is not None:
+        row["job_id"], row["job_sluid"] = found.job.job_id, found.job.job_sluid
+        row["job_step"], row["job_source"] = found.job.step, found.how
+
+
+def parse_tetragon_lines(
+    stream: IO[bytes] | Iterable[bytes],
+    *,
+    source: str,
+    jobs: ExecJobCache | None = None,
+    first_line: int = 1,
+) -> ParseResult:
+    """Every event of a Tetragon JSON-lines export; bad lines become errors, the rest parse.
+
+    Args:
+        stream: a binary file or pipe, or any iterable of lines.
+        source: the file or pipe, named in errors and kept in ``source_name``.
+        jobs: resolves each process's Slurm job (host mode); None leaves job columns null.
+        first_line: number of the stream's first line (for a tailer resuming mid-file).
+    """
+    rows: list[dict[str, Any]] = []
+    errors: list[SecurityEventError] = []
+    count = 0
+    for number, line in iter_lines(stream, first_line=first_line):
+        count += 1
+        try:
+            rows.append(tetragon_event_row(line, source=source, line_number=number, jobs=jobs))
+        except SecurityEventError as exc:
+            errors.append(exc)
+    return ParseResult(table_from_rows(rows, TETRAGON_EVENT_SCHEMA), tuple(errors), count)
