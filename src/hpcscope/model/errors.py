@@ -24,6 +24,7 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      │    ├── FlightRecorderError    (flight-recorder dumps)
      │    ├── UnsafePickleError      (a pickle that would run code)
      │    ├── TraceError             (Kineto traces)
+     │    ├── SecurityEventError     (Falco and Tetragon JSON lines)
      │    └── NcclTableError         (the bundled NCCL latency table)
      ├── HostlistError               (a Slurm hostlist expression; a ValueError)
      ├── InputError                  (bad request parameters)
