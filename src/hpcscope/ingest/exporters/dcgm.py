@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +42,7 @@ from hpcscope.ingest.exporters.dcgm_fields import (
 from hpcscope.ingest.exposition.parser import ParsedPage, Series
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA, TS
+from hpcscope.model.timeutil import epoch_micros
 
 __all__ = ["DcgmConversion", "DcgmConverter", "dcgm_page_to_samples", "samples_table"]
 
@@ -231,7 +232,7 @@ class DcgmConverter:
             key_columns=key_columns,
             matrix=matrix,
             present=present,
-            ts_micros=_micros(ts),
+            ts_micros=epoch_micros(ts),
             unknown_fields=plan.unknown,
             dropped_blank=dropped,
             hostnames=plan.hostnames,
@@ -395,12 +396,6 @@ def _small_int(text: str) -> int | None:
         return None
     number = int(text)
     return number if number <= _INT16_MAX else None
-
-
-def _micros(ts: datetime) -> int:
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
-    return (ts - _EPOCH) // timedelta(microseconds=1)
 
 
 def _key_columns(keys: list[RowKey]) -> list[pa.Array]:

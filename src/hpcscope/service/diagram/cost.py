@@ -23,10 +23,10 @@ from datetime import datetime, timedelta
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.catalog import Bridge
+from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Layer
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.live import Viewer
-from hpcscope.service.jobs.reports import utcnow
 from hpcscope.store import diagram as queries
 
 #: Longest interval a sample stands for, in scrape intervals; longer silences are gaps.

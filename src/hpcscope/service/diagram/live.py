@@ -31,9 +31,9 @@ import polars as pl
 
 from hpcscope.analysis.jobs.efficiency import gpu_summary
 from hpcscope.model.access import JobScope, Principal
+from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.collectors import CollectorHealth, collector_health
-from hpcscope.service.jobs.reports import utcnow
 from hpcscope.service.settings import Settings
 from hpcscope.store import diagram as queries
 

@@ -7,7 +7,7 @@ report objects. The web app and the CLI render what this returns.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -16,23 +16,12 @@ import pyarrow as pa
 from hpcscope.analysis.jobs.efficiency import gpu_summary
 from hpcscope.analysis.jobs.report import JobReport, job_reports
 from hpcscope.model.access import Principal
+from hpcscope.model.timeutil import iso_z
 from hpcscope.store import reports as queries
 from hpcscope.store.duck import Store
 
 #: Jobs listed at most per request (newest first).
 MAX_JOBS = 200
-
-
-def utcnow() -> datetime:
-    """Naive UTC now: the store keeps naive UTC timestamps."""
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
-def epoch_seconds(moment: datetime) -> float:
-    """Seconds since the Unix epoch; a naive datetime is UTC (as the store keeps them)."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
 
 
 def max_interval_seconds(scrape_interval_seconds: float) -> float:
@@ -99,7 +88,7 @@ class CollectionHealth:
 
     def to_dict(self) -> dict[str, Any]:
         def plain(value: Any) -> Any:
-            return value.isoformat() + "Z" if isinstance(value, datetime) else value
+            return iso_z(value) if isinstance(value, datetime) else value
 
         return {
             "generated_at": plain(self.generated_at),
