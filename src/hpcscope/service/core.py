@@ -16,6 +16,7 @@ from typing import Any
 from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import Principal
 from hpcscope.model.catalog import Catalog, default_catalog
+from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import epoch_seconds, utcnow
 from hpcscope.model.topology import Topology, load_topology
 from hpcscope.service.identity.users import UserDirectory
@@ -140,7 +141,9 @@ class Service:
         return reports.collection_health(self.store, now=now or utcnow())
 
     def live_window(self) -> timedelta:
-        return timedelta(seconds=max(30.0, 3 * self.settings.scrape_interval_seconds))
+        return timedelta(
+            seconds=max(30.0, max_sample_weight_seconds(self.settings.scrape_interval_seconds))
+        )
 
     def live_job_gpus(
         self, principal: Principal, *, window: timedelta, now: datetime | None = None

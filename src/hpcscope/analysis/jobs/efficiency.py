@@ -91,11 +91,18 @@ class Thresholds:
 
 
 def with_time_weights(samples: pl.DataFrame, *, max_interval_seconds: float) -> pl.DataFrame:
-    """Add ``dt_seconds``: how long each sample stands for.
+    """Add ``dt_seconds``: how long each sample stands for (the rule of
+    :mod:`hpcscope.model.sampling`).
+
+    The time to the next sample of the same series, clipped to ``max_interval_seconds``: past
+    the cap the series has a gap, the sample before it weighs the cap and the rest of the
+    silence counts for nothing. A series' last sample weighs its median interval (the cap when
+    it is alone). ``store/diagram.py`` ``gpu_time`` applies the same rule in SQL.
 
     Args:
         samples: columns ``ts`` (datetime), the :data:`SERIES_KEYS` and metric columns.
-        max_interval_seconds: cap on one sample's weight; beyond it the series has a gap.
+        max_interval_seconds: cap on one sample's weight
+            (:func:`hpcscope.model.sampling.max_sample_weight_seconds`).
 
     Returns:
         ``samples`` sorted by series and time, with ``dt_seconds`` (f64).

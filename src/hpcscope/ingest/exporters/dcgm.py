@@ -41,6 +41,7 @@ from hpcscope.ingest.exporters.dcgm_fields import (
 )
 from hpcscope.ingest.exposition.parser import ParsedPage, Series
 from hpcscope.model.errors import SourceError
+from hpcscope.model.sampling import job_id_from_label
 from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA, TS
 from hpcscope.model.timeutil import epoch_micros
 
@@ -55,7 +56,6 @@ _INTEGER_COLUMNS = frozenset(
 )
 _HOST_LABELS = ("hostname", "Hostname")
 _ENTITY_LABELS = ("nvlink", "nvswitch", "cpu", "cpucore")
-_NO_JOB = frozenset({"", "0"})
 _INT16_MAX = 2**15 - 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _INT32_BLANK_LOW = min(INT32_BLANKS)
@@ -365,8 +365,7 @@ class DcgmConverter:
                 )
             )
             return None
-        job = labels.get("hpc_job")
-        return (host, gpu, instance, None if job is None or job in _NO_JOB else job)
+        return (host, gpu, instance, job_id_from_label(labels.get("hpc_job")))
 
     def _decision_arrays(self) -> _DecisionArrays:
         if self._arrays is None:

@@ -32,8 +32,8 @@ from hpcscope.analysis.traces.rank_gpus import RankGpu, map_ranks_to_gpus, short
 from hpcscope.analysis.traces.storage_evidence import node_storage, storage_evidence
 from hpcscope.analysis.traces.straggler_evidence import Evidence, GpuTelemetry, hardware_evidence
 from hpcscope.ingest.exporters.infiniband import COUNTER_WIDTH_BITS
+from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import parse_iso_utc
-from hpcscope.service.jobs import reports
 from hpcscope.store import infiniband as ib_queries
 from hpcscope.store import lustre as lustre_queries
 from hpcscope.store import traces as queries
@@ -127,7 +127,7 @@ def _hardware(
         return {}
     summary = gpu_summary(
         samples,
-        max_interval_seconds=reports.max_interval_seconds(service.settings.scrape_interval_seconds),
+        max_interval_seconds=max_sample_weight_seconds(service.settings.scrape_interval_seconds),
     )
     counts = samples.group_by(["node", "gpu"]).len()
     per_gpu = {(r["node"], int(r["gpu"])): r for r in summary.to_dicts()}
