@@ -24,6 +24,8 @@ from enum import StrEnum
 
 import polars as pl
 
+from hpcscope.analysis.counters import counter_increase
+
 SERIES_KEYS = ["job_id", "node", "gpu", "gpu_instance_id"]
 
 _MEAN_METRICS = {
@@ -162,12 +164,8 @@ def gpu_summary(
         (pl.col("sm_active_ratio").fill_nan(0.0).fill_null(0.0) * pl.col("dt_seconds"))
         .sum()
         .alias("useful_seconds"),
-        # counters since boot: the increase, with a reset read as a restart from zero
-        pl.when(energy.diff().fill_null(0.0) < 0)
-        .then(energy)
-        .otherwise(energy.diff().fill_null(0.0))
-        .sum()
-        .alias("energy_joules"),
+        # a counter since boot: its increase, a reset read as a restart from zero
+        counter_increase(energy, energy.shift(1)).sum().alias("energy_joules"),
         pl.col("gpu_temperature_celsius").max().alias("max_temperature_celsius"),
         pl.col("clock_throttle_reasons").fill_null(0).bitwise_or().alias("throttle_reasons"),
         (
