@@ -72,7 +72,9 @@ def test_every_counter_reader_recovers_the_true_increase(case: tuple[list[float]
         }
     )
     rates = port_rates(ports)
-    ib_total = (rates["port_data_received_bytes_per_second"] * rates["interval_seconds"]).sum()
+    ib_total = float(
+        (rates["port_data_received_bytes_per_second"] * rates["interval_seconds"]).sum()
+    )
     # the GPU energy reader of the job report
     empty = pl.from_arrow(GPU_SAMPLE_SCHEMA.empty_table())
     assert isinstance(empty, pl.DataFrame)
@@ -80,6 +82,6 @@ def test_every_counter_reader_recovers_the_true_increase(case: tuple[list[float]
         {"ts": times, "node": "n1", "gpu": 0, "job_id": "1", "energy_joules": reads}
     ).select([pl.col(c).cast(t) if c in ("ts", "node", "gpu", "job_id", "energy_joules")
               else pl.lit(None, dtype=t).alias(c) for c, t in empty.schema.items()])  # fmt: skip
-    energy = gpu_summary(gpu, max_interval_seconds=45.0)["energy_joules"].item()
+    energy = float(gpu_summary(gpu, max_interval_seconds=45.0)["energy_joules"].item())
     for reader_total in (ib_total, energy):
         assert abs(reader_total - total) <= 1e-6 * max(1.0, total)
