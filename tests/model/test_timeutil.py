@@ -12,6 +12,7 @@ from hpcscope.model.timeutil import (
     as_naive_utc,
     epoch_micros,
     epoch_seconds,
+    from_epoch_micros,
     from_epoch_seconds,
     iso_z,
     parse_iso_utc,
@@ -40,6 +41,7 @@ def test_a_naive_datetime_is_utc_and_an_aware_one_is_converted() -> None:
 def test_epoch_round_trips(moment: datetime) -> None:
     assert epoch_micros(moment) == round(epoch_seconds(moment) * 1e6)
     assert from_epoch_seconds(epoch_micros(moment) / 1e6) - moment < timedelta(milliseconds=1)
+    assert from_epoch_micros(epoch_micros(moment)) == moment
     assert parse_iso_utc(iso_z(moment)) == moment
     assert parse_iso_utc(iso_z(moment, timespec="microseconds")) == moment
 

@@ -51,6 +51,12 @@ def from_epoch_seconds(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=UTC).replace(tzinfo=None)
 
 
+def from_epoch_micros(micros: float) -> datetime:
+    """The naive UTC datetime ``micros`` microseconds after the Unix epoch (no float seconds:
+    exact for whole microseconds)."""
+    return _EPOCH.replace(tzinfo=None) + timedelta(microseconds=micros)
+
+
 def iso_z(moment: datetime, *, timespec: Timespec = "auto") -> str:
     """ISO 8601 text of ``moment``: a naive (UTC) datetime gets a ``Z`` suffix, an aware one
     keeps its own offset.

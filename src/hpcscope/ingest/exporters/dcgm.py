@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -57,7 +57,6 @@ _INTEGER_COLUMNS = frozenset(
 _HOST_LABELS = ("hostname", "Hostname")
 _ENTITY_LABELS = ("nvlink", "nvswitch", "cpu", "cpucore")
 _INT16_MAX = 2**15 - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _INT32_BLANK_LOW = min(INT32_BLANKS)
 _INT32_BLANK_HIGH = max(INT32_BLANKS)
 

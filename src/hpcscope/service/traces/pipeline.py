@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from hpcscope.analysis.traces.rank_timeline import PHASES, RankTimeline
 from hpcscope.analysis.traces.straggler_evidence import Evidence, straggler_evidence
 from hpcscope.analysis.traces.stragglers import StragglerReport, busy_seconds, straggler_report
 from hpcscope.model.errors import SourceError
-from hpcscope.model.timeutil import iso_z
+from hpcscope.model.timeutil import from_epoch_micros, iso_z
 from hpcscope.service.traces.inputs import TraceInput, find_traces, parse_ranks
 
 SCHEMA = "hpcscope.traces.analysis/1"
@@ -86,10 +86,9 @@ def profiled_window(result: TraceAnalysis) -> tuple[datetime, datetime] | None:
         ends.append(float(tl.step_end_us[index].max()) + tl.epoch_offset_us)
     if not starts:
         return None
-    epoch = datetime(1970, 1, 1)
     return (
-        epoch + timedelta(microseconds=min(starts)),
-        epoch + timedelta(microseconds=max(ends)),
+        from_epoch_micros(min(starts)),
+        from_epoch_micros(max(ends)),
     )
 
 
