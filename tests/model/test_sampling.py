@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,8 +26,12 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
+from hpcscope.analysis.jobs.attribution import attribute_gpu_samples
 from hpcscope.cli.main import app
-from hpcscope.model.access import system_principal
+from hpcscope.ingest.exporters.dcgm import dcgm_page_to_samples
+from hpcscope.ingest.exposition.parser import ExpositionParser
+from hpcscope.ingest.slurm.jobmap import read_mapping_dir
+from hpcscope.model.access import JobScope, system_principal
 from hpcscope.model.sampling import (
     GAP_SCRAPE_INTERVALS,
     NO_JOB_LABELS,
@@ -34,7 +39,7 @@ from hpcscope.model.sampling import (
     job_id_from_label,
     max_sample_weight_seconds,
 )
-from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, JOB_SCHEMA
+from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, JOB_ALLOCATION_SCHEMA, JOB_SCHEMA
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.serve.metrics import metrics_registry
@@ -43,6 +48,10 @@ from hpcscope.service.diagram.cost import decision_view
 from hpcscope.service.diagram.live import Viewer
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.settings import Settings
+from hpcscope.store import Store
+from hpcscope.store import diagram as diagram_queries
+from hpcscope.store import reports as reports_queries
+from tests.support.dcgm_pages import render_dcgm_page
 from tests.support.servers import live_server
 
 JOB = "7"
@@ -237,3 +246,59 @@ def test_useful_gpu_seconds_agree_everywhere(
     figures, energy = useful_seconds_everywhere(next(store_paths), samples)
     assert_agree(figures, reference_useful_seconds(samples))
     assert energy == pytest.approx(used_joules, rel=1e-9, abs=1e-6)
+
+
+def test_every_reader_agrees_on_which_gpus_have_no_job(tmp_path: Path) -> None:
+    """The same labels mean "no job" to dcgm ingest, the mapping files, attribution and the
+    store's queries (rows another tool wrote with a raw label included)."""
+    labels = ["", "0", "4242"]
+    expected = [job_id_from_label(label) for label in labels]
+    assert expected == [None, None, "4242"]
+    # dcgm-exporter's hpc_job label
+    text = render_dcgm_page(
+        "gpu01", rng=random.Random(1), gpus=3, jobs={str(g): [v] for g, v in enumerate(labels)}
+    )
+    parser = ExpositionParser()
+    page = parser.parse(text, source="http://gpu01:9400/metrics")
+    dcgm = dcgm_page_to_samples(page, parser.series, ts=datetime(2026, 1, 1)).table
+    by_gpu = dict(
+        zip(dcgm.column("gpu").to_pylist(), dcgm.column("job_id").to_pylist(), strict=True)
+    )
+    assert [by_gpu[g] for g in range(3)] == expected
+    # the prolog's mapping files
+    mapping = tmp_path / "mapping"
+    mapping.mkdir()
+    for gpu, label in enumerate(labels):
+        (mapping / str(gpu)).write_text(label + "\n")
+    rows = read_mapping_dir(mapping, node="gpu01").rows
+    mapped = dict(
+        zip(rows.column("gpu").to_pylist(), rows.column("job_id").to_pylist(), strict=True)
+    )
+    assert [mapped.get(g) for g in range(3)] == expected
+    # attribution of a platform label, with no allocation
+    now = utcnow()
+    raw = pa.Table.from_pylist(
+        [
+            {"ts": now, "node": "gpu01", "gpu": g, "job_id": label, "sm_active_ratio": 1.0}
+            for g, label in enumerate(labels)
+        ],
+        schema=GPU_SAMPLE_SCHEMA,
+    )
+    attributed = attribute_gpu_samples(
+        raw.append_column("platform_job_id", raw.column("job_id")),
+        JOB_ALLOCATION_SCHEMA.empty_table(),
+    ).samples
+    assert attributed.sort_by("gpu").column("job_id").to_pylist() == expected
+    # the store's queries over raw rows
+    with Store(tmp_path / "store.duckdb") as store:
+        store.append("gpu_samples", raw).result()
+        since = now - timedelta(minutes=1)
+        everyone = JobScope(all_jobs=True)
+        assert reports_queries.job_ids_in_samples(store, everyone, since=since) == ["4242"]
+        recent = diagram_queries.recent_job_samples(store, scope=everyone, since=since)
+        assert recent.column("job_id").to_pylist() == ["4242"]
+        held = diagram_queries.gpu_time(
+            store, scope=everyone, since=since, until=now + timedelta(seconds=1),
+            max_interval_seconds=CAP_SECONDS,
+        )  # fmt: skip
+        assert held.jobs == 1 and held.useful_seconds == pytest.approx(CAP_SECONDS)
