@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 import statistics
 from collections.abc import Iterator
@@ -97,7 +98,9 @@ def reference_useful_seconds(samples: list[Sample]) -> float:
         gaps = [(b.offset_ms - a.offset_ms) / 1000 for a, b in itertools.pairwise(series)]
         weights = [*gaps, statistics.median(gaps) if gaps else CAP_SECONDS]
         for sample, weight in zip(series, weights, strict=True):
-            total += min(weight, CAP_SECONDS) * (sample.sm_active_ratio or 0.0)
+            sm = sample.sm_active_ratio
+            known = sm is not None and not math.isnan(sm)
+            total += min(weight, CAP_SECONDS) * (sm if known else 0.0)
     return total
 
 
@@ -205,8 +208,8 @@ def test_the_cli_over_http_says_the_same(tmp_path: Path) -> None:
 @st.composite
 def job_samples(draw: st.DrawFn) -> tuple[list[Sample], float]:
     """One or two GPUs of one job: intervals around the scrape interval, some at the cap
-    exactly, some gaps far longer; SM activity sometimes unknown; an energy counter with
-    resets. Returns the samples and the energy the job really used."""
+    exactly, some gaps far longer; SM activity sometimes unknown (null or NaN); an energy
+    counter with resets. Returns the samples and the energy the job really used."""
     cap_ms = int(CAP_SECONDS * 1000)
     step = st.one_of(st.integers(1, cap_ms), st.just(cap_ms), st.integers(cap_ms + 1, 20 * cap_ms))
     samples: list[Sample] = []
@@ -223,7 +226,7 @@ def job_samples(draw: st.DrawFn) -> tuple[list[Sample], float]:
                     added = draw(st.floats(0, 1e4))
                     energy += added
                     used += added
-            sm = draw(st.one_of(st.none(), st.floats(0, 1)))
+            sm = draw(st.one_of(st.none(), st.just(math.nan), st.floats(0, 1)))
             samples.append(Sample(gpu, offset, sm, energy))
     return samples, used
 

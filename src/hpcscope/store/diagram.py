@@ -247,7 +247,11 @@ def gpu_time(
     scope_sql, scope_params = _scope(scope)
     sql = f"""
 WITH s AS (
-  SELECT s.node, s.gpu, s.gpu_instance_id, s.job_id, s.ts, s.gpu_util_ratio, s.sm_active_ratio,
+  SELECT s.node, s.gpu, s.gpu_instance_id, s.job_id, s.ts,
+         -- NaN is unknown, as in the analysis: neither measured nor useful
+         CASE WHEN isnan(s.gpu_util_ratio) THEN NULL ELSE s.gpu_util_ratio END AS gpu_util_ratio,
+         CASE WHEN isnan(s.sm_active_ratio) THEN NULL ELSE s.sm_active_ratio END
+           AS sm_active_ratio,
          date_diff('microsecond', s.ts, lead(s.ts) OVER series) / 1e6 AS gap
   FROM gpu_samples s LEFT JOIN jobs j ON j.job_id = s.job_id
   WHERE s.ts >= ? AND s.ts < ? AND {has_job_sql("s.job_id")} AND {scope_sql}
