@@ -99,8 +99,8 @@ def reference_useful_seconds(samples: list[Sample]) -> float:
         weights = [*gaps, statistics.median(gaps) if gaps else CAP_SECONDS]
         for sample, weight in zip(series, weights, strict=True):
             sm = sample.sm_active_ratio
-            known = sm is not None and not math.isnan(sm)
-            total += min(weight, CAP_SECONDS) * (sm if known else 0.0)
+            if sm is not None and not math.isnan(sm):
+                total += min(weight, CAP_SECONDS) * sm
     return total
 
 
