@@ -17,12 +17,12 @@ from fastapi.testclient import TestClient
 from pytest_benchmark.fixture import BenchmarkFixture
 from tests.support.fleet import write_scaled_fleet
 
+from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.live import Viewer, live_state
 from hpcscope.service.identity.users import UserDirectory
-from hpcscope.service.jobs.reports import utcnow
 from hpcscope.service.settings import Settings, bundled_topology
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from hpcscope.cli.main import app
+from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
 from hpcscope.service.identity.users import UserDirectory
-from hpcscope.service.jobs.reports import utcnow
 from hpcscope.service.settings import Settings
 from tests.support.data import populate
 from tests.support.servers import live_server

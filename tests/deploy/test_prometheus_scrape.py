@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
-from hpcscope.service.jobs.reports import utcnow
 from tests.deploy.test_grafana_dashboards import expressions
 from tests.support.data import populate
 from tests.support.prometheus import prometheus, query

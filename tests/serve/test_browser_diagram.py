@@ -20,13 +20,13 @@ import pytest
 
 from hpcscope.model.catalog import default_catalog
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA
+from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.serve.diagram.shapes import Role
 from hpcscope.serve.routes import diagram as diagram_routes
 from hpcscope.service.core import Service
 from hpcscope.service.identity.users import UserDirectory
-from hpcscope.service.jobs.reports import utcnow
 from hpcscope.service.settings import Settings, bundled_topology
 from tests.support.browser import login, screenshot
 from tests.support.fleet import write_fleet, write_scaled_fleet

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
-from hpcscope.service.jobs.reports import utcnow
 from tests.support.browser import login, screenshot
 from tests.support.data import populate
 from tests.support.servers import live_server

@@ -19,10 +19,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hpcscope.model.catalog import default_catalog
+from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.service.core import Service
-from hpcscope.service.jobs.reports import utcnow
 from tests.conftest import DEMO_PASSWORDS
 from tests.support.fleet import JOBS, PLACEMENT, write_fleet
 from tests.support.paths import ARTIFACTS

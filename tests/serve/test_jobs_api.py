@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
-from hpcscope.service.jobs.reports import utcnow
 from tests.support.data import JOBS, populate
 
 VISIBLE = {

@@ -10,8 +10,8 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
-from hpcscope.service.jobs.reports import utcnow
 from tests.support.data import populate
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"

@@ -133,7 +133,7 @@ def test_cluster_health_is_an_aggregate_the_same_for_every_scope(store: Store) -
 def test_gpu_time_counts_intervals_and_not_gaps(store: Store) -> None:
     window = {"since": NOW - timedelta(days=1), "until": NOW + STEP, "max_interval_seconds": 45.0}
     total = q.gpu_time(store, scope=ALL, **window)  # type: ignore[arg-type]
-    intervals = (SAMPLES - 1) * STEP.total_seconds()
+    intervals = SAMPLES * STEP.total_seconds()  # the last sample weighs the median interval
     assert total.allocated_seconds == pytest.approx(14 * intervals)
     useful = intervals * (4 * 0.19 + 7 * 0.55 + 0.92)
     assert total.useful_seconds == pytest.approx(useful)
@@ -142,7 +142,8 @@ def test_gpu_time_counts_intervals_and_not_gaps(store: Store) -> None:
     alice = q.gpu_time(store, scope=ALICE, **window)  # type: ignore[arg-type]
     assert alice.allocated_seconds == pytest.approx(4 * intervals)
     assert alice.useful_seconds == pytest.approx(4 * intervals * 0.19)
-    # a ten-minute silence on one GPU is a gap, not ten minutes of anything
+    # a ten-minute silence on one GPU is a gap, not ten minutes of anything: the sample before
+    # it weighs the cap (45 s), the late sample the median interval
     late: dict[str, list[object]] = {field.name: [None] for field in GPU_SAMPLE_SCHEMA}
     late.update(
         ts=[NOW + timedelta(minutes=10)],
@@ -155,7 +156,7 @@ def test_gpu_time_counts_intervals_and_not_gaps(store: Store) -> None:
     store.append("gpu_samples", pa.table(late, schema=GPU_SAMPLE_SCHEMA)).result()
     window["until"] = NOW + timedelta(minutes=11)
     after = q.gpu_time(store, scope=ALICE, **window)  # type: ignore[arg-type]
-    assert after.allocated_seconds == pytest.approx(alice.allocated_seconds)
+    assert after.allocated_seconds == pytest.approx(alice.allocated_seconds + 45.0)
 
 
 def test_scheduler_summary_counts_every_job(store: Store) -> None:

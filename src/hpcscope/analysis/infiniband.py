@@ -3,7 +3,8 @@
 Counters only go up. One that goes down was reset: ``perfquery -r/-R``, a driver reload, a
 reboot, or someone covering RDMA traffic (security rule RD-6: a reset outside maintenance is
 itself a finding). Over an interval with a reset the increase is the new value (Prometheus'
-``rate`` convention: the counter restarted from 0). A narrow counter stuck at its maximum
+``rate`` convention: the counter restarted from 0), the one rule of
+:func:`hpcscope.analysis.counters.counter_increase`. A narrow counter stuck at its maximum
 (``2**bits - 1``, see :data:`hpcscope.ingest.exporters.infiniband.COUNTER_WIDTH_BITS`) has an
 unknown increase: its rate is null, not 0.
 """
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 
 import polars as pl
 
+from hpcscope.analysis.counters import counter_increase
 from hpcscope.model.schemas import IB_COUNTER_COLUMNS
 
 _PORT = ["node", "device", "port"]
@@ -51,7 +53,7 @@ def port_rates(
     for column in present:
         before, after = previous[column], pl.col(column)
         went_down = after < before
-        increase = pl.when(went_down).then(after).otherwise(after - before)
+        increase = counter_increase(after, before)
         bits = widths.get(column)
         if bits is not None:
             top = float(2**bits - 1)

@@ -21,8 +21,8 @@ from prometheus_client.registry import CollectorRegistry
 
 from hpcscope import __version__
 from hpcscope.model.access import system_principal
+from hpcscope.model.timeutil import epoch_seconds
 from hpcscope.service.core import Service
-from hpcscope.service.jobs.reports import epoch_seconds
 
 #: Window of the per-GPU "now" figures.
 LIVE_WINDOW = timedelta(minutes=5)

@@ -16,6 +16,8 @@ from typing import Any
 from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import Principal
 from hpcscope.model.catalog import Catalog, default_catalog
+from hpcscope.model.sampling import max_sample_weight_seconds
+from hpcscope.model.timeutil import epoch_seconds, utcnow
 from hpcscope.model.topology import Topology, load_topology
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.jobs import reports
@@ -71,7 +73,7 @@ class Service:
         found = reports.reports_for(
             self.store,
             principal,
-            now=now or reports.utcnow(),
+            now=now or utcnow(),
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,
             currency=self.topology.currency,
@@ -87,7 +89,7 @@ class Service:
             self.store,
             principal,
             job_ids=[job_id],
-            now=now or reports.utcnow(),
+            now=now or utcnow(),
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,
             currency=self.topology.currency,
@@ -122,7 +124,7 @@ class Service:
                     "tensor_active_ratio": [],
                 },
             )
-            entry["t"].append(reports.epoch_seconds(row["bucket"]))
+            entry["t"].append(epoch_seconds(row["bucket"]))
             for key in ("reported_util_ratio", "sm_active_ratio", "tensor_active_ratio"):
                 entry[key].append(row[key])
         return {
@@ -136,10 +138,12 @@ class Service:
 
     def collection_health(self, *, now: datetime | None = None) -> reports.CollectionHealth:
         """The collector's own health (targets and gaps; no job data)."""
-        return reports.collection_health(self.store, now=now or reports.utcnow())
+        return reports.collection_health(self.store, now=now or utcnow())
 
     def live_window(self) -> timedelta:
-        return timedelta(seconds=max(30.0, 3 * self.settings.scrape_interval_seconds))
+        return timedelta(
+            seconds=max(30.0, max_sample_weight_seconds(self.settings.scrape_interval_seconds))
+        )
 
     def live_job_gpus(
         self, principal: Principal, *, window: timedelta, now: datetime | None = None
@@ -148,7 +152,7 @@ class Service:
         return reports.live_job_gpus(
             self.store,
             principal,
-            now=now or reports.utcnow(),
+            now=now or utcnow(),
             window=window,
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,

@@ -20,13 +20,12 @@ from typing import Any
 import pyarrow as pa
 
 from hpcscope.model.access import JobScope
+from hpcscope.model.sampling import has_job_sql
 from hpcscope.model.schemas import GPU_METRICS
 from hpcscope.store.duck import Store
 
 #: Counters a GPU card shows; nulled when the viewer may not see the GPU's job.
 LIVE_GPU_COLUMNS: tuple[str, ...] = tuple(m.column for m in GPU_METRICS)
-
-_NO_JOB = "('', '0')"  # dcgm-exporter mapping files: "" and "0" mean no job
 
 
 def _scope(scope: JobScope, alias: str = "j") -> tuple[str, list[object]]:
@@ -110,7 +109,7 @@ WITH latest AS (
 holders AS (
   SELECT node, gpu, job_id FROM job_allocations WHERE end_time IS NULL
   UNION
-  SELECT node, gpu, job_id FROM latest WHERE job_id IS NOT NULL AND job_id NOT IN {_NO_JOB}
+  SELECT node, gpu, job_id FROM latest WHERE {has_job_sql("job_id")}
 )
 SELECT h.node, h.gpu, h.job_id, {scope_sql} AS visible
 FROM holders h LEFT JOIN jobs j ON j.job_id = h.job_id
@@ -202,7 +201,7 @@ def recent_job_samples(store: Store, *, scope: JobScope, since: datetime) -> pa.
     return store.query(
         f"""
 SELECT s.* FROM gpu_samples s LEFT JOIN jobs j ON j.job_id = s.job_id
-WHERE s.ts >= ? AND s.job_id IS NOT NULL AND s.job_id NOT IN {_NO_JOB} AND {scope_sql}
+WHERE s.ts >= ? AND {has_job_sql("s.job_id")} AND {scope_sql}
 """,
         [since, *scope_params],
     )
@@ -237,22 +236,33 @@ def gpu_time(
 ) -> GpuTime:
     """GPU time of jobs inside ``scope`` between ``since`` and ``until``.
 
-    Each sample stands for the interval until the same GPU's next sample of the same job,
-    capped at ``max_interval_seconds``: a longer silence is a collection gap, and a gap is not
-    counted as time (neither useful nor lost). A job's last sample counts for nothing.
+    The sample-weight rule of :mod:`hpcscope.model.sampling`, in SQL, exactly as
+    :func:`hpcscope.analysis.jobs.efficiency.with_time_weights` applies it (property tests
+    hold the two equal): each sample stands for the interval until the next sample of its
+    series (job, node, GPU, MIG instance) inside the window, clipped to
+    ``max_interval_seconds``; past the cap the series has a gap, and the sample before the gap
+    weighs the cap. The last sample of a series weighs the series' median interval (the cap
+    when it is alone).
     """
     scope_sql, scope_params = _scope(scope)
     sql = f"""
 WITH s AS (
-  SELECT s.node, s.gpu, s.job_id, s.ts, s.gpu_util_ratio, s.sm_active_ratio,
-         date_diff('microsecond', s.ts,
-                   lead(s.ts) OVER (PARTITION BY s.node, s.gpu, s.job_id ORDER BY s.ts)) / 1e6
-           AS dt
+  SELECT s.node, s.gpu, s.gpu_instance_id, s.job_id, s.ts,
+         -- NaN is unknown, as in the analysis: neither measured nor useful
+         CASE WHEN isnan(s.gpu_util_ratio) THEN NULL ELSE s.gpu_util_ratio END AS gpu_util_ratio,
+         CASE WHEN isnan(s.sm_active_ratio) THEN NULL ELSE s.sm_active_ratio END
+           AS sm_active_ratio,
+         date_diff('microsecond', s.ts, lead(s.ts) OVER series) / 1e6 AS gap
   FROM gpu_samples s LEFT JOIN jobs j ON j.job_id = s.job_id
-  WHERE s.ts >= ? AND s.ts < ? AND s.job_id IS NOT NULL AND s.job_id NOT IN {_NO_JOB}
-    AND {scope_sql}
+  WHERE s.ts >= ? AND s.ts < ? AND {has_job_sql("s.job_id")} AND {scope_sql}
+  WINDOW series AS (PARTITION BY s.job_id, s.node, s.gpu, s.gpu_instance_id ORDER BY s.ts)
 ),
-w AS (SELECT *, CASE WHEN dt <= ? THEN dt ELSE 0 END AS seconds FROM s)
+w AS (
+  SELECT *, greatest(0.0, least(CAST(? AS DOUBLE), coalesce(
+           gap, median(gap) OVER (PARTITION BY job_id, node, gpu, gpu_instance_id),
+           CAST(? AS DOUBLE)))) AS seconds
+  FROM s
+)
 SELECT coalesce(sum(seconds), 0) AS allocated_seconds,
        coalesce(sum(seconds) FILTER (WHERE sm_active_ratio IS NOT NULL), 0) AS measured_seconds,
        coalesce(sum(seconds * sm_active_ratio), 0) AS useful_seconds,
@@ -260,7 +270,8 @@ SELECT coalesce(sum(seconds), 0) AS allocated_seconds,
        min(ts) AS first_ts, max(ts) AS last_ts, count(DISTINCT job_id) AS jobs
 FROM w
 """
-    row = _rows(store.query(sql, [since, until, *scope_params, max_interval_seconds]))[0]
+    params = [since, until, *scope_params, max_interval_seconds, max_interval_seconds]
+    row = _rows(store.query(sql, params))[0]
     return GpuTime(
         allocated_seconds=float(row["allocated_seconds"]),
         measured_seconds=float(row["measured_seconds"]),

@@ -13,6 +13,7 @@ from datetime import datetime
 import pyarrow as pa
 
 from hpcscope.model.access import JobScope
+from hpcscope.model.sampling import has_job_sql
 from hpcscope.store.duck import Store
 from hpcscope.store.filters import Where
 
@@ -44,7 +45,8 @@ def job_ids_in_samples(store: Store, scope: JobScope, *, since: datetime) -> lis
     know is itself a finding)."""
     if scope.all_jobs:
         rows = store.query(
-            "SELECT DISTINCT job_id FROM gpu_samples WHERE ts >= ? AND job_id IS NOT NULL", [since]
+            f"SELECT DISTINCT job_id FROM gpu_samples WHERE ts >= ? AND {has_job_sql('job_id')}",
+            [since],
         )
     else:
         where, params = _job_filter(scope)

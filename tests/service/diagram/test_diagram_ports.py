@@ -7,10 +7,10 @@ from datetime import timedelta
 import pyarrow as pa
 
 from hpcscope.model.schemas import IB_PORT_SCHEMA
+from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.cards import PortCardLive, element_card
 from hpcscope.service.diagram.live import Viewer
-from hpcscope.service.jobs.reports import utcnow
 from hpcscope.store.infiniband import append_ib_counters
 from tests.support.data import populate
 

@@ -235,7 +235,8 @@ def test_vector_cards_say_when_detections_are_not_configured(fleet: Service) -> 
 
 def test_cost_of_lost_gpu_hours(fleet: Service) -> None:
     view = decision_view(fleet, viewer(fleet, "carol"), now=NOW)
-    intervals_hours = (SAMPLES - 1) * STEP.total_seconds() / 3600
+    # every sample weighs one interval, the last one its series' median interval
+    intervals_hours = SAMPLES * STEP.total_seconds() / 3600
     assert view.cluster.allocated_gpu_hours == pytest.approx(14 * intervals_hours)
     lost = intervals_hours * (4 * 0.81 + 2 * 1.0 + 7 * 0.45 + 0.08)
     assert view.cluster.lost_gpu_hours == pytest.approx(lost)

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pyarrow as pa
 
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, JOB_SCHEMA
+from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.jobs import reports
-from hpcscope.service.jobs.reports import utcnow
 
 
 def test_a_job_older_than_the_listing_window_is_still_reachable_by_id(service: Service) -> None:

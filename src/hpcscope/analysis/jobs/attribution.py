@@ -32,6 +32,7 @@ from typing import cast
 import polars as pl
 import pyarrow as pa
 
+from hpcscope.model.sampling import NO_JOB_LABELS
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA
 
 _KEY = ["node", "gpu", "_instance"]
@@ -169,8 +170,9 @@ def attribute_gpu_samples(
 
 
 def _resolve(expr: pl.Expr, aliases: Mapping[str, str]) -> pl.Expr:
-    """Map raw ids to job ids; ``""`` and ``"0"`` (no job) become null."""
-    cleaned = pl.when(expr.is_in(["", "0"])).then(None).otherwise(expr)
+    """Map raw ids to job ids; the no-job labels (``""`` and ``"0"``, see
+    :data:`hpcscope.model.sampling.NO_JOB_LABELS`) become null."""
+    cleaned = pl.when(expr.is_in(sorted(NO_JOB_LABELS))).then(None).otherwise(expr)
     if not aliases:
         return cleaned
     return cleaned.replace(dict(aliases))

@@ -24,6 +24,8 @@ from enum import StrEnum
 
 import polars as pl
 
+from hpcscope.analysis.counters import counter_increase
+
 SERIES_KEYS = ["job_id", "node", "gpu", "gpu_instance_id"]
 
 _MEAN_METRICS = {
@@ -91,11 +93,18 @@ class Thresholds:
 
 
 def with_time_weights(samples: pl.DataFrame, *, max_interval_seconds: float) -> pl.DataFrame:
-    """Add ``dt_seconds``: how long each sample stands for.
+    """Add ``dt_seconds``: how long each sample stands for (the rule of
+    :mod:`hpcscope.model.sampling`).
+
+    The time to the next sample of the same series, clipped to ``max_interval_seconds``: past
+    the cap the series has a gap, the sample before it weighs the cap and the rest of the
+    silence counts for nothing. A series' last sample weighs its median interval (the cap when
+    it is alone). ``store/diagram.py`` ``gpu_time`` applies the same rule in SQL.
 
     Args:
         samples: columns ``ts`` (datetime), the :data:`SERIES_KEYS` and metric columns.
-        max_interval_seconds: cap on one sample's weight; beyond it the series has a gap.
+        max_interval_seconds: cap on one sample's weight
+            (:func:`hpcscope.model.sampling.max_sample_weight_seconds`).
 
     Returns:
         ``samples`` sorted by series and time, with ``dt_seconds`` (f64).
@@ -155,12 +164,8 @@ def gpu_summary(
         (pl.col("sm_active_ratio").fill_nan(0.0).fill_null(0.0) * pl.col("dt_seconds"))
         .sum()
         .alias("useful_seconds"),
-        # counters since boot: the increase, with a reset read as a restart from zero
-        pl.when(energy.diff().fill_null(0.0) < 0)
-        .then(energy)
-        .otherwise(energy.diff().fill_null(0.0))
-        .sum()
-        .alias("energy_joules"),
+        # a counter since boot: its increase, a reset read as a restart from zero
+        counter_increase(energy, energy.shift(1)).sum().alias("energy_joules"),
         pl.col("gpu_temperature_celsius").max().alias("max_temperature_celsius"),
         pl.col("clock_throttle_reasons").fill_null(0).bitwise_or().alias("throttle_reasons"),
         (

@@ -16,6 +16,7 @@ from hpcscope.analysis.jobs.efficiency import (
     GpuVerdict,
     JobVerdict,
 )
+from hpcscope.model.timeutil import iso_z
 from hpcscope.model.xid import describe_xid
 
 
@@ -81,7 +82,7 @@ class JobReport:
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             if isinstance(value, datetime):
-                value = value.isoformat() + "Z"
+                value = iso_z(value)
             elif name == "gpus":
                 value = [{k: getattr(g, k) for k in g.__dataclass_fields__} for g in value]
             data[name] = value

@@ -37,7 +37,7 @@ from datetime import datetime
 
 import polars as pl
 
-from hpcscope.analysis.counters import bracket_reads
+from hpcscope.analysis.counters import bracket_reads, counter_increase
 from hpcscope.analysis.traces.straggler_evidence import Evidence
 
 #: A mean read latency at least this many times the peers' median supports a storage cause ...
@@ -148,14 +148,10 @@ def entry_increases(rows: pl.DataFrame, *, since: datetime | None = None) -> pl.
         fresh = fresh & (pl.col("start_ts") >= since)
     from_zero = restarted | (first & fresh)
     out = frame.with_columns(
-        pl.when(from_zero)
-        .then(pl.col("samples"))
-        .otherwise(pl.col("samples") - prev_samples)
-        .alias("samples_increase"),
-        pl.when(from_zero)
-        .then(pl.col("sum_value"))
-        .otherwise(pl.col("sum_value") - prev_sum)
-        .alias("sum_increase"),
+        counter_increase(pl.col("samples"), prev_samples, restarted=from_zero).alias(
+            "samples_increase"
+        ),
+        counter_increase(pl.col("sum_value"), prev_sum, restarted=from_zero).alias("sum_increase"),
         pl.when(first).then(pl.col("start_ts")).otherwise(prev_ts).alias("origin_ts"),
         restarted.alias("reset"),
     )

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -41,7 +41,9 @@ from hpcscope.ingest.exporters.dcgm_fields import (
 )
 from hpcscope.ingest.exposition.parser import ParsedPage, Series
 from hpcscope.model.errors import SourceError
+from hpcscope.model.sampling import job_id_from_label
 from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA, TS
+from hpcscope.model.timeutil import epoch_micros
 
 __all__ = ["DcgmConversion", "DcgmConverter", "dcgm_page_to_samples", "samples_table"]
 
@@ -54,9 +56,7 @@ _INTEGER_COLUMNS = frozenset(
 )
 _HOST_LABELS = ("hostname", "Hostname")
 _ENTITY_LABELS = ("nvlink", "nvswitch", "cpu", "cpucore")
-_NO_JOB = frozenset({"", "0"})
 _INT16_MAX = 2**15 - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _INT32_BLANK_LOW = min(INT32_BLANKS)
 _INT32_BLANK_HIGH = max(INT32_BLANKS)
 
@@ -231,7 +231,7 @@ class DcgmConverter:
             key_columns=key_columns,
             matrix=matrix,
             present=present,
-            ts_micros=_micros(ts),
+            ts_micros=epoch_micros(ts),
             unknown_fields=plan.unknown,
             dropped_blank=dropped,
             hostnames=plan.hostnames,
@@ -364,8 +364,7 @@ class DcgmConverter:
                 )
             )
             return None
-        job = labels.get("hpc_job")
-        return (host, gpu, instance, None if job is None or job in _NO_JOB else job)
+        return (host, gpu, instance, job_id_from_label(labels.get("hpc_job")))
 
     def _decision_arrays(self) -> _DecisionArrays:
         if self._arrays is None:
@@ -395,12 +394,6 @@ def _small_int(text: str) -> int | None:
         return None
     number = int(text)
     return number if number <= _INT16_MAX else None
-
-
-def _micros(ts: datetime) -> int:
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
-    return (ts - _EPOCH) // timedelta(microseconds=1)
 
 
 def _key_columns(keys: list[RowKey]) -> list[pa.Array]:

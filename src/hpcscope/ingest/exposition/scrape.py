@@ -32,6 +32,7 @@ from hpcscope.ingest.exposition.parser import ExpositionParser, ParsedPage, Seri
 from hpcscope.ingest.exposition.targets import Target, TargetsError, load_file_sd, parse_file_sd
 from hpcscope.model.errors import ScrapeError
 from hpcscope.model.schemas import SCRAPE_SCHEMA
+from hpcscope.model.timeutil import as_naive_utc
 
 __all__ = [
     "ScrapeResult",
@@ -78,7 +79,7 @@ class ScrapeResult:
     def as_row(self) -> dict[str, object]:
         """This result as a row of :data:`hpcscope.model.schemas.SCRAPE_SCHEMA`."""
         return {
-            "ts": self.started_at.astimezone(UTC).replace(tzinfo=None),
+            "ts": as_naive_utc(self.started_at),
             "target": self.target.url,
             "exporter": self.target.exporter,
             "node": self.target.node,

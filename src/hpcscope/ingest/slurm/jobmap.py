@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from hpcscope.ingest.slurm.common import JobRows, SchedulerSnapshot, parse_job_id_text
 from hpcscope.model.errors import SourceError
+from hpcscope.model.sampling import job_id_from_label
 
 RECORD_FORMAT = "hpcscope-job-record/1"
 MAPPING_NAME = re.compile(r"^\d+(\.\d+)?$")
@@ -126,7 +127,7 @@ def read_mapping_dir(path: str | Path, *, node: str | None = None) -> MappingSna
             warnings.append(JobMapError(f"unreadable: {exc.strerror}", source=entry.path))
             continue
         for line in _scan_lines(data):
-            if line in ("", "0"):
+            if job_id_from_label(line) is None:
                 continue
             nodes.append(node)
             gpus.append(parsed[0])

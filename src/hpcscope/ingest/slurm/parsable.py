@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from hpcscope.ingest.slurm.common import (
     FINISHED_STATES,
@@ -36,6 +36,7 @@ from hpcscope.ingest.slurm.gres import (
     gpus_from_tres_string,
 )
 from hpcscope.model.errors import SourceError
+from hpcscope.model.timeutil import epoch_seconds
 
 XDMOD_FIELDS: tuple[str, ...] = (
     "jobid",
@@ -155,7 +156,7 @@ def time_epoch(text: str) -> int | None:
         parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
     except ValueError:
         raise ValueError(f"bad time {text!r} (expected YYYY-MM-DDTHH:MM:SS or epoch)") from None
-    return int(parsed.replace(tzinfo=UTC).timestamp())
+    return int(epoch_seconds(parsed))
 
 
 def _header_fields(line: str) -> list[str]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from hpcscope.model.timeutil import iso_z
 from hpcscope.model.topology import ElementKind
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role, Shape
 from hpcscope.serve.templating import efficiency_bucket, percent
@@ -223,7 +224,7 @@ def live_payload(layout: DiagramLayout, state: LiveState, summary: str) -> tuple
     elements = shape_view(layout, state)
     body = {"summary": summary, "elements": elements}
     digest = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
-    payload = {"generated_at": state.generated_at.isoformat() + "Z", **body}
+    payload = {"generated_at": iso_z(state.generated_at), **body}
     return orjson.dumps(payload), f'"{digest}"'
 
 
@@ -238,7 +239,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, datetime):
-        return value.isoformat() + ("Z" if value.tzinfo is None else "")
+        return iso_z(value)
     if isinstance(value, Mapping):
         return {str(k.value if isinstance(k, Enum) else k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
+from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.auth import service_of, site_viewer
 from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role
@@ -34,7 +35,6 @@ from hpcscope.service.core import Service
 from hpcscope.service.diagram.cards import UnknownElement, element_card
 from hpcscope.service.diagram.cost import decision_view
 from hpcscope.service.diagram.live import LiveState, Viewer, live_state
-from hpcscope.service.jobs.reports import utcnow
 
 router = APIRouter()
 templates.env.filters["duration"] = duration

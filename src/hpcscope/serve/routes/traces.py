@@ -23,6 +23,7 @@ from starlette.responses import Response
 from hpcscope.analysis.traces.rank_timeline import PHASES
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import SourceError
+from hpcscope.model.timeutil import iso_z
 from hpcscope.model.trace_analysis import StoredAnalysis
 from hpcscope.serve.auth import require_principal, service_of
 from hpcscope.serve.templating import render
@@ -49,15 +50,15 @@ def _summary(row: StoredAnalysis) -> dict[str, Any]:
         "owner_user": row.owner_user,
         "job_id": row.job_id,
         "account": row.account,
-        "created_utc": row.created.isoformat() + "Z",
+        "created_utc": iso_z(row.created),
         "source_names": list(row.source_names),
         "ranks": row.ranks,
         "steps": row.steps,
         "partial": row.partial,
         "slowdown": row.slowdown,
         "straggler_ranks": list(row.straggler_ranks),
-        "window_start_utc": row.window_start.isoformat() + "Z" if row.window_start else None,
-        "window_end_utc": row.window_end.isoformat() + "Z" if row.window_end else None,
+        "window_start_utc": iso_z(row.window_start) if row.window_start else None,
+        "window_end_utc": iso_z(row.window_end) if row.window_end else None,
         "url": f"/traces/{row.analysis_id}",
     }
 

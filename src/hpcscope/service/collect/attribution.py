@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,14 +29,11 @@ import pyarrow.compute as pc
 from hpcscope.analysis.jobs.attribution import Attribution, attribute_gpu_samples
 from hpcscope.ingest.slurm.jobmap import read_job_records, read_mapping_dir, records_snapshot
 from hpcscope.model.schemas import JOB_ALLOCATION_SCHEMA
+from hpcscope.model.timeutil import from_epoch_seconds
 from hpcscope.store import Store
 from hpcscope.store import slurm as slurm_store
 
 log = logging.getLogger(__name__)
-
-
-def _utc(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, tz=UTC).replace(tzinfo=None)
 
 
 @dataclass
@@ -87,7 +84,7 @@ class MappingCollector:
             log.warning("%s", warning)
         labels = mapping.rows.column("job_id").to_pylist()
         resolved = self._resolve(labels)
-        start = _utc(now)
+        start = from_epoch_seconds(now)
         rows = mapping.rows.to_pylist()
         table = pa.table(
             {

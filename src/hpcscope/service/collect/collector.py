@@ -37,6 +37,7 @@ from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN
 from hpcscope.ingest.exposition.scrape import Scraper, ScrapeResult, Target, load_file_sd
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
+from hpcscope.model.timeutil import utcnow
 from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_samples
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
 from hpcscope.service.collect.scheduler import (
@@ -47,7 +48,6 @@ from hpcscope.service.collect.scheduler import (
     SlurmrestdSource,
 )
 from hpcscope.service.collect.status import StatusLog, format_status
-from hpcscope.service.jobs.reports import utcnow
 from hpcscope.service.settings import Settings
 from hpcscope.store import Store
 from hpcscope.store.infiniband import append_ib_counters

@@ -33,7 +33,7 @@ from hpcscope.ingest.exporters.lustre_jobstats import (
     parse_job_stats,
 )
 from hpcscope.model.schemas import SCRAPE_SCHEMA
-from hpcscope.service.jobs.reports import utcnow
+from hpcscope.model.timeutil import utcnow
 from hpcscope.store import Store
 from hpcscope.store.lustre import append_job_stats
 

@@ -22,7 +22,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Protocol, cast
 
 import httpx2
@@ -40,6 +40,7 @@ from hpcscope.ingest.slurm import (
 )
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import SCRAPE_SCHEMA
+from hpcscope.model.timeutil import from_epoch_seconds
 from hpcscope.store import Store
 from hpcscope.store.slurm import close_open_allocations, merge_allocations, upsert_aliases
 
@@ -272,7 +273,7 @@ class SchedulerCollector:
 
     def collect_once(self) -> PollResult:
         started = time.monotonic()
-        ts = datetime.fromtimestamp(self.clock(), tz=UTC).replace(tzinfo=None)
+        ts = from_epoch_seconds(self.clock())
         try:
             snapshot = self.source.fetch()
             memberships = self.associations.fetch() if self.associations else None

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from hpcscope.analysis.jobs.report import GpuReport
 from hpcscope.model.catalog import Card, ThreatVector
 from hpcscope.model.errors import InputError
+from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Element, ElementKind, Layer
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.collectors import CollectorHealth, CollectorStatus, collector_health
@@ -30,7 +31,6 @@ from hpcscope.service.diagram.live import (
     gpu_views,
 )
 from hpcscope.service.diagram.ports import PortNow, port_now
-from hpcscope.service.jobs.reports import utcnow
 from hpcscope.store import diagram as queries
 
 

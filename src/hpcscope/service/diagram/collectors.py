@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from hpcscope.model.catalog import Collector
+from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.service.core import Service
 from hpcscope.store import diagram as queries
 
@@ -81,7 +82,7 @@ def collector_health(
     """Health of every collector of the catalog from the ``scrapes`` table."""
     since = now - timedelta(seconds=HEALTH_WINDOW_SECONDS)
     rows = {r["exporter"]: r for r in queries.scrape_health(service.store, since=since)}
-    stale_after = 3 * service.settings.scrape_interval_seconds
+    stale_after = max_sample_weight_seconds(service.settings.scrape_interval_seconds)
     out: list[CollectorHealth] = []
     for collector in collectors if collectors is not None else service.catalog.collectors:
         names = COLLECTOR_EXPORTERS.get(collector.id, (collector.id,))

@@ -6,7 +6,10 @@ Cost of lost GPU-hours, over a window (default the last 24 hours) of stored samp
 * useful GPU-hours: allocated time weighted by real efficiency (``SM_ACTIVE``), the same
   definition the job report uses (allocated x SM_ACTIVE);
 * lost GPU-hours: measured time minus useful time; intervals without an SM_ACTIVE sample
-  (profiling paused) are neither useful nor lost, and collection gaps count for nothing;
+  (profiling paused) are neither useful nor lost;
+* sample weights follow :mod:`hpcscope.model.sampling`: each sample stands for the time to the
+  next one, clipped to the cap (3 scrape intervals); the rest of a longer silence is a gap
+  and counts for nothing — the job report's rule, so both give the same useful GPU-hours;
 * cost: lost GPU-hours x the topology's price per GPU-hour.
 
 Reported utilisation over the same time is given beside it: the gap between the two is the
@@ -23,14 +26,12 @@ from datetime import datetime, timedelta
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.catalog import Bridge
+from hpcscope.model.sampling import max_sample_weight_seconds
+from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Layer
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.live import Viewer
-from hpcscope.service.jobs.reports import utcnow
 from hpcscope.store import diagram as queries
-
-#: Longest interval a sample stands for, in scrape intervals; longer silences are gaps.
-GAP_SCRAPES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ def cost_summary(
         scope=scope,
         since=since,
         until=until,
-        max_interval_seconds=GAP_SCRAPES * service.settings.scrape_interval_seconds,
+        max_interval_seconds=max_sample_weight_seconds(service.settings.scrape_interval_seconds),
     )
     lost_hours = max(0.0, time.measured_seconds - time.useful_seconds) / 3600
     price = service.topology.gpu_hour_price

@@ -31,9 +31,10 @@ import polars as pl
 
 from hpcscope.analysis.jobs.efficiency import gpu_summary
 from hpcscope.model.access import JobScope, Principal
+from hpcscope.model.sampling import max_sample_weight_seconds
+from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.collectors import CollectorHealth, collector_health
-from hpcscope.service.jobs.reports import utcnow
 from hpcscope.service.settings import Settings
 from hpcscope.store import diagram as queries
 
@@ -299,7 +300,10 @@ def live_verdicts(
         return {}
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
-    summary = gpu_summary(frame, max_interval_seconds=3 * service.settings.scrape_interval_seconds)
+    summary = gpu_summary(
+        frame,
+        max_interval_seconds=max_sample_weight_seconds(service.settings.scrape_interval_seconds),
+    )
     return {
         (str(row["job_id"]), str(row["node"]), int(row["gpu"])): str(row["verdict"])
         for row in summary.select("job_id", "node", "gpu", "verdict").iter_rows(named=True)

@@ -7,7 +7,7 @@ report objects. The web app and the CLI render what this returns.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -16,28 +16,13 @@ import pyarrow as pa
 from hpcscope.analysis.jobs.efficiency import gpu_summary
 from hpcscope.analysis.jobs.report import JobReport, job_reports
 from hpcscope.model.access import Principal
+from hpcscope.model.sampling import max_sample_weight_seconds
+from hpcscope.model.timeutil import iso_z
 from hpcscope.store import reports as queries
 from hpcscope.store.duck import Store
 
 #: Jobs listed at most per request (newest first).
 MAX_JOBS = 200
-
-
-def utcnow() -> datetime:
-    """Naive UTC now: the store keeps naive UTC timestamps."""
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
-def epoch_seconds(moment: datetime) -> float:
-    """Seconds since the Unix epoch; a naive datetime is UTC (as the store keeps them)."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-def max_interval_seconds(scrape_interval_seconds: float) -> float:
-    """A sample stands for at most three scrape intervals; beyond that the series has a gap."""
-    return 3.0 * scrape_interval_seconds
 
 
 def _frame(table: pa.Table) -> pl.DataFrame:
@@ -68,7 +53,7 @@ def reports_for(
         jobs, ids = visible_jobs_by_id(store, principal, job_ids)
     samples = _frame(queries.samples_for_jobs(store, sorted(ids)))
     summary = gpu_summary(
-        samples, max_interval_seconds=max_interval_seconds(scrape_interval_seconds)
+        samples, max_interval_seconds=max_sample_weight_seconds(scrape_interval_seconds)
     )
     reports = job_reports(summary, jobs, now=now, gpu_hour_price=gpu_hour_price, currency=currency)
     return [r for r in reports if r.job_id in ids]
@@ -99,7 +84,7 @@ class CollectionHealth:
 
     def to_dict(self) -> dict[str, Any]:
         def plain(value: Any) -> Any:
-            return value.isoformat() + "Z" if isinstance(value, datetime) else value
+            return iso_z(value) if isinstance(value, datetime) else value
 
         return {
             "generated_at": plain(self.generated_at),
@@ -163,7 +148,7 @@ def live_job_gpus(
     )
     recent = _frame(queries.samples_for_jobs(store, ids, since=now - window))
     summary = gpu_summary(
-        recent, max_interval_seconds=max_interval_seconds(scrape_interval_seconds)
+        recent, max_interval_seconds=max_sample_weight_seconds(scrape_interval_seconds)
     )
     gpus = tuple(
         LiveGpu(

@@ -32,7 +32,8 @@ from hpcscope.analysis.traces.rank_gpus import RankGpu, map_ranks_to_gpus, short
 from hpcscope.analysis.traces.storage_evidence import node_storage, storage_evidence
 from hpcscope.analysis.traces.straggler_evidence import Evidence, GpuTelemetry, hardware_evidence
 from hpcscope.ingest.exporters.infiniband import COUNTER_WIDTH_BITS
-from hpcscope.service.jobs import reports
+from hpcscope.model.sampling import max_sample_weight_seconds
+from hpcscope.model.timeutil import parse_iso_utc
 from hpcscope.store import infiniband as ib_queries
 from hpcscope.store import lustre as lustre_queries
 from hpcscope.store import traces as queries
@@ -45,11 +46,6 @@ if TYPE_CHECKING:
 COUNTER_MARGIN_SECONDS = 300
 #: Evidence items this module adds, recognised when a link is made again.
 _TELEMETRY_SOURCES = ("infiniband", "lustre")
-
-
-def parse_utc(text: str) -> datetime:
-    """An ISO 8601 UTC time of the analysis document as a naive UTC datetime."""
-    return datetime.fromisoformat(text.removesuffix("Z"))
 
 
 def _from_telemetry(item: dict[str, Any]) -> bool:
@@ -78,8 +74,8 @@ def add_job_evidence(service: Service, document: dict[str, Any], job_id: str) ->
         allocation,
     )
     window = document.get("window")
-    since = parse_utc(window["start_utc"]) if window else None
-    until = parse_utc(window["end_utc"]) if window else None
+    since = parse_iso_utc(window["start_utc"]) if window else None
+    until = parse_iso_utc(window["end_utc"]) if window else None
     if since is not None and until is not None:
         pad = timedelta(seconds=service.settings.scrape_interval_seconds)
         since, until = since - pad, until + pad
@@ -131,7 +127,7 @@ def _hardware(
         return {}
     summary = gpu_summary(
         samples,
-        max_interval_seconds=reports.max_interval_seconds(service.settings.scrape_interval_seconds),
+        max_interval_seconds=max_sample_weight_seconds(service.settings.scrape_interval_seconds),
     )
     counts = samples.group_by(["node", "gpu"]).len()
     per_gpu = {(r["node"], int(r["gpu"])): r for r in summary.to_dicts()}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from hpcscope.analysis.traces.rank_timeline import PHASES, RankTimeline
 from hpcscope.analysis.traces.straggler_evidence import Evidence, straggler_evidence
 from hpcscope.analysis.traces.stragglers import StragglerReport, busy_seconds, straggler_report
 from hpcscope.model.errors import SourceError
+from hpcscope.model.timeutil import from_epoch_micros, iso_z
 from hpcscope.service.traces.inputs import TraceInput, find_traces, parse_ranks
 
 SCHEMA = "hpcscope.traces.analysis/1"
@@ -85,19 +86,14 @@ def profiled_window(result: TraceAnalysis) -> tuple[datetime, datetime] | None:
         ends.append(float(tl.step_end_us[index].max()) + tl.epoch_offset_us)
     if not starts:
         return None
-    epoch = datetime(1970, 1, 1)
     return (
-        epoch + timedelta(microseconds=min(starts)),
-        epoch + timedelta(microseconds=max(ends)),
+        from_epoch_micros(min(starts)),
+        from_epoch_micros(max(ends)),
     )
 
 
 def _round(value: float | None, digits: int = 6) -> float | None:
     return None if value is None else round(float(value), digits)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.isoformat(timespec="microseconds") + "Z"
 
 
 def _mean_on(tl: RankTimeline, per_step: Any, steps: set[int]) -> float:
@@ -201,7 +197,10 @@ def to_json(result: TraceAnalysis) -> dict[str, Any]:
         },
         "window": None
         if window is None
-        else {"start_utc": _iso(window[0]), "end_utc": _iso(window[1])},
+        else {
+            "start_utc": iso_z(window[0], timespec="microseconds"),
+            "end_utc": iso_z(window[1], timespec="microseconds"),
+        },
         "collectives": {
             "matched": table.collectives_matched,
             "unmatched": table.collectives_unmatched,

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import AccessError, SourceError
+from hpcscope.model.timeutil import parse_iso_utc, utcnow
 from hpcscope.model.trace_analysis import StoredAnalysis
-from hpcscope.service.jobs import reports
 from hpcscope.service.traces.inputs import IN_PROCESS_JSON_BYTES, find_traces, plan_workers
-from hpcscope.service.traces.job_evidence import add_job_evidence, parse_utc
+from hpcscope.service.traces.job_evidence import add_job_evidence
 from hpcscope.service.traces.pipeline import analyze, to_json
 from hpcscope.store import traces as queries
 
@@ -127,15 +127,15 @@ def analyze_and_store(
         owner_accounts=_owner_accounts(service, principal.name),
         job_id=job_id,
         account=account,
-        created=now or reports.utcnow(),
+        created=now or utcnow(),
         source_names=tuple(source_names),
         ranks=len(document["ranks"]),
         steps=int(document["steps"]),
         partial=bool(document["partial"]),
         slowdown=document["what_if"]["slowdown"],
         straggler_ranks=tuple(int(s["rank"]) for s in document["stragglers"]),
-        window_start=parse_utc(window["start_utc"]) if window else None,
-        window_end=parse_utc(window["end_utc"]) if window else None,
+        window_start=parse_iso_utc(window["start_utc"]) if window else None,
+        window_end=parse_iso_utc(window["end_utc"]) if window else None,
         result_json=json.dumps(document),
     )
     queries.insert_analysis(service.store, row)
