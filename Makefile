@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-dev
 TORCH  := $(VENV)/.installed-torch
 HTA    := .bench-venv/.installed-hta
 
-.PHONY: demo test check lint typecheck imports unit venv system-deps torch bench bench-venv clean help
+.PHONY: demo test check lint typecheck imports unit venv system-deps torch bench bench-venv clean help schemas
 
 help:
 	@echo "make demo   set up, then run the twin cluster + collector + web UI (prints URL and logins)"
@@ -48,6 +48,10 @@ imports: venv
 	$(BIN)/lint-imports
 
 check: lint typecheck imports
+
+# JSON Schema of every document the API and the CLI emit (docs/schemas/); a test fails on drift.
+schemas: venv
+	$(BIN)/python -m hpcscope.service.schemas
 
 unit: venv
 	$(BIN)/pytest -q

@@ -1,0 +1,41 @@
+"""The committed JSON Schemas of ``docs/schemas/`` are those the contracts generate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpcscope.service import schemas
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_committed_schemas_match_the_code() -> None:
+    problems = schemas.drift(ROOT / schemas.SCHEMA_DIR)
+    assert not problems, "\n".join([*problems, f"run `{schemas.REGENERATE}` to update"])
+
+
+def test_drift_names_a_changed_missing_and_stale_file(tmp_path: Path) -> None:
+    schemas.write(tmp_path)
+    assert schemas.drift(tmp_path) == []
+    (tmp_path / "job-list.schema.json").write_text("{}\n", encoding="utf-8")
+    (tmp_path / "job-report.schema.json").unlink()
+    (tmp_path / "old.schema.json").write_text("{}\n", encoding="utf-8")
+    assert schemas.drift(tmp_path) == [
+        f"{tmp_path}/job-report.schema.json: missing",
+        f"{tmp_path}/job-list.schema.json: differs from the code",
+        f"{tmp_path}/old.schema.json: no contract of that name (stale)",
+    ]
+    assert schemas.main(["--check", "--dir", str(tmp_path)]) == 1
+    assert schemas.main(["--dir", str(tmp_path)]) == 0
+    assert schemas.main(["--check", "--dir", str(tmp_path)]) == 0
+    assert not (tmp_path / "old.schema.json").exists()
+
+
+@pytest.mark.parametrize("name", sorted(schemas.CONTRACTS))
+def test_every_schema_forbids_unknown_fields(name: str) -> None:
+    schema = json.loads(schemas.schema_texts()[f"{name}.schema.json"])
+    assert schema["additionalProperties"] is False
+    assert schema["title"] == schemas.CONTRACTS[name].__name__
