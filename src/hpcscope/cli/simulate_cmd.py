@@ -32,7 +32,7 @@ from hpcscope.service.simulate.simulation import (
     SimulationReport,
     WhatIfReport,
     calibration_json,
-    point_json,
+    curve_json,
     run_simulation,
     run_what_if,
     what_if_json,
@@ -233,12 +233,7 @@ def _print_report(
     report: SimulationReport, cluster: Topology, latencies: NcclLatencies, as_json: bool
 ) -> None:
     if as_json:
-        print_json(
-            [
-                point_json(p, c, report.currency)
-                for p, c in zip(report.points, report.allreduce, strict=True)
-            ]
-        )
+        print_json(curve_json(report))
         return
     request = report.request
     console = _console()
@@ -333,15 +328,15 @@ def _print_what_if(report: WhatIfReport, as_json: bool) -> None:
     for note in info["notes"]:
         console.print(f"note: {note}", highlight=False, style="dim")
     rows = []
-    for item in what_if_json(report):
+    for item in what_if_json(report).root:
         rows.append(
             [
-                f"{item['gpus']:,}" + (" (measured)" if item["measured_scale"] else ""),
-                f"{item['step_seconds'] * 1e3:.2f}",
-                f"{item['efficiency'] * 100:.1f} %",
-                f"{item['fixed_step_seconds'] * 1e3:.2f}",
-                f"{item['speedup_if_fixed']:.2f}x",
-                f"{item['lost_gpu_hours_per_day_to_stragglers']:,.1f}",
+                f"{item.gpus:,}" + (" (measured)" if item.measured_scale else ""),
+                f"{item.step_seconds * 1e3:.2f}",
+                f"{item.efficiency * 100:.1f} %",
+                f"{item.fixed_step_seconds * 1e3:.2f}",
+                f"{item.speedup_if_fixed:.2f}x",
+                f"{item.lost_gpu_hours_per_day_to_stragglers:,.1f}",
             ]
         )
     columns = [

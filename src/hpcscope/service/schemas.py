@@ -17,6 +17,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
+from hpcscope.service.simulate.contracts import (
+    SimulationCurve,
+    SimulationDocument,
+    StepPlayer,
+    WhatIfCurve,
+)
 
 #: Where the schemas are committed, relative to the repository root.
 SCHEMA_DIR = Path("docs/schemas")
@@ -29,10 +35,14 @@ CONTRACTS: Mapping[str, type[BaseModel]] = {
     "job-report": JobReportDocument,
     "job-list": JobList,
     "job-timeseries": JobTimeseries,
+    "simulation": SimulationDocument,
+    "simulation-curve": SimulationCurve,
+    "simulation-what-if": WhatIfCurve,
+    "step-player": StepPlayer,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).
-CLI_ONLY: frozenset[str] = frozenset()
+CLI_ONLY: frozenset[str] = frozenset({"simulation-curve", "simulation-what-if"})
 
 
 def schema_of(contract: type[BaseModel]) -> dict[str, Any]:
