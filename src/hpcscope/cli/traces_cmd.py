@@ -48,6 +48,7 @@ def analyze_command(
     Exit 0 with a result (a partial one says so), 1 when the traces cannot be analysed (the
     file and position are named), 2 for a usage error (a path that does not exist).
     """
+    from hpcscope.service.traces.contracts import TraceAnalysisDocument
     from hpcscope.service.traces.html import render_report
     from hpcscope.service.traces.pipeline import analyze, to_json
 
@@ -78,7 +79,7 @@ def analyze_command(
         except OSError as exc:
             fail(f"cannot write {html}: {exc.strerror or exc}", as_json=json_output)
     if json_output:
-        print_json(document)
+        print_json(TraceAnalysisDocument.of(document))
         return
     _print_human(document)
 

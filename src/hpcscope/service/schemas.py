@@ -23,6 +23,12 @@ from hpcscope.service.simulate.contracts import (
     StepPlayer,
     WhatIfCurve,
 )
+from hpcscope.service.traces.contracts import (
+    TraceAnalysisDocument,
+    TraceList,
+    TraceReport,
+    TraceSummary,
+)
 
 #: Where the schemas are committed, relative to the repository root.
 SCHEMA_DIR = Path("docs/schemas")
@@ -39,6 +45,10 @@ CONTRACTS: Mapping[str, type[BaseModel]] = {
     "simulation-curve": SimulationCurve,
     "simulation-what-if": WhatIfCurve,
     "step-player": StepPlayer,
+    "traces-analysis": TraceAnalysisDocument,
+    "traces-list": TraceList,
+    "traces-summary": TraceSummary,
+    "traces-report": TraceReport,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).
