@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
+from hpcscope.service.nccl.contracts import NcclReport
 from hpcscope.service.simulate.contracts import (
     SimulationCurve,
     SimulationDocument,
@@ -41,6 +42,7 @@ CONTRACTS: Mapping[str, type[BaseModel]] = {
     "job-report": JobReportDocument,
     "job-list": JobList,
     "job-timeseries": JobTimeseries,
+    "nccl-report": NcclReport,
     "simulation": SimulationDocument,
     "simulation-curve": SimulationCurve,
     "simulation-what-if": WhatIfCurve,
@@ -52,7 +54,9 @@ CONTRACTS: Mapping[str, type[BaseModel]] = {
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).
-CLI_ONLY: frozenset[str] = frozenset({"simulation-curve", "simulation-what-if"})
+CLI_ONLY: frozenset[str] = frozenset(
+    {"nccl-report", "simulation-curve", "simulation-what-if", "traces-analysis"}
+)
 
 
 def schema_of(contract: type[BaseModel]) -> dict[str, Any]:
