@@ -51,7 +51,7 @@ check: lint typecheck imports
 
 # JSON Schema of every document the API and the CLI emit (docs/schemas/); a test fails on drift.
 schemas: venv
-	$(BIN)/python -m hpcscope.service.schemas
+	$(BIN)/python -m hpcscope.serve.schemas
 
 unit: venv
 	$(BIN)/pytest -q

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from hpcscope.service import schemas
+from hpcscope.serve import schemas
 
 #: Contracts served by a route (the others are emitted by the CLI only).
 SERVED = sorted(name for name in schemas.CONTRACTS if name not in schemas.CLI_ONLY)

@@ -1,7 +1,7 @@
 """The base of every document hpcscope emits over the API and the CLI (issue 11, part 3).
 
 Each capability declares its documents next to the code that emits them
-(``service/<capability>/contracts.py``); :mod:`hpcscope.service.schemas` lists them and writes
+(``service/<capability>/contracts.py``); :mod:`hpcscope.serve.schemas` lists them and writes
 their JSON Schema to ``docs/schemas/`` (``make schemas``), and a test fails when a committed
 schema drifts from the code.
 

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from hpcscope.model.topology import ElementKind
+from hpcscope.serve.diagram.contracts import DiagramState
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role, Shape
 from hpcscope.serve.templating import efficiency_bucket, percent
 from hpcscope.service.diagram.collectors import CollectorHealth, CollectorStatus
@@ -224,6 +225,7 @@ def live_payload(layout: DiagramLayout, state: LiveState, summary: str) -> tuple
     body = {"summary": summary, "elements": elements}
     digest = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
     payload = {"generated_at": state.generated_at.isoformat() + "Z", **body}
+    DiagramState.model_validate(payload)  # the contract: fails on a renamed or retyped field
     return orjson.dumps(payload), f'"{digest}"'
 
 

@@ -1,7 +1,7 @@
 """The JSON Schema of every document the API and the CLI emit, committed in ``docs/schemas/``.
 
-``python -m hpcscope.service.schemas`` (``make schemas``) rewrites ``docs/schemas/``;
-``python -m hpcscope.service.schemas --check`` says which committed file differs from the code
+``python -m hpcscope.serve.schemas`` (``make schemas``) rewrites ``docs/schemas/``;
+``python -m hpcscope.serve.schemas --check`` says which committed file differs from the code
 (``tests/service/test_schemas.py`` runs the same comparison).
 """
 
@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import TypeAdapter
 
+from hpcscope.serve.diagram.contracts import DiagramPage, DiagramState
+from hpcscope.service.diagram.cards import ElementCard
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 from hpcscope.service.nccl.contracts import NcclReport
 from hpcscope.service.simulate.contracts import (
@@ -35,10 +37,14 @@ from hpcscope.service.traces.contracts import (
 SCHEMA_DIR = Path("docs/schemas")
 
 #: The command that regenerates them (named in the drift test's message).
-REGENERATE = "python -m hpcscope.service.schemas  (or: make schemas)"
+REGENERATE = "python -m hpcscope.serve.schemas  (or: make schemas)"
 
-#: File stem -> the contract it describes.
-CONTRACTS: Mapping[str, type[BaseModel]] = {
+#: File stem -> the contract it describes: a pydantic model, or a frozen dataclass of the
+#: service whose schema pydantic derives (the diagram's element card).
+CONTRACTS: Mapping[str, type[Any]] = {
+    "diagram-card": ElementCard,
+    "diagram-page": DiagramPage,
+    "diagram-state": DiagramState,
     "job-report": JobReportDocument,
     "job-list": JobList,
     "job-timeseries": JobTimeseries,
@@ -59,9 +65,9 @@ CLI_ONLY: frozenset[str] = frozenset(
 )
 
 
-def schema_of(contract: type[BaseModel]) -> dict[str, Any]:
+def schema_of(contract: type[Any]) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of what ``contract`` serialises to."""
-    schema = contract.model_json_schema(mode="serialization")
+    schema = TypeAdapter(contract).json_schema(mode="serialization")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema
 
@@ -107,7 +113,7 @@ def drift(directory: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Write (default) or check the schemas; exit status 1 when ``--check`` finds drift."""
-    parser = argparse.ArgumentParser(prog="python -m hpcscope.service.schemas")
+    parser = argparse.ArgumentParser(prog="python -m hpcscope.serve.schemas")
     parser.add_argument("--dir", type=Path, default=SCHEMA_DIR, help="default: docs/schemas")
     parser.add_argument("--check", action="store_true", help="compare, write nothing")
     args = parser.parse_args(argv)
