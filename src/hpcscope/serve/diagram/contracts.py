@@ -5,7 +5,7 @@
 :class:`~hpcscope.service.diagram.cards.ElementCard`, a frozen dataclass whose JSON Schema
 pydantic derives directly.
 
-The diagram's values are frozen dataclasses of the service (``GpuLive``, ``NodeLive``,
+The diagram's values are frozen dataclasses of the service (``GpuNow``, ``NodeLive``,
 ``CollectorHealth``, the catalog's ``Card``...): :class:`DiagramPage` names them as field types
 instead of copying their fields, so their schema follows the code. They reach the wire through
 :func:`hpcscope.serve.diagram.view.jsonable` (enums as values, datetimes as ISO 8601 UTC with
@@ -21,7 +21,7 @@ from hpcscope.serve.diagram.shapes import Band, Box, Link
 from hpcscope.service.contract import Contract, Number, UtcText
 from hpcscope.service.diagram.collectors import CollectorHealth
 from hpcscope.service.diagram.cost import DecisionView
-from hpcscope.service.diagram.live import ClusterHealth, GpuLive, NodeLive
+from hpcscope.service.diagram.live import ClusterHealth, GpuNow, NodeLive
 
 _BY_ALIAS = ConfigDict(serialize_by_alias=True, validate_by_name=True)
 
@@ -104,7 +104,7 @@ class DiagramLive(_Page):
     """Live values of every GPU and node the viewer may see, and the cluster's health."""
 
     fresh_seconds: Number
-    gpus: dict[str, GpuLive]
+    gpus: dict[str, GpuNow]
     nodes: dict[str, NodeLive]
     cluster: ClusterHealth
 

@@ -26,7 +26,7 @@ from hpcscope.serve.diagram.contracts import DiagramState
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role, Shape
 from hpcscope.serve.templating import efficiency_bucket, percent
 from hpcscope.service.diagram.collectors import CollectorHealth, CollectorStatus
-from hpcscope.service.diagram.live import GpuLive, GpuState, LiveState, NodeLive
+from hpcscope.service.diagram.live import GpuNow, GpuState, LiveState, NodeLive
 
 _STATE_WORDS = {
     GpuState.ALLOCATED: "allocated",
@@ -36,7 +36,7 @@ _STATE_WORDS = {
 }
 
 
-def gpu_class(gpu: GpuLive) -> str:
+def gpu_class(gpu: GpuNow) -> str:
     """``st-<state>``, the real-efficiency bucket when shown, ``xid`` and ``v-<verdict>``."""
     classes = [f"st-{gpu.state.value}"]
     if gpu.state is GpuState.ACTIVE:
@@ -78,7 +78,7 @@ VERDICT_WORDS = {
 }
 
 
-def gpu_lines(gpu: GpuLive, label: str) -> tuple[str, str, str, str, str]:
+def gpu_lines(gpu: GpuNow, label: str) -> tuple[str, str, str, str, str]:
     """Five text lines of a detailed GPU box: name, real, reported, job tag, verdict."""
     job = f"job {gpu.job_ids[0]}" if gpu.job_ids else ""
     if len(gpu.job_ids) > 1:
@@ -96,7 +96,7 @@ def gpu_lines(gpu: GpuLive, label: str) -> tuple[str, str, str, str, str]:
     )
 
 
-def gpu_aria(gpu: GpuLive, node: str, label: str) -> str:
+def gpu_aria(gpu: GpuNow, node: str, label: str) -> str:
     """Accessible name of a GPU: where it is, then what is known, real efficiency first."""
     where = f"{label} of {node}"
     if gpu.state is GpuState.ACTIVE:

@@ -15,7 +15,7 @@ from hpcscope.model.access import Principal
 from hpcscope.serve.auth import require_principal, service_of
 from hpcscope.serve.diagram.view import jsonable
 from hpcscope.serve.templating import render
-from hpcscope.service.diagram.live import GpuLive, Viewer, live_state
+from hpcscope.service.diagram.live import GpuNow, Viewer, live_state
 
 router = APIRouter()
 
@@ -29,7 +29,7 @@ def _context(request: Request, principal: Principal) -> dict[str, Any]:
     # the report of every job the principal has ever run
     live = service.live_job_gpus(principal, window=service.live_window(), now=state.generated_at)
     running = [r for r in live.jobs if r.state in ("RUNNING", None) and r.gpus_observed]
-    by_node: dict[str, list[GpuLive]] = {}
+    by_node: dict[str, list[GpuNow]] = {}
     for gpu in sorted(state.gpus.values(), key=lambda g: (g.node, g.gpu)):
         by_node.setdefault(gpu.node, []).append(gpu)
     return {

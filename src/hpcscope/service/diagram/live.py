@@ -86,8 +86,12 @@ class GpuState(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class GpuLive:
-    """One GPU now. Counters are None when the viewer may not see them or nothing came."""
+class GpuNow:
+    """One GPU now: its latest sample (like :class:`~hpcscope.service.diagram.ports.PortNow`
+    for a port). Counters are None when the viewer may not see them or nothing came.
+
+    Not :class:`hpcscope.service.jobs.reports.RunningJobGpu`, which is one GPU of one job
+    averaged over a recent window."""
 
     element_id: str
     node: str
@@ -170,7 +174,7 @@ class LiveState:
     generated_at: datetime
     fresh_seconds: float
     viewer_anonymous: bool
-    gpus: Mapping[str, GpuLive]
+    gpus: Mapping[str, GpuNow]
     nodes: Mapping[str, NodeLive]
     collectors: tuple[CollectorHealth, ...]
     cluster: ClusterHealth
@@ -182,9 +186,9 @@ def fresh_seconds(settings: Settings) -> float:
     return max(MIN_FRESH_SECONDS, STALE_SCRAPES * settings.scrape_interval_seconds)
 
 
-#: Counter columns of the store that GpuLive carries (the others stay in the store).
+#: Counter columns of the store that GpuNow carries (the others stay in the store).
 _LIVE_VALUES = tuple(
-    c for c in queries.LIVE_GPU_COLUMNS if c in GpuLive.__dataclass_fields__ and c != "xid_last"
+    c for c in queries.LIVE_GPU_COLUMNS if c in GpuNow.__dataclass_fields__ and c != "xid_last"
 )
 
 
@@ -196,11 +200,11 @@ def _gpu_live(
     now: datetime,
     last_seen: datetime | None,
     verdicts: Mapping[tuple[str, str, int], str],
-) -> GpuLive:
+) -> GpuNow:
     if row is None:
         state = GpuState.STALE if last_seen is not None else GpuState.NODATA
         age = (now - last_seen).total_seconds() if last_seen is not None else None
-        return GpuLive(element_id, node, gpu, state, sample_ts=last_seen, age_seconds=age)
+        return GpuNow(element_id, node, gpu, state, sample_ts=last_seen, age_seconds=age)
     visible = tuple(str(j) for j in row["visible_jobs"])
     hidden = int(row["hidden_jobs"])
     ts = row["ts"]
@@ -220,7 +224,7 @@ def _gpu_live(
         verdict = next(
             (verdicts[(j, node, gpu)] for j in visible if (j, node, gpu) in verdicts), None
         )
-    return GpuLive(
+    return GpuNow(
         element_id,
         node,
         gpu,
@@ -240,7 +244,7 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
-def _node_live(element_id: str, node: str, gpus: list[GpuLive]) -> NodeLive:
+def _node_live(element_id: str, node: str, gpus: list[GpuNow]) -> NodeLive:
     active = [g for g in gpus if g.state is GpuState.ACTIVE]
     jobs = sorted({job for g in gpus for job in g.job_ids})
     real = [g.sm_active_ratio for g in active if g.sm_active_ratio is not None]
@@ -308,7 +312,7 @@ def live_verdicts(
 
 def gpu_views(
     service: Service, viewer: Viewer, *, now: datetime, nodes: Iterable[str] | None = None
-) -> tuple[dict[str, GpuLive], dict[str, NodeLive], ClusterHealth]:
+) -> tuple[dict[str, GpuNow], dict[str, NodeLive], ClusterHealth]:
     """Every GPU and node of the topology (or of ``nodes``) as ``viewer`` may see them now,
     and the cluster-wide aggregate."""
     fresh = fresh_seconds(service.settings)
@@ -330,7 +334,7 @@ def gpu_views(
         queries.last_sample_times(service.store, since=now - LAST_SEEN_LOOKBACK) if silent else {}
     )
     verdicts = live_verdicts(service, viewer, now=now)
-    gpus: dict[str, GpuLive] = {}
+    gpus: dict[str, GpuNow] = {}
     node_states: dict[str, NodeLive] = {}
     for node in service.topology.nodes:
         if wanted is not None and node.name not in wanted:
