@@ -104,7 +104,7 @@ def gpu_timeseries(
         params.append(since)
     return store.query(
         f"SELECT time_bucket(INTERVAL '{int(bucket_seconds)} seconds', ts) AS bucket, node, gpu, "
-        "avg(gpu_util_ratio) AS reported_util_ratio, avg(sm_active_ratio) AS sm_active_ratio, "
+        "avg(reported_util_ratio) AS reported_util_ratio, avg(sm_active_ratio) AS sm_active_ratio, "
         "avg(tensor_active_ratio) AS tensor_active_ratio "
         f"FROM gpu_samples WHERE job_id = ?{window} "
         "GROUP BY ALL ORDER BY bucket, node, gpu",

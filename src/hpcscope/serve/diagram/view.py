@@ -86,11 +86,11 @@ def gpu_lines(gpu: GpuNow, label: str) -> tuple[str, str, str, str, str]:
     if gpu.state in _STATE_WORDS and not gpu.has_values:
         return label, _STATE_WORDS[gpu.state], "", job, ""
     if gpu.state is GpuState.IDLE:
-        return label, "idle", f"rep. {percent(gpu.gpu_util_ratio)}", "", ""
+        return label, "idle", f"rep. {percent(gpu.reported_util_ratio)}", "", ""
     return (
         label,
         f"real {percent(gpu.sm_active_ratio)}",
-        f"rep. {percent(gpu.gpu_util_ratio)}",
+        f"rep. {percent(gpu.reported_util_ratio)}",
         job,
         VERDICT_WORDS.get(gpu.verdict or "", gpu.verdict or ""),
     )
@@ -104,12 +104,12 @@ def gpu_aria(gpu: GpuNow, node: str, label: str) -> str:
         verdict = VERDICT_WORDS.get(gpu.verdict or "", "")
         return (
             f"{where}: job {jobs}, real efficiency {percent(gpu.sm_active_ratio)} SM active, "
-            f"reported utilisation {percent(gpu.gpu_util_ratio)}"
+            f"reported utilisation {percent(gpu.reported_util_ratio)}"
             + (f", {verdict}" if verdict else "")
             + (f", last Xid {gpu.xid_last}" if gpu.xid_last else "")
         )
     if gpu.state is GpuState.IDLE and gpu.has_values:
-        return f"{where}: idle, no job, reported utilisation {percent(gpu.gpu_util_ratio)}"
+        return f"{where}: idle, no job, reported utilisation {percent(gpu.reported_util_ratio)}"
     return f"{where}: {_STATE_WORDS.get(gpu.state, gpu.state.value)}"
 
 
@@ -118,7 +118,7 @@ def node_aria(node: NodeLive) -> str:
     if node.active:
         parts.append(
             f"{node.active} in your view, real efficiency {percent(node.sm_active_ratio)} "
-            f"SM active, reported utilisation {percent(node.gpu_util_ratio)}"
+            f"SM active, reported utilisation {percent(node.reported_util_ratio)}"
         )
     if node.allocated_hidden:
         parts.append(f"{node.allocated_hidden} allocated")

@@ -90,7 +90,7 @@ def summary_text(state: LiveState) -> str:
     text = (
         f"{c.gpus_allocated} of {c.gpus_total} GPUs allocated · allocated GPUs: real efficiency "
         f"{percent(c.sm_active_ratio)} SM active, reported utilisation "
-        f"{percent(c.gpu_util_ratio)}"
+        f"{percent(c.reported_util_ratio)}"
     )
     if c.gpus_reporting < c.gpus_total:
         text += f" · {c.gpus_total - c.gpus_reporting} GPUs without recent data"

@@ -101,7 +101,7 @@ class GpuNow:
     age_seconds: float | None = None
     job_ids: tuple[str, ...] = ()
     hidden_jobs: int = 0
-    gpu_util_ratio: float | None = None
+    reported_util_ratio: float | None = None
     sm_active_ratio: float | None = None
     tensor_active_ratio: float | None = None
     sm_occupancy_ratio: float | None = None
@@ -118,7 +118,7 @@ class GpuNow:
 
     @property
     def has_values(self) -> bool:
-        return self.sm_active_ratio is not None or self.gpu_util_ratio is not None
+        return self.sm_active_ratio is not None or self.reported_util_ratio is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +133,7 @@ class NodeLive:
     allocated_hidden: int
     idle: int
     stale: int
-    gpu_util_ratio: float | None
+    reported_util_ratio: float | None
     sm_active_ratio: float | None
     worst_sm_active_ratio: float | None
     xid_gpus: int
@@ -147,7 +147,7 @@ class ClusterHealth:
     gpus_total: int
     gpus_reporting: int
     gpus_allocated: int
-    gpu_util_ratio: float | None
+    reported_util_ratio: float | None
     sm_active_ratio: float | None
     gpus_with_xid: int
     latest_ts: datetime | None
@@ -257,7 +257,7 @@ def _node_live(element_id: str, node: str, gpus: list[GpuNow]) -> NodeLive:
         allocated_hidden=sum(1 for g in gpus if g.state is GpuState.ALLOCATED),
         idle=sum(1 for g in gpus if g.state is GpuState.IDLE),
         stale=sum(1 for g in gpus if g.state in (GpuState.STALE, GpuState.NODATA)),
-        gpu_util_ratio=_mean(g.gpu_util_ratio for g in active),
+        reported_util_ratio=_mean(g.reported_util_ratio for g in active),
         sm_active_ratio=_mean(real),
         worst_sm_active_ratio=min(real) if real else None,
         xid_gpus=sum(1 for g in gpus if g.xid_last),
@@ -358,7 +358,7 @@ def gpu_views(
         gpus_total=service.topology.gpu_count,
         gpus_reporting=int(health["gpus_reporting"]),
         gpus_allocated=int(health["gpus_allocated"]),
-        gpu_util_ratio=health["gpu_util_ratio"],
+        reported_util_ratio=health["reported_util_ratio"],
         sm_active_ratio=health["sm_active_ratio"],
         gpus_with_xid=int(health["gpus_with_xid"]),
         latest_ts=health["latest_ts"],
