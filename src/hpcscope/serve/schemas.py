@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from hpcscope.serve.contracts import ClusterState, Health, WhoAmI
 from hpcscope.serve.diagram.contracts import DiagramPage, DiagramState
 from hpcscope.service.diagram.cards import ElementCard
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
@@ -42,6 +43,9 @@ REGENERATE = "python -m hpcscope.serve.schemas  (or: make schemas)"
 #: File stem -> the contract it describes: a pydantic model, or a frozen dataclass of the
 #: service whose schema pydantic derives (the diagram's element card).
 CONTRACTS: Mapping[str, type[Any]] = {
+    "cluster": ClusterState,
+    "health": Health,
+    "whoami": WhoAmI,
     "diagram-card": ElementCard,
     "diagram-page": DiagramPage,
     "diagram-state": DiagramState,

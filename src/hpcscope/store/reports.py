@@ -132,7 +132,7 @@ def scrape_health(store: Store, *, since: datetime) -> pa.Table:
         "  AS failures_since_success, "
         "arg_max(r.error, r.ts) AS last_error, arg_max(r.duration_seconds, r.ts) AS "
         "last_duration_seconds, arg_max(r.samples, r.ts) AS last_samples, "
-        "sum(r.rejected_lines) AS rejected_lines "
+        "CAST(sum(r.rejected_lines) AS BIGINT) AS rejected_lines "
         "FROM recent r LEFT JOIN last_ok l ON l.target = r.target "
         "GROUP BY r.target ORDER BY r.target",
         [since],

@@ -1,8 +1,8 @@
 """Documents of the job pages' JSON twins and of ``hpcscope jobs --json``.
 
 ``GET /api/jobs`` is a :class:`JobList`, ``GET /api/jobs/{id}`` a :class:`JobReportDocument`,
-``GET /api/jobs/{id}/timeseries`` a :class:`JobTimeseries`, ``GET /api/cluster`` a
-:class:`ClusterState`.
+``GET /api/jobs/{id}/timeseries`` a :class:`JobTimeseries`; the collector's health in
+``GET /api/cluster`` is a list of :class:`TargetHealth` and of :class:`CollectionGap`.
 """
 
 from __future__ import annotations
@@ -101,3 +101,28 @@ class JobTimeseries(Contract):
     job_id: str
     bucket_seconds: int | None
     series: list[GpuSeries]
+
+
+class TargetHealth(Contract):
+    """One scrape target over the last 15 minutes (no job data)."""
+
+    target: str
+    exporter: str | None
+    node: str | None
+    last_attempt: UtcText | None
+    last_success: UtcText | None
+    failures_since_success: int
+    last_error: str | None
+    last_duration_seconds: Number | None
+    last_samples: int | None
+    rejected_lines: int | None
+
+
+class CollectionGap(Contract):
+    """A span in which a target's series has no samples, and why."""
+
+    target: str
+    node: str | None
+    start_ts: UtcText
+    end_ts: UtcText
+    reason: str
