@@ -305,27 +305,27 @@ def _print_what_if(report: WhatIfReport, as_json: bool) -> None:
         return
     info = calibration_json(report)
     console = _console()
-    phases = info["phases_seconds"]
+    phases = info.phases_seconds
     console.print(
-        f"[bold]Measured job[/]: {info['measured_gpus']} ranks; per step data "
-        f"{phases['data_load'] * 1e3:.2f}, forward {phases['forward'] * 1e3:.2f}, backward "
-        f"{phases['backward'] * 1e3:.2f}, other {phases['other'] * 1e3:.2f}, optimizer "
-        f"{phases['optimizer'] * 1e3:.2f}, AllReduce {phases['communication'] * 1e3:.2f} ms "
+        f"[bold]Measured job[/]: {info.measured_gpus} ranks; per step data "
+        f"{phases.data_load * 1e3:.2f}, forward {phases.forward * 1e3:.2f}, backward "
+        f"{phases.backward * 1e3:.2f}, other {phases.other * 1e3:.2f}, optimizer "
+        f"{phases.optimizer * 1e3:.2f}, AllReduce {phases.communication * 1e3:.2f} ms "
         "(peer medians)",
         highlight=False,
     )
-    for straggler in info["stragglers"]:
+    for straggler in info.stragglers:
         console.print(
-            f"straggler: GPU {straggler['gpu']} {straggler['phase']} x{straggler['factor']:.2f}",
+            f"straggler: GPU {straggler.gpu} {straggler.phase} x{straggler.factor:.2f}",
             highlight=False,
         )
-    actual = info["actual_step_seconds"]
+    actual = info.actual_step_seconds
     console.print(
-        f"model at the measured scale: {info['modelled_step_seconds'] * 1e3:.2f} ms per step"
+        f"model at the measured scale: {info.modelled_step_seconds * 1e3:.2f} ms per step"
         + (f" (measured {actual * 1e3:.2f} ms)" if actual else ""),
         highlight=False,
     )
-    for note in info["notes"]:
+    for note in info.notes:
         console.print(f"note: {note}", highlight=False, style="dim")
     rows = []
     for item in what_if_json(report).root:

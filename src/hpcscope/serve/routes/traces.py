@@ -233,11 +233,10 @@ def trace_page(request: Request, analysis_id: str, principal: PrincipalDep) -> R
 def trace_json(request: Request, analysis_id: str, principal: PrincipalDep) -> TraceReport:
     """One analysis: its summary, the ``hpcscope.traces.analysis/1`` document (with hardware
     evidence from the linked job's telemetry) and the per-step chart series."""
-    found = trace_reports.get_analysis(service_of(request), principal, analysis_id)
-    if found is None:
+    report = trace_reports.get_report(service_of(request), principal, analysis_id)
+    if report is None:
         raise HTTPException(status_code=404, detail=f"no trace analysis {analysis_id} visible")
-    row, document = found
-    return TraceReport.of(row, document)
+    return report
 
 
 @router.post("/traces/{analysis_id}/link")

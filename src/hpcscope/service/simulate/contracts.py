@@ -165,3 +165,36 @@ class StepPlayer(Contract):
     ring: StepRing
     healthy: StepScenario
     straggler: StepScenario
+
+
+class CalibrationPhases(Contract):
+    """The measured job's phases, seconds per step (peer medians)."""
+
+    data_load: Number
+    forward: Number
+    backward: Number
+    other: Number
+    optimizer: Number
+    communication: Number
+
+
+class CalibrationStraggler(Contract):
+    """A straggler the calibration found: its GPU, slow phase and slowdown factor."""
+
+    gpu: int
+    phase: str
+    factor: Number
+
+
+class CalibrationDocument(Contract):
+    """How ``simulate --calibrate`` modelled the measured job (its text output reads this)."""
+
+    measured_gpus: int
+    phases_seconds: CalibrationPhases
+    stragglers: list[CalibrationStraggler]
+    jitter_cv: Number
+    jitter_cv_source: str
+    allreduce_message_bytes: Number
+    modelled_step_seconds: Number
+    actual_step_seconds: Number | None
+    notes: list[str]

@@ -32,6 +32,7 @@ from hpcscope.analysis.simulate.stepsim import simulate_scaling
 from hpcscope.model.nccl_latency import NcclLatencies, default_nccl_latencies
 from hpcscope.model.topology import Topology
 from hpcscope.service.simulate.contracts import (
+    CalibrationDocument,
     FabricDocument,
     SimulationCurve,
     SimulationDocument,
@@ -248,25 +249,27 @@ def what_if_json(report: WhatIfReport) -> WhatIfCurve:
     return WhatIfCurve(out)
 
 
-def calibration_json(report: WhatIfReport) -> dict[str, Any]:
+def calibration_json(report: WhatIfReport) -> CalibrationDocument:
     """How the job was modelled, for the ``--json`` envelope and the text output."""
     cal = report.calibration
     model = cal.model
-    return {
-        "measured_gpus": cal.gpus,
-        "phases_seconds": {
-            "data_load": model.data_load_seconds,
-            "forward": model.forward_seconds,
-            "backward": model.backward_seconds,
-            "other": model.other_seconds,
-            "optimizer": model.optimizer_seconds,
-            "communication": cal.communication_seconds,
-        },
-        "stragglers": [asdict(s) for s in model.stragglers],
-        "jitter_cv": model.jitter_cv,
-        "jitter_cv_source": cal.jitter_cv_source,
-        "allreduce_message_bytes": report.message_bytes,
-        "modelled_step_seconds": cal.modelled_step_seconds,
-        "actual_step_seconds": cal.actual_step_seconds,
-        "notes": list(cal.notes),
-    }
+    return CalibrationDocument.model_validate(
+        {
+            "measured_gpus": cal.gpus,
+            "phases_seconds": {
+                "data_load": model.data_load_seconds,
+                "forward": model.forward_seconds,
+                "backward": model.backward_seconds,
+                "other": model.other_seconds,
+                "optimizer": model.optimizer_seconds,
+                "communication": cal.communication_seconds,
+            },
+            "stragglers": [asdict(s) for s in model.stragglers],
+            "jitter_cv": model.jitter_cv,
+            "jitter_cv_source": cal.jitter_cv_source,
+            "allreduce_message_bytes": report.message_bytes,
+            "modelled_step_seconds": cal.modelled_step_seconds,
+            "actual_step_seconds": cal.actual_step_seconds,
+            "notes": list(cal.notes),
+        }
+    )
