@@ -72,14 +72,15 @@ def analyze_command(
     finally:
         if progress is not None:
             bar.stop()
-    document = to_json(result)
+    # validated against the contract on every path (JSON, HTML, text)
+    document = TraceAnalysisDocument.of(to_json(result)).model_dump(mode="json", exclude_unset=True)
     if html is not None:
         try:
             html.write_text(render_report(document), encoding="utf-8")
         except OSError as exc:
             fail(f"cannot write {html}: {exc.strerror or exc}", as_json=json_output)
     if json_output:
-        print_json(TraceAnalysisDocument.of(document))
+        print_json(document)
         return
     _print_human(document)
 
