@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-dev
 TORCH  := $(VENV)/.installed-torch
 HTA    := .bench-venv/.installed-hta
 
-.PHONY: demo test check lint typecheck imports unit venv system-deps torch bench bench-venv clean help
+.PHONY: demo test check lint typecheck imports unit venv system-deps torch bench bench-venv clean help schemas schemas-check
 
 help:
 	@echo "make demo   set up, then run the twin cluster + collector + web UI (prints URL and logins)"
@@ -47,7 +47,14 @@ typecheck: venv torch
 imports: venv
 	$(BIN)/lint-imports
 
-check: lint typecheck imports
+check: lint typecheck imports schemas-check
+
+# JSON Schema of every document the API and the CLI emit (docs/schemas/); a test fails on drift.
+schemas: venv
+	$(BIN)/python -m hpcscope.serve.schemas
+
+schemas-check: venv
+	$(BIN)/python -m hpcscope.serve.schemas --check
 
 unit: venv
 	$(BIN)/pytest -q

@@ -127,7 +127,7 @@ def store_samples(service: Service, samples: list[Sample], *, last: datetime) ->
             "node": "gpu01",
             "gpu": s.gpu,
             "job_id": JOB,
-            "gpu_util_ratio": 1.0,
+            "reported_util_ratio": 1.0,
             "sm_active_ratio": s.sm_active_ratio,
             "energy_joules": s.energy_joules,
         }

@@ -186,7 +186,7 @@ def test_live_values_update_without_reload_and_pause_when_hidden(
             node=["gpu01"],
             gpu=[7],
             job_id=["4410001"],
-            gpu_util_ratio=[0.95],
+            reported_util_ratio=[0.95],
             sm_active_ratio=[0.85],
         )
         service.store.append("gpu_samples", pa.table(row, schema=GPU_SAMPLE_SCHEMA)).result()

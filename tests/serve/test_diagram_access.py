@@ -156,7 +156,7 @@ def test_counters_of_hidden_gpus_are_null(clients: dict[str | None, TestClient])
             else:
                 assert gpu["state"] == "idle"
                 # an idle GPU's counters (memory left behind is a security signal): admins only
-                assert (gpu["gpu_util_ratio"] is None) == (user != "admin")
+                assert (gpu["reported_util_ratio"] is None) == (user != "admin")
         state = client.get("/api/diagram/state").json()["elements"]
         assert ("real 92 %" in state["gpu-gpu02-2"]["lines"]) == ("4410002" in VISIBLE[user])
         page = client.get("/diagram").text

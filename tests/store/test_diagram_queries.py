@@ -40,9 +40,11 @@ def test_admin_sees_every_gpu_with_its_job_and_counters(store: Store) -> None:
     straggler = rows[("gpu02", 2)]
     assert straggler["visible_jobs"] == ["4410002"] and straggler["hidden_jobs"] == 0
     assert straggler["sm_active_ratio"] == pytest.approx(0.92)
-    assert straggler["gpu_util_ratio"] == pytest.approx(0.99)
+    assert straggler["reported_util_ratio"] == pytest.approx(0.99)
     starved = rows[("gpu01", 0)]
-    assert (starved["gpu_util_ratio"], starved["sm_active_ratio"]) == pytest.approx((0.87, 0.19))
+    assert (starved["reported_util_ratio"], starved["sm_active_ratio"]) == pytest.approx(
+        (0.87, 0.19)
+    )
     idle = rows[("gpu01", 7)]
     assert idle["allocated"] is False and idle["visible_jobs"] == []
 
@@ -58,7 +60,7 @@ def test_a_researcher_gets_other_jobs_as_allocated_without_anything_else(store: 
         assert row["values_visible"] is False
         assert all(row[c] is None for c in q.LIVE_GPU_COLUMNS), key
     # a GPU no job holds shows its counters to a logged-in user (memory left behind is a signal)
-    assert rows[("gpu01", 6)]["gpu_util_ratio"] == 0.0
+    assert rows[("gpu01", 6)]["reported_util_ratio"] == 0.0
 
 
 def test_a_team_lead_sees_the_accounts_they_coordinate(store: Store) -> None:
@@ -79,15 +81,17 @@ def test_nobody_scope_without_idle_values_returns_no_counter_at_all(store: Store
 def test_a_job_unknown_to_the_scheduler_is_hidden_from_non_admins(store: Store) -> None:
     sample: dict[str, list[object]] = {field.name: [None] for field in GPU_SAMPLE_SCHEMA}
     sample.update(
-        ts=[NOW + STEP], node=["gpu01"], gpu=[7], job_id=["9999999"], gpu_util_ratio=[0.5]
+        ts=[NOW + STEP], node=["gpu01"], gpu=[7], job_id=["9999999"], reported_util_ratio=[0.5]
     )
     store.append("gpu_samples", pa.table(sample, schema=GPU_SAMPLE_SCHEMA)).result()
     row = _by_gpu(q.gpu_states(store, scope=ALICE, since=RECENT, idle_values=True).rows)[
         ("gpu01", 7)
     ]
-    assert row["allocated"] is True and row["hidden_jobs"] == 1 and row["gpu_util_ratio"] is None
+    assert (
+        row["allocated"] is True and row["hidden_jobs"] == 1 and row["reported_util_ratio"] is None
+    )
     row = _by_gpu(q.gpu_states(store, scope=ALL, since=RECENT, idle_values=True).rows)[("gpu01", 7)]
-    assert row["visible_jobs"] == ["9999999"] and row["gpu_util_ratio"] == 0.5
+    assert row["visible_jobs"] == ["9999999"] and row["reported_util_ratio"] == 0.5
 
 
 def test_old_samples_are_not_live(store: Store) -> None:
@@ -118,12 +122,12 @@ def test_cluster_health_is_an_aggregate_the_same_for_every_scope(store: Store) -
     assert health["gpus_reporting"] == 16 and health["gpus_allocated"] == 14
     util = (4 * 0.87 + 2 * 0.0 + 7 * 0.97 + 0.99) / 14
     real = (4 * 0.19 + 2 * 0.0 + 7 * 0.55 + 0.92) / 14
-    assert health["gpu_util_ratio"] == pytest.approx(util)
+    assert health["reported_util_ratio"] == pytest.approx(util)
     assert health["sm_active_ratio"] == pytest.approx(real)
     assert set(health) == {
         "gpus_reporting",
         "gpus_allocated",
-        "gpu_util_ratio",
+        "reported_util_ratio",
         "sm_active_ratio",
         "gpus_with_xid",
         "latest_ts",
@@ -150,7 +154,7 @@ def test_gpu_time_counts_intervals_and_not_gaps(store: Store) -> None:
         node=["gpu01"],
         gpu=[0],
         job_id=["4410001"],
-        gpu_util_ratio=[0.87],
+        reported_util_ratio=[0.87],
         sm_active_ratio=[0.19],
     )
     store.append("gpu_samples", pa.table(late, schema=GPU_SAMPLE_SCHEMA)).result()

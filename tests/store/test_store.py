@@ -18,7 +18,7 @@ def _samples(n: int, *, node: str = "gpu01") -> pa.Table:
     columns["ts"] = [datetime(2026, 11, 29, 12, 0, i) for i in range(n)]
     columns["node"] = [node] * n
     columns["gpu"] = [i % 8 for i in range(n)]
-    columns["gpu_util_ratio"] = [0.87] * n
+    columns["reported_util_ratio"] = [0.87] * n
     columns["sm_active_ratio"] = [0.19] * n
     return pa.table(columns, schema=GPU_SAMPLE_SCHEMA)
 
@@ -30,6 +30,33 @@ def test_migrations_apply_once_and_are_numbered(tmp_path: Path) -> None:
     with Store(path) as store:  # reopening applies nothing twice
         assert store.schema_version() == MIGRATIONS[-1].version
     assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+
+
+def test_migration_6_renames_gpu_util_and_keeps_the_samples(tmp_path: Path) -> None:
+    """A store written before migration 6 keeps its GPU_UTIL samples under the new name."""
+    import duckdb
+
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+        "applied_at TIMESTAMP NOT NULL DEFAULT current_timestamp)"
+    )
+    for migration in MIGRATIONS[:5]:
+        con.execute(migration.sql)
+        con.execute(
+            "INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+            [migration.version, migration.name],
+        )
+    con.execute(
+        "INSERT INTO gpu_samples (ts, node, gpu, gpu_util_ratio) "
+        "VALUES ('2026-11-29 12:00:00', 'gpu01', 0, 0.87)"
+    )
+    con.close()
+    with Store(path) as store:
+        assert store.schema_version() == 6
+        rows = store.query("SELECT node, reported_util_ratio FROM gpu_samples").to_pylist()
+    assert rows == [{"node": "gpu01", "reported_util_ratio": 0.87}]
 
 
 def test_stored_tables_match_the_arrow_schemas(tmp_path: Path) -> None:

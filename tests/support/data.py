@@ -53,7 +53,7 @@ def populate(store: Store, *, now: datetime, seconds: int = 120, step: int = 2) 
                         "node": node,
                         "gpu": gpu,
                         "job_id": job_id,
-                        "gpu_util_ratio": util,
+                        "reported_util_ratio": util,
                         "sm_active_ratio": sm,
                         "tensor_active_ratio": sm / 2,
                         "power_watts": 100 + 500 * sm,

@@ -65,6 +65,7 @@ def _get(url: str, path: str, user: str | None, password: str | None, as_json: b
 def _offline(store: Path, job_id: str | None, as_json: bool) -> Any:
     from hpcscope.model.access import system_principal
     from hpcscope.service.core import Service
+    from hpcscope.service.jobs.contracts import JobList, JobReportDocument
     from hpcscope.service.settings import Settings
     from hpcscope.store import StoreError
 
@@ -75,11 +76,11 @@ def _offline(store: Path, job_id: str | None, as_json: bool) -> Any:
     try:
         admin = system_principal("local-file")
         if job_id is None:
-            return {"jobs": [r.to_dict() for r in service.job_reports(admin)]}
+            return JobList.from_reports(service.job_reports(admin)).model_dump(mode="json")
         report = service.job_report(admin, job_id)
         if report is None:
             fail(f"no job {job_id} in {store}", as_json=as_json)
-        return report.to_dict()
+        return JobReportDocument.from_report(report).model_dump(mode="json")
     finally:
         service.close()
 

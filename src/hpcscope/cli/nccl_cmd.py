@@ -55,11 +55,12 @@ def analyze(
     ),
 ) -> None:
     """Analyse NCCL and PyTorch logs and flight-recorder dumps; localise a hang."""
-    from hpcscope.service.nccl.pipeline import analyze as run
+    from hpcscope.service.nccl.pipeline import report as run
 
-    report = run(files, world_size=world_size)
+    document = run(files, world_size=world_size)
+    report = document.model_dump(mode="json")
     if json_output:
-        print_json(report)
+        print_json(document)
     elif report["inputs"]:
         render(report, stdout_console())
     errors = report["errors"]

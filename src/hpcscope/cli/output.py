@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 import orjson
 import typer
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
@@ -28,7 +29,13 @@ def stderr_console() -> Console:
 
 
 def print_json(data: Any) -> None:
-    """Write ``data`` as JSON (one document, newline-terminated) to stdout."""
+    """Write ``data`` as JSON (one document, newline-terminated) to stdout.
+
+    A contract (a pydantic model of ``service/*/contracts.py``) is written as it serialises,
+    without the optional keys it was built without.
+    """
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json", exclude_unset=True)
     sys.stdout.buffer.write(
         orjson.dumps(
             data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS

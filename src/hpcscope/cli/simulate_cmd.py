@@ -32,7 +32,7 @@ from hpcscope.service.simulate.simulation import (
     SimulationReport,
     WhatIfReport,
     calibration_json,
-    point_json,
+    curve_json,
     run_simulation,
     run_what_if,
     what_if_json,
@@ -233,12 +233,7 @@ def _print_report(
     report: SimulationReport, cluster: Topology, latencies: NcclLatencies, as_json: bool
 ) -> None:
     if as_json:
-        print_json(
-            [
-                point_json(p, c, report.currency)
-                for p, c in zip(report.points, report.allreduce, strict=True)
-            ]
-        )
+        print_json(curve_json(report))
         return
     request = report.request
     console = _console()
@@ -310,38 +305,38 @@ def _print_what_if(report: WhatIfReport, as_json: bool) -> None:
         return
     info = calibration_json(report)
     console = _console()
-    phases = info["phases_seconds"]
+    phases = info.phases_seconds
     console.print(
-        f"[bold]Measured job[/]: {info['measured_gpus']} ranks; per step data "
-        f"{phases['data_load'] * 1e3:.2f}, forward {phases['forward'] * 1e3:.2f}, backward "
-        f"{phases['backward'] * 1e3:.2f}, other {phases['other'] * 1e3:.2f}, optimizer "
-        f"{phases['optimizer'] * 1e3:.2f}, AllReduce {phases['communication'] * 1e3:.2f} ms "
+        f"[bold]Measured job[/]: {info.measured_gpus} ranks; per step data "
+        f"{phases.data_load * 1e3:.2f}, forward {phases.forward * 1e3:.2f}, backward "
+        f"{phases.backward * 1e3:.2f}, other {phases.other * 1e3:.2f}, optimizer "
+        f"{phases.optimizer * 1e3:.2f}, AllReduce {phases.communication * 1e3:.2f} ms "
         "(peer medians)",
         highlight=False,
     )
-    for straggler in info["stragglers"]:
+    for straggler in info.stragglers:
         console.print(
-            f"straggler: GPU {straggler['gpu']} {straggler['phase']} x{straggler['factor']:.2f}",
+            f"straggler: GPU {straggler.gpu} {straggler.phase} x{straggler.factor:.2f}",
             highlight=False,
         )
-    actual = info["actual_step_seconds"]
+    actual = info.actual_step_seconds
     console.print(
-        f"model at the measured scale: {info['modelled_step_seconds'] * 1e3:.2f} ms per step"
+        f"model at the measured scale: {info.modelled_step_seconds * 1e3:.2f} ms per step"
         + (f" (measured {actual * 1e3:.2f} ms)" if actual else ""),
         highlight=False,
     )
-    for note in info["notes"]:
+    for note in info.notes:
         console.print(f"note: {note}", highlight=False, style="dim")
     rows = []
-    for item in what_if_json(report):
+    for item in what_if_json(report).root:
         rows.append(
             [
-                f"{item['gpus']:,}" + (" (measured)" if item["measured_scale"] else ""),
-                f"{item['step_seconds'] * 1e3:.2f}",
-                f"{item['efficiency'] * 100:.1f} %",
-                f"{item['fixed_step_seconds'] * 1e3:.2f}",
-                f"{item['speedup_if_fixed']:.2f}x",
-                f"{item['lost_gpu_hours_per_day_to_stragglers']:,.1f}",
+                f"{item.gpus:,}" + (" (measured)" if item.measured_scale else ""),
+                f"{item.step_seconds * 1e3:.2f}",
+                f"{item.efficiency * 100:.1f} %",
+                f"{item.fixed_step_seconds * 1e3:.2f}",
+                f"{item.speedup_if_fixed:.2f}x",
+                f"{item.lost_gpu_hours_per_day_to_stragglers:,.1f}",
             ]
         )
     columns = [

@@ -48,6 +48,7 @@ def analyze_command(
     Exit 0 with a result (a partial one says so), 1 when the traces cannot be analysed (the
     file and position are named), 2 for a usage error (a path that does not exist).
     """
+    from hpcscope.service.traces.contracts import TraceAnalysisDocument
     from hpcscope.service.traces.html import render_report
     from hpcscope.service.traces.pipeline import analyze, to_json
 
@@ -71,7 +72,8 @@ def analyze_command(
     finally:
         if progress is not None:
             bar.stop()
-    document = to_json(result)
+    # validated against the contract on every path (JSON, HTML, text)
+    document = TraceAnalysisDocument.of(to_json(result)).model_dump(mode="json", exclude_unset=True)
     if html is not None:
         try:
             html.write_text(render_report(document), encoding="utf-8")

@@ -29,7 +29,7 @@ class MetricColumn:
 
 GPU_METRICS: tuple[MetricColumn, ...] = (
     MetricColumn(
-        "gpu_util_ratio",
+        "reported_util_ratio",
         "ratio",
         "Reported utilization: share of time at least one kernel was resident "
         "(counts a spinning NCCL kernel as busy)",

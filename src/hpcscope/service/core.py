@@ -21,6 +21,7 @@ from hpcscope.model.timeutil import epoch_seconds, utcnow
 from hpcscope.model.topology import Topology, load_topology
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.jobs import reports
+from hpcscope.service.jobs.contracts import GpuSeries, JobTimeseries
 from hpcscope.service.settings import Settings
 from hpcscope.store import Store
 from hpcscope.store import reports as report_queries
@@ -103,13 +104,13 @@ class Service:
 
     def job_timeseries(
         self, principal: Principal, job_id: str, *, max_points: int = 720
-    ) -> dict[str, Any] | None:
+    ) -> JobTimeseries | None:
         """Per-GPU reported vs real over the job's life, at most ``max_points`` buckets."""
         if not self.can_see_job(principal, job_id):
             return None
         first, last = report_queries.sample_time_range(self.store, job_id)
         if first is None or last is None:
-            return {"job_id": job_id, "bucket_seconds": None, "series": []}
+            return JobTimeseries(job_id=job_id, bucket_seconds=None, series=[])
         span = max(1.0, (last - first).total_seconds())
         bucket = max(int(self.settings.scrape_interval_seconds), int(span / max_points) + 1)
         rows = report_queries.gpu_timeseries(self.store, job_id, bucket_seconds=bucket)
@@ -127,14 +128,14 @@ class Service:
             entry["t"].append(epoch_seconds(row["bucket"]))
             for key in ("reported_util_ratio", "sm_active_ratio", "tensor_active_ratio"):
                 entry[key].append(row[key])
-        return {
-            "job_id": job_id,
-            "bucket_seconds": bucket,
-            "series": [
-                {"node": node, "gpu": gpu, **values}
+        return JobTimeseries(
+            job_id=job_id,
+            bucket_seconds=bucket,
+            series=[
+                GpuSeries.model_validate({"node": node, "gpu": gpu, **values})
                 for (node, gpu), values in sorted(series.items())
             ],
-        }
+        )
 
     def collection_health(self, *, now: datetime | None = None) -> reports.CollectionHealth:
         """The collector's own health (targets and gaps; no job data)."""

@@ -48,7 +48,7 @@ class GpuStates:
     Attributes:
         rows: one dict per GPU (see :func:`gpu_states`), counters masked for the viewer.
         health: the aggregate every viewer may see, computed before masking and naming no
-            job: ``gpus_reporting``, ``gpus_allocated``, ``gpu_util_ratio`` and
+            job: ``gpus_reporting``, ``gpus_allocated``, ``reported_util_ratio`` and
             ``sm_active_ratio`` (means over allocated reporting GPUs), ``gpus_with_xid``,
             ``latest_ts``.
     """
@@ -68,7 +68,7 @@ def _aggregate(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "gpus_reporting": len(reporting),
         "gpus_allocated": len(allocated),
-        "gpu_util_ratio": mean("gpu_util_ratio"),
+        "reported_util_ratio": mean("reported_util_ratio"),
         "sm_active_ratio": mean("sm_active_ratio"),
         "gpus_with_xid": sum(1 for e in reporting if e["xid_last"]),
         "latest_ts": max((e["ts"] for e in reporting), default=None),
@@ -249,7 +249,8 @@ def gpu_time(
 WITH s AS (
   SELECT s.node, s.gpu, s.gpu_instance_id, s.job_id, s.ts,
          -- NaN is unknown, as in the analysis: neither measured nor useful
-         CASE WHEN isnan(s.gpu_util_ratio) THEN NULL ELSE s.gpu_util_ratio END AS gpu_util_ratio,
+         CASE WHEN isnan(s.reported_util_ratio) THEN NULL ELSE s.reported_util_ratio END
+           AS reported_util_ratio,
          CASE WHEN isnan(s.sm_active_ratio) THEN NULL ELSE s.sm_active_ratio END
            AS sm_active_ratio,
          date_diff('microsecond', s.ts, lead(s.ts) OVER series) / 1e6 AS gap
@@ -266,7 +267,7 @@ w AS (
 SELECT coalesce(sum(seconds), 0) AS allocated_seconds,
        coalesce(sum(seconds) FILTER (WHERE sm_active_ratio IS NOT NULL), 0) AS measured_seconds,
        coalesce(sum(seconds * sm_active_ratio), 0) AS useful_seconds,
-       coalesce(sum(seconds * gpu_util_ratio), 0) AS reported_busy_seconds,
+       coalesce(sum(seconds * reported_util_ratio), 0) AS reported_busy_seconds,
        min(ts) AS first_ts, max(ts) AS last_ts, count(DISTINCT job_id) AS jobs
 FROM w
 """

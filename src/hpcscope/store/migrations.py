@@ -20,8 +20,13 @@ class Migration:
     sql: str
 
 
+#: Columns that a later migration renamed, under the name the migration that created them
+#: used: a released migration's SQL never changes (migration 6 renamed the first one).
+_RENAMED = {"reported_util_ratio": "gpu_util_ratio"}
+
 _METRIC_COLUMNS = ",\n    ".join(
-    f"{m.column} {'BIGINT' if m.column in ('clock_throttle_reasons', 'xid_last') else 'DOUBLE'}"
+    f"{_RENAMED.get(m.column, m.column)} "
+    f"{'BIGINT' if m.column in ('clock_throttle_reasons', 'xid_last') else 'DOUBLE'}"
     for m in GPU_METRICS
 )
 
@@ -168,5 +173,10 @@ CREATE TABLE lustre_job_stats (
     start_ts TIMESTAMP
 );
 """,
+    ),
+    Migration(
+        6,
+        "one name for DCGM's GPU_UTIL: gpu_samples.gpu_util_ratio -> reported_util_ratio",
+        "ALTER TABLE gpu_samples RENAME COLUMN gpu_util_ratio TO reported_util_ratio;",
     ),
 )

@@ -106,7 +106,7 @@ def gpu_timeseries(
         params.append(since)
     return store.query(
         f"SELECT time_bucket(INTERVAL '{int(bucket_seconds)} seconds', ts) AS bucket, node, gpu, "
-        "avg(gpu_util_ratio) AS reported_util_ratio, avg(sm_active_ratio) AS sm_active_ratio, "
+        "avg(reported_util_ratio) AS reported_util_ratio, avg(sm_active_ratio) AS sm_active_ratio, "
         "avg(tensor_active_ratio) AS tensor_active_ratio "
         f"FROM gpu_samples WHERE job_id = ?{window} "
         "GROUP BY ALL ORDER BY bucket, node, gpu",
@@ -134,7 +134,7 @@ def scrape_health(store: Store, *, since: datetime) -> pa.Table:
         "  AS failures_since_success, "
         "arg_max(r.error, r.ts) AS last_error, arg_max(r.duration_seconds, r.ts) AS "
         "last_duration_seconds, arg_max(r.samples, r.ts) AS last_samples, "
-        "sum(r.rejected_lines) AS rejected_lines "
+        "CAST(sum(r.rejected_lines) AS BIGINT) AS rejected_lines "
         "FROM recent r LEFT JOIN last_ok l ON l.target = r.target "
         "GROUP BY r.target ORDER BY r.target",
         [since],

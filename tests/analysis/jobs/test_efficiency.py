@@ -47,7 +47,7 @@ def series(
             "node": node,
             "gpu": gpu,
             "job_id": job,
-            "gpu_util_ratio": util,
+            "reported_util_ratio": util,
             "sm_active_ratio": sm,
             "tensor_active_ratio": sm * 0.5,
             "clock_throttle_reasons": throttle,
@@ -172,7 +172,7 @@ def test_weighted_means_stay_within_the_sample_range(values: list[tuple[float, f
             "node": "n",
             "gpu": 0,
             "job_id": "1",
-            "gpu_util_ratio": u,
+            "reported_util_ratio": u,
             "sm_active_ratio": s,
         }
         for i, (u, s) in enumerate(values)

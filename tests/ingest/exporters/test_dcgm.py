@@ -56,7 +56,7 @@ def test_real_datadog_page_in_base_units() -> None:
     assert t4["gpu_temperature_celsius"] == 25.0
     assert t4["power_watts"] == 8.969  # %f: 8.969000 W
     assert t4["energy_joules"] == pytest.approx(128996.013)  # 128996013 mJ
-    assert t4["gpu_util_ratio"] == 0.0
+    assert t4["reported_util_ratio"] == 0.0
     assert t4["fb_free_bytes"] == 15109 * MIB
     assert t4["fb_used_bytes"] == 0.0
     assert t4["xid_last"] == 0
@@ -114,7 +114,7 @@ def test_mig_instances_are_rows_of_their_own() -> None:
     ]
     device, instance = rows[("gpu01", 1, None, "556")], rows[("gpu01", 1, 7, "555")]
     assert device["power_watts"] is not None and device["sm_active_ratio"] is None
-    assert device["gpu_util_ratio"] is None  # GPU_UTIL is not supported on MIG
+    assert device["reported_util_ratio"] is None  # GPU_UTIL is not supported on MIG
     assert instance["sm_active_ratio"] is not None and instance["power_watts"] is None
 
 
@@ -160,7 +160,7 @@ def test_legacy_namespace_and_renamed_fields() -> None:
         'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="0",UUID="GPU-1",hostname="n"} 4\n'
     )
     [row] = _convert(text).table.to_pylist()
-    assert row["gpu_util_ratio"] == 0.87
+    assert row["reported_util_ratio"] == 0.87
     assert row["sm_active_ratio"] == 0.19
     assert row["fb_used_bytes"] == 2 * MIB
     assert row["clock_throttle_reasons"] == 4

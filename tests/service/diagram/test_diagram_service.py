@@ -133,7 +133,7 @@ def test_gpu_card_shows_real_beside_reported_now_and_over_the_job(fleet: Service
     assert card.card is not None and card.kind == "gpu"
     assert isinstance(card.live, GpuCardLive)
     assert card.live.gpu.sm_active_ratio == pytest.approx(0.92)
-    assert card.live.gpu.gpu_util_ratio == pytest.approx(0.99)
+    assert card.live.gpu.reported_util_ratio == pytest.approx(0.99)
     assert [j.user for j in card.live.jobs] == ["bob"]
     assert card.live.gpu.verdict == "straggler"
     (over,) = card.live.over_job

@@ -47,7 +47,7 @@ def test_a_job_only_seen_on_gpus_is_for_admins(service: Service) -> None:
             "node": "gpu01",
             "gpu": 0,
             "job_id": "777",
-            "gpu_util_ratio": 0.5,
+            "reported_util_ratio": 0.5,
             "sm_active_ratio": 0.4,
         }
     )

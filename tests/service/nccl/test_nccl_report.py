@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from hpcscope.service.nccl.pipeline import SCHEMA, analyze
+from hpcscope.service.nccl.contracts import NcclReport
+from hpcscope.service.nccl.pipeline import SCHEMA, analyze, report
 from tests.ingest.nccl.nccl_fixtures import FR_CASES, NCCL
 
 GOLDEN = NCCL / "golden"
@@ -84,3 +85,18 @@ def test_unreadable_inputs_are_errors_and_the_rest_is_kept(tmp_path: Path) -> No
     sources = [e["source"] for e in report["errors"]]
     assert sources == [str(bad), str(tmp_path / "missing.log")]
     assert len(report["nccl"]["init_timings"]) == 6
+
+
+def test_every_golden_report_is_a_valid_contract() -> None:
+    """The committed golden documents are what :class:`NcclReport` describes (no unknown
+    field, no missing one, no changed type)."""
+    goldens = sorted(GOLDEN.glob("*.json"))
+    assert goldens
+    for golden in goldens:
+        document = json.loads(golden.read_text(encoding="utf-8"))
+        assert NcclReport.model_validate(document).model_dump(mode="json") == document, golden
+
+
+def test_the_typed_report_serialises_to_the_plain_one() -> None:
+    paths = [NCCL / "nccl_init_timings_2.22.log", FR_CASES / "lock_gil_2nd"]
+    assert report(paths).model_dump(mode="json") == json.loads(json.dumps(analyze(paths)))

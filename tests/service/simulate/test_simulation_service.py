@@ -34,7 +34,7 @@ def cluster() -> Topology:
 
 def test_defaults_give_the_reference_curve(cluster: Topology) -> None:
     request = parse_request(SimulationRequest, {"gpus": "8,64,256,1024", "steps": 3000})
-    body = report_json(run_simulation(request, cluster))
+    body = report_json(run_simulation(request, cluster)).model_dump(mode="json")
     results = {r["gpus"]: r for r in body["results"]}
     # defaults: CV 5 % lognormal + 20 ms hiccups at p = 1e-3, the reference's Monte Carlo,
     # plus the cluster's two-level AllReduce (6.05 ms at 8 GPUs, NVLink-bound)
@@ -64,7 +64,7 @@ def test_what_if_curve_of_the_straggler_job(cluster: Topology) -> None:
     job = load_measured_job(HERE / "traces_analyze_straggler.json")
     request = parse_request(SimulationRequest, {"gpus": "64,1024", "steps": 500})
     report = run_what_if(job, request, cluster, jitter_cv=0.01)
-    items = {item["gpus"]: item for item in what_if_json(report)}
+    items = {item["gpus"]: item for item in what_if_json(report).model_dump(mode="json")}
     assert sorted(items) == [8, 64, 1024]  # the measured scale is always included
     measured = items[8]
     assert measured["measured_scale"]
@@ -128,7 +128,7 @@ def test_the_seeds_step_on_the_default_clusters_allreduce(cluster: Topology) -> 
         {"gpus": "16", "steps": 20, "straggler_gpus": "2", "jitter_cv": 0,
          "hiccup_probability": 0},
     )  # fmt: skip
-    [point] = report_json(run_simulation(request, cluster))["results"]
+    [point] = report_json(run_simulation(request, cluster)).model_dump(mode="json")["results"]
     assert point["allreduce_seconds"] == pytest.approx(6.08e-3, rel=0.005)
     assert point["step_seconds"] == pytest.approx(0.062 + 0.00008, rel=0.002)
     assert point["efficiency"] == pytest.approx(0.678, abs=0.001)

@@ -16,7 +16,7 @@ def cluster() -> Topology:
 
 
 def test_step_player_data(cluster: Topology) -> None:
-    body = step_player(StepRequest(jitter_cv=0.0), cluster)
+    body = step_player(StepRequest(jitter_cv=0.0), cluster).model_dump(mode="json")
     assert body["cluster"]["gpus"] == 16 and body["cluster"]["labels"][10] == "gpu02 · GPU 2"
     healthy, slow = body["healthy"], body["straggler"]
     ar = body["allreduce"]["seconds"]

@@ -50,7 +50,7 @@ def _samples(job_id: str, slow_gpu: int | None, *, xid: int | None = None) -> pa
                 "node": "dgx1",
                 "gpu": gpu,
                 "job_id": job_id,
-                "gpu_util_ratio": 1.0,
+                "reported_util_ratio": 1.0,
                 "sm_active_ratio": 0.5,
                 "sm_clock_hertz": 1.10e9 if slow else 1.53e9,
                 "gpu_temperature_celsius": 89.0 if slow else 68.0,

@@ -2,7 +2,7 @@
 
 Definitions (see ``docs/efficiency.md``):
 
-* **reported utilisation**: time-weighted mean of ``gpu_util_ratio`` (DCGM_FI_DEV_GPU_UTIL):
+* **reported utilisation**: time-weighted mean of ``reported_util_ratio`` (DCGM_FI_DEV_GPU_UTIL):
   the share of time at least one kernel was resident. A spinning NCCL kernel counts.
 * **real efficiency**: time-weighted mean of ``sm_active_ratio`` (DCGM_FI_PROF_SM_ACTIVE): the
   share of SM cycles with a warp resident, averaged over all SMs. Tensor-pipe activity,
@@ -29,7 +29,7 @@ from hpcscope.analysis.counters import counter_increase
 SERIES_KEYS = ["job_id", "node", "gpu", "gpu_instance_id"]
 
 _MEAN_METRICS = {
-    "reported_util_ratio": "gpu_util_ratio",
+    "reported_util_ratio": "reported_util_ratio",
     "sm_active_ratio": "sm_active_ratio",
     "tensor_active_ratio": "tensor_active_ratio",
     "sm_occupancy_ratio": "sm_occupancy_ratio",

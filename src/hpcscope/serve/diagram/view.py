@@ -23,10 +23,11 @@ import orjson
 
 from hpcscope.model.timeutil import iso_z
 from hpcscope.model.topology import ElementKind
+from hpcscope.serve.diagram.contracts import DiagramState
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role, Shape
 from hpcscope.serve.templating import efficiency_bucket, percent
 from hpcscope.service.diagram.collectors import CollectorHealth, CollectorStatus
-from hpcscope.service.diagram.live import GpuLive, GpuState, LiveState, NodeLive
+from hpcscope.service.diagram.live import GpuNow, GpuState, LiveState, NodeLive
 
 _STATE_WORDS = {
     GpuState.ALLOCATED: "allocated",
@@ -36,7 +37,7 @@ _STATE_WORDS = {
 }
 
 
-def gpu_class(gpu: GpuLive) -> str:
+def gpu_class(gpu: GpuNow) -> str:
     """``st-<state>``, the real-efficiency bucket when shown, ``xid`` and ``v-<verdict>``."""
     classes = [f"st-{gpu.state.value}"]
     if gpu.state is GpuState.ACTIVE:
@@ -78,7 +79,7 @@ VERDICT_WORDS = {
 }
 
 
-def gpu_lines(gpu: GpuLive, label: str) -> tuple[str, str, str, str, str]:
+def gpu_lines(gpu: GpuNow, label: str) -> tuple[str, str, str, str, str]:
     """Five text lines of a detailed GPU box: name, real, reported, job tag, verdict."""
     job = f"job {gpu.job_ids[0]}" if gpu.job_ids else ""
     if len(gpu.job_ids) > 1:
@@ -86,17 +87,17 @@ def gpu_lines(gpu: GpuLive, label: str) -> tuple[str, str, str, str, str]:
     if gpu.state in _STATE_WORDS and not gpu.has_values:
         return label, _STATE_WORDS[gpu.state], "", job, ""
     if gpu.state is GpuState.IDLE:
-        return label, "idle", f"rep. {percent(gpu.gpu_util_ratio)}", "", ""
+        return label, "idle", f"rep. {percent(gpu.reported_util_ratio)}", "", ""
     return (
         label,
         f"real {percent(gpu.sm_active_ratio)}",
-        f"rep. {percent(gpu.gpu_util_ratio)}",
+        f"rep. {percent(gpu.reported_util_ratio)}",
         job,
         VERDICT_WORDS.get(gpu.verdict or "", gpu.verdict or ""),
     )
 
 
-def gpu_aria(gpu: GpuLive, node: str, label: str) -> str:
+def gpu_aria(gpu: GpuNow, node: str, label: str) -> str:
     """Accessible name of a GPU: where it is, then what is known, real efficiency first."""
     where = f"{label} of {node}"
     if gpu.state is GpuState.ACTIVE:
@@ -104,12 +105,12 @@ def gpu_aria(gpu: GpuLive, node: str, label: str) -> str:
         verdict = VERDICT_WORDS.get(gpu.verdict or "", "")
         return (
             f"{where}: job {jobs}, real efficiency {percent(gpu.sm_active_ratio)} SM active, "
-            f"reported utilisation {percent(gpu.gpu_util_ratio)}"
+            f"reported utilisation {percent(gpu.reported_util_ratio)}"
             + (f", {verdict}" if verdict else "")
             + (f", last Xid {gpu.xid_last}" if gpu.xid_last else "")
         )
     if gpu.state is GpuState.IDLE and gpu.has_values:
-        return f"{where}: idle, no job, reported utilisation {percent(gpu.gpu_util_ratio)}"
+        return f"{where}: idle, no job, reported utilisation {percent(gpu.reported_util_ratio)}"
     return f"{where}: {_STATE_WORDS.get(gpu.state, gpu.state.value)}"
 
 
@@ -118,7 +119,7 @@ def node_aria(node: NodeLive) -> str:
     if node.active:
         parts.append(
             f"{node.active} in your view, real efficiency {percent(node.sm_active_ratio)} "
-            f"SM active, reported utilisation {percent(node.gpu_util_ratio)}"
+            f"SM active, reported utilisation {percent(node.reported_util_ratio)}"
         )
     if node.allocated_hidden:
         parts.append(f"{node.allocated_hidden} allocated")
@@ -225,6 +226,7 @@ def live_payload(layout: DiagramLayout, state: LiveState, summary: str) -> tuple
     body = {"summary": summary, "elements": elements}
     digest = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
     payload = {"generated_at": iso_z(state.generated_at), **body}
+    DiagramState.model_validate(payload)  # the contract: fails on a renamed or retyped field
     return orjson.dumps(payload), f'"{digest}"'
 
 

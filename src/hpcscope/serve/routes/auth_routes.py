@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import require_principal, service_of
+from hpcscope.serve.contracts import JobScopeDocument, WhoAmI
 from hpcscope.serve.templating import render
 
 router = APIRouter()
@@ -56,16 +57,14 @@ def logout(request: Request) -> Response:
 
 
 @router.get("/api/whoami")
-def whoami(principal: Annotated[Principal, Depends(require_principal)]) -> dict[str, object]:
+def whoami(principal: Annotated[Principal, Depends(require_principal)]) -> WhoAmI:
     """Who the server thinks you are, and which jobs you may see."""
     scope = principal.job_scope()
-    return {
-        "user": principal.name,
-        "role": principal.role.value,
-        "coordinated_accounts": sorted(principal.coordinated_accounts),
-        "scope": {
-            "all_jobs": scope.all_jobs,
-            "users": sorted(scope.users),
-            "accounts": sorted(scope.accounts),
-        },
-    }
+    return WhoAmI(
+        user=principal.name,
+        role=principal.role.value,
+        coordinated_accounts=sorted(principal.coordinated_accounts),
+        scope=JobScopeDocument(
+            all_jobs=scope.all_jobs, users=sorted(scope.users), accounts=sorted(scope.accounts)
+        ),
+    )

@@ -13,9 +13,10 @@ from starlette.responses import Response
 
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import require_principal, service_of
+from hpcscope.serve.contracts import ClusterState
 from hpcscope.serve.diagram.view import jsonable
 from hpcscope.serve.templating import render
-from hpcscope.service.diagram.live import GpuLive, Viewer, live_state
+from hpcscope.service.diagram.live import GpuNow, Viewer, live_state
 
 router = APIRouter()
 
@@ -29,7 +30,7 @@ def _context(request: Request, principal: Principal) -> dict[str, Any]:
     # the report of every job the principal has ever run
     live = service.live_job_gpus(principal, window=service.live_window(), now=state.generated_at)
     running = [r for r in live.jobs if r.state in ("RUNNING", None) and r.gpus_observed]
-    by_node: dict[str, list[GpuLive]] = {}
+    by_node: dict[str, list[GpuNow]] = {}
     for gpu in sorted(state.gpus.values(), key=lambda g: (g.node, g.gpu)):
         by_node.setdefault(gpu.node, []).append(gpu)
     return {
@@ -52,12 +53,14 @@ def overview_fragment(request: Request, principal: PrincipalDep) -> Response:
     return render(request, "_overview_live.html", _context(request, principal), principal=principal)
 
 
-@router.get("/api/cluster")
+@router.get("/api/cluster", responses={200: {"model": ClusterState}})
 def cluster_json(request: Request, principal: PrincipalDep) -> dict[str, Any]:
     """Every GPU's latest state as you may see it, and the collector's health."""
     service = service_of(request)
     state = live_state(service, Viewer(principal))
     health = service.collection_health(now=state.generated_at)
+    # the diagram's values, as jsonable writes them; tests/serve/test_cluster_contract.py
+    # checks them against ClusterState
     return {
         "generated_at": jsonable(state.generated_at),
         "fresh_seconds": state.fresh_seconds,

@@ -27,12 +27,13 @@ from starlette.responses import Response
 
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.auth import service_of, site_viewer
+from hpcscope.serve.diagram.contracts import DiagramPage, DiagramState
 from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role
 from hpcscope.serve.diagram.view import duration, jsonable, live_payload, shape_view
 from hpcscope.serve.templating import percent, render, templates
 from hpcscope.service.core import Service
-from hpcscope.service.diagram.cards import UnknownElement, element_card
+from hpcscope.service.diagram.cards import ElementCard, UnknownElement, element_card
 from hpcscope.service.diagram.cost import decision_view
 from hpcscope.service.diagram.live import LiveState, Viewer, live_state
 
@@ -89,7 +90,7 @@ def summary_text(state: LiveState) -> str:
     text = (
         f"{c.gpus_allocated} of {c.gpus_total} GPUs allocated · allocated GPUs: real efficiency "
         f"{percent(c.sm_active_ratio)} SM active, reported utilisation "
-        f"{percent(c.gpu_util_ratio)}"
+        f"{percent(c.reported_util_ratio)}"
     )
     if c.gpus_reporting < c.gpus_total:
         text += f" · {c.gpus_total - c.gpus_reporting} GPUs without recent data"
@@ -163,7 +164,7 @@ def diagram_decision(request: Request, viewer: ViewerDep) -> Response:
     return render(request, "diagram/_decision.html", context, principal=viewer.principal)
 
 
-@router.get("/api/diagram/state")
+@router.get("/api/diagram/state", responses={200: {"model": DiagramState}})
 def diagram_state(request: Request, viewer: ViewerDep, node: NodeQuery = None) -> Response:
     """Live classes, accessible names and GPU texts of every drawn shape (polled)."""
     service = service_of(request)
@@ -176,7 +177,7 @@ def diagram_state(request: Request, viewer: ViewerDep, node: NodeQuery = None) -
     return Response(body, media_type="application/json", headers=headers)
 
 
-@router.get("/api/diagram/elements/{element_id}")
+@router.get("/api/diagram/elements/{element_id}", responses={200: {"model": ElementCard}})
 def diagram_element_json(request: Request, element_id: str, viewer: ViewerDep) -> Response:
     service = service_of(request)
     try:
@@ -186,7 +187,7 @@ def diagram_element_json(request: Request, element_id: str, viewer: ViewerDep) -
     return JSONResponse(jsonable(card))
 
 
-@router.get("/api/diagram")
+@router.get("/api/diagram", responses={200: {"model": DiagramPage}})
 def diagram_json(request: Request, viewer: ViewerDep, node: NodeQuery = None) -> Response:
     """The page as JSON: structure, layout, cards, live values, collectors, threats, cost."""
     service = service_of(request)

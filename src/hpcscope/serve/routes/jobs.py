@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from starlette.responses import Response
@@ -10,6 +10,7 @@ from starlette.responses import Response
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import require_principal, service_of
 from hpcscope.serve.templating import render
+from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 
 router = APIRouter()
 
@@ -29,10 +30,9 @@ def jobs_page(request: Request, principal: PrincipalDep) -> Response:
 
 
 @router.get("/api/jobs")
-def jobs_json(request: Request, principal: PrincipalDep) -> dict[str, Any]:
+def jobs_json(request: Request, principal: PrincipalDep) -> JobList:
     """Every job you may see: reported vs real, GPU-hours, cost, verdict (newest first)."""
-    reports = service_of(request).job_reports(principal)
-    return {"jobs": [report.to_dict() for report in reports]}
+    return JobList.from_reports(service_of(request).job_reports(principal))
 
 
 @router.get("/jobs/{job_id}")
@@ -53,16 +53,16 @@ def job_page(request: Request, job_id: str, principal: PrincipalDep) -> Response
 
 
 @router.get("/api/jobs/{job_id}")
-def job_json(request: Request, job_id: str, principal: PrincipalDep) -> dict[str, Any]:
+def job_json(request: Request, job_id: str, principal: PrincipalDep) -> JobReportDocument:
     """One job's report; 404 when it does not exist or you may not see it."""
     report = service_of(request).job_report(principal, job_id)
     if report is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
-    return report.to_dict()
+    return JobReportDocument.from_report(report)
 
 
 @router.get("/api/jobs/{job_id}/timeseries")
-def job_timeseries_json(request: Request, job_id: str, principal: PrincipalDep) -> dict[str, Any]:
+def job_timeseries_json(request: Request, job_id: str, principal: PrincipalDep) -> JobTimeseries:
     """Per-GPU reported vs real efficiency over time, downsampled on the server."""
     series = service_of(request).job_timeseries(principal, job_id)
     if series is None:

@@ -24,6 +24,7 @@ from hpcscope.analysis.simulate.collectives import gradient_bytes
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import service_of, site_viewer
 from hpcscope.serve.templating import render
+from hpcscope.service.simulate.contracts import SimulationDocument, StepPlayer
 from hpcscope.service.simulate.inputs import (
     MAX_REQUEST_CELLS,
     SimulationInputError,
@@ -68,7 +69,7 @@ def step_page(request: Request, principal: Viewer) -> Response:
     )
 
 
-@router.get("/api/step")
+@router.get("/api/step", response_model=StepPlayer)
 def step_api(request: Request, principal: Viewer, params: Annotated[StepRequest, Query()]) -> Any:
     """One step of every GPU of the cluster, healthy and with the straggler (the player's data).
 
@@ -98,7 +99,7 @@ def simulate_page(request: Request, principal: Viewer) -> Response:
     )
 
 
-@router.get("/api/simulate")
+@router.get("/api/simulate", response_model=SimulationDocument)
 async def simulate_api(
     request: Request, principal: Viewer, params: Annotated[SimulationRequest, Query()]
 ) -> Any:

@@ -23,12 +23,12 @@ from starlette.responses import Response
 from hpcscope.analysis.traces.rank_timeline import PHASES
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import SourceError
-from hpcscope.model.timeutil import iso_z
 from hpcscope.model.trace_analysis import StoredAnalysis
 from hpcscope.serve.auth import require_principal, service_of
 from hpcscope.serve.templating import render
 from hpcscope.serve.uploads import UploadError, receive_files
 from hpcscope.service.traces import reports as trace_reports
+from hpcscope.service.traces.contracts import TraceList, TraceReport, TraceSummary
 from hpcscope.service.traces.reports import TraceAccessError
 
 router = APIRouter()
@@ -42,25 +42,6 @@ MAX_UPLOAD_BYTES = 4 << 30
 
 def _max_bytes(request: Request) -> int:
     return int(getattr(request.app.state, "trace_upload_max_bytes", MAX_UPLOAD_BYTES))
-
-
-def _summary(row: StoredAnalysis) -> dict[str, Any]:
-    return {
-        "analysis_id": row.analysis_id,
-        "owner_user": row.owner_user,
-        "job_id": row.job_id,
-        "account": row.account,
-        "created_utc": iso_z(row.created),
-        "source_names": list(row.source_names),
-        "ranks": row.ranks,
-        "steps": row.steps,
-        "partial": row.partial,
-        "slowdown": row.slowdown,
-        "straggler_ranks": list(row.straggler_ranks),
-        "window_start_utc": iso_z(row.window_start) if row.window_start else None,
-        "window_end_utc": iso_z(row.window_end) if row.window_end else None,
-        "url": f"/traces/{row.analysis_id}",
-    }
 
 
 def _threshold(fields: dict[str, str]) -> float:
@@ -102,10 +83,10 @@ def traces_page(request: Request, principal: PrincipalDep) -> Response:
 
 
 @router.get("/api/traces")
-def traces_json(request: Request, principal: PrincipalDep) -> dict[str, Any]:
+def traces_json(request: Request, principal: PrincipalDep) -> TraceList:
     """The trace analyses you may see, newest first (without their documents)."""
     rows = trace_reports.list_analyses(service_of(request), principal)
-    return {"analyses": [_summary(row) for row in rows]}
+    return TraceList(analyses=[TraceSummary.from_row(row) for row in rows])
 
 
 async def _upload(request: Request, principal: Principal) -> StoredAnalysis:
@@ -153,7 +134,7 @@ async def upload_page(request: Request, principal: PrincipalDep) -> Response:
     return RedirectResponse(f"/traces/{row.analysis_id}", status_code=303)
 
 
-@router.post("/api/traces")
+@router.post("/api/traces", status_code=201, response_model=TraceSummary)
 async def upload_json(request: Request, principal: PrincipalDep) -> Response:
     """Upload traces (multipart ``files``; optional ``job_id``, ``threshold``); 201 with the
     analysis, 413 over the size limit, 422 for unreadable traces, 403 for a job you may not
@@ -166,7 +147,7 @@ async def upload_json(request: Request, principal: PrincipalDep) -> Response:
         return JSONResponse({"error": _strip_tmp(exc.describe())}, status_code=422)
     except TraceAccessError as exc:
         return JSONResponse({"error": str(exc)}, status_code=403)
-    return JSONResponse(_summary(row), status_code=201)
+    return JSONResponse(TraceSummary.from_row(row).model_dump(mode="json"), status_code=201)
 
 
 async def _directory(request: Request, principal: Principal, fields: dict[str, str]) -> Any:
@@ -204,7 +185,7 @@ async def directory_page(request: Request, principal: PrincipalDep) -> Response:
     return RedirectResponse(f"/traces/{row.analysis_id}", status_code=303)
 
 
-@router.post("/api/traces/directory")
+@router.post("/api/traces/directory", status_code=201, response_model=TraceSummary)
 async def directory_json(request: Request, principal: PrincipalDep) -> Response:
     """Admins: analyse a server directory (JSON or form body: ``path``, optional ``job_id``,
     ``threshold``)."""
@@ -216,24 +197,7 @@ async def directory_json(request: Request, principal: PrincipalDep) -> Response:
         return JSONResponse({"error": str(exc)}, status_code=403)
     except SourceError as exc:
         return JSONResponse({"error": exc.describe()}, status_code=422)
-    return JSONResponse(_summary(row), status_code=201)
-
-
-def _chart(document: dict[str, Any]) -> dict[str, Any]:
-    """Per step: each rank's busy time (the step, median over ranks, minus its barrier wait)
-    and the step, in ms."""
-    steps = [s["step"] for s in document["per_step"]]
-    ranks = [str(r) for r in document["ranks"]]
-    busy = {
-        rank: [round(s["busy_seconds"][rank] * 1000, 3) for s in document["per_step"]]
-        for rank in ranks
-    }
-    return {
-        "steps": steps,
-        "step_ms": [round(s["step_seconds"] * 1000, 3) for s in document["per_step"]],
-        "busy_ms": busy,
-        "stragglers": [str(s["rank"]) for s in document["stragglers"]],
-    }
+    return JSONResponse(TraceSummary.from_row(row).model_dump(mode="json"), status_code=201)
 
 
 @router.get("/traces/{analysis_id}")
@@ -265,15 +229,14 @@ def trace_page(request: Request, analysis_id: str, principal: PrincipalDep) -> R
     )
 
 
-@router.get("/api/traces/{analysis_id}")
-def trace_json(request: Request, analysis_id: str, principal: PrincipalDep) -> dict[str, Any]:
+@router.get("/api/traces/{analysis_id}", response_model_exclude_unset=True)
+def trace_json(request: Request, analysis_id: str, principal: PrincipalDep) -> TraceReport:
     """One analysis: its summary, the ``hpcscope.traces.analysis/1`` document (with hardware
     evidence from the linked job's telemetry) and the per-step chart series."""
-    found = trace_reports.get_analysis(service_of(request), principal, analysis_id)
-    if found is None:
+    report = trace_reports.get_report(service_of(request), principal, analysis_id)
+    if report is None:
         raise HTTPException(status_code=404, detail=f"no trace analysis {analysis_id} visible")
-    row, document = found
-    return {**_summary(row), "analysis": document, "chart": _chart(document)}
+    return report
 
 
 @router.post("/traces/{analysis_id}/link")
@@ -289,7 +252,7 @@ async def link_page(request: Request, analysis_id: str, principal: PrincipalDep)
     return RedirectResponse(f"/traces/{analysis_id}", status_code=303)
 
 
-@router.post("/api/traces/{analysis_id}/link")
+@router.post("/api/traces/{analysis_id}/link", response_model=TraceSummary)
 async def link_json(request: Request, analysis_id: str, principal: PrincipalDep) -> Response:
     """Link to a job you may see (``job_id``; empty or null unlinks). 403 otherwise."""
     fields = await _form_fields(request)
@@ -301,4 +264,4 @@ async def link_json(request: Request, analysis_id: str, principal: PrincipalDep)
         )
     except TraceAccessError as exc:
         return JSONResponse({"error": str(exc)}, status_code=403)
-    return JSONResponse(_summary(row))
+    return JSONResponse(TraceSummary.from_row(row).model_dump(mode="json"))

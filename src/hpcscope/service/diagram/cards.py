@@ -24,7 +24,7 @@ from hpcscope.service.core import Service
 from hpcscope.service.diagram.collectors import CollectorHealth, CollectorStatus, collector_health
 from hpcscope.service.diagram.live import (
     AlertSummary,
-    GpuLive,
+    GpuNow,
     NodeLive,
     Viewer,
     alert_summary,
@@ -92,7 +92,7 @@ class GpuInJob:
 
 @dataclass(frozen=True, slots=True)
 class GpuCardLive:
-    gpu: GpuLive
+    gpu: GpuNow
     jobs: tuple[JobBrief, ...]
     over_job: tuple[GpuInJob, ...]
     paired_hca: str | None
@@ -101,7 +101,7 @@ class GpuCardLive:
 @dataclass(frozen=True, slots=True)
 class NodeCardLive:
     node: NodeLive
-    gpus: tuple[GpuLive, ...]
+    gpus: tuple[GpuNow, ...]
     jobs: tuple[JobBrief, ...]
     not_collected: tuple[NotCollected, ...]
 

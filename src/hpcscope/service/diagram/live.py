@@ -87,8 +87,12 @@ class GpuState(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class GpuLive:
-    """One GPU now. Counters are None when the viewer may not see them or nothing came."""
+class GpuNow:
+    """One GPU now: its latest sample (like :class:`~hpcscope.service.diagram.ports.PortNow`
+    for a port). Counters are None when the viewer may not see them or nothing came.
+
+    Not :class:`hpcscope.service.jobs.reports.RunningJobGpu`, which is one GPU of one job
+    averaged over a recent window."""
 
     element_id: str
     node: str
@@ -98,7 +102,7 @@ class GpuLive:
     age_seconds: float | None = None
     job_ids: tuple[str, ...] = ()
     hidden_jobs: int = 0
-    gpu_util_ratio: float | None = None
+    reported_util_ratio: float | None = None
     sm_active_ratio: float | None = None
     tensor_active_ratio: float | None = None
     sm_occupancy_ratio: float | None = None
@@ -115,7 +119,7 @@ class GpuLive:
 
     @property
     def has_values(self) -> bool:
-        return self.sm_active_ratio is not None or self.gpu_util_ratio is not None
+        return self.sm_active_ratio is not None or self.reported_util_ratio is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +134,7 @@ class NodeLive:
     allocated_hidden: int
     idle: int
     stale: int
-    gpu_util_ratio: float | None
+    reported_util_ratio: float | None
     sm_active_ratio: float | None
     worst_sm_active_ratio: float | None
     xid_gpus: int
@@ -144,7 +148,7 @@ class ClusterHealth:
     gpus_total: int
     gpus_reporting: int
     gpus_allocated: int
-    gpu_util_ratio: float | None
+    reported_util_ratio: float | None
     sm_active_ratio: float | None
     gpus_with_xid: int
     latest_ts: datetime | None
@@ -171,7 +175,7 @@ class LiveState:
     generated_at: datetime
     fresh_seconds: float
     viewer_anonymous: bool
-    gpus: Mapping[str, GpuLive]
+    gpus: Mapping[str, GpuNow]
     nodes: Mapping[str, NodeLive]
     collectors: tuple[CollectorHealth, ...]
     cluster: ClusterHealth
@@ -183,9 +187,9 @@ def fresh_seconds(settings: Settings) -> float:
     return max(MIN_FRESH_SECONDS, STALE_SCRAPES * settings.scrape_interval_seconds)
 
 
-#: Counter columns of the store that GpuLive carries (the others stay in the store).
+#: Counter columns of the store that GpuNow carries (the others stay in the store).
 _LIVE_VALUES = tuple(
-    c for c in queries.LIVE_GPU_COLUMNS if c in GpuLive.__dataclass_fields__ and c != "xid_last"
+    c for c in queries.LIVE_GPU_COLUMNS if c in GpuNow.__dataclass_fields__ and c != "xid_last"
 )
 
 
@@ -197,11 +201,11 @@ def _gpu_live(
     now: datetime,
     last_seen: datetime | None,
     verdicts: Mapping[tuple[str, str, int], str],
-) -> GpuLive:
+) -> GpuNow:
     if row is None:
         state = GpuState.STALE if last_seen is not None else GpuState.NODATA
         age = (now - last_seen).total_seconds() if last_seen is not None else None
-        return GpuLive(element_id, node, gpu, state, sample_ts=last_seen, age_seconds=age)
+        return GpuNow(element_id, node, gpu, state, sample_ts=last_seen, age_seconds=age)
     visible = tuple(str(j) for j in row["visible_jobs"])
     hidden = int(row["hidden_jobs"])
     ts = row["ts"]
@@ -221,7 +225,7 @@ def _gpu_live(
         verdict = next(
             (verdicts[(j, node, gpu)] for j in visible if (j, node, gpu) in verdicts), None
         )
-    return GpuLive(
+    return GpuNow(
         element_id,
         node,
         gpu,
@@ -241,7 +245,7 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
-def _node_live(element_id: str, node: str, gpus: list[GpuLive]) -> NodeLive:
+def _node_live(element_id: str, node: str, gpus: list[GpuNow]) -> NodeLive:
     active = [g for g in gpus if g.state is GpuState.ACTIVE]
     jobs = sorted({job for g in gpus for job in g.job_ids})
     real = [g.sm_active_ratio for g in active if g.sm_active_ratio is not None]
@@ -254,7 +258,7 @@ def _node_live(element_id: str, node: str, gpus: list[GpuLive]) -> NodeLive:
         allocated_hidden=sum(1 for g in gpus if g.state is GpuState.ALLOCATED),
         idle=sum(1 for g in gpus if g.state is GpuState.IDLE),
         stale=sum(1 for g in gpus if g.state in (GpuState.STALE, GpuState.NODATA)),
-        gpu_util_ratio=_mean(g.gpu_util_ratio for g in active),
+        reported_util_ratio=_mean(g.reported_util_ratio for g in active),
         sm_active_ratio=_mean(real),
         worst_sm_active_ratio=min(real) if real else None,
         xid_gpus=sum(1 for g in gpus if g.xid_last),
@@ -312,7 +316,7 @@ def live_verdicts(
 
 def gpu_views(
     service: Service, viewer: Viewer, *, now: datetime, nodes: Iterable[str] | None = None
-) -> tuple[dict[str, GpuLive], dict[str, NodeLive], ClusterHealth]:
+) -> tuple[dict[str, GpuNow], dict[str, NodeLive], ClusterHealth]:
     """Every GPU and node of the topology (or of ``nodes``) as ``viewer`` may see them now,
     and the cluster-wide aggregate."""
     fresh = fresh_seconds(service.settings)
@@ -334,7 +338,7 @@ def gpu_views(
         queries.last_sample_times(service.store, since=now - LAST_SEEN_LOOKBACK) if silent else {}
     )
     verdicts = live_verdicts(service, viewer, now=now)
-    gpus: dict[str, GpuLive] = {}
+    gpus: dict[str, GpuNow] = {}
     node_states: dict[str, NodeLive] = {}
     for node in service.topology.nodes:
         if wanted is not None and node.name not in wanted:
@@ -358,7 +362,7 @@ def gpu_views(
         gpus_total=service.topology.gpu_count,
         gpus_reporting=int(health["gpus_reporting"]),
         gpus_allocated=int(health["gpus_allocated"]),
-        gpu_util_ratio=health["gpu_util_ratio"],
+        reported_util_ratio=health["reported_util_ratio"],
         sm_active_ratio=health["sm_active_ratio"],
         gpus_with_xid=int(health["gpus_with_xid"]),
         latest_ts=health["latest_ts"],

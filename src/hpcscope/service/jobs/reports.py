@@ -103,8 +103,9 @@ def collection_health(store: Store, *, now: datetime) -> CollectionHealth:
 
 
 @dataclass(frozen=True, slots=True)
-class LiveGpu:
-    """One GPU of a running job over a recent window."""
+class RunningJobGpu:
+    """One GPU of a running job, averaged over a recent window (not the GPU's latest sample:
+    that is :class:`hpcscope.service.diagram.live.GpuNow`)."""
 
     job_id: str
     node: str
@@ -120,7 +121,7 @@ class LiveJobs:
     """Jobs with samples in the window (whole-life reports) and their GPUs over the window."""
 
     jobs: tuple[JobReport, ...]
-    gpus: tuple[LiveGpu, ...]
+    gpus: tuple[RunningJobGpu, ...]
 
 
 def live_job_gpus(
@@ -151,7 +152,7 @@ def live_job_gpus(
         recent, max_interval_seconds=max_sample_weight_seconds(scrape_interval_seconds)
     )
     gpus = tuple(
-        LiveGpu(
+        RunningJobGpu(
             row["job_id"],
             row["node"],
             int(row["gpu"]),

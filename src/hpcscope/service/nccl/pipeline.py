@@ -27,6 +27,7 @@ from hpcscope.model.collectives import FlightRecorderDump
 from hpcscope.model.errors import SourceError
 from hpcscope.model.nccl import CommInitRecord, InitTimingsRecord, TopoCommRecord
 from hpcscope.service.nccl import report as nccl_report
+from hpcscope.service.nccl.contracts import NcclReport
 
 SCHEMA = "hpcscope.nccl.analyze/1"
 
@@ -85,8 +86,14 @@ def world_size_from_logs(logs: Sequence[NcclLogParse]) -> int | None:
     return max(sizes) if sizes else None
 
 
+def report(paths: Sequence[Path], *, world_size: int | None = None) -> NcclReport:
+    """Read, analyse and report: the typed ``--json`` document (what the CLI emits)."""
+    return NcclReport.model_validate(analyze(paths, world_size=world_size))
+
+
 def analyze(paths: Sequence[Path], *, world_size: int | None = None) -> dict[str, Any]:
-    """Read, analyse and report (the ``--json`` document)."""
+    """Read, analyse and report (the ``--json`` document as plain JSON values; the
+    capability's tests read it so; :func:`report` is its typed form)."""
     inputs = read_inputs(paths)
     source = "given" if world_size is not None else None
     if world_size is None:

@@ -31,6 +31,15 @@ from hpcscope.analysis.simulate.scale_point import ScalePoint
 from hpcscope.analysis.simulate.stepsim import simulate_scaling
 from hpcscope.model.nccl_latency import NcclLatencies, default_nccl_latencies
 from hpcscope.model.topology import Topology
+from hpcscope.service.simulate.contracts import (
+    CalibrationDocument,
+    FabricDocument,
+    SimulationCurve,
+    SimulationDocument,
+    SimulationPoint,
+    WhatIfCurve,
+    WhatIfPoint,
+)
 from hpcscope.service.simulate.inputs import (
     SimulationInputError,
     SimulationRequest,
@@ -106,30 +115,41 @@ def run_simulation(
     )
 
 
-def point_json(point: ScalePoint, cost: AllReduceCost | None, currency: str) -> dict[str, Any]:
-    """One element of the ``simulate --json`` list (schema in ``docs/simulate.md``)."""
-    out: dict[str, Any] = asdict(point)
-    out["currency"] = currency
-    if cost is not None:
-        out["allreduce_algorithm"] = cost.algorithm
-        out["allreduce_model_seconds"] = cost.seconds
-        out["allreduce_bus_bandwidth_bytes_per_second"] = cost.bus_bandwidth_bytes_per_second
-        out["nodes"] = cost.nodes
-    return out
-
-
-def report_json(report: SimulationReport) -> dict[str, Any]:
-    """The JSON twin of the simulator page (``GET /api/simulate``)."""
+def _point_fields(point: ScalePoint, cost: AllReduceCost, currency: str) -> dict[str, Any]:
     return {
-        "parameters": report.request.model_dump(),
-        "fabric": asdict(report.fabric),
-        "gpu_hour_price": report.gpu_hour_price,
-        "currency": report.currency,
-        "results": [
+        **asdict(point),
+        "currency": currency,
+        "allreduce_algorithm": cost.algorithm,
+        "allreduce_model_seconds": cost.seconds,
+        "allreduce_bus_bandwidth_bytes_per_second": cost.bus_bandwidth_bytes_per_second,
+        "nodes": cost.nodes,
+    }
+
+
+def point_json(point: ScalePoint, cost: AllReduceCost, currency: str) -> SimulationPoint:
+    """One element of the ``simulate --json`` list (schema in ``docs/simulate.md``)."""
+    return SimulationPoint.model_validate(_point_fields(point, cost, currency))
+
+
+def curve_json(report: SimulationReport) -> SimulationCurve:
+    """The ``simulate --json`` list: one point per GPU count."""
+    return SimulationCurve(
+        [
             point_json(p, c, report.currency)
             for p, c in zip(report.points, report.allreduce, strict=True)
-        ],
-    }
+        ]
+    )
+
+
+def report_json(report: SimulationReport) -> SimulationDocument:
+    """The JSON twin of the simulator page (``GET /api/simulate``)."""
+    return SimulationDocument(
+        parameters=report.request,
+        fabric=FabricDocument.model_validate(asdict(report.fabric)),
+        gpu_hour_price=report.gpu_hour_price,
+        currency=report.currency,
+        results=curve_json(report).root,
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -210,14 +230,14 @@ def run_what_if(
     return WhatIfReport(calibration=calibration, measured=report, fixed=fixed, message_bytes=size)
 
 
-def what_if_json(report: WhatIfReport) -> list[dict[str, Any]]:
+def what_if_json(report: WhatIfReport) -> WhatIfCurve:
     """The ``simulate --calibrate --json`` list: each point plus the what-if fields."""
     out = []
     measured_gpus = report.calibration.gpus
     for point, cost, fixed in zip(
         report.measured.points, report.measured.allreduce, report.fixed, strict=True
     ):
-        item = point_json(point, cost, report.measured.currency)
+        item = _point_fields(point, cost, report.measured.currency)
         item["measured_scale"] = point.gpus == measured_gpus
         item["fixed_step_seconds"] = fixed.step_seconds
         item["fixed_efficiency"] = fixed.efficiency
@@ -225,29 +245,31 @@ def what_if_json(report: WhatIfReport) -> list[dict[str, Any]]:
         item["lost_gpu_hours_per_day_to_stragglers"] = (
             point.gpus * 24.0 * (1.0 - fixed.step_seconds / point.step_seconds)
         )
-        out.append(item)
-    return out
+        out.append(WhatIfPoint.model_validate(item))
+    return WhatIfCurve(out)
 
 
-def calibration_json(report: WhatIfReport) -> dict[str, Any]:
+def calibration_json(report: WhatIfReport) -> CalibrationDocument:
     """How the job was modelled, for the ``--json`` envelope and the text output."""
     cal = report.calibration
     model = cal.model
-    return {
-        "measured_gpus": cal.gpus,
-        "phases_seconds": {
-            "data_load": model.data_load_seconds,
-            "forward": model.forward_seconds,
-            "backward": model.backward_seconds,
-            "other": model.other_seconds,
-            "optimizer": model.optimizer_seconds,
-            "communication": cal.communication_seconds,
-        },
-        "stragglers": [asdict(s) for s in model.stragglers],
-        "jitter_cv": model.jitter_cv,
-        "jitter_cv_source": cal.jitter_cv_source,
-        "allreduce_message_bytes": report.message_bytes,
-        "modelled_step_seconds": cal.modelled_step_seconds,
-        "actual_step_seconds": cal.actual_step_seconds,
-        "notes": list(cal.notes),
-    }
+    return CalibrationDocument.model_validate(
+        {
+            "measured_gpus": cal.gpus,
+            "phases_seconds": {
+                "data_load": model.data_load_seconds,
+                "forward": model.forward_seconds,
+                "backward": model.backward_seconds,
+                "other": model.other_seconds,
+                "optimizer": model.optimizer_seconds,
+                "communication": cal.communication_seconds,
+            },
+            "stragglers": [asdict(s) for s in model.stragglers],
+            "jitter_cv": model.jitter_cv,
+            "jitter_cv_source": cal.jitter_cv_source,
+            "allreduce_message_bytes": report.message_bytes,
+            "modelled_step_seconds": cal.modelled_step_seconds,
+            "actual_step_seconds": cal.actual_step_seconds,
+            "notes": list(cal.notes),
+        }
+    )

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import asdict
-from typing import Any
 
 from hpcscope.analysis.simulate.step_model import StepModel, Straggler
 from hpcscope.analysis.simulate.step_timeline import MAX_TIMELINE_GPUS, StepTimeline, step_timeline
 from hpcscope.model.nccl_latency import NcclLatencies, default_nccl_latencies
 from hpcscope.model.topology import Topology
+from hpcscope.service.simulate.contracts import StepPlayer, StepScenario
 from hpcscope.service.simulate.inputs import (
     SimulationInputError,
     StepRequest,
@@ -27,7 +27,7 @@ from hpcscope.service.simulate.inputs import (
 
 def step_player(
     request: StepRequest, topology: Topology, *, latencies: NcclLatencies | None = None
-) -> dict[str, Any]:
+) -> StepPlayer:
     """One step of the whole cluster, healthy and with the straggler, as the player draws it.
 
     Both scenarios share the seed, so the only difference between them is the straggler.
@@ -72,63 +72,67 @@ def step_player(
         }
     labels = [f"{gpu.node} · GPU {gpu.index}" for gpu in topology.gpus]
     ring = timelines["healthy"].ring
-    return {
-        "parameters": request.model_dump(),
-        "cluster": {
-            "name": topology.name,
-            "gpus": gpus,
-            "gpus_per_node": per_node,
-            "nodes": [node.name for node in topology.nodes],
-            "labels": labels,
-        },
-        "allreduce": {
-            "algorithm": cost.algorithm,
-            "protocol": cost.protocol,
-            "seconds": cost.seconds,
-            "bandwidth_seconds": cost.bandwidth_seconds,
-            "latency_seconds": cost.latency_seconds,
-            "message_bytes": cost.message_bytes,
-            "bus_bandwidth_bytes_per_second": cost.bus_bandwidth_bytes_per_second,
-            "ring_steps": ring.steps,
-            "seconds_per_ring_step": cost.seconds / ring.steps if ring.steps else 0.0,
-        },
-        "ring": {
-            "hops": [asdict(hop) for hop in ring.hops],
-            "transfers": [[t.step, t.source, t.target, t.chunk] for t in ring.transfers],
-            "transfer_columns": ["step", "source", "target", "chunk"],
-            "reduce_scatter_steps": ring.gpus - 1,
-        },
-        "healthy": timeline_json(timelines["healthy"]),
-        "straggler": timeline_json(timelines["straggler"]),
-    }
+    return StepPlayer.model_validate(
+        {
+            "parameters": request,
+            "cluster": {
+                "name": topology.name,
+                "gpus": gpus,
+                "gpus_per_node": per_node,
+                "nodes": [node.name for node in topology.nodes],
+                "labels": labels,
+            },
+            "allreduce": {
+                "algorithm": cost.algorithm,
+                "protocol": cost.protocol,
+                "seconds": cost.seconds,
+                "bandwidth_seconds": cost.bandwidth_seconds,
+                "latency_seconds": cost.latency_seconds,
+                "message_bytes": cost.message_bytes,
+                "bus_bandwidth_bytes_per_second": cost.bus_bandwidth_bytes_per_second,
+                "ring_steps": ring.steps,
+                "seconds_per_ring_step": cost.seconds / ring.steps if ring.steps else 0.0,
+            },
+            "ring": {
+                "hops": [asdict(hop) for hop in ring.hops],
+                "transfers": [[t.step, t.source, t.target, t.chunk] for t in ring.transfers],
+                "transfer_columns": ["step", "source", "target", "chunk"],
+                "reduce_scatter_steps": ring.gpus - 1,
+            },
+            "healthy": timeline_json(timelines["healthy"]),
+            "straggler": timeline_json(timelines["straggler"]),
+        }
+    )
 
 
-def timeline_json(timeline: StepTimeline) -> dict[str, Any]:
+def timeline_json(timeline: StepTimeline) -> StepScenario:
     """One scenario of the player (``healthy`` or ``straggler``): its totals and its lanes."""
-    return {
-        "step_seconds": timeline.step_seconds,
-        "ideal_step_seconds": timeline.ideal_step_seconds,
-        "barrier_seconds": timeline.barrier_seconds,
-        "allreduce_seconds": timeline.allreduce_seconds,
-        "efficiency": timeline.efficiency,
-        "barrier_wait_ratio": timeline.barrier_wait_ratio,
-        "lanes": [
-            {
-                "gpu": lane.gpu,
-                "node": lane.node,
-                "local_index": lane.local_index,
-                "arrival_seconds": lane.arrival_seconds,
-                "wait_seconds": lane.wait_seconds,
-                "slowdown_phases": list(lane.slowdown_phases),
-                "segments": [
-                    {
-                        "phase": s.phase,
-                        "start_seconds": s.start_seconds,
-                        "end_seconds": s.end_seconds,
-                    }
-                    for s in lane.segments
-                ],
-            }
-            for lane in timeline.lanes
-        ],
-    }
+    return StepScenario.model_validate(
+        {
+            "step_seconds": timeline.step_seconds,
+            "ideal_step_seconds": timeline.ideal_step_seconds,
+            "barrier_seconds": timeline.barrier_seconds,
+            "allreduce_seconds": timeline.allreduce_seconds,
+            "efficiency": timeline.efficiency,
+            "barrier_wait_ratio": timeline.barrier_wait_ratio,
+            "lanes": [
+                {
+                    "gpu": lane.gpu,
+                    "node": lane.node,
+                    "local_index": lane.local_index,
+                    "arrival_seconds": lane.arrival_seconds,
+                    "wait_seconds": lane.wait_seconds,
+                    "slowdown_phases": list(lane.slowdown_phases),
+                    "segments": [
+                        {
+                            "phase": s.phase,
+                            "start_seconds": s.start_seconds,
+                            "end_seconds": s.end_seconds,
+                        }
+                        for s in lane.segments
+                    ],
+                }
+                for lane in timeline.lanes
+            ],
+        }
+    )

@@ -1,0 +1,51 @@
+"""Documents that the web app itself builds: ``/api/cluster``, ``/api/whoami``, ``/healthz``.
+
+Those of a capability live with it (``service/<capability>/contracts.py``,
+``serve/diagram/contracts.py``); see :mod:`hpcscope.service.contract` for the conventions.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from hpcscope.service.contract import Contract, Number, UtcText
+from hpcscope.service.diagram.live import GpuNow
+from hpcscope.service.jobs.contracts import CollectionGap, TargetHealth
+
+
+class ClusterState(BaseModel):
+    """Every GPU's latest state as the caller may see it, and the collector's health."""
+
+    # GpuNow is the service's dataclass (its enum and datetime arrive as JSON values): lax.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    generated_at: UtcText
+    fresh_seconds: Number
+    gpus: list[GpuNow]
+    targets: list[TargetHealth]
+    gaps: list[CollectionGap]
+
+
+class JobScopeDocument(Contract):
+    """Which jobs a principal may see: all, or those of these users and accounts."""
+
+    all_jobs: bool
+    users: list[str]
+    accounts: list[str]
+
+
+class WhoAmI(Contract):
+    """Who the server thinks the caller is, and which jobs they may see."""
+
+    user: str
+    role: str
+    coordinated_accounts: list[str]
+    scope: JobScopeDocument
+
+
+class Health(Contract):
+    """Liveness: the process is up and the store answers (no job or user data)."""
+
+    status: str
+    version: str
+    store_schema_version: int
