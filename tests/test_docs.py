@@ -148,8 +148,11 @@ def test_every_python_module_the_docs_run_exists() -> None:
         f"{doc}: python -m {module}"
         for doc, module in modules
         if module != "hpcscope"
-        and not (ROOT / f"{module.replace('.', '/')}.py").exists()
-        and not (ROOT / module.replace(".", "/") / "__main__.py").exists()
+        and not any(
+            (base / f"{module.replace('.', '/')}.py").exists()
+            or (base / module.replace(".", "/") / "__main__.py").exists()
+            for base in (ROOT, ROOT / "src")
+        )
     )
     assert not missing, "docs run modules that do not exist:\n" + "\n".join(missing)
 

@@ -225,3 +225,29 @@ def test_anonymous_requests_are_refused(app_service: Service) -> None:
         assert client.post("/api/traces", files=_files()).status_code == 401
         page = client.get("/traces", follow_redirects=False)
         assert page.status_code == 303 and page.headers["location"].startswith("/login")
+
+
+def test_a_document_an_earlier_version_stored_is_served_as_stored(
+    app_service: Service, as_user: Callable[[str], TestClient]
+) -> None:
+    """History is kept: a stored document the current contract no longer describes (here, one
+    without the ``software`` section, as if stored before it existed) is served as stored, with
+    what differs, instead of failing the request."""
+    response = as_user("alice").post("/api/traces", files=_files())
+    assert response.status_code == 201, response.text
+    analysis_id = response.json()["analysis_id"]
+
+    def drop_software(con: Any) -> None:
+        con.execute(
+            "UPDATE trace_analyses SET result_json = json_remove(result_json, '$.software') "
+            "WHERE analysis_id = ?",
+            [analysis_id],
+        )
+
+    app_service.store.submit_write(drop_software).result()
+    body = as_user("alice").get(f"/api/traces/{analysis_id}").json()
+    assert "software" not in body["analysis"]
+    assert body["analysis"]["schema"] == "hpcscope.traces.analysis/1"
+    assert body["chart"] is None
+    assert body["contract_problems"] == ["software: Field required"]
+    assert as_user("bob").get(f"/api/traces/{analysis_id}").status_code == 404

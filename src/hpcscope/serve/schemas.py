@@ -28,6 +28,7 @@ from hpcscope.service.simulate.contracts import (
     WhatIfCurve,
 )
 from hpcscope.service.traces.contracts import (
+    StoredTraceReport,
     TraceAnalysisDocument,
     TraceList,
     TraceReport,
@@ -61,6 +62,7 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "traces-list": TraceList,
     "traces-summary": TraceSummary,
     "traces-report": TraceReport,
+    "traces-report-stored": StoredTraceReport,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).

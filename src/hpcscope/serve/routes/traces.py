@@ -28,7 +28,12 @@ from hpcscope.serve.auth import require_principal, service_of
 from hpcscope.serve.templating import render
 from hpcscope.serve.uploads import UploadError, receive_files
 from hpcscope.service.traces import reports as trace_reports
-from hpcscope.service.traces.contracts import TraceList, TraceReport, TraceSummary
+from hpcscope.service.traces.contracts import (
+    StoredTraceReport,
+    TraceList,
+    TraceReport,
+    TraceSummary,
+)
 from hpcscope.service.traces.reports import TraceAccessError
 
 router = APIRouter()
@@ -230,7 +235,9 @@ def trace_page(request: Request, analysis_id: str, principal: PrincipalDep) -> R
 
 
 @router.get("/api/traces/{analysis_id}", response_model_exclude_unset=True)
-def trace_json(request: Request, analysis_id: str, principal: PrincipalDep) -> TraceReport:
+def trace_json(
+    request: Request, analysis_id: str, principal: PrincipalDep
+) -> TraceReport | StoredTraceReport:
     """One analysis: its summary, the ``hpcscope.traces.analysis/1`` document (with hardware
     evidence from the linked job's telemetry) and the per-step chart series."""
     report = trace_reports.get_report(service_of(request), principal, analysis_id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, JsonValue, ValidationError
 
 from hpcscope.model.timeutil import iso_z
 from hpcscope.model.trace_analysis import StoredAnalysis
@@ -257,7 +257,33 @@ class TraceReport(TraceSummary):
     chart: TraceChart
 
     @classmethod
-    def of(cls, row: StoredAnalysis, document: dict[str, Any]) -> TraceReport:
-        """The report of a stored analysis and its (evidence-enriched) document."""
-        analysis = TraceAnalysisDocument.of(document)
+    def of(cls, row: StoredAnalysis, document: dict[str, Any]) -> TraceReport | StoredTraceReport:
+        """The report of a stored analysis and its (evidence-enriched) document.
+
+        A document that an earlier hpcscope stored and that the current contract no longer
+        describes is history, not an error: it comes back as stored, as a
+        :class:`StoredTraceReport` that names what differs.
+        """
+        try:
+            analysis = TraceAnalysisDocument.of(document)
+        except ValidationError as exc:
+            problems = [
+                f"{'.'.join(str(p) for p in error['loc']) or '(document)'}: {error['msg']}"
+                for error in exc.errors()
+            ]
+            return StoredTraceReport(
+                **_summary_fields(row), analysis=document, chart=None, contract_problems=problems
+            )
         return cls(**_summary_fields(row), analysis=analysis, chart=TraceChart.of(analysis))
+
+
+class StoredTraceReport(TraceSummary):
+    """An analysis stored by an earlier hpcscope whose document the current contract does not
+    describe (a field added or renamed since): the document exactly as stored, no chart, and
+    ``contract_problems`` saying where it differs from today's ``TraceAnalysisDocument``."""
+
+    #: The stored JSON object, untouched (the one place a free-form JSON object is emitted:
+    #: history is kept as written, never rewritten to fit a newer schema).
+    analysis: dict[str, JsonValue]
+    chart: None
+    contract_problems: list[str]

@@ -30,7 +30,7 @@ from hpcscope.model.access import Principal
 from hpcscope.model.errors import AccessError, SourceError
 from hpcscope.model.timeutil import parse_iso_utc, utcnow
 from hpcscope.model.trace_analysis import StoredAnalysis
-from hpcscope.service.traces.contracts import TraceReport
+from hpcscope.service.traces.contracts import StoredTraceReport, TraceReport
 from hpcscope.service.traces.inputs import IN_PROCESS_JSON_BYTES, find_traces, plan_workers
 from hpcscope.service.traces.job_evidence import add_job_evidence
 from hpcscope.service.traces.pipeline import analyze, to_json
@@ -197,7 +197,9 @@ def get_analysis(
     return row, document
 
 
-def get_report(service: Service, principal: Principal, analysis_id: str) -> TraceReport | None:
+def get_report(
+    service: Service, principal: Principal, analysis_id: str
+) -> TraceReport | StoredTraceReport | None:
     """:func:`get_analysis` as the ``GET /api/traces/{id}`` document (summary, document with
     the linked job's evidence, chart), or None when it does not exist or is not visible."""
     found = get_analysis(service, principal, analysis_id)
