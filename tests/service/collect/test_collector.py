@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from hpcscope.ingest.slurm import SchedulerSnapshot, parse_slurmrestd_jobs
 from hpcscope.model.topology import load_topology
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.settings import bundled_topology
@@ -29,6 +30,7 @@ from hpcscope.twin.cluster import serve_routes
 from hpcscope.twin.dcgm import DcgmEndpoint
 from hpcscope.twin.workloads import Profile, shares_for
 from tests.support.clock import EPOCH, FakeClock
+from tests.support.paths import FIXTURES
 
 TOPOLOGY = load_topology(bundled_topology())
 NAMES = ("good", "flaky", "broken")
@@ -201,6 +203,35 @@ def test_cycles_keep_their_interval_and_skip_the_ticks_a_slow_cycle_missed(
     assert collector.cycles == 5
     assert _count(store, "SELECT count(*) AS n FROM gpu_samples") == 5 * 8
     store.close()
+
+
+class CountingScheduler:
+    """Captured slurmrestd output, with the simulated time of every poll."""
+
+    name = "slurmrestd"
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.polled_at_seconds: list[float] = []
+
+    def fetch(self) -> SchedulerSnapshot:
+        self.polled_at_seconds.append(self.clock.monotonic())
+        body = (FIXTURES / "slurm" / "debian-22.05" / "restd_v0.0.38_jobs.json").read_bytes()
+        return parse_slurmrestd_jobs(body, source="restd")
+
+
+def test_the_scheduler_is_polled_on_its_own_interval(tmp_path: Path) -> None:
+    clock = FakeClock()
+    scheduler = CountingScheduler(clock)
+    config = CollectorConfig(
+        scheduler=scheduler, scrape_interval_seconds=15, scheduler_poll_seconds=40
+    )
+    with Store(tmp_path / "store.duckdb") as store:
+        collector = Collector(store, config, clock=clock)
+        asyncio.run(collector.run(cycles=6))  # cycles at 0, 15, ... 75 simulated seconds
+        store.flush()
+        assert scheduler.polled_at_seconds == [0, 45]  # the first cycle, then once 40 s passed
+        assert _count(store, "SELECT count(*) AS n FROM jobs") == 10
 
 
 def test_collector_thread_survives_and_stops(tmp_path: Path, switches: dict[str, Switch]) -> None:
