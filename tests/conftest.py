@@ -18,6 +18,10 @@ pytest_plugins = ["tests.support.browser"]
 
 DEMO_PASSWORDS = {login.name: login.password for login in DEMO_LOGINS}
 
+#: scrypt cost for tests, n = 2**4 instead of production's 2**14 (~40 ms a hash, paid per demo
+#: user and per login); tests/service/identity/test_users.py checks the production default.
+TEST_PASSWORD_HASH_COST_LOG2 = 4
+
 
 def basic_auth(user: str, password: str | None = None) -> dict[str, str]:
     """An Authorization header for a demo user."""
@@ -26,11 +30,20 @@ def basic_auth(user: str, password: str | None = None) -> dict[str, str]:
     return {"Authorization": f"Basic {token}"}
 
 
+def demo_users() -> UserDirectory:
+    """The demo users, hashed at the tests' low cost."""
+    return UserDirectory.demo(hash_cost_log2=TEST_PASSWORD_HASH_COST_LOG2)
+
+
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
     """A service on the bundled 2x8 topology, demo users, an empty store in tmp_path."""
-    settings = Settings(store_path=tmp_path / "store.duckdb", secret_key="test-secret")
-    opened = Service.open(settings, users=UserDirectory.demo())
+    settings = Settings(
+        store_path=tmp_path / "store.duckdb",
+        secret_key="test-secret",
+        password_hash_cost_log2=TEST_PASSWORD_HASH_COST_LOG2,
+    )
+    opened = Service.open(settings, users=demo_users())
     yield opened
     opened.close()
 

@@ -24,7 +24,7 @@ def test_demo_serves_prints_logins_and_stops_by_itself(tmp_path: Path) -> None:
             "hpcscope",
             "demo",
             "--for",
-            "14s",
+            "8s",  # jobs are served about 0.5 s after the server is up
             "--port",
             str(port),
             "--state-dir",
@@ -46,7 +46,8 @@ def test_demo_serves_prints_logins_and_stops_by_itself(tmp_path: Path) -> None:
                     body = response.json()
             except httpx2.HTTPError:
                 pass
-            time.sleep(0.5)
+            if body is None:
+                time.sleep(0.2)
         out, err = process.communicate(timeout=40)
     finally:
         if process.poll() is None:

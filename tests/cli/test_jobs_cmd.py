@@ -11,8 +11,8 @@ from hpcscope.cli.main import app
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
-from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.settings import Settings
+from tests.conftest import demo_users
 from tests.support.data import populate
 from tests.support.servers import live_server
 
@@ -21,7 +21,7 @@ runner = CliRunner()
 
 def _store_with_jobs(tmp_path: Path) -> Path:
     path = tmp_path / "store.duckdb"
-    service = Service.open(Settings(store_path=path), users=UserDirectory.demo())
+    service = Service.open(Settings(store_path=path), users=demo_users())
     populate(service.store, now=utcnow())
     service.close()
     return path
@@ -59,7 +59,7 @@ def test_missing_store_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_jobs_against_a_server_apply_access_control(tmp_path: Path) -> None:
     service = Service.open(
-        Settings(store_path=tmp_path / "s.duckdb", secret_key="k"), users=UserDirectory.demo()
+        Settings(store_path=tmp_path / "s.duckdb", secret_key="k"), users=demo_users()
     )
     populate(service.store, now=utcnow())
     try:

@@ -26,8 +26,8 @@ from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.serve.diagram.shapes import Role
 from hpcscope.serve.routes import diagram as diagram_routes
 from hpcscope.service.core import Service
-from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.settings import Settings, bundled_topology
+from tests.conftest import demo_users
 from tests.support.browser import login, screenshot
 from tests.support.fleet import write_fleet, write_scaled_fleet
 from tests.support.paths import ARTIFACTS
@@ -264,7 +264,7 @@ def test_first_render_of_1024_gpus_under_one_second(
         secret_key="test-secret",
         topology_path=bundled_topology("128x8-h100"),
     )
-    scale = Service.open(settings, users=UserDirectory.demo())
+    scale = Service.open(settings, users=demo_users())
     try:
         nodes = [node.name for node in scale.topology.nodes]
         write_scaled_fleet(scale.store, nodes, now=utcnow())

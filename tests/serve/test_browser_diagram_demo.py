@@ -37,7 +37,7 @@ def _wait_for(condition: Any, what: str, timeout: float) -> Any:
             value = None
         if value:
             return value
-        time.sleep(0.5)
+        time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
-from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.settings import Settings
+from tests.conftest import demo_users
 from tests.support.browser import login, screenshot
 from tests.support.servers import live_server
 
@@ -28,7 +28,7 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         secret_key="k",
         anonymous_diagram=True,
     )
-    service = Service.open(settings, users=UserDirectory.demo())
+    service = Service.open(settings, users=demo_users())
     with live_server(create_app(service)) as url:
         yield url
     service.close()

@@ -11,9 +11,8 @@ from fastapi.testclient import TestClient
 
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
-from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.settings import Settings
-from tests.conftest import basic_auth
+from tests.conftest import basic_auth, demo_users
 
 PAGES = ["/step", "/simulate"]
 APIS = ["/api/step", "/api/simulate?gpus=8,16&steps=50"]
@@ -21,7 +20,7 @@ APIS = ["/api/step", "/api/simulate?gpus=8,16&steps=50"]
 
 def _site(path: Path, *, anonymous_diagram: bool, headers: dict[str, str]) -> Iterator[TestClient]:
     settings = Settings(store_path=path, secret_key="k", anonymous_diagram=anonymous_diagram)
-    service = Service.open(settings, users=UserDirectory.demo())
+    service = Service.open(settings, users=demo_users())
     with TestClient(create_app(service), headers=headers) as client:
         yield client
     service.close()

@@ -17,9 +17,8 @@ from fastapi.testclient import TestClient
 
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
-from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.settings import Settings
-from tests.conftest import basic_auth
+from tests.conftest import basic_auth, demo_users
 from tests.support.paths import FIXTURES
 
 HTA_2RANK = FIXTURES / "traces" / "hta_trace_filter_2rank"
@@ -35,7 +34,7 @@ def _files(directory: Path = HTA_2RANK) -> list[tuple[str, tuple[str, bytes, str
 @pytest.fixture(scope="module")
 def app_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     path = tmp_path_factory.mktemp("traces-web") / "s.duckdb"
-    service = Service.open(Settings(store_path=path, secret_key="t"), users=UserDirectory.demo())
+    service = Service.open(Settings(store_path=path, secret_key="t"), users=demo_users())
     jobs = pa.table(
         {
             "job_id": ["1", "2", "3"],

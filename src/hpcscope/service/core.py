@@ -44,10 +44,11 @@ class Service:
         """Load the topology and users, open (and migrate) the store."""
         topology = load_topology(settings.resolved_topology_path())
         if users is None:
+            cost = settings.password_hash_cost_log2
             users = (
-                UserDirectory.from_file(settings.users_path)
+                UserDirectory.from_file(settings.users_path, hash_cost_log2=cost)
                 if settings.users_path is not None
-                else UserDirectory.demo()
+                else UserDirectory.demo(hash_cost_log2=cost)
             )
         store = Store(settings.store_path)
         return cls(settings=settings, topology=topology, store=store, users=users)

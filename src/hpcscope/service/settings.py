@@ -18,6 +18,9 @@ from hpcscope.model.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
+#: Production scrypt cost of password hashes: n = 2**14 (~40 ms a hash on one core).
+DEFAULT_PASSWORD_HASH_COST_LOG2 = 14
+
 
 def bundled_topology(name: str = "2x8-h100") -> Path:
     """Path of a topology shipped with hpcscope (``2x8-h100``, ``128x8-h100``)."""
@@ -51,6 +54,13 @@ class Settings(BaseModel):
         None,
         description="Key that signs session cookies; "
         "random per start when unset (sessions end on restart).",
+    )
+    password_hash_cost_log2: int = Field(
+        DEFAULT_PASSWORD_HASH_COST_LOG2,
+        ge=1,
+        le=20,
+        description="scrypt cost of the password hashes the server makes: n = 2**value "
+        "(the demo users' and the dummy hash of unknown names).",
     )
     anonymous_diagram: bool = Field(
         False,

@@ -86,7 +86,10 @@ def serve_routes(
             log.debug("twin http %s", format % args)
 
     server = _Server((host, port), Handler)
-    thread = threading.Thread(target=server.serve_forever, name=f"twin-http-{port}", daemon=True)
+    # shutdown() waits for the serve loop's next poll: 0.1 s, not the default 0.5 s per server
+    thread = threading.Thread(
+        target=server.serve_forever, args=(0.1,), name=f"twin-http-{port}", daemon=True
+    )
     thread.start()
     return server, thread
 

@@ -27,11 +27,11 @@ from hpcscope.model.schemas import (
     LUSTRE_JOB_STATS_SCHEMA,
 )
 from hpcscope.service.core import Service
-from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.settings import Settings
 from hpcscope.service.traces import reports as trace_reports
 from hpcscope.store.infiniband import append_ib_counters
 from hpcscope.store.lustre import append_job_stats
+from tests.conftest import demo_users
 from tests.support.paths import FIXTURES
 
 PARAM = FIXTURES / "traces" / "param_dlrm_8rank" / "dlrm_kineto.tar.gz"
@@ -67,7 +67,7 @@ def _samples(job_id: str, slow_gpu: int | None, *, xid: int | None = None) -> pa
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
     settings = Settings(store_path=tmp_path / "s.duckdb", secret_key="t", scrape_interval_seconds=1)
-    opened = Service.open(settings, users=UserDirectory.demo())
+    opened = Service.open(settings, users=demo_users())
     jobs = pa.table(
         {
             "job_id": ["77", "78"],

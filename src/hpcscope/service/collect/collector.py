@@ -17,6 +17,10 @@ keeps its loop to itself). Each cycle:
 
 An exporter that hangs, returns 500 or garbage costs one failed scrape row; the collector keeps
 running, and nothing stored before is touched.
+
+Two seams keep its tests off the wall clock and the network: a :class:`Clock` (wall time,
+monotonic time and the sleep between cycles; :class:`SystemClock` by default) and an httpx2
+transport for the scraper (real TCP by default; tests pass ``httpx2.MockTransport``).
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
+import httpx2
 import pyarrow as pa
 
 from hpcscope.ingest.exporters.dcgm import DcgmConversion, DcgmConverter, samples_table
@@ -37,7 +43,7 @@ from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN
 from hpcscope.ingest.exposition.scrape import Scraper, ScrapeResult, Target, load_file_sd
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
-from hpcscope.model.timeutil import utcnow
+from hpcscope.model.timeutil import epoch_seconds, utcnow
 from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_samples
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
 from hpcscope.service.collect.scheduler import (
@@ -53,6 +59,35 @@ from hpcscope.store import Store
 from hpcscope.store.infiniband import append_ib_counters
 
 log = logging.getLogger(__name__)
+
+
+class Clock(Protocol):
+    """Where the collector's time comes from."""
+
+    def now(self) -> datetime:
+        """Wall-clock time, naive UTC (the store's timestamps)."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (intervals, scheduler polls)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` between cycles."""
+        ...
+
+
+class SystemClock:
+    """The real clock: ``datetime.now``, ``time.monotonic``, ``asyncio.sleep``."""
+
+    def now(self) -> datetime:
+        return utcnow()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
 
 @dataclass
@@ -137,25 +172,41 @@ class Collector:
     Args:
         store: where rows go (through its single writer).
         config: targets, scheduler endpoint, intervals.
+        clock: wall and monotonic time, and the wait between cycles (default: the real clock).
+        transport: the scraper's httpx2 transport (default: real TCP connections).
     """
 
-    def __init__(self, store: Store, config: CollectorConfig) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: CollectorConfig,
+        *,
+        clock: Clock | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ) -> None:
         self.store = store
         self.config = config
-        self._scraper = Scraper(timeout_seconds=config.scrape_timeout_seconds)
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._scraper = Scraper(
+            timeout_seconds=config.scrape_timeout_seconds,
+            clock=self._aware_now,
+            transport=transport,
+        )
         self._converters: dict[str, DcgmConverter] = {}
         self._targets: list[Target] = list(config.static_targets)
         self._targets_mtime: float | None = None
         self._last_success: dict[str, datetime] = {}
         self._failing_since: dict[str, tuple[datetime, str]] = {}
-        self._last_scheduler_poll = 0.0
+        self._last_scheduler_poll: float | None = None
         self._scheduler = (
             SchedulerCollector(store, config.scheduler, config.associations)
             if config.scheduler is not None
             else None
         )
         self._mapping = (
-            MappingRoot(store, config.job_mapping_dir, config.job_records_dir)
+            MappingRoot(
+                store, config.job_mapping_dir, config.job_records_dir, clock=self._epoch_seconds
+            )
             if config.job_mapping_dir is not None
             else None
         )
@@ -170,7 +221,8 @@ class Collector:
         self._thread: threading.Thread | None = None
         self.cycles = 0
         self.last_report: CycleReport | None = None
-        self.status_log = StatusLog(store.size_bytes)  # one INFO line a minute
+        # one INFO line a minute, on the collector's own clock
+        self.status_log = StatusLog(store.size_bytes, clock=self._clock.monotonic)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -185,12 +237,18 @@ class Collector:
             self._thread.join(timeout=self.config.scrape_timeout_seconds + 5)
 
     def _run(self) -> None:
-        asyncio.run(self._loop())
+        asyncio.run(self.run())
 
-    async def _loop(self) -> None:
+    async def run(self, *, cycles: int | None = None) -> None:
+        """Collect every ``scrape_interval_seconds`` until :meth:`stop` (or ``cycles`` done).
+
+        The thread of :meth:`start` runs this; tests await it with a fake clock.
+        """
+        clock = self._clock
         interval = self.config.scrape_interval_seconds
-        next_tick = time.monotonic()
-        while not self._stop.is_set():
+        next_tick = clock.monotonic()
+        done = 0
+        while not self._stop.is_set() and (cycles is None or done < cycles):
             try:
                 self.last_report = await self.collect_once()
             except Exception:  # a bug in one cycle must not end collection
@@ -198,12 +256,13 @@ class Collector:
             else:
                 self._log_cycle(self.last_report)
             self.cycles += 1
+            done += 1
             next_tick += interval
-            delay = next_tick - time.monotonic()
+            delay = next_tick - clock.monotonic()
             if delay < 0:  # we are late: skip the missed ticks instead of bursting
-                next_tick = time.monotonic()
+                next_tick = clock.monotonic()
                 delay = 0.0
-            await asyncio.sleep(min(delay, interval))
+            await clock.sleep(min(delay, interval))
         await self.aclose()
 
     def _log_cycle(self, report: CycleReport) -> None:
@@ -223,6 +282,12 @@ class Collector:
         )
         if status is not None:
             log.info("%s", format_status(status))
+
+    def _aware_now(self) -> datetime:
+        return self._clock.now().replace(tzinfo=UTC)
+
+    def _epoch_seconds(self) -> float:
+        return epoch_seconds(self._clock.now())
 
     async def aclose(self) -> None:
         """Close the scraper's HTTP connections (in the loop that used them)."""
@@ -251,7 +316,7 @@ class Collector:
 
     async def collect_once(self) -> CycleReport:
         """Scrape every target once, store what came back, poll the scheduler if due."""
-        report = CycleReport(started_at=utcnow())
+        report = CycleReport(started_at=self._clock.now())
         if self._mapping is not None:  # allocations first: the samples below are judged by them
             try:
                 await asyncio.to_thread(self._mapping.collect_once)
@@ -276,10 +341,12 @@ class Collector:
             self.store.append("scrapes", pa.Table.from_pylist(scrape_rows, schema=SCRAPE_SCHEMA))
         if gap_rows:
             self.store.append("collection_gaps", pa.Table.from_pylist(gap_rows, schema=GAP_SCHEMA))
+        now = self._clock.monotonic()
         if self._scheduler is not None and (
-            time.monotonic() - self._last_scheduler_poll >= self.config.scheduler_poll_seconds
+            self._last_scheduler_poll is None
+            or now - self._last_scheduler_poll >= self.config.scheduler_poll_seconds
         ):
-            self._last_scheduler_poll = time.monotonic()
+            self._last_scheduler_poll = now
             poll = await asyncio.to_thread(self._scheduler.collect_once)
             report.jobs_written = poll.jobs
             if not poll.ok:
@@ -363,7 +430,7 @@ class Collector:
 
     def close_open_gaps(self) -> None:
         """At shutdown, record targets still failing as gaps ending now."""
-        now = utcnow()
+        now = self._clock.now()
         rows = [
             {"target": url, "node": None, "start_ts": since, "end_ts": now, "reason": reason}
             for url, (since, reason) in self._failing_since.items()

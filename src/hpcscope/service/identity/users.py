@@ -9,7 +9,6 @@ coordinators) once those are ingested.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import hmac
 import secrets
@@ -22,18 +21,36 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hpcscope.model.access import Principal, Role
 from hpcscope.model.errors import ConfigError
+from hpcscope.service.settings import DEFAULT_PASSWORD_HASH_COST_LOG2
 
-_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
+#: Production scrypt cost (the ``password_hash_cost_log2`` setting's default). Tests lower it;
+#: the parameters are in every hash, so hashes made at any cost keep verifying.
+DEFAULT_HASH_COST_LOG2 = DEFAULT_PASSWORD_HASH_COST_LOG2
+_SCRYPT_R, _SCRYPT_P = 8, 1
 
 
-def hash_password(password: str, *, salt: bytes | None = None) -> str:
-    """An scrypt hash in the form ``scrypt$n$r$p$salt$hash`` (base64)."""
+def hash_password(
+    password: str, *, salt: bytes | None = None, cost_log2: int = DEFAULT_HASH_COST_LOG2
+) -> str:
+    """An scrypt hash in the form ``scrypt$n$r$p$salt$hash`` (base64).
+
+    Args:
+        password: the clear-text password.
+        salt: 16 random bytes when None.
+        cost_log2: scrypt's CPU/memory cost is ``n = 2**cost_log2``.
+
+    Raises:
+        ValueError: ``cost_log2`` below 1.
+    """
+    if cost_log2 < 1:
+        raise ValueError(f"password hash cost_log2 must be at least 1, got {cost_log2}")
+    n = 2**cost_log2
     salt = salt if salt is not None else secrets.token_bytes(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=n, r=_SCRYPT_R, p=_SCRYPT_P)
     return "$".join(
         [
             "scrypt",
-            str(_SCRYPT_N),
+            str(n),
             str(_SCRYPT_R),
             str(_SCRYPT_P),
             base64.b64encode(salt).decode(),
@@ -43,7 +60,10 @@ def hash_password(password: str, *, salt: bytes | None = None) -> str:
 
 
 def verify_password(password: str, encoded: str) -> bool:
-    """Constant-time check of ``password`` against an ``scrypt$...`` hash."""
+    """Constant-time check of ``password`` against an ``scrypt$...`` hash.
+
+    The hash's own parameters (``n``, ``r``, ``p``) are used, whatever the current cost setting.
+    """
     try:
         scheme, n, r, p, salt_b64, hash_b64 = encoded.split("$")
         if scheme != "scrypt":
@@ -97,30 +117,32 @@ DEMO_LOGINS: tuple[DemoLogin, ...] = (
 )
 
 
-@functools.cache
-def _demo_records() -> tuple[UserRecord, ...]:
-    salt = b"hpcscope-demo-salt"  # fixed: the demo's passwords are public anyway
-    return tuple(
-        UserRecord(d.name, d.role, hash_password(d.password, salt=salt), d.accounts, d.coordinates)
-        for d in DEMO_LOGINS
-    )
-
-
 class UserDirectory:
-    """Look up and authenticate users."""
+    """Look up and authenticate users.
+
+    Args:
+        users: the people who can log in.
+        hash_cost_log2: scrypt cost of the hashes this directory makes (the demo's, and the
+            dummy hash that makes an unknown name cost as much as a wrong password).
+    """
 
     #: How long a verified (user, password) pair is remembered: scrypt is deliberately slow
     #: (~50 ms), and scripts send HTTP Basic credentials on every request.
     CACHE_SECONDS = 60.0
 
-    def __init__(self, users: list[UserRecord]) -> None:
+    def __init__(
+        self, users: list[UserRecord], *, hash_cost_log2: int = DEFAULT_HASH_COST_LOG2
+    ) -> None:
         self._users = {user.name: user for user in users}
+        self._hash_cost_log2 = hash_cost_log2
         self._cache_key = secrets.token_bytes(32)
         self._verified: dict[bytes, float] = {}
 
     @classmethod
-    def from_file(cls, path: str | Path) -> UserDirectory:
-        """Load a users file.
+    def from_file(
+        cls, path: str | Path, *, hash_cost_log2: int = DEFAULT_HASH_COST_LOG2
+    ) -> UserDirectory:
+        """Load a users file (its hashes verify at whatever cost they were made with).
 
         Raises:
             SourceError: unreadable or invalid, naming the file and field.
@@ -141,20 +163,26 @@ class UserDirectory:
             [
                 UserRecord(u.name, u.role, u.password_hash, tuple(u.accounts), tuple(u.coordinates))
                 for u in parsed.users
-            ]
+            ],
+            hash_cost_log2=hash_cost_log2,
         )
 
     @classmethod
-    def demo(cls) -> UserDirectory:
+    def demo(cls, *, hash_cost_log2: int = DEFAULT_HASH_COST_LOG2) -> UserDirectory:
         """The demo users with their published passwords (never use outside the demo)."""
         salt = b"hpcscope-demo-salt"  # fixed so start-up stays fast and deterministic
         return cls(
             [
                 UserRecord(
-                    d.name, d.role, hash_password(d.password, salt=salt), d.accounts, d.coordinates
+                    d.name,
+                    d.role,
+                    hash_password(d.password, salt=salt, cost_log2=hash_cost_log2),
+                    d.accounts,
+                    d.coordinates,
                 )
                 for d in DEMO_LOGINS
-            ]
+            ],
+            hash_cost_log2=hash_cost_log2,
         )
 
     def get(self, name: str) -> UserRecord | None:
@@ -167,7 +195,8 @@ class UserDirectory:
         """The user if the password matches, else None (same work either way)."""
         user = self._users.get(name)
         if user is None:
-            verify_password(password, hash_password("", salt=b"0" * 16))
+            dummy = hash_password("", salt=b"0" * 16, cost_log2=self._hash_cost_log2)
+            verify_password(password, dummy)
             return None
         # remember successes only, keyed by an HMAC under a per-process key (never the password)
         key = hmac.new(self._cache_key, f"{name}\0{password}".encode(), "sha256").digest()

@@ -1,0 +1,89 @@
+"""Password hashes: the production cost is the default, the cost is a setting, and a hash
+verifies with the parameters written in it whatever the current cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from hpcscope.service.core import Service
+from hpcscope.service.identity.users import (
+    DEFAULT_HASH_COST_LOG2,
+    UserDirectory,
+    hash_password,
+    verify_password,
+)
+from hpcscope.service.settings import Settings
+from tests.conftest import TEST_PASSWORD_HASH_COST_LOG2
+
+#: Made by the code before the cost was a setting (``hash_password("s3cret", salt=...)``).
+STORED_HASH = (
+    "scrypt$16384$8$1$Zml4ZWQtc2FsdC0xNmJ5dA==$FwvEu5IVtRNeK/OcRNPpnLPxxareFafgkUQ2vwjsXRQQF+"
+    "CzDPYALv/JURmL5JwO6yGjm6ztDAAJukwecNJpzQ=="
+)
+
+
+def test_the_production_cost_is_the_default_and_verifies() -> None:
+    assert DEFAULT_HASH_COST_LOG2 == 14
+    assert Settings().password_hash_cost_log2 == 14
+    encoded = hash_password("s3cret", salt=b"fixed-salt-16byt")
+    assert encoded == STORED_HASH  # the production default makes the same hash as before
+    assert verify_password("s3cret", encoded)
+    assert not verify_password("s3cret!", encoded)
+    demo = UserDirectory.demo()
+    alice = demo.get("alice")
+    assert alice is not None and alice.password_hash.startswith("scrypt$16384$8$1$")
+    assert demo.authenticate("alice", "alice-demo") == alice
+    assert demo.authenticate("alice", "wrong") is None
+    assert demo.authenticate("nobody", "alice-demo") is None
+
+
+def test_hashes_verify_with_their_own_parameters_whatever_the_cost() -> None:
+    low = hash_password("s3cret", cost_log2=TEST_PASSWORD_HASH_COST_LOG2)
+    assert low.startswith("scrypt$16$8$1$")
+    assert verify_password("s3cret", low)
+    assert not verify_password("other", low)
+    assert verify_password("s3cret", STORED_HASH)  # an old production hash, checked cheaply nowhere
+
+
+def test_the_setting_sets_the_cost_of_the_demo_users(tmp_path: Path) -> None:
+    settings = Settings(
+        store_path=tmp_path / "s.duckdb", password_hash_cost_log2=TEST_PASSWORD_HASH_COST_LOG2
+    )
+    service = Service.open(settings)
+    try:
+        bob = service.users.get("bob")
+        assert bob is not None and bob.password_hash.startswith("scrypt$16$8$1$")
+        assert service.users.authenticate("bob", "bob-demo") == bob
+        assert service.users.authenticate("bob", "alice-demo") is None
+    finally:
+        service.close()
+
+
+def test_a_users_file_keeps_verifying_at_another_cost(tmp_path: Path) -> None:
+    users = tmp_path / "users.yaml"
+    users.write_text(f"users:\n  - {{name: erin, role: admin, password_hash: '{STORED_HASH}'}}\n")
+    directory = UserDirectory.from_file(users, hash_cost_log2=TEST_PASSWORD_HASH_COST_LOG2)
+    erin = directory.get("erin")
+    assert directory.authenticate("erin", "s3cret") == erin
+    assert directory.authenticate("erin", "s3cret ") is None
+
+
+@pytest.mark.parametrize("cost", [0, 21])
+def test_a_cost_out_of_range_is_refused(cost: int) -> None:
+    with pytest.raises(ValidationError, match="password_hash_cost_log2"):
+        Settings(password_hash_cost_log2=cost)
+
+
+def test_a_cost_below_one_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="cost_log2 must be at least 1"):
+        hash_password("x", cost_log2=0)
+
+
+@pytest.mark.parametrize(
+    "encoded", ["", "scrypt$16$8$1$bad", "bcrypt$16$8$1$YQ==$YQ==", "scrypt$x$8$1$YQ==$YQ=="]
+)
+def test_malformed_hashes_never_verify(encoded: str) -> None:
+    assert not verify_password("", encoded)
