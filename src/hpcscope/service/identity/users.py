@@ -55,6 +55,24 @@ def verify_password(password: str, encoded: str) -> bool:
     return hmac.compare_digest(digest, expected)
 
 
+def _rehash_like(encoded: str, salt: bytes) -> str | None:
+    """A random password hashed with the scheme and cost parameters of ``encoded`` (so that
+    verifying it costs what verifying ``encoded`` costs); None if ``encoded`` is no scrypt hash."""
+    try:
+        scheme, n, r, p, _, hash_b64 = encoded.split("$")
+        if scheme != "scrypt":
+            return None
+        length = len(base64.b64decode(hash_b64))
+        digest = hashlib.scrypt(
+            secrets.token_bytes(16), salt=salt, n=int(n), r=int(r), p=int(p), dklen=length
+        )
+    except (ValueError, TypeError):
+        return None
+    return "$".join(
+        [scheme, n, r, p, base64.b64encode(salt).decode(), base64.b64encode(digest).decode()]
+    )
+
+
 class _UserEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1)
@@ -117,6 +135,7 @@ class UserDirectory:
         self._users = {user.name: user for user in users}
         self._cache_key = secrets.token_bytes(32)
         self._verified: dict[bytes, float] = {}
+        self._dummy: str | None = None
 
     @classmethod
     def from_file(cls, path: str | Path) -> UserDirectory:
@@ -157,6 +176,17 @@ class UserDirectory:
             ]
         )
 
+    def _dummy_hash(self) -> str:
+        """A hash of a random password, made like the users' own (the parameters of the
+        first user's hash, else :func:`hash_password`'s), computed once."""
+        if self._dummy is None:
+            salt = secrets.token_bytes(16)
+            template = next(iter(self._users.values()), None)
+            self._dummy = hash_password(secrets.token_urlsafe(16), salt=salt)
+            if template is not None:
+                self._dummy = _rehash_like(template.password_hash, salt) or self._dummy
+        return self._dummy
+
     def get(self, name: str) -> UserRecord | None:
         return self._users.get(name)
 
@@ -167,7 +197,9 @@ class UserDirectory:
         """The user if the password matches, else None (same work either way)."""
         user = self._users.get(name)
         if user is None:
-            verify_password(password, hash_password("", salt=b"0" * 16))
+            # one verification at the real users' cost, as for a wrong password: the time
+            # of the answer does not tell whether the name exists
+            verify_password(password, self._dummy_hash())
             return None
         # remember successes only, keyed by an HMAC under a per-process key (never the password)
         key = hmac.new(self._cache_key, f"{name}\0{password}".encode(), "sha256").digest()
