@@ -10,10 +10,12 @@ import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.routing import BaseRoute, Mount, Route
 
 from hpcscope.serve.app import create_app
-from hpcscope.serve.edge import SAFE_METHODS
+from hpcscope.serve.edge import SAFE_METHODS, EdgeMiddleware
 from hpcscope.service.core import Service
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.settings import Settings
@@ -210,3 +212,44 @@ def test_the_basic_challenge_is_only_for_basic_clients(client: TestClient) -> No
     assert asked.headers["www-authenticate"].startswith("Basic")
     bearer = client.get("/api/whoami", headers={"Authorization": "Bearer abc"})
     assert bearer.status_code == 401 and "www-authenticate" not in bearer.headers
+
+
+_ORIGINS = st.builds(
+    lambda scheme, host, port: f"{scheme}://{host}{port}",
+    st.sampled_from(["http", "https"]),
+    st.sampled_from(
+        ["testserver", "evil.example", "testserver.evil.example", "hpcscope.example.org"]
+    ),
+    st.sampled_from(["", ":80", ":8443"]),
+)
+
+
+@settings(max_examples=200)
+@given(
+    method=st.sampled_from(["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"]),
+    origin=st.none() | _ORIGINS,
+    referer=st.none() | _ORIGINS.map(lambda o: o + "/some/page"),
+    cookie=st.booleans(),
+)
+def test_the_csrf_decision(
+    method: str, origin: str | None, referer: str | None, cookie: bool
+) -> None:
+    edge = EdgeMiddleware(app=None, trusted_origins=["https://hpcscope.example.org"])  # type: ignore[arg-type]
+    headers = {b"host": b"testserver"}
+    if origin is not None:
+        headers[b"origin"] = origin.encode()
+    if referer is not None:
+        headers[b"referer"] = referer.encode()
+    if cookie:
+        headers[b"cookie"] = b"hpcscope_session=x"
+    scope = {"type": "http", "method": method, "scheme": "http"}
+    allowed = {"http://testserver", "https://hpcscope.example.org"}
+    claimed = (
+        origin if origin is not None else (referer.rsplit("/some/page")[0] if referer else None)
+    )
+    expected_ok = (
+        method in SAFE_METHODS
+        or (claimed is not None and claimed in allowed)
+        or (claimed is None and not cookie)
+    )
+    assert (edge._csrf_refusal(scope, headers) is None) == expected_ok

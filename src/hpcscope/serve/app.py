@@ -64,6 +64,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.users.warm_up()
         if on_startup is not None:
             on_startup()
         try:

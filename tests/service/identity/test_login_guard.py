@@ -102,3 +102,11 @@ def test_the_audit_log_is_bounded() -> None:
         guard.record_failure(f"u{i}", "10.0.0.1")
     assert len(guard.audit) == 1000
     assert guard.audit[-1].user == "u2999"
+
+
+def test_tried_names_are_kept_short() -> None:
+    guard = LoginGuard(max_failures=2, clock=FakeClock())
+    guard.record_failure("x" * 100_000, "10.0.0.1")
+    guard.record_failure("x" * 100_001, "10.0.0.2")
+    assert len(guard.audit[0].user) == 256
+    assert guard.retry_after_seconds("x" * 300, "10.0.0.3") == 60  # the same (cut) name

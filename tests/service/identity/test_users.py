@@ -39,3 +39,14 @@ def test_without_users_the_dummy_follows_hash_password() -> None:
     directory = UserDirectory([])
     assert directory.authenticate("nobody", "pw") is None
     assert directory._dummy_hash().split("$")[:4] == hash_password("x").split("$")[:4]
+
+
+def test_the_dummy_takes_the_most_common_cost_among_the_users() -> None:
+    users = [
+        UserRecord("old", Role.RESEARCHER, _cheap_hash("pw", 2**8), (), ()),
+        UserRecord("a", Role.RESEARCHER, _cheap_hash("pw", 2**10), (), ()),
+        UserRecord("b", Role.ADMIN, _cheap_hash("pw", 2**10), (), ()),
+    ]
+    directory = UserDirectory(users)
+    directory.warm_up()
+    assert directory._dummy_hash().split("$")[1] == "1024"

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 MAX_TRACKED_KEYS = 50_000
 #: Audit records kept in memory.
 AUDIT_RECORDS = 1_000
+#: Characters of a tried user name kept (a key, an audit record): names are attacker-chosen.
+MAX_NAME_CHARS = 256
 
 AuditKind = Literal["failure", "lockout", "refused"]
 
@@ -98,7 +100,7 @@ class LoginGuard:
         A positive answer is audited as ``refused``: the caller answers 429 without checking
         the password.
         """
-        now = self._clock()
+        now, user = self._clock(), user[:MAX_NAME_CHARS]
         wait = max(
             self._locked_for(("user", user), now), self._locked_for(("address", address), now)
         )
@@ -108,7 +110,7 @@ class LoginGuard:
 
     def record_failure(self, user: str, address: str) -> None:
         """A wrong user name or password: count it on both keys, lock those at the limit."""
-        now = self._clock()
+        now, user = self._clock(), user[:MAX_NAME_CHARS]
         self._record(LoginAuditRecord(now, "failure", user, address))
         for kind, value in (("user", user), ("address", address)):
             state = self._state((kind, value), now)
@@ -125,7 +127,7 @@ class LoginGuard:
 
     def record_success(self, user: str) -> None:
         """The right password: the user name's failures and lockout history are cleared."""
-        self._keys.pop(("user", user), None)
+        self._keys.pop(("user", user[:MAX_NAME_CHARS]), None)
 
     def _locked_for(self, key: tuple[str, str], now: float) -> float:
         state = self._keys.get(key)
@@ -150,7 +152,10 @@ class LoginGuard:
 
     def _record(self, record: LoginAuditRecord) -> None:
         self.audit.append(record)
-        level = logging.INFO if record.kind == "failure" else logging.WARNING
+        # refused tries are not bounded by the throttle: kept in the audit log, logged at DEBUG
+        level = {"failure": logging.INFO, "lockout": logging.WARNING}.get(
+            record.kind, logging.DEBUG
+        )
         log.log(
             level,
             "login %s: user=%r address=%s%s",

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,15 +178,26 @@ class UserDirectory:
         )
 
     def _dummy_hash(self) -> str:
-        """A hash of a random password, made like the users' own (the parameters of the
-        first user's hash, else :func:`hash_password`'s), computed once."""
+        """A hash of a random password made like most users' own (their most common scrypt
+        parameters; :func:`hash_password`'s without users), computed once: verifying an unknown
+        name then costs what verifying a wrong password costs."""
         if self._dummy is None:
             salt = secrets.token_bytes(16)
-            template = next(iter(self._users.values()), None)
-            self._dummy = hash_password(secrets.token_urlsafe(16), salt=salt)
-            if template is not None:
-                self._dummy = _rehash_like(template.password_hash, salt) or self._dummy
+            hashes = [user.password_hash for user in self._users.values()]
+            costs = Counter("$".join(encoded.split("$")[:4]) for encoded in hashes)
+            for cost, _ in costs.most_common():
+                example = next(e for e in hashes if e.startswith(cost))
+                self._dummy = _rehash_like(example, salt)
+                if self._dummy is not None:
+                    break
+            if self._dummy is None:
+                self._dummy = hash_password(secrets.token_urlsafe(16), salt=salt)
         return self._dummy
+
+    def warm_up(self) -> None:
+        """Compute the dummy hash now (a server calls this at start), so that not even the
+        first unknown name is answered slower."""
+        self._dummy_hash()
 
     def get(self, name: str) -> UserRecord | None:
         return self._users.get(name)
