@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -58,13 +58,16 @@ def test_the_walker_counts_what_tarfile_lists(
     members: list[tuple[str, bytes]], chunk: int, fmt: int
 ) -> None:
     data = _tar(members, fmt=fmt)
-    counted: list[int] = []
-    walker = TarWalker(lambda: counted.append(1))
+    seen: list[bytearray] = []
+
+    def on_member(name: str) -> Callable[[bytes], None]:
+        seen.append(bytearray())
+        return seen[-1].extend
+
+    walker = TarWalker(on_member)
     for piece in _chunks(data, chunk):
         walker.feed(piece)
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        regular = [m for m in archive.getmembers() if m.isfile()]
-    assert len(counted) == len(regular)
+    assert [bytes(b) for b in seen] == [content for _, content in members]
 
 
 def _inspect(name: str, data: bytes, limits: UploadLimits, chunk: int = 65536) -> int:
@@ -98,6 +101,9 @@ def test_a_gzip_bomb_is_refused_early_in_the_stream() -> None:
 def test_real_compressed_traces_pass() -> None:
     for path in sorted(HTA_2RANK.iterdir()):
         assert _inspect(path.name, path.read_bytes(), UploadLimits(max_bytes=1 << 30)) == 0
+    # PARAM's DLRM Kineto archive: 8 ranks, 0.47 MB expanding 15.7x
+    archive = FIXTURES / "traces" / "param_dlrm_8rank" / "dlrm_kineto.tar.gz"
+    assert _inspect(archive.name, archive.read_bytes(), UploadLimits(max_bytes=1 << 30)) == 8
 
 
 def test_members_of_a_compressed_tar_are_counted_and_multi_member_gzip_read() -> None:
@@ -106,6 +112,17 @@ def test_members_of_a_compressed_tar_are_counted_and_multi_member_gzip_read() ->
     two = gzip.compress(b"{" * 10) + gzip.compress(b"}" * (3 << 20))
     with pytest.raises(UploadError):  # the second member is the bomb
         _inspect("x.json.gz", two, UploadLimits(max_bytes=1 << 30, max_expansion_ratio=50))
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_bomb_inside_an_archive_is_refused(compress: bool) -> None:
+    bomb = gzip.compress(b"\0" * (16 << 20))
+    archive = _tar([("rank-0.json", b"{}"), ("rank-1.json.gz", bomb)])
+    archive = gzip.compress(archive) if compress else archive
+    with pytest.raises(UploadError) as caught:
+        _inspect("ranks.tar.gz" if compress else "ranks.tar", archive, UploadLimits(1 << 30))
+    assert "ranks.tar" in caught.value.message and "rank-1.json.gz" in caught.value.message
+    assert "upload_max_expansion_ratio" in caught.value.message
 
 
 def test_garbage_is_left_to_the_parser() -> None:
