@@ -22,17 +22,18 @@ Serve = Callable[..., AbstractContextManager[str]]
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Serve:
-    """``with serve(**settings) as base_url:`` a real server with the demo users."""
+    """``with serve(users, **settings) as base_url:`` a real server (the demo users by
+    default)."""
 
     @contextmanager
-    def start(**overrides: Any) -> Iterator[str]:
+    def start(users: UserDirectory | None = None, **overrides: Any) -> Iterator[str]:
         settings = Settings(
             store_path=tmp_path / f"store-{len(list(tmp_path.iterdir()))}.duckdb",
             secret_key="acceptance",
             port=free_port(),
             **overrides,
         )
-        service = Service.open(settings, users=UserDirectory.demo())
+        service = Service.open(settings, users=users or UserDirectory.demo())
         try:
             config = uvicorn_config(create_app(service), settings)
             with live_configured_server(config):
