@@ -253,3 +253,34 @@ def test_the_csrf_decision(
         or (claimed is None and not cookie)
     )
     assert (edge._csrf_refusal(scope, headers) is None) == expected_ok
+
+
+def test_a_large_body_outside_the_uploads_is_413(client: TestClient) -> None:
+    big = {"username": "bob", "password": "x" * (2 << 20)}
+    response = client.post("/login", data=big)
+    assert response.status_code == 413
+    assert response.json() == {"detail": "request body over 1048576 bytes"}
+
+
+def _chunked(body: bytes, size: int = 65536) -> Iterator[bytes]:
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
+def test_a_chunked_body_is_counted_as_it_arrives(client: TestClient) -> None:
+    headers = {"Content-Type": "application/x-www-form-urlencoded", "Origin": "http://testserver"}
+    small = b"username=bob&password=bob-demo"
+    response = client.post(
+        "/login", content=_chunked(small, 8), headers=headers, follow_redirects=False
+    )
+    assert response.status_code == 303  # held, then handed on whole
+    large = b"username=bob&password=" + b"x" * (2 << 20)
+    assert client.post("/login", content=_chunked(large), headers=headers).status_code == 413
+
+
+def test_uploads_stream_past_the_body_limit(app: FastAPI) -> None:
+    not_a_trace = [("files", ("rank0.json", b"[" * (3 << 20), "application/json"))]
+    with TestClient(app, headers=basic_auth("alice")) as alice:
+        response = alice.post("/api/traces", files=not_a_trace)
+    assert response.status_code == 422  # reached the analysis, which names the file
+    assert "rank0.json" in response.json()["error"]

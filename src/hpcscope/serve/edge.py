@@ -14,7 +14,11 @@ In order, for each HTTP request:
    added later cannot forget it. Session cookies are also ``SameSite=Lax``.
 3. **Cookies.** Over HTTPS (TLS here, or a trusted proxy that says so) the session cookie gets
    ``Secure``; it is always ``HttpOnly`` and ``SameSite=Lax`` (Starlette's session middleware).
-4. **Headers** on every response: a Content-Security-Policy without inline script
+4. **Body size.** A request body is at most ``max_body_bytes`` (1 MiB: forms, JSON, a Falco
+   alert batch) except on the upload routes, which stream under their own limits
+   (:mod:`hpcscope.serve.uploads`): a larger declared ``Content-Length`` is 413 at once, and a
+   chunked body is counted as it arrives (held, at most that much, then handed on).
+5. **Headers** on every response: a Content-Security-Policy without inline script
    (``script-src 'self'``, ``frame-ancestors 'none'``), ``X-Content-Type-Options: nosniff``,
    ``Referrer-Policy: same-origin``, ``X-Frame-Options: DENY``; ``Strict-Transport-Security``
    over HTTPS. A response that sets one of them itself keeps its own.
@@ -45,6 +49,8 @@ DOCS_CONTENT_SECURITY_POLICY = (
     "object-src 'none'; base-uri 'self'; frame-ancestors 'none'"
 )
 STRICT_TRANSPORT_SECURITY = "max-age=31536000"
+#: Largest request body outside the upload routes: forms, JSON, a Falco alert batch.
+MAX_BODY_BYTES = 1 << 20
 
 
 def _networks(entries: Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -60,6 +66,8 @@ class EdgeMiddleware:
         trusted_origins: origins besides the server's own allowed to send state changes.
         session_cookie: name of the cookie that gets ``Secure`` over HTTPS.
         docs_path: path of the Swagger page, which gets :data:`DOCS_CONTENT_SECURITY_POLICY`.
+        max_body_bytes: largest request body outside ``streamed_paths``.
+        streamed_paths: paths whose bodies are streamed and limited by the route (uploads).
     """
 
     def __init__(
@@ -70,12 +78,16 @@ class EdgeMiddleware:
         trusted_origins: Iterable[str] = (),
         session_cookie: str = "hpcscope_session",
         docs_path: str = "/api/docs",
+        max_body_bytes: int = MAX_BODY_BYTES,
+        streamed_paths: Iterable[str] = ("/traces", "/api/traces"),
     ) -> None:
         self.app = app
         self.trusted_proxies = _networks(trusted_proxies)
         self.trusted_origins = frozenset(o.rstrip("/").lower() for o in trusted_origins)
         self.cookie_prefix = f"{session_cookie}=".encode("latin-1")
         self.docs_path = docs_path
+        self.max_body_bytes = max_body_bytes
+        self.streamed_paths = frozenset(streamed_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -100,20 +112,36 @@ class EdgeMiddleware:
 
         refusal = self._csrf_refusal(scope, headers)
         if refusal is not None:
-            body = json.dumps({"detail": refusal}).encode()
-            await send_with_headers(
-                {
-                    "type": "http.response.start",
-                    "status": 403,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send_with_headers({"type": "http.response.body", "body": body})
+            await _refuse(send_with_headers, 403, refusal)
             return
+        if scope.get("method") not in SAFE_METHODS and scope.get("path") not in self.streamed_paths:
+            declared = headers.get(b"content-length", b"")
+            too_large = f"request body over {self.max_body_bytes} bytes"
+            if declared.isdigit() and int(declared) > self.max_body_bytes:
+                await _refuse(send_with_headers, 413, too_large)
+                return
+            if not declared:
+                held = await self._hold_body(receive)
+                if held is None:
+                    await _refuse(send_with_headers, 413, too_large)
+                    return
+                receive = _replay(held, receive)
         await self.app(scope, receive, send_with_headers)
+
+    async def _hold_body(self, receive: Receive) -> list[Message] | None:
+        """A body without a declared length, read up to the limit; None past it."""
+        messages: list[Message] = []
+        total = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                return messages
+            total += len(message.get("body", b""))
+            if total > self.max_body_bytes:
+                return None
+            if not message.get("more_body", False):
+                return messages
 
     def _from_trusted_proxy(self, scope: Scope) -> bool:
         client = scope.get("client")
@@ -176,6 +204,33 @@ class EdgeMiddleware:
             wanted.append((b"strict-transport-security", STRICT_TRANSPORT_SECURITY.encode()))
         out.extend((name, value) for name, value in wanted if name not in present)
         return out
+
+
+async def _refuse(send: Send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """A receive channel that gives the held messages first, then the real one."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
 
 
 def _header_map(scope: Scope) -> dict[bytes, bytes]:
