@@ -5,12 +5,13 @@
 #   prometheus (promtool), victoria-metrics            PromQL engines, rule tests
 #   prometheus-node-exporter                           real node metrics, InfiniBand collector
 #   chromium                                           browser tests (Playwright, executablePath)
+#   openssl                                            a self-signed certificate (tests/security)
 # Idempotent: installs only what is missing. Services are not left running by the install;
 # the tests start and stop what they need.
 set -euo pipefail
 
 packages=(slurm-wlm slurmdbd slurmrestd munge mariadb-server prometheus victoria-metrics
-          prometheus-node-exporter chromium)
+          prometheus-node-exporter chromium openssl)
 
 missing=()
 for pkg in "${packages[@]}"; do

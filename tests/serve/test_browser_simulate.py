@@ -115,7 +115,7 @@ def test_step_player_plays_and_is_keyboard_operable(page: Any, base_url: str) ->
     # any GPU can be the straggler: the select, by keyboard
     tab_to(page, "straggler-gpu")
     page.keyboard.press("ArrowDown")
-    page.wait_for_function("document.querySelector('#player').dataset.stragglerGpu === '3'")
+    page.wait_for_function("() => document.querySelector('#player').dataset.stragglerGpu === '3'")
     page.wait_for_selector("#timeline .lane.straggler[data-gpu='3']")
 
     # R replays from the start
@@ -169,7 +169,7 @@ def test_simulator_updates_live_from_the_keyboard(page: Any, base_url: str) -> N
     requests = int(page.get_attribute("#simulator", "data-requests") or 0)
     page.keyboard.press("ArrowRight")
     page.wait_for_function(
-        f"Number(document.querySelector('#simulator').dataset.requests) > {requests}"
+        f"() => Number(document.querySelector('#simulator').dataset.requests) > {requests}"
     )
     assert page.inner_text("#gpus-max-out") == "8 to 2,048 GPUs"
     assert page.locator("#sim-table tbody tr").count() == 9
@@ -180,7 +180,7 @@ def test_simulator_updates_live_from_the_keyboard(page: Any, base_url: str) -> N
     for _ in range(5):
         page.keyboard.press("ArrowRight")
     page.wait_for_function(
-        f"Number(document.querySelector('#simulator').dataset.requests) > {requests}"
+        f"() => Number(document.querySelector('#simulator').dataset.requests) > {requests}"
         " && document.querySelector('#simulator').dataset.state === 'ready'"
     )
     assert "1.5x" in page.inner_text("#straggler-out")
@@ -193,7 +193,7 @@ def test_simulator_updates_live_from_the_keyboard(page: Any, base_url: str) -> N
     for _ in range(4):
         page.keyboard.press("ArrowRight")
     page.wait_for_function(
-        f"Number(document.querySelector('#simulator').dataset.requests) > {requests}"
+        f"() => Number(document.querySelector('#simulator').dataset.requests) > {requests}"
         " && document.querySelector('#simulator').dataset.state === 'ready'"
     )
     assert page.input_value("#hiccup-prob") == "0.01"
@@ -204,7 +204,7 @@ def test_simulator_updates_live_from_the_keyboard(page: Any, base_url: str) -> N
     requests = int(page.get_attribute("#simulator", "data-requests") or 0)
     page.keyboard.press("ArrowRight")
     page.wait_for_function(
-        f"Number(document.querySelector('#simulator').dataset.requests) > {requests}"
+        f"() => Number(document.querySelector('#simulator').dataset.requests) > {requests}"
         " && document.querySelector('#simulator').dataset.state === 'ready'"
     )
     assert page.input_value("#price") == "2.55"

@@ -59,7 +59,7 @@ def test_pages_need_a_login_when_the_diagram_is_private(client: TestClient, path
 def test_apis_need_credentials_when_the_diagram_is_private(client: TestClient, path: str) -> None:
     response = client.get(path)
     assert response.status_code == 401
-    assert response.headers["www-authenticate"].startswith("Basic")
+    assert "www-authenticate" not in response.headers
 
 
 @pytest.mark.parametrize("path", PAGES + APIS)

@@ -37,3 +37,22 @@ def live_server(app: FastAPI) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@contextmanager
+def live_configured_server(config: uvicorn.Config) -> Iterator[None]:
+    """Serve a prepared uvicorn config (``hpcscope.serve.server.uvicorn_config``: the real
+    server's TLS and proxy settings) in a background thread until the block ends."""
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="live-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("live server did not start")
+        time.sleep(0.02)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -25,6 +25,10 @@ def serve(
     targets: Path | None = typer.Option(None, help="Prometheus file_sd targets to scrape."),
     slurmrestd_url: str | None = typer.Option(None, help="slurmrestd base URL."),
     scrape_interval: float | None = typer.Option(None, help="Seconds between scrapes."),
+    tls_certfile: Path | None = typer.Option(
+        None, help="PEM certificate: serve HTTPS (with --tls-keyfile)."
+    ),
+    tls_keyfile: Path | None = typer.Option(None, help="PEM private key of --tls-certfile."),
     duration: str | None = typer.Option(None, "--for", help="Stop after this long (60s, 5m)."),
     log_level: str | None = typer.Option(
         None,
@@ -57,6 +61,8 @@ def serve(
             targets_path=targets,
             slurmrestd_url=slurmrestd_url,
             scrape_interval_seconds=scrape_interval,
+            tls_certfile=tls_certfile,
+            tls_keyfile=tls_keyfile,
         )
         service = Service.open(settings)
     except ValueError as exc:

@@ -17,7 +17,8 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.responses import Response
 
 from hpcscope import __version__
-from hpcscope.serve.auth import LoginRequired, Unauthorized
+from hpcscope.serve.auth import LoginRequired, LoginThrottled, Unauthorized, sent_basic
+from hpcscope.serve.edge import EdgeMiddleware
 from hpcscope.serve.routes import (
     auth_routes,
     cluster,
@@ -31,6 +32,9 @@ from hpcscope.serve.routes import (
 )
 from hpcscope.serve.templating import STATIC_DIR
 from hpcscope.service.core import Service
+from hpcscope.service.identity.login_guard import LoginGuard
+
+SESSION_COOKIE = "hpcscope_session"
 
 ROUTERS = [
     health.router,
@@ -60,6 +64,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.users.warm_up()
         if on_startup is not None:
             on_startup()
         try:
@@ -77,14 +82,26 @@ def create_app(
         redoc_url=None,
     )
     app.state.service = service
-    secret = service.settings.secret_key or secrets.token_urlsafe(32)
+    settings = service.settings
+    app.state.login_guard = LoginGuard(max_failures=settings.login_failures_per_minute)
+    secret = settings.secret_key or secrets.token_urlsafe(32)
     app.add_middleware(
         SessionMiddleware,
         secret_key=secret,
-        session_cookie="hpcscope_session",
+        session_cookie=SESSION_COOKIE,
         same_site="lax",
+        # Secure is added per request by EdgeMiddleware when the request came over HTTPS
         https_only=False,
         max_age=12 * 3600,
+    )
+    # added last, so outermost: its headers and CSRF check cover every route, static file
+    # and error response
+    app.add_middleware(
+        EdgeMiddleware,
+        trusted_proxies=settings.trusted_proxies,
+        trusted_origins=settings.trusted_origins,
+        session_cookie=SESSION_COOKIE,
+        docs_path="/api/docs",
     )
     app.mount("/static", StaticFiles(directory=str(STATIC_DIR)), name="static")
 
@@ -94,10 +111,19 @@ def create_app(
 
     @app.exception_handler(Unauthorized)
     async def _unauthorized(request: Request, exc: Unauthorized) -> Response:
+        # a challenge only for a client that asked for Basic: else a browser pops its own
+        # password dialog on an API URL
+        challenge = {"WWW-Authenticate": 'Basic realm="hpcscope"'} if sent_basic(request) else {}
         return JSONResponse(
-            {"detail": "authentication required"},
-            status_code=401,
-            headers={"WWW-Authenticate": 'Basic realm="hpcscope"'},
+            {"detail": "authentication required"}, status_code=401, headers=challenge
+        )
+
+    @app.exception_handler(LoginThrottled)
+    async def _throttled(request: Request, exc: LoginThrottled) -> Response:
+        return JSONResponse(
+            {"detail": str(exc)},
+            status_code=429,
+            headers={"Retry-After": exc.retry_after_header},
         )
 
     for router in ROUTERS:

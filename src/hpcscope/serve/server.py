@@ -7,12 +7,45 @@ import threading
 from collections.abc import Callable
 
 import uvicorn
+from fastapi import FastAPI
 
 from hpcscope.serve.app import create_app
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
+from hpcscope.service.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+def base_url_scheme(settings: Settings) -> str:
+    """``https`` when the server speaks TLS itself, else ``http``."""
+    return "https" if settings.tls_certfile is not None else "http"
+
+
+def uvicorn_config(
+    app: FastAPI, settings: Settings, *, log_level: str = "warning"
+) -> uvicorn.Config:
+    """How uvicorn serves the app: address, TLS, and no proxy-header trust of its own.
+
+    Forwarded headers are judged by :class:`hpcscope.serve.edge.EdgeMiddleware` against
+    ``trusted_proxies`` (uvicorn would believe 127.0.0.1 by default); TLS uses the
+    certificate and key files of the settings.
+    """
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        # logging is configured once for the process (cli/logs.py), not by uvicorn; its
+        # access log is one line per request: only when debugging
+        log_config=None,
+        access_log=log_level == "debug",
+        lifespan="on",
+        proxy_headers=False,
+        server_header=False,
+        ssl_certfile=str(settings.tls_certfile) if settings.tls_certfile else None,
+        ssl_keyfile=str(settings.tls_keyfile) if settings.tls_keyfile else None,
+    )
 
 
 def run_server(
@@ -43,26 +76,16 @@ def run_server(
 
     app = create_app(service, on_startup=startup, on_shutdown=shutdown)
     app.state.collector = collector
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=service.settings.host,
-            port=service.settings.port,
-            log_level=log_level,
-            # logging is configured once for the process (cli/logs.py), not by uvicorn; its
-            # access log is one line per request: only when debugging
-            log_config=None,
-            access_log=log_level == "debug",
-            lifespan="on",
-        )
-    )
+    server = uvicorn.Server(uvicorn_config(app, service.settings, log_level=log_level))
     timer: threading.Timer | None = None
     if duration_seconds is not None:
         timer = threading.Timer(duration_seconds, lambda: setattr(server, "should_exit", True))
         timer.daemon = True
         timer.start()
     if on_ready is not None:
-        url = f"http://{service.settings.host}:{service.settings.port}"
+        url = (
+            f"{base_url_scheme(service.settings)}://{service.settings.host}:{service.settings.port}"
+        )
 
         def announce() -> None:
             while not server.started and not server.should_exit:

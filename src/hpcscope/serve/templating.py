@@ -68,7 +68,10 @@ def render(
     *,
     principal: Principal | None,
     status_code: int = 200,
+    headers: dict[str, str] | None = None,
 ) -> Response:
     """Render a page with the shared context (principal, navigation, active path)."""
     base = {"principal": principal, "nav": NAV, "active_path": request.url.path}
-    return templates.TemplateResponse(request, name, {**base, **context}, status_code=status_code)
+    return templates.TemplateResponse(
+        request, name, {**base, **context}, status_code=status_code, headers=headers
+    )

@@ -1,10 +1,12 @@
-"""Streaming multipart uploads into a directory, with a size limit.
+"""Streaming multipart uploads into a directory, with size, member and expansion limits.
 
 The request body is parsed as it arrives (python-multipart's push parser, fed off the event
 loop), file parts are written straight to files in the target directory and other parts are
-kept as small text fields. Nothing holds a whole upload in memory, and the limit is enforced
-while the bytes arrive: the first byte over it aborts the upload (HTTP 413), and the caller
-removes the directory.
+kept as small text fields. Nothing holds a whole upload in memory, and the limits
+(:class:`~hpcscope.serve.upload_limits.UploadLimits`) are enforced while the bytes arrive: the
+first byte over the size, the first member over the count, the first megabyte of a gzip part
+past the expansion ratio aborts the upload (HTTP 413, naming the limit's setting), and the
+caller removes the directory.
 """
 
 from __future__ import annotations
@@ -17,20 +19,13 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from hpcscope.model.errors import InputError
+from hpcscope.serve.upload_limits import PartInspector, UploadError, UploadLimits
+
+__all__ = ["MAX_FIELD_BYTES", "UploadError", "UploadLimits", "receive_files", "safe_name"]
 
 #: Largest text field kept (job id, threshold...), bytes.
 MAX_FIELD_BYTES = 4096
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]+")
-
-
-class UploadError(InputError):
-    """A malformed or oversized upload; ``status`` is the HTTP status to answer with."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
 
 
 def safe_name(filename: str, taken: set[str]) -> str:
@@ -48,11 +43,13 @@ def safe_name(filename: str, taken: set[str]) -> str:
 
 
 class _Receiver:
-    def __init__(self, directory: Path, max_bytes: int, max_files: int) -> None:
+    def __init__(self, directory: Path, limits: UploadLimits) -> None:
         self.directory = directory
-        self.max_bytes = max_bytes
-        self.max_files = max_files
+        self.limits = limits
+        self.max_bytes = limits.max_bytes
         self.total = 0
+        self.members = 0
+        self._inspector: PartInspector | None = None
         self.files: list[tuple[str, Path]] = []
         self.fields: dict[str, str] = {}
         self.taken: set[str] = set()
@@ -68,6 +65,17 @@ class _Receiver:
         self._headers = {}
         self._handle = None
         self._text = None
+        self._inspector = None
+
+    def add_member(self) -> None:
+        """One more file (an uploaded one or a tar member) against ``max_members``."""
+        self.members += 1
+        if self.members > self.limits.max_members:
+            raise UploadError(
+                f"more than {self.limits.max_members} files in one upload, tar members "
+                "included (limit upload_max_members)",
+                413,
+            )
 
     def on_header_field(self, data: bytes, start: int, end: int) -> None:
         self._field += data[start:end]
@@ -87,9 +95,9 @@ class _Receiver:
         if filename is None:
             self._text = bytearray()
             return
-        if len(self.files) >= self.max_files:
-            raise UploadError(f"at most {self.max_files} files per upload", 413)
+        self.add_member()
         original = filename.decode("utf-8", "replace")
+        self._inspector = PartInspector(original, self.limits, self.add_member)
         path = self.directory / safe_name(original, self.taken)
         self._handle = path.open("wb")
         self.files.append((original, path))
@@ -98,14 +106,23 @@ class _Receiver:
         if self._handle is not None:
             self.total += end - start
             if self.total > self.max_bytes:
-                raise UploadError(f"the upload is larger than {self.max_bytes} bytes", 413)
-            self._handle.write(data[start:end])
+                raise UploadError(
+                    f"the upload is larger than {self.max_bytes} bytes (limit upload_max_bytes)",
+                    413,
+                )
+            chunk = data[start:end]
+            if self._inspector is not None:
+                self._inspector.feed(chunk)
+            self._handle.write(chunk)
         elif self._text is not None:
             self._text += data[start:end]
             if len(self._text) > MAX_FIELD_BYTES:
                 raise UploadError(f"field {self._name!r} is longer than {MAX_FIELD_BYTES} bytes")
 
     def on_part_end(self) -> None:
+        if self._inspector is not None:
+            self._inspector.finish()
+            self._inspector = None
         if self._handle is not None:
             self._handle.close()
             self._handle = None
@@ -119,7 +136,7 @@ class _Receiver:
 
 
 async def receive_files(
-    request: Request, directory: Path, *, max_bytes: int, max_files: int = 4096
+    request: Request, directory: Path, *, limits: UploadLimits
 ) -> tuple[list[tuple[str, Path]], dict[str, str]]:
     """Stream a ``multipart/form-data`` request into ``directory``.
 
@@ -127,16 +144,19 @@ async def receive_files(
         ``[(uploaded file name, saved path)]`` and the text fields.
 
     Raises:
-        UploadError: not multipart, malformed, over ``max_bytes`` (413), too many files.
+        UploadError: not multipart, malformed (400/415), over a limit (413, naming it).
     """
+    max_bytes = limits.max_bytes
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     boundary = options.get(b"boundary")
     if content_type != b"multipart/form-data" or not boundary:
         raise UploadError("send the traces as multipart/form-data", 415)
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes + 1_000_000:
-        raise UploadError(f"the upload is larger than {max_bytes} bytes", 413)
-    receiver = _Receiver(directory, max_bytes, max_files)
+        raise UploadError(
+            f"the upload is larger than {max_bytes} bytes (limit upload_max_bytes)", 413
+        )
+    receiver = _Receiver(directory, limits)
     callbacks = {
         name: getattr(receiver, name)
         for name in (

@@ -6,12 +6,20 @@ is documented in ``docs/settings.md``; a test keeps the two in step.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN, compile_jobid_pattern
 from hpcscope.model.errors import ConfigError
@@ -133,6 +141,70 @@ class Settings(BaseModel):
         description="Parsed Falco/Tetragon events kept in memory for the alert engine; "
         "the oldest are dropped beyond this.",
     )
+
+    tls_certfile: Path | None = Field(
+        None, description="PEM certificate chain: serve HTTPS (needs tls_keyfile)."
+    )
+    tls_keyfile: Path | None = Field(None, description="PEM private key of tls_certfile.")
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses or CIDR networks of reverse proxies whose X-Forwarded-Proto "
+        "and X-Forwarded-For are believed; nobody's when empty.",
+    )
+    trusted_origins: list[str] = Field(
+        default_factory=list,
+        description="Origins (scheme://host[:port]) besides the server's own that may send "
+        "state-changing requests: the public URL behind a proxy.",
+    )
+    login_failures_per_minute: int = Field(
+        10,
+        ge=1,
+        description="Failed logins per user name and per client address in a minute before "
+        "further tries get 429 (the lockout doubles on each repeat, up to an hour).",
+    )
+    upload_max_bytes: int = Field(
+        4 << 30, ge=1, description="Largest upload (all files of one request), bytes."
+    )
+    upload_max_members: int = Field(
+        4096, ge=1, description="Most files in one upload, tar archive members included."
+    )
+    upload_max_expansion_ratio: float = Field(
+        200.0,
+        gt=1,
+        description="Most a gzip part of an upload may expand (decompressed / compressed "
+        "bytes), checked while it arrives.",
+    )
+
+    @field_validator("trusted_proxies", "trusted_origins", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        # HPCSCOPE_TRUSTED_ORIGINS=https://a,https://b from the environment
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks_parse(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            ipaddress.ip_network(entry, strict=False)  # ValueError names the entry
+        return value
+
+    @field_validator("trusted_origins")
+    @classmethod
+    def _origins_parse(cls, value: list[str]) -> list[str]:
+        cleaned = [entry.rstrip("/").lower() for entry in value]
+        for entry in cleaned:
+            scheme, sep, rest = entry.partition("://")
+            if scheme not in ("http", "https") or not sep or not rest or "/" in rest:
+                raise ValueError(f"not an origin (scheme://host[:port]): {entry!r}")
+        return cleaned
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile go together: set both or neither")
+        return self
 
     @field_validator("lustre_jobid_pattern")
     @classmethod

@@ -9,7 +9,7 @@ from fastapi.responses import RedirectResponse
 from starlette.responses import Response
 
 from hpcscope.model.access import Principal
-from hpcscope.serve.auth import require_principal, service_of
+from hpcscope.serve.auth import LoginThrottled, authenticate, require_principal
 from hpcscope.serve.contracts import JobScopeDocument, WhoAmI
 from hpcscope.serve.templating import render
 
@@ -35,8 +35,17 @@ def login(
     password: Annotated[str, Form()],
     next: Annotated[str, Form()] = "/",
 ) -> Response:
-    service = service_of(request)
-    user = service.users.authenticate(username, password)
+    try:
+        user = authenticate(request, username, password)
+    except LoginThrottled as exc:
+        return render(
+            request,
+            "login.html",
+            {"next": _safe_next(next), "error": f"{exc}."},
+            principal=None,
+            status_code=429,
+            headers={"Retry-After": exc.retry_after_header},
+        )
     if user is None:
         return render(
             request,

@@ -41,9 +41,14 @@ async def ingest_falco(request: Request) -> JSONResponse:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         return JSONResponse({"detail": f"body over {MAX_BODY_BYTES} bytes"}, status_code=413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:  # a chunked body declares no length: count it
+            return JSONResponse({"detail": f"body over {MAX_BODY_BYTES} bytes"}, status_code=413)
     token = bearer_token(request.headers.get("authorization")) or request.query_params.get("token")
     reply = ingest_falco_post(
-        await request.body(),
+        bytes(body),
         presented_token=token,
         expected_token=service_of(request).settings.falco_ingest_token,
         buffer=security_events(request),

@@ -26,7 +26,7 @@ from hpcscope.model.errors import SourceError
 from hpcscope.model.trace_analysis import StoredAnalysis
 from hpcscope.serve.auth import require_principal, service_of
 from hpcscope.serve.templating import render
-from hpcscope.serve.uploads import UploadError, receive_files
+from hpcscope.serve.uploads import UploadError, UploadLimits, receive_files
 from hpcscope.service.traces import reports as trace_reports
 from hpcscope.service.traces.contracts import (
     StoredTraceReport,
@@ -40,13 +40,20 @@ router = APIRouter()
 
 PrincipalDep = Annotated[Principal, Depends(require_principal)]
 
-#: Default upload limit (all files of one upload), bytes; ``app.state.trace_upload_max_bytes``
-#: overrides it.
-MAX_UPLOAD_BYTES = 4 << 30
-
 
 def _max_bytes(request: Request) -> int:
-    return int(getattr(request.app.state, "trace_upload_max_bytes", MAX_UPLOAD_BYTES))
+    """``upload_max_bytes``, unless ``app.state.trace_upload_max_bytes`` overrides it."""
+    default = service_of(request).settings.upload_max_bytes
+    return int(getattr(request.app.state, "trace_upload_max_bytes", default))
+
+
+def _limits(request: Request) -> UploadLimits:
+    settings = service_of(request).settings
+    return UploadLimits(
+        max_bytes=_max_bytes(request),
+        max_members=settings.upload_max_members,
+        max_expansion_ratio=settings.upload_max_expansion_ratio,
+    )
 
 
 def _threshold(fields: dict[str, str]) -> float:
@@ -98,7 +105,7 @@ async def _upload(request: Request, principal: Principal) -> StoredAnalysis:
     service = service_of(request)
     directory = Path(tempfile.mkdtemp(prefix="hpcscope-traces-"))
     try:
-        files, fields = await receive_files(request, directory, max_bytes=_max_bytes(request))
+        files, fields = await receive_files(request, directory, limits=_limits(request))
         if not files:
             raise UploadError("choose at least one trace file (.json, .json.gz, .tar.gz)")
         job_id = fields.get("job_id", "").strip() or None

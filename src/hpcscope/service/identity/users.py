@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,24 @@ def verify_password(password: str, encoded: str) -> bool:
     except (ValueError, TypeError):
         return False
     return hmac.compare_digest(digest, expected)
+
+
+def _rehash_like(encoded: str, salt: bytes) -> str | None:
+    """A random password hashed with the scheme and cost parameters of ``encoded`` (so that
+    verifying it costs what verifying ``encoded`` costs); None if ``encoded`` is no scrypt hash."""
+    try:
+        scheme, n, r, p, _, hash_b64 = encoded.split("$")
+        if scheme != "scrypt":
+            return None
+        length = len(base64.b64decode(hash_b64))
+        digest = hashlib.scrypt(
+            secrets.token_bytes(16), salt=salt, n=int(n), r=int(r), p=int(p), dklen=length
+        )
+    except (ValueError, TypeError):
+        return None
+    return "$".join(
+        [scheme, n, r, p, base64.b64encode(salt).decode(), base64.b64encode(digest).decode()]
+    )
 
 
 class _UserEntry(BaseModel):
@@ -137,6 +156,7 @@ class UserDirectory:
         self._hash_cost_log2 = hash_cost_log2
         self._cache_key = secrets.token_bytes(32)
         self._verified: dict[bytes, float] = {}
+        self._dummy: str | None = None
 
     @classmethod
     def from_file(
@@ -185,6 +205,30 @@ class UserDirectory:
             hash_cost_log2=hash_cost_log2,
         )
 
+    def _dummy_hash(self) -> str:
+        """A hash of a random password made like most users' own (their most common scrypt
+        parameters; :func:`hash_password`'s without users), computed once: verifying an unknown
+        name then costs what verifying a wrong password costs."""
+        if self._dummy is None:
+            salt = secrets.token_bytes(16)
+            hashes = [user.password_hash for user in self._users.values()]
+            costs = Counter("$".join(encoded.split("$")[:4]) for encoded in hashes)
+            for cost, _ in costs.most_common():
+                example = next(e for e in hashes if e.startswith(cost))
+                self._dummy = _rehash_like(example, salt)
+                if self._dummy is not None:
+                    break
+            if self._dummy is None:
+                self._dummy = hash_password(
+                    secrets.token_urlsafe(16), salt=salt, cost_log2=self._hash_cost_log2
+                )
+        return self._dummy
+
+    def warm_up(self) -> None:
+        """Compute the dummy hash now (a server calls this at start), so that not even the
+        first unknown name is answered slower."""
+        self._dummy_hash()
+
     def get(self, name: str) -> UserRecord | None:
         return self._users.get(name)
 
@@ -195,8 +239,9 @@ class UserDirectory:
         """The user if the password matches, else None (same work either way)."""
         user = self._users.get(name)
         if user is None:
-            dummy = hash_password("", salt=b"0" * 16, cost_log2=self._hash_cost_log2)
-            verify_password(password, dummy)
+            # one verification at the real users' cost, as for a wrong password: the time
+            # of the answer does not tell whether the name exists
+            verify_password(password, self._dummy_hash())
             return None
         # remember successes only, keyed by an HMAC under a per-process key (never the password)
         key = hmac.new(self._cache_key, f"{name}\0{password}".encode(), "sha256").digest()

@@ -1,0 +1,254 @@
+"""The web edge: one ASGI middleware in front of every route, static file and error.
+
+In order, for each HTTP request:
+
+1. **Trusted proxies.** From an address in ``trusted_proxies`` only, ``X-Forwarded-Proto:
+   https`` makes the request's scheme ``https`` and the last ``X-Forwarded-For`` entry its
+   client address (rate limit, audit). From anybody else both headers are ignored.
+2. **CSRF.** A state-changing request (anything but GET, HEAD, OPTIONS, TRACE) must come from
+   the server's own origin (``scheme://Host``) or one of ``trusted_origins``: its ``Origin``
+   header, or without one its ``Referer``, is compared strictly; ``Origin: null`` and any other
+   origin get 403. A request with neither header is let through only when it carries no cookie:
+   scripts, the CLI and Falco authenticate with HTTP Basic or a bearer token on each request,
+   and have no ambient credential a foreign page could borrow. Being a middleware, a route
+   added later cannot forget it. Session cookies are also ``SameSite=Lax``.
+3. **Cookies.** Over HTTPS (TLS here, or a trusted proxy that says so) the session cookie gets
+   ``Secure``; it is always ``HttpOnly`` and ``SameSite=Lax`` (Starlette's session middleware).
+4. **Body size.** A request body is at most ``max_body_bytes`` (1 MiB: forms, JSON, a Falco
+   alert batch) except on the upload routes, which stream under their own limits
+   (:mod:`hpcscope.serve.uploads`): a larger declared ``Content-Length`` is 413 at once, and a
+   chunked body is counted as it arrives (held, at most that much, then handed on).
+5. **Headers** on every response: a Content-Security-Policy without inline script
+   (``script-src 'self'``, ``frame-ancestors 'none'``), ``X-Content-Type-Options: nosniff``,
+   ``Referrer-Policy: same-origin``, ``X-Frame-Options: DENY``; ``Strict-Transport-Security``
+   over HTTPS. A response that sets one of them itself keeps its own.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+
+#: The policy of every page: scripts and styles from our own static files only.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
+#: FastAPI's Swagger page (``/api/docs``) is one inline script loading Swagger UI from a CDN:
+#: it gets that much and nothing else (no user data is rendered into it).
+DOCS_CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    "style-src 'self' https://cdn.jsdelivr.net; img-src 'self' data: https://fastapi.tiangolo.com; "
+    "object-src 'none'; base-uri 'self'; frame-ancestors 'none'"
+)
+STRICT_TRANSPORT_SECURITY = "max-age=31536000"
+#: Largest request body outside the upload routes: forms, JSON, a Falco alert batch.
+MAX_BODY_BYTES = 1 << 20
+
+
+def _networks(entries: Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return tuple(ipaddress.ip_network(entry, strict=False) for entry in entries)
+
+
+class EdgeMiddleware:
+    """Proxy trust, CSRF origin check, Secure cookies and security headers (module docstring).
+
+    Args:
+        app: the wrapped ASGI app (the session middleware and the routes).
+        trusted_proxies: addresses or networks whose forwarded headers are believed.
+        trusted_origins: origins besides the server's own allowed to send state changes.
+        session_cookie: name of the cookie that gets ``Secure`` over HTTPS.
+        docs_path: path of the Swagger page, which gets :data:`DOCS_CONTENT_SECURITY_POLICY`.
+        max_body_bytes: largest request body outside ``streamed_paths``.
+        streamed_paths: paths whose bodies are streamed and limited by the route (uploads).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        trusted_proxies: Iterable[str] = (),
+        trusted_origins: Iterable[str] = (),
+        session_cookie: str = "hpcscope_session",
+        docs_path: str = "/api/docs",
+        max_body_bytes: int = MAX_BODY_BYTES,
+        streamed_paths: Iterable[str] = ("/traces", "/api/traces"),
+    ) -> None:
+        self.app = app
+        self.trusted_proxies = _networks(trusted_proxies)
+        self.trusted_origins = frozenset(o.rstrip("/").lower() for o in trusted_origins)
+        self.cookie_prefix = f"{session_cookie}=".encode("latin-1")
+        self.docs_path = docs_path
+        self.max_body_bytes = max_body_bytes
+        self.streamed_paths = frozenset(streamed_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = _header_map(scope)
+        if self._from_trusted_proxy(scope):
+            scope = _forwarded(scope, headers)
+        https = scope.get("scheme") == "https"
+        policy = (
+            DOCS_CONTENT_SECURITY_POLICY
+            if scope.get("path") == self.docs_path
+            else CONTENT_SECURITY_POLICY
+        )
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = self._response_headers(
+                    list(message.get("headers", [])), policy=policy, https=https
+                )
+            await send(message)
+
+        refusal = self._csrf_refusal(scope, headers)
+        if refusal is not None:
+            await _refuse(send_with_headers, 403, refusal)
+            return
+        if scope.get("method") not in SAFE_METHODS and scope.get("path") not in self.streamed_paths:
+            declared = headers.get(b"content-length", b"")
+            too_large = f"request body over {self.max_body_bytes} bytes"
+            if declared.isdigit() and int(declared) > self.max_body_bytes:
+                await _refuse(send_with_headers, 413, too_large)
+                return
+            if not declared:
+                held = await self._hold_body(receive)
+                if held is None:
+                    await _refuse(send_with_headers, 413, too_large)
+                    return
+                receive = _replay(held, receive)
+        await self.app(scope, receive, send_with_headers)
+
+    async def _hold_body(self, receive: Receive) -> list[Message] | None:
+        """A body without a declared length, read up to the limit; None past it."""
+        messages: list[Message] = []
+        total = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                return messages
+            total += len(message.get("body", b""))
+            if total > self.max_body_bytes:
+                return None
+            if not message.get("more_body", False):
+                return messages
+
+    def _from_trusted_proxy(self, scope: Scope) -> bool:
+        client = scope.get("client")
+        if not self.trusted_proxies or not client:
+            return False
+        try:
+            address = ipaddress.ip_address(client[0])
+        except ValueError:
+            return False
+        return any(address in network for network in self.trusted_proxies)
+
+    def own_origin(self, scope: Scope, headers: dict[bytes, bytes]) -> str:
+        """``scheme://host[:port]`` as the browser addressed this server."""
+        host = headers.get(b"host", b"").decode("latin-1").lower()
+        return f"{scope.get('scheme', 'http')}://{host}"
+
+    def _csrf_refusal(self, scope: Scope, headers: dict[bytes, bytes]) -> str | None:
+        """Why a state-changing request is refused, or None when it may proceed."""
+        if scope.get("method", "GET") in SAFE_METHODS:
+            return None
+        allowed = self.trusted_origins | {self.own_origin(scope, headers)}
+        origin = headers.get(b"origin")
+        if origin is not None:
+            value = origin.decode("latin-1").rstrip("/").lower()
+            if value in allowed:
+                return None
+            return f"cross-site request refused: Origin {value!r} is not this server's"
+        referer = headers.get(b"referer")
+        if referer is not None:
+            parts = urlsplit(referer.decode("latin-1"))
+            value = f"{parts.scheme}://{parts.netloc}".lower()
+            if value in allowed:
+                return None
+            return f"cross-site request refused: Referer from {value!r} is not this server"
+        if b"cookie" in headers:
+            return "cross-site request refused: a cookie but neither Origin nor Referer"
+        return None
+
+    def _response_headers(
+        self, headers: list[tuple[bytes, bytes]], *, policy: str, https: bool
+    ) -> list[tuple[bytes, bytes]]:
+        present = {name.lower() for name, _ in headers}
+        out: list[tuple[bytes, bytes]] = []
+        for name, value in headers:
+            if (
+                https
+                and name.lower() == b"set-cookie"
+                and value.startswith(self.cookie_prefix)
+                and b"secure" not in [part.strip() for part in value.lower().split(b";")]
+            ):
+                value += b"; secure"
+            out.append((name, value))
+        wanted = [
+            (b"content-security-policy", policy.encode()),
+            (b"x-content-type-options", b"nosniff"),
+            (b"referrer-policy", b"same-origin"),
+            (b"x-frame-options", b"DENY"),
+        ]
+        if https:
+            wanted.append((b"strict-transport-security", STRICT_TRANSPORT_SECURITY.encode()))
+        out.extend((name, value) for name, value in wanted if name not in present)
+        return out
+
+
+async def _refuse(send: Send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """A receive channel that gives the held messages first, then the real one."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
+
+
+def _header_map(scope: Scope) -> dict[bytes, bytes]:
+    """Request headers by lower-case name (the first of repeated ones)."""
+    out: dict[bytes, bytes] = {}
+    for name, value in scope.get("headers", []):
+        out.setdefault(name.lower(), value)
+    return out
+
+
+def _forwarded(scope: Scope, headers: dict[bytes, bytes]) -> Scope:
+    """The scope as the trusted proxy's client sent it: scheme and client address."""
+    scope = dict(scope)
+    proto = headers.get(b"x-forwarded-proto", b"").decode("latin-1").split(",")[-1].strip()
+    if proto.lower() in ("http", "https"):
+        scope["scheme"] = proto.lower()
+    chain = headers.get(b"x-forwarded-for", b"").decode("latin-1")
+    hops = [hop.strip() for hop in chain.split(",") if hop.strip()]
+    if hops:
+        scope["client"] = (hops[-1], 0)
+    return scope

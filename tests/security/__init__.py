@@ -1,0 +1,1 @@
+"""Acceptance suite for the service's own web edge, from outside over HTTP (issue 17)."""
