@@ -36,6 +36,7 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      ├── AccessError                 (denied, or not visible to this principal)
      │    ├── LoginRequired          (a page needs a login: redirect)
      │    ├── Unauthorized           (an API call needs credentials: 401)
+     │    ├── LoginThrottled         (too many failed logins: 429 with Retry-After)
      │    └── TraceAccessError       (a trace action or job the principal may not touch)
      ├── StoreError                  (store open, migration, corruption; a RuntimeError)
      │    └── StoreClosedError       (a write after close)
