@@ -96,7 +96,7 @@ class Store:
         self.path = str(path)
         self.read_only = read_only
         self.rollup_grace_seconds = rollup_grace_seconds
-        self._rollup_floor: Any = None
+        self._rollup_boundary: Any = None
         self._has_rollups = False
         if self.path != ":memory:" and not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -113,7 +113,7 @@ class Store:
             self._migrate(migrations)
             self._has_rollups = any(m.version == ROLLUP_MIGRATION for m in migrations)
             if self._has_rollups:
-                self._rollup_floor = rollups.initial_floor(self._con)
+                self._rollup_boundary = rollups.initial_boundary(self._con)
             self._writer = threading.Thread(
                 target=self._write_loop, name="hpcscope-store-writer", daemon=True
             )
@@ -233,8 +233,11 @@ class Store:
             incoming = arrow  # noqa: F841
             con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM incoming")
             if table == "gpu_samples" and self._has_rollups:
-                self._rollup_floor = rollups.update_minutes(
-                    con, arrow, grace_seconds=self.rollup_grace_seconds, floor=self._rollup_floor
+                self._rollup_boundary = rollups.update_minutes(
+                    con,
+                    arrow,
+                    grace_seconds=self.rollup_grace_seconds,
+                    boundary=self._rollup_boundary,
                 )
             return int(arrow.num_rows)
 
@@ -288,14 +291,15 @@ class Store:
 
         return self.submit_write(write)
 
-    def finalise_rollups(self, before: Any) -> Future[None]:
-        """Finalise the rollup minutes that start before ``before`` (the clock-based rule of
-        :mod:`hpcscope.store.rollups`, for when collection stopped)."""
+    def finalise_rollups(self, cutoff: Any) -> Future[None]:
+        """Finalise the rollup minutes that start at or before ``cutoff`` (the clock-based rule
+        of :mod:`hpcscope.store.rollups`, for when collection stopped)."""
 
         def write(con: duckdb.DuckDBPyConnection) -> None:
-            self._rollup_floor = rollups.finalise_before(
-                con, before=before, floor=self._rollup_floor
-            )
+            if self._has_rollups:
+                self._rollup_boundary = rollups.finalise_before(
+                    con, cutoff=cutoff, boundary=self._rollup_boundary
+                )
 
         return self.submit_write(write)
 

@@ -279,7 +279,8 @@ SELECT {ROLLUP_SELECT},
         <= (SELECT max(ts) FROM gpu_samples) AS final
 FROM gpu_samples s GROUP BY ALL;
 CREATE VIEW job_rollups_1m AS
-SELECT minute, job_id, count(*) AS gpus, sum(samples)::BIGINT AS samples, bool_and(final) AS final,
+SELECT minute, job_id, count(DISTINCT (node, gpu, gpu_instance_id)) AS gpus,
+    sum(samples)::BIGINT AS samples, bool_and(final) AS final,
     {_JOB_ROLLUP_COLUMNS}
 FROM gpu_rollups_1m WHERE job_id IS NOT NULL GROUP BY minute, job_id;
 """,
