@@ -143,3 +143,31 @@ def delete_final_rollups(store: Store, *, before: datetime) -> Future[int]:
         return int(rows[0][0]) if rows else 0
 
     return store.submit_write(write)
+
+
+def sample_counts(store: Store, job_ids: Sequence[str]) -> dict[str, int]:
+    """Raw sample rows per job of ``job_ids`` (jobs without samples are absent)."""
+    if not job_ids:
+        return {}
+    marks = ", ".join("?" for _ in job_ids)
+    rows = store.query(
+        f"SELECT job_id, count(*) AS n FROM gpu_samples WHERE job_id IN ({marks}) GROUP BY job_id",
+        list(job_ids),
+    )
+    return {str(r["job_id"]): int(r["n"]) for r in rows.to_pylist()}
+
+
+def job_sample_nodes(store: Store, job_id: str) -> list[str]:
+    """The nodes that have raw samples of ``job_id``, sorted."""
+    rows = store.query(
+        "SELECT DISTINCT node FROM gpu_samples WHERE job_id = ? ORDER BY node", [job_id]
+    )
+    return [str(v) for v in rows.column("node").to_pylist()]
+
+
+def samples_of_job_nodes(store: Store, job_id: str, nodes: Sequence[str]) -> pa.Table:
+    """Raw samples of ``job_id`` on ``nodes`` (a slice of a large job, summarised by parts)."""
+    marks = ", ".join("?" for _ in nodes)
+    return store.query(
+        f"SELECT * FROM gpu_samples WHERE job_id = ? AND node IN ({marks})", [job_id, *nodes]
+    )

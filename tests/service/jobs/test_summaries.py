@@ -26,7 +26,7 @@ _ratio = st.one_of(st.none(), st.floats(0.0, 1.0, allow_nan=False))
 @st.composite
 def finished_job(draw: st.DrawFn, job_id: str) -> tuple[dict[str, object], list[dict[str, object]]]:
     """A finished job: its scheduler record and per-GPU samples (gaps, unknowns, an Xid)."""
-    gpus = draw(st.integers(1, 4))
+    gpus = draw(st.integers(1, 6))
     start = NOW - timedelta(hours=draw(st.integers(2, 48)))
     length = draw(st.integers(2, 40))
     record = {
@@ -112,15 +112,25 @@ def _reports(store: Store, ids: list[str]) -> dict[str, JobReport]:
 @given(
     st.lists(st.integers(1, 3), min_size=1, max_size=3).flatmap(
         lambda sizes: st.tuples(*[finished_job(str(100 + i)) for i in range(len(sizes))])
-    )
+    ),
+    st.booleans(),
 )
-def test_a_report_from_the_summary_equals_the_raw_recomputation(jobs: tuple[object, ...]) -> None:
+def test_a_report_from_the_summary_equals_the_raw_recomputation(
+    jobs: tuple[object, ...], by_parts: bool
+) -> None:
     with Store(":memory:") as store:
         typed = list(jobs)
         _store_jobs(store, typed)  # type: ignore[arg-type]
         ids = [str(100 + i) for i in range(len(typed))]
         raw = _reports(store, ids)
-        written = summaries.summarise_finished_jobs(store, now=NOW, scrape_interval_seconds=15.0)
+        # by parts: every job is "large" and summarised one node at a time
+        written = summaries.summarise_finished_jobs(
+            store,
+            now=NOW,
+            scrape_interval_seconds=15.0,
+            large_job_samples=0 if by_parts else summaries.LARGE_JOB_SAMPLES,
+            nodes_per_part=1,
+        )
         assert written == len(ids)
         kept = _reports(store, ids)
         for job_id in ids:
@@ -190,3 +200,45 @@ def test_the_report_of_a_running_job_reads_raw_samples(tmp_path: Path) -> None:
         report = _reports(store, ["42"])["42"]
         assert report.source == "raw"
         assert report.to_dict()["source"] == "raw"
+
+
+def test_a_large_job_summarised_node_by_node_keeps_its_cross_node_straggler() -> None:
+    start = NOW - timedelta(hours=2)
+    record = {
+        "job_id": "77",
+        "user": "alice",
+        "state": "COMPLETED",
+        "exit_code": 0,
+        "start_time": start,
+        "end_time": start + timedelta(minutes=30),
+        "gpus": 4,
+        "source": "test",
+    }
+    samples = []
+    for gpu in range(4):  # gpu00: GPUs 0, 1; gpu01: GPUs 2, 3 (the straggler)
+        for i in range(100):
+            row: dict[str, object] = {f.name: None for f in GPU_SAMPLE_SCHEMA}
+            row.update(
+                ts=start + timedelta(seconds=15 * i),
+                node=f"gpu{gpu // 2:02d}",
+                gpu=gpu % 2,
+                job_id="77",
+                gpu_util_ratio=0.95,
+                sm_active_ratio=0.8 if gpu == 3 else 0.2,
+            )
+            samples.append(row)
+    with Store(":memory:") as store:
+        _store_jobs(store, [(record, samples)])
+        raw = _reports(store, ["77"])["77"]
+        assert raw.verdict == "straggler"
+        summaries.summarise_finished_jobs(
+            store, now=NOW, scrape_interval_seconds=15.0, large_job_samples=10, nodes_per_part=1
+        )
+        kept = _reports(store, ["77"])["77"]
+        assert [g.verdict for g in kept.gpus] == [
+            "waiting_at_barrier",
+            "waiting_at_barrier",
+            "waiting_at_barrier",
+            "straggler",
+        ]
+        _assert_equal_reports(raw, kept)
