@@ -103,3 +103,19 @@ def test_a_finished_job_past_raw_retention_still_reports_from_its_summary(tmp_pa
     assert "real efficiency (SM active) 19 %" in result.stdout
     data = json.loads(runner.invoke(app, ["job", "102", "--store", str(path), "--json"]).stdout)
     assert data["source"] == "summary" and data["gpus_observed"] == 4
+
+
+def test_store_upkeep_summarises_offline(tmp_path: Path) -> None:
+    path = tmp_path / "store.duckdb"
+    service = Service.open(Settings(store_path=path), users=UserDirectory.demo())
+    long_ago = utcnow() - timedelta(days=30)
+    populate(service.store, now=long_ago)
+    ended = {"job_id": "101", "state": "COMPLETED", "end_time": long_ago, "source": "test"}
+    service.store.upsert_jobs(pa.Table.from_pylist([ended], schema=JOB_SCHEMA)).result()
+    service.close()
+    result = runner.invoke(app, ["store", "upkeep", "--store", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["summaries_written"] == 1 and data["raw_samples_deleted"] > 0
+    again = runner.invoke(app, ["store", "upkeep", "--store", str(path)])
+    assert again.exit_code == 0 and "0 job summaries written" in again.stdout
