@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import Principal, Role
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, JOB_SCHEMA
+from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.collect.retention import Upkeep, UpkeepConfig, run_upkeep
 from hpcscope.service.jobs import reports, timeseries
 from hpcscope.service.jobs.reports import utcnow
@@ -133,3 +135,34 @@ def test_an_upgraded_store_gets_summaries_of_its_finished_jobs_on_the_first_cycl
         (summary,) = store.query("SELECT * FROM job_summaries").to_pylist()
         assert summary["exit_cause"] == "user_error" and summary["gpus_observed"] == 1
         assert _count(store, "SELECT count(*) AS n FROM gpu_rollups_1m") == 1
+
+
+def test_the_collector_runs_the_upkeep_on_its_first_cycle_and_then_every_n(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "s.duckdb")
+    now = utcnow()
+    finished = {
+        "job_id": "5",
+        "user": "alice",
+        "state": "COMPLETED",
+        "start_time": now - timedelta(hours=2),
+        "end_time": now - timedelta(hours=1),
+        "gpus": 1,
+        "source": "test",
+    }
+    store.upsert_jobs(pa.Table.from_pylist([finished], schema=JOB_SCHEMA)).result()
+    collector = Collector(store, CollectorConfig(upkeep=UpkeepConfig(every_cycles=2)))
+
+    async def cycles() -> list[int]:
+        written = []
+        try:
+            for _ in range(3):
+                await collector.collect_once()
+                written.append(_count(store, "SELECT count(*) AS n FROM job_summaries"))
+        finally:
+            await collector.aclose()
+        return written
+
+    assert asyncio.run(cycles()) == [1, 1, 1]  # written on the first cycle, once
+    store.close()
