@@ -68,3 +68,5 @@ def test_an_old_job_past_retention_says_summarised_and_out_of_retention(
         assert "87 % reported GPU utilization, 19 % real" in text  # from the kept summary
         assert page.locator("#job-chart canvas").count() == 0  # no empty or zero chart
         screenshot(page, "job-out-of-retention")
+        page.goto(f"{base}/jobs")
+        assert "summarised" in page.locator("main").inner_text()
