@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
+import pyarrow as pa
 from typer.testing import CliRunner
 
 from hpcscope.cli.main import app
+from hpcscope.model.schemas import JOB_SCHEMA
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
+from hpcscope.service.collect.retention import UpkeepConfig, run_upkeep
 from hpcscope.service.core import Service
 from hpcscope.service.settings import Settings
 from tests.conftest import demo_users
@@ -81,3 +85,37 @@ def test_jobs_against_a_server_apply_access_control(tmp_path: Path) -> None:
             assert usage.exit_code == 2
     finally:
         service.close()
+
+
+def test_a_finished_job_past_raw_retention_still_reports_from_its_summary(tmp_path: Path) -> None:
+    path = tmp_path / "store.duckdb"
+    service = Service.open(Settings(store_path=path), users=demo_users())
+    long_ago = utcnow() - timedelta(days=30)
+    populate(service.store, now=long_ago)
+    ended = {"job_id": "102", "state": "COMPLETED", "end_time": long_ago, "source": "test"}
+    service.store.upsert_jobs(pa.Table.from_pylist([ended], schema=JOB_SCHEMA)).result()
+    done = run_upkeep(service.store, UpkeepConfig(), now=utcnow(), scrape_interval_seconds=15.0)
+    assert done.raw_samples_deleted > 0
+    service.close()
+    result = runner.invoke(app, ["job", "102", "--store", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "summarised" in result.stdout
+    assert "real efficiency (SM active) 19 %" in result.stdout
+    data = json.loads(runner.invoke(app, ["job", "102", "--store", str(path), "--json"]).stdout)
+    assert data["source"] == "summary" and data["gpus_observed"] == 4
+
+
+def test_store_upkeep_summarises_offline(tmp_path: Path) -> None:
+    path = tmp_path / "store.duckdb"
+    service = Service.open(Settings(store_path=path), users=demo_users())
+    long_ago = utcnow() - timedelta(days=30)
+    populate(service.store, now=long_ago)
+    ended = {"job_id": "101", "state": "COMPLETED", "end_time": long_ago, "source": "test"}
+    service.store.upsert_jobs(pa.Table.from_pylist([ended], schema=JOB_SCHEMA)).result()
+    service.close()
+    result = runner.invoke(app, ["store", "upkeep", "--store", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["summaries_written"] == 1 and data["raw_samples_deleted"] > 0
+    again = runner.invoke(app, ["store", "upkeep", "--store", str(path)])
+    assert again.exit_code == 0 and "0 job summaries written" in again.stdout

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
+from hpcscope.model.schemas import JOB_SCHEMA
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
+from hpcscope.service.collect.retention import UpkeepConfig, run_upkeep
 from hpcscope.service.core import Service
 from tests.support.browser import login, screenshot
 from tests.support.data import populate
@@ -43,3 +47,26 @@ def test_overview_to_job_page_by_keyboard_with_the_chart(service: Service, page:
         # the live fragment refreshes without a reload (htmx polling every 5 s)
         page.wait_for_timeout(5500)
         assert page.locator("#overview-live").count() == 1
+
+
+def test_an_old_job_past_retention_says_summarised_and_out_of_retention(
+    service: Service, page: Any
+) -> None:
+    long_ago = utcnow() - timedelta(days=30)
+    populate(service.store, now=long_ago, seconds=600)
+    ended = {"job_id": "102", "state": "COMPLETED", "end_time": long_ago, "source": "test"}
+    service.store.upsert_jobs(pa.Table.from_pylist([ended], schema=JOB_SCHEMA)).result()
+    config = UpkeepConfig(raw_retention_days=14, rollup_retention_days=7)
+    done = run_upkeep(service.store, config, now=utcnow(), scrape_interval_seconds=15.0)
+    assert done.summaries_written == 1 and done.raw_samples_deleted > 0
+    with live_server(create_app(service)) as base:
+        login(page, base, "bob", "bob-demo")
+        page.goto(f"{base}/jobs/102")
+        page.wait_for_selector("#job-chart.out-of-retention")
+        text = page.locator("main").inner_text()
+        assert "Summarised" in text and "Out of retention" in text
+        assert "87 % reported GPU utilization, 19 % real" in text  # from the kept summary
+        assert page.locator("#job-chart canvas").count() == 0  # no empty or zero chart
+        screenshot(page, "job-out-of-retention")
+        page.goto(f"{base}/jobs")
+        assert "summarised" in page.locator("main").inner_text()

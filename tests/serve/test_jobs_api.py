@@ -70,6 +70,7 @@ def test_timeseries_is_downsampled_per_gpu(
     assert [(s["node"], s["gpu"]) for s in data["series"]] == [("gpu01", g) for g in range(4)]
     assert all(len(s["t"]) <= 720 for s in data["series"])
     assert data["series"][0]["sm_active_ratio"][0] == pytest.approx(0.82)
+    assert data["source"] == "raw" and data["out_of_retention"] == []  # 2-min job: raw buckets
 
 
 def _leaves(value: Any) -> Iterator[Any]:

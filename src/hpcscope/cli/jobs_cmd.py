@@ -172,6 +172,8 @@ def job(
         f"{data['user'] or '?'} / {data['account'] or '?'} — {data['state'] or '?'}"
     )
     console.print(data["explanation"], highlight=False)
+    if data.get("source") == "summary":
+        console.print("summarised: figures from the summary kept when the job ended", style="dim")
     console.print(
         f"reported GPU utilization {_pct(data['reported_util_ratio'])} · real efficiency "
         f"(SM active) {_pct(data['sm_active_ratio'])} · tensor active "

@@ -16,6 +16,7 @@ from hpcscope.cli import (
     nccl_cmd,
     serve_cmd,
     simulate_cmd,
+    store_cmd,
     traces_cmd,
     twin_cmd,
 )
@@ -61,6 +62,7 @@ simulate_cmd.register(app)
 nccl_cmd.register(app)
 traces_cmd.register(app)
 deploy_cmd.register(app)
+store_cmd.register(app)
 
 
 @app.command()

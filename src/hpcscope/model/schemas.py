@@ -322,3 +322,99 @@ rates come from differences that never go down. ``unit`` is Lustre's (``bytes``,
 ``reqs``): ``sum_value`` of a ``usecs`` operation is the total service time in microseconds;
 ``sum_value``/``min_value``/``max_value`` are null in pre-2.14 files, which count requests only.
 ``start_ts`` is the 2.14+ ``start_time`` (when the entry was created)."""
+
+JOB_SUMMARY_SCHEMA = pa.schema(
+    [
+        pa.field("job_id", pa.string(), nullable=False),
+        pa.field("summarised_at", TS, nullable=False),
+        pa.field("user", pa.string()),
+        pa.field("account", pa.string()),
+        pa.field("partition", pa.string()),
+        pa.field("state", pa.string()),
+        pa.field("exit_code", pa.int32()),
+        pa.field("exit_cause", pa.string(), nullable=False),
+        pa.field("start_time", TS),
+        pa.field("end_time", TS),
+        pa.field("elapsed_seconds", pa.float64()),
+        pa.field("gpus_allocated", pa.int32()),
+        pa.field("gpus_observed", pa.int32(), nullable=False),
+        pa.field("reported_util_ratio", pa.float64()),
+        pa.field("sm_active_ratio", pa.float64()),
+        pa.field("tensor_active_ratio", pa.float64()),
+        pa.field("allocated_gpu_seconds", pa.float64()),
+        pa.field("observed_gpu_seconds", pa.float64(), nullable=False),
+        pa.field("useful_gpu_seconds", pa.float64(), nullable=False),
+        pa.field("energy_joules", pa.float64()),
+        pa.field("verdict", pa.string(), nullable=False),
+        pa.field("first_sample_ts", TS),
+        pa.field("last_sample_ts", TS),
+        pa.field("phases_json", pa.string()),
+        pa.field("straggler_verdict", pa.string()),
+    ]
+)
+"""The kept summary of a finished job, written once (``store/summaries.py``).
+
+``phases_json`` and ``straggler_verdict`` stay null until the traces capability fills them for
+jobs whose profiler traces were analysed."""
+
+JOB_GPU_SUMMARY_SCHEMA = pa.schema(
+    [
+        pa.field("job_id", pa.string(), nullable=False),
+        pa.field("node", pa.string(), nullable=False),
+        pa.field("gpu", pa.int16(), nullable=False),
+        pa.field("gpu_instance_id", pa.int16()),
+        pa.field("observed_seconds", pa.float64(), nullable=False),
+        pa.field("reported_util_ratio", pa.float64()),
+        pa.field("sm_active_ratio", pa.float64()),
+        pa.field("tensor_active_ratio", pa.float64()),
+        pa.field("sm_occupancy_ratio", pa.float64()),
+        pa.field("dram_active_ratio", pa.float64()),
+        pa.field("power_watts", pa.float64()),
+        pa.field("sm_clock_hertz", pa.float64()),
+        pa.field("useful_seconds", pa.float64(), nullable=False),
+        pa.field("energy_joules", pa.float64()),
+        pa.field("max_temperature_celsius", pa.float64()),
+        pa.field("throttle_reasons", pa.int64(), nullable=False),
+        pa.field("slowdown_share", pa.float64()),
+        pa.field("xid", pa.int64()),
+        pa.field("max_fb_used_bytes", pa.float64()),
+        pa.field("first_ts", TS),
+        pa.field("last_ts", TS),
+        pa.field("peer_sm_active_ratio", pa.float64()),
+        pa.field("verdict", pa.string(), nullable=False),
+    ]
+)
+"""Per GPU of a finished job: the row :func:`hpcscope.analysis.jobs.efficiency.gpu_summary`
+computed from its raw samples, kept so that the job report survives raw-sample retention."""
+
+ROLLUP_METRICS: tuple[tuple[str, str], ...] = (
+    ("reported_util_ratio", "reported_util_ratio"),
+    ("sm_active_ratio", "sm_active_ratio"),
+    ("tensor_active_ratio", "tensor_active_ratio"),
+    ("sm_clock_hertz", "sm_clock_hertz"),
+    ("fb_used_bytes", "fb_used_bytes"),
+    ("power_watts", "power_watts"),
+)
+"""(rollup name, ``gpu_samples`` column) of the metrics kept per minute as min/mean/max/count."""
+
+GPU_ROLLUP_SCHEMA = pa.schema(
+    [
+        pa.field("minute", TS, nullable=False),
+        pa.field("node", pa.string(), nullable=False),
+        pa.field("gpu", pa.int16(), nullable=False),
+        pa.field("gpu_instance_id", pa.int16()),
+        pa.field("job_id", pa.string()),
+        pa.field("samples", pa.int64(), nullable=False),
+        pa.field("first_ts", TS, nullable=False),
+        pa.field("last_ts", TS, nullable=False),
+        *[
+            pa.field(f"{name}_{part}", pa.int64() if part == "count" else pa.float64())
+            for name, _ in ROLLUP_METRICS
+            for part in ("min", "mean", "max", "count")
+        ],
+        pa.field("final", pa.bool_(), nullable=False),
+    ]
+)
+"""One minute of one GPU (and job): min/mean/max and the count of known values per metric.
+
+``final`` is set once no later sample can land in the minute (``store/rollups.py``)."""

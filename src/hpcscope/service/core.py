@@ -11,20 +11,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import Principal
 from hpcscope.model.catalog import Catalog, default_catalog
 from hpcscope.model.sampling import max_sample_weight_seconds
-from hpcscope.model.timeutil import epoch_seconds, utcnow
+from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology, load_topology
 from hpcscope.service.identity.users import UserDirectory
-from hpcscope.service.jobs import reports
-from hpcscope.service.jobs.contracts import GpuSeries, JobTimeseries
+from hpcscope.service.jobs import reports, timeseries
+from hpcscope.service.jobs.contracts import JobTimeseries
 from hpcscope.service.settings import Settings
 from hpcscope.store import Store
-from hpcscope.store import reports as report_queries
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +48,7 @@ class Service:
                 if settings.users_path is not None
                 else UserDirectory.demo(hash_cost_log2=cost)
             )
-        store = Store(settings.store_path)
+        store = Store(settings.store_path, rollup_grace_seconds=settings.rollup_grace_seconds)
         return cls(settings=settings, topology=topology, store=store, users=users)
 
     @classmethod
@@ -106,36 +104,15 @@ class Service:
     def job_timeseries(
         self, principal: Principal, job_id: str, *, max_points: int = 720
     ) -> JobTimeseries | None:
-        """Per-GPU reported vs real over the job's life, at most ``max_points`` buckets."""
+        """Per-GPU reported vs real over the job's life, at most ``max_points`` buckets (raw
+        samples for short buckets, 1-minute rollups from 60 s; ``service/jobs/timeseries.py``)."""
         if not self.can_see_job(principal, job_id):
             return None
-        first, last = report_queries.sample_time_range(self.store, job_id)
-        if first is None or last is None:
-            return JobTimeseries(job_id=job_id, bucket_seconds=None, series=[])
-        span = max(1.0, (last - first).total_seconds())
-        bucket = max(int(self.settings.scrape_interval_seconds), int(span / max_points) + 1)
-        rows = report_queries.gpu_timeseries(self.store, job_id, bucket_seconds=bucket)
-        series: dict[tuple[str, int], dict[str, list[Any]]] = {}
-        for row in rows.to_pylist():
-            entry = series.setdefault(
-                (row["node"], int(row["gpu"])),
-                {
-                    "t": [],
-                    "reported_util_ratio": [],
-                    "sm_active_ratio": [],
-                    "tensor_active_ratio": [],
-                },
-            )
-            entry["t"].append(epoch_seconds(row["bucket"]))
-            for key in ("reported_util_ratio", "sm_active_ratio", "tensor_active_ratio"):
-                entry[key].append(row[key])
-        return JobTimeseries(
-            job_id=job_id,
-            bucket_seconds=bucket,
-            series=[
-                GpuSeries.model_validate({"node": node, "gpu": gpu, **values})
-                for (node, gpu), values in sorted(series.items())
-            ],
+        return timeseries.job_timeseries(
+            self.store,
+            job_id,
+            scrape_interval_seconds=self.settings.scrape_interval_seconds,
+            max_points=max_points,
         )
 
     def collection_health(self, *, now: datetime | None = None) -> reports.CollectionHealth:

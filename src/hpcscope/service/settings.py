@@ -141,6 +141,29 @@ class Settings(BaseModel):
         description="Parsed Falco/Tetragon events kept in memory for the alert engine; "
         "the oldest are dropped beyond this.",
     )
+    rollup_grace_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="Seconds after its end a minute of rollups stays open to late samples; "
+        "then it is final (docs/storage.md).",
+    )
+    raw_retention_days: float = Field(
+        14.0,
+        gt=0,
+        description="Days raw GPU samples of summarised jobs are kept; older ones are dropped "
+        "by the retention pass (samples of jobs without a summary are kept).",
+    )
+    rollup_retention_days: float = Field(
+        400.0,
+        gt=0,
+        description="Days final 1-minute rollups are kept. Job summaries are kept forever.",
+    )
+    upkeep_every_cycles: int = Field(
+        60,
+        ge=1,
+        description="The collector summarises finished jobs and runs the retention pass on its "
+        "first cycle and then once per this many cycles.",
+    )
 
     tls_certfile: Path | None = Field(
         None, description="PEM certificate chain: serve HTTPS (needs tls_keyfile)."

@@ -25,7 +25,8 @@ import pyarrow as pa
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.errors import StoreError
-from hpcscope.store.migrations import MIGRATIONS
+from hpcscope.store import rollups
+from hpcscope.store.migrations import DEFAULT_ROLLUP_GRACE_SECONDS, MIGRATIONS, Migration
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,10 @@ JOB_MERGE_COLUMNS = (
 )
 
 
+#: The migration that creates ``gpu_rollups_1m``: appends maintain it once it exists.
+ROLLUP_MIGRATION = 8
+
+
 class StoreClosedError(StoreError):
     """A write was submitted after :meth:`Store.close`."""
 
@@ -67,6 +72,10 @@ class Store:
     Args:
         path: the database file; created with its parent directory when missing.
         read_only: open without a writer (offline CLI reads while no server holds the file).
+        rollup_grace_seconds: how long after its end a minute of rollups stays open to late
+            samples (:mod:`hpcscope.store.rollups`).
+        migrations: the migrations to apply (all of them; tests pass a prefix to build a store
+            as an earlier release wrote it).
 
     Example::
 
@@ -76,9 +85,19 @@ class Store:
         store.close()
     """
 
-    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        rollup_grace_seconds: float = DEFAULT_ROLLUP_GRACE_SECONDS,
+        migrations: Sequence[Migration] = MIGRATIONS,
+    ) -> None:
         self.path = str(path)
         self.read_only = read_only
+        self.rollup_grace_seconds = rollup_grace_seconds
+        self._rollup_boundary: Any = None
+        self._has_rollups = False
         if self.path != ":memory:" and not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -91,7 +110,10 @@ class Store:
         self._closed = False
         self._writer: threading.Thread | None = None
         if not read_only:
-            self._migrate()
+            self._migrate(migrations)
+            self._has_rollups = any(m.version == ROLLUP_MIGRATION for m in migrations)
+            if self._has_rollups:
+                self._rollup_boundary = rollups.initial_boundary(self._con)
             self._writer = threading.Thread(
                 target=self._write_loop, name="hpcscope-store-writer", daemon=True
             )
@@ -115,7 +137,7 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _migrate(self) -> None:
+    def _migrate(self, migrations: Sequence[Migration]) -> None:
         con = self._con
         con.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -125,7 +147,7 @@ class Store:
         applied = {
             row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()
         }
-        for migration in MIGRATIONS:
+        for migration in migrations:
             if migration.version in applied:
                 continue
             con.execute("BEGIN TRANSACTION")
@@ -210,6 +232,13 @@ class Store:
             # no register/unregister pair that could fail inside an aborted transaction.
             incoming = arrow  # noqa: F841
             con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM incoming")
+            if table == "gpu_samples" and self._has_rollups:
+                self._rollup_boundary = rollups.update_minutes(
+                    con,
+                    arrow,
+                    grace_seconds=self.rollup_grace_seconds,
+                    boundary=self._rollup_boundary,
+                )
             return int(arrow.num_rows)
 
         return self.submit_write(write)
@@ -259,6 +288,18 @@ class Store:
                 [end_time, job_id],
             )
             return 0
+
+        return self.submit_write(write)
+
+    def finalise_rollups(self, cutoff: Any) -> Future[None]:
+        """Finalise the rollup minutes that start at or before ``cutoff`` (the clock-based rule
+        of :mod:`hpcscope.store.rollups`, for when collection stopped)."""
+
+        def write(con: duckdb.DuckDBPyConnection) -> None:
+            if self._has_rollups:
+                self._rollup_boundary = rollups.finalise_before(
+                    con, cutoff=cutoff, boundary=self._rollup_boundary
+                )
 
         return self.submit_write(write)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS
+from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRICS
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,35 @@ _METRIC_COLUMNS = ",\n    ".join(
 )
 
 _IB_COUNTERS = ",\n    ".join(f"{column} DOUBLE" for column in IB_COUNTER_COLUMNS)
+
+_ROLLUP_COLUMNS = ",\n    ".join(
+    f"{name}_{part} {'BIGINT' if part == 'count' else 'DOUBLE'}"
+    for name, _ in ROLLUP_METRICS
+    for part in ("min", "mean", "max", "count")
+)
+
+#: The aggregate of one (minute, GPU, job) of ``gpu_samples``, shared by the backfill below
+#: and by :mod:`hpcscope.store.rollups` (which runs it on the minutes an append touched).
+ROLLUP_SELECT = (
+    "time_bucket(INTERVAL '1 minute', s.ts) AS minute, s.node, s.gpu, s.gpu_instance_id, "
+    "s.job_id, count(*) AS samples, min(s.ts) AS first_ts, max(s.ts) AS last_ts, "
+    + ", ".join(
+        f"min(s.{column}) AS {name}_min, avg(s.{column}) AS {name}_mean, "
+        f"max(s.{column}) AS {name}_max, count(s.{column}) AS {name}_count"
+        for name, column in ROLLUP_METRICS
+    )
+)
+
+_JOB_ROLLUP_COLUMNS = ",\n    ".join(
+    f"min({name}_min) AS {name}_min, "
+    f"sum({name}_mean * {name}_count) / nullif(sum({name}_count), 0) AS {name}_mean, "
+    f"max({name}_max) AS {name}_max, sum({name}_count)::BIGINT AS {name}_count"
+    for name, _ in ROLLUP_METRICS
+)
+
+#: Default seconds after a minute's end before it is final (the backfill of migration 8 uses it;
+#: the store's ``rollup_grace_seconds`` setting rules afterwards).
+DEFAULT_ROLLUP_GRACE_SECONDS = 120.0
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -178,5 +207,92 @@ CREATE TABLE lustre_job_stats (
         6,
         "one name for DCGM's GPU_UTIL: gpu_samples.gpu_util_ratio -> reported_util_ratio",
         "ALTER TABLE gpu_samples RENAME COLUMN gpu_util_ratio TO reported_util_ratio;",
+    ),
+    Migration(
+        7,
+        "kept job summaries: one row per finished job and per GPU of it, written once",
+        """
+CREATE TABLE job_summaries (
+    job_id VARCHAR PRIMARY KEY,
+    summarised_at TIMESTAMP NOT NULL,
+    "user" VARCHAR,
+    account VARCHAR,
+    partition VARCHAR,
+    state VARCHAR,
+    exit_code INTEGER,
+    exit_cause VARCHAR NOT NULL,
+    start_time TIMESTAMP,
+    end_time TIMESTAMP,
+    elapsed_seconds DOUBLE,
+    gpus_allocated INTEGER,
+    gpus_observed INTEGER NOT NULL,
+    reported_util_ratio DOUBLE,
+    sm_active_ratio DOUBLE,
+    tensor_active_ratio DOUBLE,
+    allocated_gpu_seconds DOUBLE,
+    observed_gpu_seconds DOUBLE NOT NULL,
+    useful_gpu_seconds DOUBLE NOT NULL,
+    energy_joules DOUBLE,
+    verdict VARCHAR NOT NULL,
+    first_sample_ts TIMESTAMP,
+    last_sample_ts TIMESTAMP,
+    phases_json VARCHAR,
+    straggler_verdict VARCHAR
+);
+CREATE TABLE job_gpu_summaries (
+    job_id VARCHAR NOT NULL,
+    node VARCHAR NOT NULL,
+    gpu SMALLINT NOT NULL,
+    gpu_instance_id SMALLINT,
+    observed_seconds DOUBLE NOT NULL,
+    reported_util_ratio DOUBLE,
+    sm_active_ratio DOUBLE,
+    tensor_active_ratio DOUBLE,
+    sm_occupancy_ratio DOUBLE,
+    dram_active_ratio DOUBLE,
+    power_watts DOUBLE,
+    sm_clock_hertz DOUBLE,
+    useful_seconds DOUBLE NOT NULL,
+    energy_joules DOUBLE,
+    max_temperature_celsius DOUBLE,
+    throttle_reasons BIGINT NOT NULL,
+    slowdown_share DOUBLE,
+    xid BIGINT,
+    max_fb_used_bytes DOUBLE,
+    first_ts TIMESTAMP,
+    last_ts TIMESTAMP,
+    peer_sm_active_ratio DOUBLE,
+    verdict VARCHAR NOT NULL
+);
+""",
+    ),
+    Migration(
+        8,
+        "1-minute rollups of gpu samples per GPU and job (backfilled from the stored samples)",
+        f"""
+CREATE TABLE gpu_rollups_1m (
+    minute TIMESTAMP NOT NULL,
+    node VARCHAR NOT NULL,
+    gpu SMALLINT NOT NULL,
+    gpu_instance_id SMALLINT,
+    job_id VARCHAR,
+    samples BIGINT NOT NULL,
+    first_ts TIMESTAMP NOT NULL,
+    last_ts TIMESTAMP NOT NULL,
+    {_ROLLUP_COLUMNS},
+    final BOOLEAN NOT NULL
+);
+INSERT INTO gpu_rollups_1m
+SELECT {ROLLUP_SELECT},
+    time_bucket(INTERVAL '1 minute', s.ts) + INTERVAL '1 minute'
+        + to_microseconds({int(DEFAULT_ROLLUP_GRACE_SECONDS * 1e6)})
+        <= (SELECT max(ts) FROM gpu_samples) AS final
+FROM gpu_samples s GROUP BY ALL;
+CREATE VIEW job_rollups_1m AS
+SELECT minute, job_id, count(DISTINCT (node, gpu, gpu_instance_id)) AS gpus,
+    sum(samples)::BIGINT AS samples, bool_and(final) AS final,
+    {_JOB_ROLLUP_COLUMNS}
+FROM gpu_rollups_1m WHERE job_id IS NOT NULL GROUP BY minute, job_id;
+""",
     ),
 )

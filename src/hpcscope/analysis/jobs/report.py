@@ -75,6 +75,9 @@ class JobReport:
     verdict: str
     explanation: str
     gpus: tuple[GpuReport, ...] = field(default_factory=tuple)
+    source: str = "raw"
+    """Where the GPU figures come from: ``raw`` samples (running jobs, jobs not yet
+    summarised) or the kept ``summary`` of a finished job (raw samples may be gone)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (datetimes as ISO 8601 UTC strings)."""

@@ -13,7 +13,9 @@ keeps its loop to itself). Each cycle:
 5. every ``scheduler_poll_seconds``, reads Slurm's jobs (slurmrestd, or squeue/sacct) and
    associations (sacctmgr) into ``jobs``, ``job_allocations`` and ``account_memberships``;
 6. reads the Lustre job_stats spool files that changed into ``lustre_job_stats``, one
-   ``scrapes`` row per file (``service/collect/lustre_spool.py``).
+   ``scrapes`` row per file (``service/collect/lustre_spool.py``);
+7. on the first cycle and once per N, summarises finished jobs and runs the retention pass
+   (``service/collect/retention.py``).
 
 An exporter that hangs, returns 500 or garbage costs one failed scrape row; the collector keeps
 running, and nothing stored before is touched.
@@ -46,6 +48,7 @@ from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.model.timeutil import epoch_seconds, utcnow
 from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_samples
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
+from hpcscope.service.collect.retention import Upkeep, UpkeepConfig
 from hpcscope.service.collect.scheduler import (
     AssociationSource,
     CommandSource,
@@ -111,6 +114,8 @@ class CollectorConfig:
     """Spool of ``<server>.job_stats`` files (``service/collect/lustre_spool.py``)."""
     lustre_jobid_pattern: str = DEFAULT_JOBID_PATTERN
     """Regex that finds the Slurm job (and host) in a Lustre job_id."""
+    upkeep: UpkeepConfig = field(default_factory=UpkeepConfig)
+    """Job summaries and retention, once per N cycles (``service/collect/retention.py``)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CollectorConfig | None:
@@ -150,6 +155,7 @@ class CollectorConfig:
             job_records_dir=settings.job_records_dir,
             lustre_job_stats_dir=settings.lustre_job_stats_dir,
             lustre_jobid_pattern=settings.lustre_jobid_pattern,
+            upkeep=UpkeepConfig.from_settings(settings),
         )
 
 
@@ -216,6 +222,9 @@ class Collector:
             )
             if config.lustre_job_stats_dir is not None
             else None
+        )
+        self._upkeep = Upkeep(
+            store, config.upkeep, scrape_interval_seconds=config.scrape_interval_seconds
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -353,6 +362,7 @@ class Collector:
                 report.errors.append(f"scheduler: {poll.error}")
         if self._lustre is not None:
             await self._collect_lustre(self._lustre, report)
+        await asyncio.to_thread(self._upkeep.after_cycle)
         return report
 
     async def _collect_lustre(self, spool: LustreSpool, report: CycleReport) -> None:

@@ -66,6 +66,9 @@ class JobReportDocument(Contract):
     verdict: str
     explanation: str
     gpus: list[GpuReportDocument]
+    #: ``raw`` samples (running jobs, jobs not yet summarised) or the kept ``summary`` of a
+    #: finished job (its raw samples may have passed retention).
+    source: str
 
     @classmethod
     def from_report(cls, report: JobReport) -> JobReportDocument:
@@ -95,12 +98,26 @@ class GpuSeries(Contract):
     tensor_active_ratio: list[Number | None]
 
 
+class TimeRange(Contract):
+    """A stretch of time in Unix seconds, ``[start, end]``."""
+
+    start: Number
+    end: Number
+
+
 class JobTimeseries(Contract):
-    """Per-GPU reported vs real over a job's life (``bucket_seconds`` null: no samples)."""
+    """Per-GPU reported vs real over a job's life (``bucket_seconds`` null: no data left).
+
+    ``source`` says what the buckets were read from (``raw`` samples, 1-minute ``rollup``s, or
+    null when nothing is left); ``out_of_retention`` lists the parts of the job's life whose data
+    retention dropped, so a chart says so instead of drawing a zero.
+    """
 
     job_id: str
     bucket_seconds: int | None
+    source: str | None
     series: list[GpuSeries]
+    out_of_retention: list[TimeRange]
 
 
 class TargetHealth(Contract):

@@ -6,7 +6,8 @@ report objects. The web app and the CLI render what this returns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from hpcscope.model.access import Principal
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import iso_z
 from hpcscope.store import reports as queries
+from hpcscope.store import summaries as kept
 from hpcscope.store.duck import Store
 
 #: Jobs listed at most per request (newest first).
@@ -51,12 +53,38 @@ def reports_for(
             ids |= set(queries.job_ids_in_samples(store, scope, since=now - timedelta(days=1)))
     else:
         jobs, ids = visible_jobs_by_id(store, principal, job_ids)
-    samples = _frame(queries.samples_for_jobs(store, sorted(ids)))
+    summarised = kept.summarised_job_ids(store, sorted(ids))
+    summary = gpu_frame(
+        store,
+        sorted(ids - summarised),
+        summarised=sorted(summarised),
+        scrape_interval_seconds=scrape_interval_seconds,
+    )
+    reports = job_reports(summary, jobs, now=now, gpu_hour_price=gpu_hour_price, currency=currency)
+    return [
+        replace(r, source="summary") if r.job_id in summarised else r
+        for r in reports
+        if r.job_id in ids
+    ]
+
+
+def gpu_frame(
+    store: Store,
+    raw_ids: Sequence[str],
+    *,
+    summarised: Sequence[str] = (),
+    scrape_interval_seconds: float,
+) -> pl.DataFrame:
+    """The ``gpu_summary`` rows of jobs: computed from raw samples for ``raw_ids``, read from
+    the kept summaries for ``summarised`` (finished jobs: their raw samples may be gone)."""
+    samples = _frame(queries.samples_for_jobs(store, raw_ids))
     summary = gpu_summary(
         samples, max_interval_seconds=max_sample_weight_seconds(scrape_interval_seconds)
     )
-    reports = job_reports(summary, jobs, now=now, gpu_hour_price=gpu_hour_price, currency=currency)
-    return [r for r in reports if r.job_id in ids]
+    if not summarised:
+        return summary
+    stored = _frame(kept.gpu_summaries_for_jobs(store, summarised))
+    return pl.concat([summary, stored.select(summary.columns)], how="vertical_relaxed")
 
 
 def visible_jobs_by_id(

@@ -8,12 +8,35 @@
   const palette = ["#1d4ed8", "#b91c1c", "#15803d", "#a16207", "#7c3aed", "#0e7490", "#be185d", "#4d7c0f",
                    "#1e3a8a", "#7f1d1d", "#14532d", "#713f12", "#4c1d95", "#164e63", "#831843", "#365314"];
 
+  const note = document.getElementById("job-chart-note");
+  const day = (t) => new Date(t * 1000).toISOString().replace("T", " ").slice(0, 16) + " UTC";
+
+  // Dropped data is said, never drawn as a zero or an empty chart.
+  function explain(data, empty) {
+    const gone = data.out_of_retention || [];
+    const parts = [];
+    if (data.source === "rollup") parts.push("Means of 1-minute rollups.");
+    if (gone.length && !empty) {
+      parts.push("Out of retention: " + gone.map((g) => `${day(g.start)} – ${day(g.end)}`).join(", ") +
+                 " (samples dropped; the figures above come from the job's summary).");
+    }
+    if (note && parts.length) { note.textContent = parts.join(" "); note.hidden = false; }
+  }
+
   function build(data) {
     const series = data.series || [];
     if (series.length === 0) {
-      el.textContent = "No samples yet.";
+      const gone = data.out_of_retention || [];
+      if (gone.length) {
+        el.textContent = "Out of retention: the samples and rollups of this job were dropped. " +
+          (el.dataset.source === "summary" ? "The figures above come from its kept summary." : "");
+        el.classList.add("out-of-retention");
+      } else {
+        el.textContent = "No samples yet.";
+      }
       return;
     }
+    explain(data, false);
     const times = Array.from(new Set(series.flatMap((s) => s.t))).sort((a, b) => a - b);
     const index = new Map(times.map((t, i) => [t, i]));
     const columns = [times];

@@ -1,0 +1,112 @@
+"""Upkeep the collector runs once per N cycles: kept summaries, then the retention pass.
+
+Tiers (``docs/storage.md``): raw ``gpu_samples`` for ``raw_retention_days``, final 1-minute
+rollups for ``rollup_retention_days``, job summaries forever. The pass
+
+1. summarises the finished jobs that have no summary yet (the backfill of a store written
+   before migration 7 happens here, on the first cycle after the upgrade);
+2. finalises rollup minutes older than ``60 s + rollup_grace_seconds`` by the clock (when
+   collection stopped no watermark moves);
+3. deletes raw samples older than the raw retention **of summarised jobs only**, and only in
+   minutes whose rollups are final;
+4. deletes final rollup minutes older than the rollup retention.
+
+A job whose raw samples were dropped still answers from its summary (report) and its rollups
+(time series); where neither is left the time series says ``out_of_retention``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from hpcscope.model.timeutil import utcnow
+from hpcscope.service.jobs.summaries import summarise_finished_jobs
+from hpcscope.service.settings import Settings
+from hpcscope.store import Store
+from hpcscope.store import summaries as kept
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class UpkeepConfig:
+    """How long each tier lives and how often the pass runs."""
+
+    raw_retention_days: float = 14.0
+    rollup_retention_days: float = 400.0
+    rollup_grace_seconds: float = 120.0
+    every_cycles: int = 60
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> UpkeepConfig:
+        return cls(
+            raw_retention_days=settings.raw_retention_days,
+            rollup_retention_days=settings.rollup_retention_days,
+            rollup_grace_seconds=settings.rollup_grace_seconds,
+            every_cycles=settings.upkeep_every_cycles,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UpkeepReport:
+    """What one pass did."""
+
+    summaries_written: int
+    raw_samples_deleted: int
+    rollup_rows_deleted: int
+
+
+def run_upkeep(
+    store: Store, config: UpkeepConfig, *, now: datetime, scrape_interval_seconds: float
+) -> UpkeepReport:
+    """One pass of summaries and retention at ``now`` (steps in the module docstring)."""
+    written = summarise_finished_jobs(
+        store, now=now, scrape_interval_seconds=scrape_interval_seconds
+    )
+    store.finalise_rollups(now - timedelta(seconds=60 + config.rollup_grace_seconds)).result()
+    raw = kept.delete_raw_samples(
+        store, before=now - timedelta(days=config.raw_retention_days)
+    ).result()
+    rolled = kept.delete_final_rollups(
+        store, before=now - timedelta(days=config.rollup_retention_days)
+    ).result()
+    return UpkeepReport(written, raw, rolled)
+
+
+class Upkeep:
+    """Runs :func:`run_upkeep` on the collector's first cycle and once per ``every_cycles``."""
+
+    def __init__(self, store: Store, config: UpkeepConfig, *, scrape_interval_seconds: float):
+        self.store = store
+        self.config = config
+        self.scrape_interval_seconds = scrape_interval_seconds
+        self._cycles = 0
+        self.last: UpkeepReport | None = None
+
+    def after_cycle(self) -> UpkeepReport | None:
+        """Count a collector cycle; run the pass when due. A failure is logged, never raised
+        (collection goes on; the next due cycle tries again)."""
+        due = self._cycles % self.config.every_cycles == 0
+        self._cycles += 1
+        if not due:
+            return None
+        try:
+            self.last = run_upkeep(
+                self.store,
+                self.config,
+                now=utcnow(),
+                scrape_interval_seconds=self.scrape_interval_seconds,
+            )
+        except Exception:  # upkeep must never stop collection
+            log.exception("upkeep (summaries, retention) failed")
+            return None
+        if self.last.summaries_written or self.last.raw_samples_deleted:
+            log.info(
+                "upkeep: %d job summaries written, %d raw samples and %d rollup rows dropped",
+                self.last.summaries_written,
+                self.last.raw_samples_deleted,
+                self.last.rollup_rows_deleted,
+            )
+        return self.last
