@@ -161,7 +161,12 @@ def test_a_store_written_before_the_upgrade_gets_its_rollups_and_keeps_its_histo
     path = tmp_path / "old.duckdb"
     before = tuple(m for m in MIGRATIONS if m.version <= 5)
     with Store(path, migrations=before) as old:
-        old.append("gpu_samples", _rows([(s, 0, 0.5) for s in range(0, 600, 15)])).result()
+        rows = _rows([(s, 0, 0.5) for s in range(0, 600, 15)])
+        # the column name those migrations created (migration 6 renamed it)
+        rows = rows.rename_columns(
+            ["gpu_util_ratio" if c == "reported_util_ratio" else c for c in rows.column_names]
+        )
+        old.append("gpu_samples", rows).result()
         job = {"job_id": "1", "state": "COMPLETED", "end_time": T0, "source": "test"}
         old.upsert_jobs(pa.Table.from_pylist([job], schema=JOB_SCHEMA)).result()
         assert old.schema_version() == 5

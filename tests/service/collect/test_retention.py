@@ -111,7 +111,7 @@ def test_an_upgraded_store_gets_summaries_of_its_finished_jobs_on_the_first_cycl
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "old.duckdb"
-    with Store(path, migrations=tuple(m for m in MIGRATIONS if m.version <= 5)) as old:
+    with Store(path, migrations=tuple(m for m in MIGRATIONS if m.version <= 6)) as old:
         now = utcnow()
         end = now - timedelta(days=2)
         record = {
