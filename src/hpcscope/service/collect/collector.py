@@ -224,7 +224,10 @@ class Collector:
             else None
         )
         self._upkeep = Upkeep(
-            store, config.upkeep, scrape_interval_seconds=config.scrape_interval_seconds
+            store,
+            config.upkeep,
+            scrape_interval_seconds=config.scrape_interval_seconds,
+            now=self._clock.now,
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -18,6 +18,7 @@ A job whose raw samples were dropped still answers from its summary (report) and
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -78,10 +79,18 @@ def run_upkeep(
 class Upkeep:
     """Runs :func:`run_upkeep` on the collector's first cycle and once per ``every_cycles``."""
 
-    def __init__(self, store: Store, config: UpkeepConfig, *, scrape_interval_seconds: float):
+    def __init__(
+        self,
+        store: Store,
+        config: UpkeepConfig,
+        *,
+        scrape_interval_seconds: float,
+        now: Callable[[], datetime] = utcnow,
+    ):
         self.store = store
         self.config = config
         self.scrape_interval_seconds = scrape_interval_seconds
+        self._now = now  # the collector passes its own clock (tests: simulated time)
         self._cycles = 0
         self.last: UpkeepReport | None = None
 
@@ -96,7 +105,7 @@ class Upkeep:
             self.last = run_upkeep(
                 self.store,
                 self.config,
-                now=utcnow(),
+                now=self._now(),
                 scrape_interval_seconds=self.scrape_interval_seconds,
             )
         except Exception:  # upkeep must never stop collection
