@@ -48,7 +48,6 @@ def analyze_command(
     Exit 0 with a result (a partial one says so), 1 when the traces cannot be analysed (the
     file and position are named), 2 for a usage error (a path that does not exist).
     """
-    from hpcscope.service.traces.html import render_report
     from hpcscope.service.traces.pipeline import analyze, to_json
 
     progress = None
@@ -73,6 +72,8 @@ def analyze_command(
             bar.stop()
     document = to_json(result)
     if html is not None:
+        from hpcscope.service.traces.html import render_report  # jinja2: only for --html
+
         try:
             html.write_text(render_report(document), encoding="utf-8")
         except OSError as exc:
