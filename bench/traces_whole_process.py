@@ -6,8 +6,9 @@ alternate (ours, HTA, ours, HTA...) so a burst of load on the shared machine hit
 medians are reported. Peak memory is sampled every 2 ms over the whole process tree (a pool's
 workers count): the ratios use the tree's proportional set size (PSS: a page that forked
 workers share with their parent counts once, as the kernel charges it), never less than the
-largest single process's peak RSS (``wait4``'s ``ru_maxrss``, which a short peak cannot
-escape); the sum of the processes' RSS (shared pages counted once per process) is printed too.
+main process's own peak RSS (its ``VmHWM``, which a peak between two samples cannot escape;
+``wait4``'s ``ru_maxrss`` is not used: after ``fork`` + ``exec`` it still counts the forking
+parent's memory); the sum of the processes' RSS is printed too.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
@@ -40,6 +41,18 @@ df = TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False
 print(json.dumps({str(int(r["rank"])): [float(r["idle_time(us)"]), float(r["compute_time(us)"]),
     float(r["non_compute_time(us)"])] for _, r in df.iterrows()}))
 """
+
+
+def _peak_rss_bytes(pid: int) -> int:
+    """``VmHWM`` of one process: its peak resident memory so far."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
 
 
 def _tree_memory_bytes(pid: int) -> tuple[int, int]:
@@ -61,35 +74,50 @@ def _tree_memory_bytes(pid: int) -> tuple[int, int]:
     return pss, rss
 
 
-def run_process(argv: list[str]) -> tuple[float, int, str, int]:
-    """Wall seconds, peak memory bytes (tree PSS, at least the largest process's peak RSS),
-    stdout, and the peak of the tree's summed RSS, of one fresh process."""
+class Run(NamedTuple):
+    """One fresh process: wall seconds, peak memory (tree PSS, at least the main process's
+    peak RSS), stdout, peak of the tree's summed RSS, CPU seconds (user + system, workers
+    included: robust to the load of a shared machine, unlike the wall time)."""
+
+    wall: float
+    memory: int
+    text: str
+    summed_rss: int
+    cpu: float
+
+
+def run_process(argv: list[str]) -> Run:
+    """Run ``argv`` as a fresh process and measure it (see :class:`Run`)."""
     env = dict(os.environ, HTA_DISABLE_NS_ROUNDING="0")
     with tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env)
-        peak, peak_rss = 0, 0
+        peak, peak_rss, own_peak = 0, 0, 0
         done = threading.Event()
 
         def sample() -> None:
-            nonlocal peak, peak_rss
+            nonlocal peak, peak_rss, own_peak
             while not done.is_set():
                 pss, rss = _tree_memory_bytes(proc.pid)
+                own_peak = max(own_peak, _peak_rss_bytes(proc.pid))
                 peak, peak_rss = max(peak, pss), max(peak_rss, rss)
                 time.sleep(0.002)
 
         thread = threading.Thread(target=sample, daemon=True)
         thread.start()
-        _, status, usage = os.wait4(proc.pid, 0)
+        # reap only after the last sample: a zombie's /proc entry still answers, a reaped one not
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
         wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
         done.set()
         thread.join()
+        _, status, usage = os.wait4(proc.pid, 0)  # CPU time of it and its reaped children
+        cpu = usage.ru_utime + usage.ru_stime
+        proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             raise RuntimeError(f"{argv} exited {proc.returncode}")
         out.seek(0)
         text = out.read().decode()
-    return wall, max(peak, usage.ru_maxrss * 1024), text, max(peak_rss, usage.ru_maxrss * 1024)
+    return Run(wall, max(peak, own_peak), text, max(peak_rss, own_peak), cpu)
 
 
 def hpcscope_argv(path: Path) -> list[str]:
@@ -131,33 +159,36 @@ def _totals_of(document: dict[str, Any]) -> dict[str, list[float]]:
 
 def compare(path: Path, repeat: int, label: str) -> dict[str, float]:
     """Alternate the two tools ``repeat`` times on ``path``; print and return the medians."""
-    ours: list[tuple[float, int, int]] = []
-    theirs: list[tuple[float, int, int]] = []
+    ours: list[Run] = []
+    theirs: list[Run] = []
     worst = 0.0
     for _ in range(repeat):
-        wall, pss, text, rss = run_process(hpcscope_argv(path))
-        ours.append((wall, pss, rss))
-        mine = _totals_of(json.loads(text))
-        wall, pss, text, rss = run_process(hta_argv(path))
-        theirs.append((wall, pss, rss))
-        hta: dict[str, list[float]] = json.loads(text.strip().splitlines()[-1])
+        ours.append(run_process(hpcscope_argv(path)))
+        mine = _totals_of(json.loads(ours[-1].text))
+        theirs.append(run_process(hta_argv(path)))
+        hta: dict[str, list[float]] = json.loads(theirs[-1].text.strip().splitlines()[-1])
         for rank, values in hta.items():
             for a, b in zip(mine[rank], values, strict=True):
                 worst = max(worst, abs(a - b) / b * 100 if b else 0.0)
-    our_wall = statistics.median(w for w, _, _ in ours)
-    hta_wall = statistics.median(w for w, _, _ in theirs)
-    our_rss = max(m for _, m, _ in ours)
-    hta_rss = max(m for _, m, _ in theirs)
-    our_sum = max(r for _, _, r in ours)
-    hta_sum = max(r for _, _, r in theirs)
+    our_wall = statistics.median(r.wall for r in ours)
+    hta_wall = statistics.median(r.wall for r in theirs)
+    our_cpu = statistics.median(r.cpu for r in ours)
+    hta_cpu = statistics.median(r.cpu for r in theirs)
+    our_rss = max(r.memory for r in ours)
+    hta_rss = max(r.memory for r in theirs)
+    our_sum = max(r.summed_rss for r in ours)
+    hta_sum = max(r.summed_rss for r in theirs)
     print(
         f"== {label}: whole process, median of {repeat} alternating runs "
         f"(load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)\n"
         f"  hpcscope  {our_wall:7.3f} s  peak PSS {our_rss / 2**20:7.1f} MiB "
-        f"(summed RSS {our_sum / 2**20:7.1f} MiB)  runs {[round(w, 3) for w, _, _ in ours]}\n"
+        f"(summed RSS {our_sum / 2**20:7.1f} MiB)  CPU {our_cpu:7.3f} s  "
+        f"runs {[round(r.wall, 3) for r in ours]}\n"
         f"  HTA 0.5.0 {hta_wall:7.3f} s  peak PSS {hta_rss / 2**20:7.1f} MiB "
-        f"(summed RSS {hta_sum / 2**20:7.1f} MiB)  runs {[round(w, 3) for w, _, _ in theirs]}\n"
-        f"  speed-up {hta_wall / our_wall:.1f}x, memory ratio {our_rss / hta_rss:.3f} "
+        f"(summed RSS {hta_sum / 2**20:7.1f} MiB)  CPU {hta_cpu:7.3f} s  "
+        f"runs {[round(r.wall, 3) for r in theirs]}\n"
+        f"  speed-up {hta_wall / our_wall:.1f}x (CPU time {hta_cpu / our_cpu:.1f}x), "
+        f"memory ratio {our_rss / hta_rss:.3f} "
         f"(summed RSS {our_sum / hta_sum:.3f}), "
         f"largest idle/compute/non-compute difference {worst:.3f} %",
         flush=True,
@@ -168,7 +199,7 @@ def compare(path: Path, repeat: int, label: str) -> dict[str, float]:
 def help_seconds(repeat: int) -> float:
     """Median wall seconds of ``python -m hpcscope --help``."""
     runs = [run_process([sys.executable, "-m", "hpcscope", "--help"]) for _ in range(repeat)]
-    walls = [run[0] for run in runs]
+    walls = [run.wall for run in runs]
     print(
         f"== hpcscope --help: median {statistics.median(walls):.3f} s, runs "
         f"{[round(w, 3) for w in walls]}",
