@@ -2,9 +2,10 @@
 
 A command's module (and what it imports: the web framework, DuckDB, the twin) is imported
 only when that command runs, so ``hpcscope --help``, ``version``, ``traces analyze`` and the
-HTTP client commands start in a few tens of milliseconds. ``--help`` lists every command from
-:data:`COMMANDS`, a static table of one-line help texts; ``tests/cli/test_main.py`` checks that
-it matches each module's real help, so the two cannot drift.
+HTTP client commands import none of that (``docs/benchmarks.md``: start-up figures). ``--help``
+lists every command from :data:`COMMANDS`, a static table of one-line help texts;
+``tests/cli/test_main.py`` checks that it matches each module's real help, so the two cannot
+drift.
 """
 
 from __future__ import annotations
