@@ -10,6 +10,17 @@ archives). Needs ``.bench-venv`` (``make bench-venv``): HTA is never a runtime o
 dependency.
 
     .bench-venv/bin/python bench/traces_vs_hta.py tests/fixtures/traces/hta_df_index_resolver_1rank
+
+``--whole-process`` measures what a user waits for instead: each run is a fresh process,
+imports included (``python -m hpcscope traces analyze DIR --json`` against a Python process that
+imports HTA and runs ``get_temporal_breakdown``), the two alternating, on two sets: *big8*, the
+real 54 MB ``df_index_resolver`` rank replicated to 8 ranks (generated in a temporary directory),
+and *small8*, the real 8-rank param DLRM set (extracted once). It also times
+``python -m hpcscope --help``. The last line printed is one JSON object: ``big8_speedup``,
+``big8_rss_ratio``, ``small8_speedup``, ``small8_rss_ratio`` (hpcscope / HTA peak RSS of the
+process tree) and ``help_seconds`` (medians)::
+
+    .bench-venv/bin/python bench/traces_vs_hta.py --whole-process --repeat=3
 """
 
 from __future__ import annotations
@@ -182,6 +193,12 @@ def _interleaved(path: str, repeat: int) -> tuple[Run, Run]:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--whole-process"] or "--whole-process" in sys.argv[1:]:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from bench.traces_whole_process import whole_process_main
+
+        whole_process_main([a for a in sys.argv[1:] if a != "--whole-process"])
+        return
     if sys.argv[1] == "--run":
         tool, path = sys.argv[2], sys.argv[3]
         print(json.dumps((run_hpcscope if tool == "hpcscope" else run_hta)(path)))

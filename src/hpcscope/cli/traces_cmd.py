@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -48,8 +49,6 @@ def analyze_command(
     Exit 0 with a result (a partial one says so), 1 when the traces cannot be analysed (the
     file and position are named), 2 for a usage error (a path that does not exist).
     """
-    from hpcscope.service.traces.contracts import TraceAnalysisDocument
-    from hpcscope.service.traces.html import render_report
     from hpcscope.service.traces.pipeline import analyze, to_json
 
     progress = None
@@ -72,9 +71,18 @@ def analyze_command(
     finally:
         if progress is not None:
             bar.stop()
+    _emit(to_json(result), json_output=json_output, html=html)
+
+
+def _emit(document: dict[str, Any], *, json_output: bool, html: Path | None) -> None:
+    """The analysis document: as JSON or tables, and the HTML report when asked for."""
+    from hpcscope.service.traces.contracts import TraceAnalysisDocument
+
     # validated against the contract on every path (JSON, HTML, text)
-    document = TraceAnalysisDocument.of(to_json(result)).model_dump(mode="json", exclude_unset=True)
+    document = TraceAnalysisDocument.of(document).model_dump(mode="json", exclude_unset=True)
     if html is not None:
+        from hpcscope.service.traces.html import render_report  # jinja2: only for --html
+
         try:
             html.write_text(render_report(document), encoding="utf-8")
         except OSError as exc:
@@ -83,6 +91,67 @@ def analyze_command(
         print_json(document)
         return
     _print_human(document)
+
+
+@traces_app.command("summarize")
+def summarize_command(
+    paths: list[Path] = typer.Argument(
+        ...,
+        exists=True,
+        help="Per-rank trace files (.json, .json.gz), directories or tar archives.",
+    ),
+    out: Path = typer.Option(..., "--out", file_okay=False, help="Directory to write into."),
+    workers: int | None = typer.Option(None, min=1, help="Parallel parsers (default: CPUs)."),
+    json_output: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+) -> None:
+    """Write one small summary per rank and window, for `traces merge` elsewhere.
+
+    Run it where the traces are written (the job's epilog, or a step of the job) and ship the
+    summaries (about 1 % of the JSON) instead of the traces. Exit 1 when a trace cannot be
+    read (the file and position are named).
+    """
+    from hpcscope.service.traces.summaries import summarize_traces
+
+    try:
+        written = summarize_traces(paths, out, workers=workers)
+    except SourceError as exc:
+        fail(exc.describe(), code=EXIT_RUNTIME_ERROR, as_json=json_output, error=exc)
+    if json_output:
+        print_json({"summaries": [str(p) for p in written]})
+        return
+    for path in written:
+        typer.echo(str(path))
+
+
+@traces_app.command("merge")
+def merge_command(
+    paths: list[Path] = typer.Argument(
+        ..., exists=True, help="Summary files (.hpcsum) or directories of them, one per rank."
+    ),
+    json_output: bool = typer.Option(False, "--json", help="Print the JSON document."),
+    html: Path | None = typer.Option(
+        None, "--html", dir_okay=False, help="Also write a self-contained HTML report here."
+    ),
+    threshold: float = typer.Option(
+        0.75, min=0.0, max=1.0, help="Straggler score threshold (NVRx default 0.75)."
+    ),
+    world_size: int | None = typer.Option(
+        None, min=1, help="Ranks the job had (default: distributedInfo.world_size)."
+    ),
+) -> None:
+    """The analysis of per-rank summaries: the same result as `traces analyze` on the traces.
+
+    Exit 0 with a result, 1 when a summary cannot be read or is of another version (the file
+    is named), 2 for a usage error.
+    """
+    from hpcscope.service.traces.pipeline import to_json
+    from hpcscope.service.traces.summaries import merge_summaries
+
+    try:
+        result = merge_summaries(paths, threshold=threshold, world_size=world_size)
+    except SourceError as exc:
+        fail(exc.describe(), code=EXIT_RUNTIME_ERROR, as_json=json_output, error=exc)
+    _emit(to_json(result), json_output=json_output, html=html)
 
 
 def _ms(value: float | None) -> str:

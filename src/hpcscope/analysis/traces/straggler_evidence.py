@@ -146,13 +146,18 @@ def straggler_evidence(
     step = float(np.median(table.step_seconds))
     by_rank = {tl.rank: tl for tl in timelines}
     compute_excess = _compute_excess(median)
+    software = (
+        {attribute: _series_medians(table, by_rank, attribute) for attribute, _, _ in _SOFTWARE}
+        if all(rank in by_rank for rank in table.ranks)
+        else None
+    )
     for straggler in report.stragglers:
         r = table.ranks.index(straggler.rank)
         peers = [i for i in range(len(table.ranks)) if i != r]
         items = [
             _data(straggler, median, r, peers),
             _network(straggler, median, r, peers, compute_excess, step),
-            *_software(straggler, table, by_rank, r, peers),
+            *_software(straggler, table, software, r, peers),
         ]
         items.sort(key=lambda e: not e.supports)
         out[straggler.rank] = tuple(items)
@@ -258,39 +263,54 @@ def _network(
     )
 
 
+#: Software causes read from every rank's per-step series: attribute, label, what it means.
+_SOFTWARE = (
+    (
+        "gc_seconds",
+        "Python garbage collection",
+        "GC pauses (gc.freeze() after start-up, or gc.disable() with periodic collections "
+        "on every rank at the same step)",
+    ),
+    (
+        "launch_gap_seconds",
+        "GPU idle waiting for the CPU to launch the next kernel",
+        "a CPU-bound rank (Python overhead, host synchronisations, a busy or slower CPU; "
+        "CUDA graphs remove launch gaps)",
+    ),
+)
+
+
+def _series_medians(
+    table: PhaseTable, timelines: Mapping[int, RankTimeline], attribute: str
+) -> F64 | None:
+    """Each rank's median per-step ``attribute`` on the table's steps, in ``table.ranks``
+    order; None when no rank records it. Computed once per analysis, not once per straggler
+    (a capture of hundreds of ranks can have tens of stragglers)."""
+    series = [
+        _aligned(getattr(timelines[rank], attribute), timelines[rank].steps, table.steps)
+        for rank in table.ranks
+    ]
+    if not any(v.any() for v in series):
+        return None
+    return np.array([float(np.median(v)) for v in series])
+
+
 def _software(
     s: Straggler,
     table: PhaseTable,
-    timelines: Mapping[int, RankTimeline],
+    software: Mapping[str, F64 | None] | None,
     r: int,
     peers: list[int],
 ) -> list[Evidence]:
     items: list[Evidence] = []
-    ranks = table.ranks
-    if ranks[r] not in timelines or any(ranks[p] not in timelines for p in peers):
+    if software is None:  # some rank has no timeline
         return items
-    for attribute, label, meaning in (
-        (
-            "gc_seconds",
-            "Python garbage collection",
-            "GC pauses (gc.freeze() after start-up, or gc.disable() with periodic collections "
-            "on every rank at the same step)",
-        ),
-        (
-            "launch_gap_seconds",
-            "GPU idle waiting for the CPU to launch the next kernel",
-            "a CPU-bound rank (Python overhead, host synchronisations, a busy or slower CPU; "
-            "CUDA graphs remove launch gaps)",
-        ),
-    ):
-        series = {
-            rank: _aligned(getattr(timelines[rank], attribute), timelines[rank].steps, table.steps)
-            for rank in ranks
-        }
-        if not any(v.any() for v in series.values()):
+    for attribute, label, meaning in _SOFTWARE:
+        medians = software[attribute]
+        if medians is None:
             continue  # the traces do not record it (no GC events, CPU-only traces)
-        own = float(np.median(series[ranks[r]]))
-        theirs = float(np.median([np.median(series[ranks[p]]) for p in peers]))
+        own = float(medians[r])
+        theirs = float(np.median(medians[peers]))
         key = attribute.removesuffix("_seconds")
         figures: dict[str, float | int | str | None] = {
             f"{key}_seconds_per_step": own,

@@ -13,13 +13,15 @@ present once the analysis is linked to a job) are left out when absent: serialis
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field, JsonValue, ValidationError
 
 from hpcscope.model.timeutil import iso_z
-from hpcscope.model.trace_analysis import StoredAnalysis
 from hpcscope.service.contract import Contract, Number, Scalar, UtcText
+
+if TYPE_CHECKING:  # the CLI validates documents without loading pyarrow (the row's schema)
+    from hpcscope.model.trace_analysis import StoredAnalysis
 
 
 class PhaseSeconds(Contract):

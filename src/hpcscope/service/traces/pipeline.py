@@ -5,7 +5,7 @@ as the documented JSON contract (``docs/traces.md``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,7 +24,15 @@ from hpcscope.service.traces.inputs import TraceInput, find_traces, parse_ranks
 
 SCHEMA = "hpcscope.traces.analysis/1"
 
-__all__ = ["SCHEMA", "TraceAnalysis", "TraceInput", "analyze", "find_traces", "to_json"]
+__all__ = [
+    "SCHEMA",
+    "TraceAnalysis",
+    "TraceInput",
+    "analyze",
+    "analyze_timelines",
+    "find_traces",
+    "to_json",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +65,18 @@ def analyze(
     timelines = parse_ranks(
         items, workers=workers, executor=executor, start_method=start_method, progress=progress
     )
+    return analyze_timelines(timelines, threshold=threshold, world_size=world_size)
+
+
+def analyze_timelines(
+    timelines: Sequence[RankTimeline], *, threshold: float = 0.75, world_size: int | None = None
+) -> TraceAnalysis:
+    """The cross-rank analysis of per-rank reductions: parsed traces (:func:`analyze`) or
+    summaries merged centrally (:mod:`hpcscope.service.traces.summaries`).
+
+    Raises:
+        SourceError: no step to analyse, naming the ranks' sources.
+    """
     table = attribute_phases(timelines, expected_world_size=world_size)
     if not table.steps:
         empty = [t for t in timelines if not t.steps]
