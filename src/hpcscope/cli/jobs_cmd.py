@@ -79,7 +79,8 @@ def _offline(store: Path, job_id: str | None, as_json: bool) -> Any:
         report = service.job_report(admin, job_id)
         if report is None:
             fail(f"no job {job_id} in {store}", as_json=as_json)
-        return report.to_dict()
+        alerts = service.job_alerts(admin, job_id) or []
+        return {**report.to_dict(), "alerts": [alert.to_dict() for alert in alerts]}
     finally:
         service.close()
 
@@ -156,7 +157,7 @@ def job(
     store: Path | None = STORE_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """One job's report: verdict, reported vs real, GPU-hours and cost, per-GPU detail."""
+    """One job's report: verdict, reported vs real, GPU-hours and cost, per-GPU detail, alerts."""
     data = (
         _offline(store, job_id, json_output)
         if store is not None
@@ -202,3 +203,24 @@ def job(
         rows,
         numeric=["GPU", "util", "SM active", "tensor", "max °C"],
     )
+    alerts = data.get("alerts") or []
+    if alerts:
+        print_table(
+            "Alerts",
+            ["severity", "rule", "what", "rank", "node", "GPU", "step", "count", "state"],
+            [
+                [
+                    a["severity"],
+                    a["rule_id"],
+                    a["title"],
+                    a["subject"] or "",
+                    a["node"] or "",
+                    "" if a["gpu"] is None else a["gpu"],
+                    "" if a["step"] is None else a["step"],
+                    a["count"],
+                    a["state"],
+                ]
+                for a in alerts
+            ],
+            numeric=["GPU", "step", "count"],
+        )
