@@ -14,9 +14,9 @@ hook's public parts (``observe`` then ``send``); the shipped hook never alters a
 * ``liar``: sends ``-g`` but reports the sketch and norm of its honest ``g`` (GI-3's case);
 * ``replica``: perturbs its own parameters by ``factor`` after an optimizer step (GI-4).
 
-A scenario with ``overhead_steps > 0`` instead trains two identical DDP models in the same
-processes, one with the hook and one without, alternating steps, and records both step times
-(the overhead ratio measured in one run).
+A scenario with ``overhead_steps > 0`` instead trains three identical DDP models in the same
+processes, without a comm hook, with PyTorch's ``allreduce_hook`` and with the integrity hook,
+in a rotating order, and records their step times (the overhead ratio measured in one run).
 
 Run as ``python -m tests.support.integrity_ranks SPEC.json OUT_DIR`` (what :func:`generate` does).
 """
@@ -216,7 +216,7 @@ def _train(rank: int, world: int, raw: dict[str, Any], out_dir: Path) -> None:  
         sketch_dim=raw["sketch_dim"],
         module=net,
         checksum_every=raw["checksum_every"],
-        node=f"node{rank // 2}",
+        node=f"{raw['name']}-n{rank // 2}",  # two ranks per node, one node set per scenario
         gpu=rank % 2,
     )
     attack = raw["attack"]
@@ -243,35 +243,38 @@ def _train(rank: int, world: int, raw: dict[str, Any], out_dir: Path) -> None:  
 def _overhead(
     rank: int, world: int, raw: dict[str, Any], out_dir: Path
 ) -> None:  # pragma: no cover
-    """Two identical models, one hooked; alternate their steps; record both step times."""
+    """Three identical models: no comm hook (DDP's built-in AllReduce), PyTorch's
+    ``allreduce_hook`` (what the integrity hook wraps) and the integrity hook; each step runs
+    all three in a rotating order; record every step time."""
     import torch
     import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     from hpcscope.integrity import IntegrityHook
 
-    plain_net, hooked_net = _net(raw), _net(raw)
-    plain = torch.nn.parallel.DistributedDataParallel(plain_net)
-    hooked = torch.nn.parallel.DistributedDataParallel(hooked_net)
+    nets = {name: _net(raw) for name in ("plain", "allreduce_hook", "hooked")}
+    models = {name: torch.nn.parallel.DistributedDataParallel(net) for name, net in nets.items()}
     hook = IntegrityHook(
         out_dir / "spool" / raw["name"], job_id=raw["name"], rank=rank, world_size=world,
-        seed=raw["seed"], sketch_dim=raw["sketch_dim"], module=hooked_net,
+        seed=raw["seed"], sketch_dim=raw["sketch_dim"], module=nets["hooked"],
         checksum_every=raw["checksum_every"], node="bench", gpu=rank,
     )  # fmt: skip
-    hooked.register_comm_hook(None, hook)
-    models = {"plain": plain, "hooked": hooked}
+    models["allreduce_hook"].register_comm_hook(None, allreduce_hook)
+    models["hooked"].register_comm_hook(None, hook)
     optimizers = {k: torch.optim.SGD(m.parameters(), lr=raw["lr"]) for k, m in models.items()}
     batches = _batches(rank, raw)
-    times: dict[str, list[float]] = {"plain": [], "hooked": []}
-    for step in range(raw["overhead_steps"] + 2):
+    names = list(models)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for step in range(raw["overhead_steps"] + 3):
         x, y = next(batches)
-        order = ("plain", "hooked") if step % 2 == 0 else ("hooked", "plain")
-        for name in order:
+        for offset in range(len(names)):
+            name = names[(step + offset) % len(names)]
             dist.barrier()
             t0 = time.perf_counter()
             optimizers[name].zero_grad()
             torch.nn.functional.cross_entropy(models[name](x), y).backward()
             optimizers[name].step()
-            if step >= 2:  # the first steps build DDP's buckets
+            if step >= 3:  # the first steps build DDP's buckets
                 times[name].append(time.perf_counter() - t0)
     hook.close()
     target = out_dir / "timings"
