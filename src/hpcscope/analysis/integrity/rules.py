@@ -1,8 +1,14 @@
 """Rules GI-1 to GI-4 over a window of :class:`~.signals.StepSignals`.
 
 * **GI-1** (HIGH): a rank flagged in at least ``min_hits`` of the last ``window_steps`` steps
-  (3 of 10), the current one included; flagged = ``norm_z > norm_z`` or ``cosine_z <
-  -cosine_z`` or ``cosine < cosine_min`` or NaN/Inf in its gradient.
+  (3 of 10), the current one included; flagged = NaN/Inf in its gradient, or ``norm_z >
+  norm_z``, or ``cosine_z < -cosine_z`` at this step, or a *persistent* outlier: its log-norm
+  above the step median by a mean of more than ``norm_z`` standard errors over the last
+  ``L >= min_hits`` steps (any such L in the window; the scale is the MAD of all ranks'
+  deviations in the window), or ``cosine < cosine_min`` both at this step and on average over
+  the window. The persistent forms catch a rank that stays moderately off (noise a few times
+  its gradient) where one step's four-rank MAD cannot, and keep an honest rank whose cosine
+  touches 0 once from being flagged.
 * **GI-2** (MEDIUM): a rank among the ``f`` worst Krum scores in at least ``min_hits`` of the
   last ``window_steps`` steps (20 of 50), the current one included.
 * **GI-3** (CRITICAL): ``relative_error > relative_error`` at the current step (the ranks'
@@ -21,6 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from hpcscope.analysis.integrity.signals import SignalParameters, StepSignals
 from hpcscope.model.alerts import RuleSpec, Severity
@@ -71,8 +79,46 @@ def signal_parameters(rules: Mapping[str, RuleSpec]) -> SignalParameters:
     )
 
 
-def gi1_flags(signals: StepSignals, rule: RuleSpec) -> dict[int, str]:
-    """Ranks GI-1 flags at one step, with the reason."""
+def _log_norm_deviations(signals: StepSignals) -> dict[int, float]:
+    """Per rank: log of its norm minus the step's median log norm (finite norms only)."""
+    finite = [float(n) for n in signals.norm if np.isfinite(n) and n > 0]
+    if not finite:
+        return {}
+    median = float(np.median(np.log(finite)))
+    return {
+        rank: float(np.log(n)) - median
+        for rank, n in zip(signals.ranks, signals.norm, strict=True)
+        if np.isfinite(n) and n > 0
+    }
+
+
+def persistence(window: Sequence[StepSignals], rule: RuleSpec) -> dict[int, tuple[float, float]]:
+    """Per rank over ``window`` (oldest first, ending at the current step): the persistent
+    norm z (the largest, over suffixes of at least ``min_hits`` steps, of the mean log-norm
+    deviation over its standard error) and the mean cosine."""
+    deviations = [_log_norm_deviations(s) for s in window]
+    pooled = np.array([d for step in deviations for d in step.values()])
+    floor = float(np.log1p(rule.threshold("mad_floor_ratio")))
+    scale = 1.4826 * max(float(np.median(np.abs(pooled))) if pooled.size else 0.0, floor)
+    out: dict[int, tuple[float, float]] = {}
+    for i, rank in enumerate(window[-1].ranks):
+        series = [step[rank] for step in deviations if rank in step]
+        best = 0.0
+        for length in range(rule.min_hits, len(series) + 1):
+            recent = series[-length:]
+            best = max(best, float(np.mean(recent)) / (scale / np.sqrt(length)))
+        cosines = [float(s.cosine[s.index(rank)]) for s in window if rank in s.ranks]
+        out[rank] = (best, float(np.mean(cosines)) if cosines else float(window[-1].cosine[i]))
+    return out
+
+
+def gi1_flags(
+    signals: StepSignals, rule: RuleSpec, window: Sequence[StepSignals] | None = None
+) -> dict[int, str]:
+    """Ranks GI-1 flags at one step, with the reason (``window``: the steps up to this one,
+    for the persistent conditions; None: this step alone)."""
+    persistent = persistence(window or [signals], rule)
+    deviations = _log_norm_deviations(signals)
     flags: dict[int, str] = {}
     for i, rank in enumerate(signals.ranks):
         reasons = []
@@ -80,10 +126,14 @@ def gi1_flags(signals: StepSignals, rule: RuleSpec) -> dict[int, str]:
             reasons.append(f"{int(signals.nonfinite[i])} NaN/Inf")
         if signals.norm_z[i] > rule.threshold("norm_z"):
             reasons.append(f"norm z {signals.norm_z[i]:.1f}")
+        norm_z, mean_cosine = persistent[rank]
+        if norm_z > rule.threshold("norm_z") and deviations.get(rank, 0.0) > 0:
+            reasons.append(f"persistent norm z {norm_z:.1f}")
         if signals.cosine_z[i] < -rule.threshold("cosine_z"):
             reasons.append(f"cosine z {signals.cosine_z[i]:.1f}")
-        if signals.cosine[i] < rule.threshold("cosine_min"):
-            reasons.append(f"cosine {signals.cosine[i]:.2f}")
+        floor = rule.threshold("cosine_min")
+        if signals.cosine[i] < floor and mean_cosine < floor:
+            reasons.append(f"cosine {signals.cosine[i]:.2f} (window mean {mean_cosine:.2f})")
         if reasons:
             flags[rank] = ", ".join(reasons)
     return flags
@@ -124,7 +174,12 @@ def evaluate_step(history: Sequence[StepSignals], rules: Mapping[str, RuleSpec])
     found: list[Finding] = []
     gi1 = rules.get("GI-1")
     if gi1 is not None and gi1.enabled:
-        flags_by_step = {s.step: gi1_flags(s, gi1) for s in history}
+        flags_by_step = {
+            s.step: gi1_flags(
+                s, gi1, [h for h in history[: i + 1] if h.step > s.step - gi1.window_steps]
+            )
+            for i, s in enumerate(history)
+        }
         reasons = flags_by_step[current.step]
         flagged = {step: set(flags) for step, flags in flags_by_step.items()}
         for rank, hits in sorted(_windowed(history, gi1, flagged).items()):
