@@ -88,6 +88,7 @@ class IntegritySpool:
         self.rules = rules
         self.placement = placement or self._placement_from_store
         self._files: dict[Path, _File] = {}
+        self._placements: dict[tuple[str, int | None, int], Placement] = {}
         self.monitors: dict[str, JobMonitor] = {}
 
     # ------------------------------------------------------------------ reading
@@ -114,6 +115,7 @@ class IntegritySpool:
     def collect_once(self) -> SpoolCycle:
         """Read every job directory's new lines, evaluate ready steps, upsert alerts."""
         cycle = SpoolCycle()
+        self._placements.clear()  # allocations may have changed since the last cycle
         try:
             job_dirs = sorted(p for p in self.root.iterdir() if p.is_dir())
         except FileNotFoundError:
@@ -153,11 +155,18 @@ class IntegritySpool:
                 return Placement(row["job_id"], row["user"], row["account"])
         return Placement(None, None, None)
 
+    def _place(self, node: str, gpu: int | None, ts: float) -> Placement:
+        """The platform's job on (node, GPU) at ``ts``, cached per cycle and minute (one
+        query per GPU and minute, not per record)."""
+        key = (node, gpu, int(ts // 60))
+        found = self._placements.get(key)
+        if found is None:
+            found = self._placements[key] = self.placement(node, gpu, _utc(ts))
+        return found
+
     def _alerts(self, claimed_dir: str, evaluated: StepFindings) -> list[Alert]:
         records = evaluated.records
-        placements = {
-            rank: self.placement(r.node, r.gpu, _utc(r.ts)) for rank, r in records.items()
-        }
+        placements = {rank: self._place(r.node, r.gpu, r.ts) for rank, r in records.items()}
         claimed = {rank: r.job_id for rank, r in records.items()}
         resolved = slurm_store.job_id_for_labels(
             self.store, sorted({claimed_dir, *claimed.values()})
