@@ -264,18 +264,19 @@ def _overhead(
     optimizers = {k: torch.optim.SGD(m.parameters(), lr=raw["lr"]) for k, m in models.items()}
     batches = _batches(rank, raw)
     names = list(models)
-    times: dict[str, list[float]] = {name: [] for name in names}
+    times: dict[str, list[float]] = {key: [] for name in names for key in (name, f"cpu_{name}")}
     for step in range(raw["overhead_steps"] + 3):
         x, y = next(batches)
         for offset in range(len(names)):
             name = names[(step + offset) % len(names)]
             dist.barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             optimizers[name].zero_grad()
             torch.nn.functional.cross_entropy(models[name](x), y).backward()
             optimizers[name].step()
             if step >= 3:  # the first steps build DDP's buckets
                 times[name].append(time.perf_counter() - t0)
+                times[f"cpu_{name}"].append(time.process_time() - c0)
     hook.close()
     target = out_dir / "timings"
     target.mkdir(exist_ok=True)

@@ -123,3 +123,14 @@ def test_robust_z_floors_the_mad_and_krum_needs_enough_ranks() -> None:
     assert z[3] == pytest.approx(1.0 / (1.4826 * 0.1))
     assert krum_scores(np.zeros((4, 3)), f=1) is None
     assert krum_scores(np.eye(5), f=1) is not None
+
+
+def test_a_rank_sending_nan_trips_gi1() -> None:
+    def poison(g: np.ndarray) -> np.ndarray:
+        g = g.copy()
+        g[0, :5] = np.nan
+        return g
+
+    history = _history(4, 3, transform=poison)
+    [finding] = [f for f in evaluate_step(history, RULES) if f.rule_id == "GI-1"]
+    assert finding.rank == 0 and "5 NaN/Inf" in finding.summary

@@ -54,3 +54,16 @@ def test_bad_lines_are_reported_and_good_ones_kept() -> None:
     assert [r.rank for r in parsed.records] == [0, 1]
     assert [e.line for e in parsed.errors] == [2]
     assert parsed.errors[0].describe().startswith("rank.jsonl:2: not JSON")
+
+
+def test_nonfinite_values_written_as_null_read_as_nonfinite() -> None:
+    import orjson
+
+    raw = json.loads(step_lines(gradients(4, seed=1), step=0)[1])
+    raw["buckets"][0].update(norm=float("nan"), nonfinite=3)
+    raw["buckets"][0]["sketch"][0] = float("inf")
+    line = orjson.dumps(raw)  # what the hook writes: NaN and Inf become null
+    assert b'"norm":null' in line
+    record = parse_record(line, source="x", line_number=1)
+    assert record.norm() == float("inf") and record.nonfinite() == 3
+    assert np.isnan(record.sketch()[0])

@@ -3,11 +3,13 @@
 One line per rank and step (:mod:`hpcscope.model.integrity`). The lines are written by the
 training process, so everything is checked: types, sizes (every sketch has ``sketch_dim``
 floats), ranges. A bad line is reported with its file and line and skipped; the good lines
-around it are kept (:class:`RecordsParse`).
+around it are kept (:class:`RecordsParse`). JSON has no NaN or infinity: a null norm reads as
+infinite and a null sketch entry as NaN (what the hook's encoder writes for them).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -60,7 +62,11 @@ def _floats(raw: dict[str, Any], name: str, size: int) -> np.ndarray[Any, np.dty
 def _bucket(raw: Any, k: int) -> BucketReport:
     if not isinstance(raw, dict):
         raise ValueError("buckets: each bucket must be an object")
-    norm = raw.get("norm")
+    if "norm" not in raw:
+        raise ValueError("norm: missing")
+    norm = raw["norm"]
+    if norm is None:  # NaN/Inf: JSON has no such numbers, the hook's encoder writes null
+        norm = float("inf")
     if isinstance(norm, bool) or not isinstance(norm, (int, float)):
         raise ValueError(f"norm: expected a number, got {norm!r}")
     if not math.isnan(norm) and norm < 0:
@@ -87,7 +93,12 @@ def parse_record(line: str | bytes, *, source: str, line_number: int) -> Integri
     try:
         raw = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
-        raise IntegrityRecordError(f"not JSON: {exc}", source=source, line=line_number) from None
+        try:  # the standard library's NaN / Infinity literals (a hook without orjson)
+            raw = json.loads(line)
+        except ValueError:
+            raise IntegrityRecordError(
+                f"not JSON: {exc}", source=source, line=line_number
+            ) from None
     if not isinstance(raw, dict):
         raise IntegrityRecordError(
             "a record must be a JSON object", source=source, line=line_number
