@@ -18,7 +18,9 @@ Prints one line per scenario family, then one JSON line last::
 TPR: share of attacked steps, after the first two attacked steps, at which a rule named the
 attacking rank. Liar caught: seeds where GI-3 fired within 3 steps of the first lie. FPR:
 benign rank-steps a rule named (a finding about the whole job counts once). Overhead: per
-rank, median hooked step time / median step time without a comm hook; the median over ranks
+rank, the median over steps of hooked step time / step time without a comm hook in the same
+step (the three models run back to back, so a ratio compares steps under the same load of a
+shared machine); the median over ranks
 (also printed: against PyTorch's ``allreduce_hook``, which the hook wraps; the ratio of
 means, which includes the checksum steps; and the ratio of the processes' CPU time per step,
 which other load on a shared machine disturbs less than wall time).
@@ -42,6 +44,11 @@ from tests.support.integrity_scoring import Score, findings, score, site_rules  
 
 ATTACKS = ("scale", "signflip", "noise", "liar")
 BENIGN_LRS = (0.005, 0.01, 0.02)
+
+
+def _paired(hooked: list[float], plain: list[float]) -> float:
+    """Median over steps of the per-step ratio."""
+    return statistics.median(h / p for h, p in zip(hooked, plain, strict=True) if p > 0)
 
 
 def scenarios(seeds: int, steps: int, world: int, noise: float) -> list[Scenario]:
@@ -85,13 +92,11 @@ def main() -> None:
             family = scenario.attack.kind if scenario.attack else "benign"
             scores[family].append(score(scenario, found, steps, args.world))
         timings = list(run.timings["overhead"].values())
-        ratios = [statistics.median(t["hooked"]) / statistics.median(t["plain"]) for t in timings]
-        wrapped = [
-            statistics.median(t["hooked"]) / statistics.median(t["allreduce_hook"]) for t in timings
-        ]
-        cpu_ratio = statistics.median(
-            statistics.median(t["cpu_hooked"]) / statistics.median(t["cpu_plain"]) for t in timings
-        )
+        # per step, hooked over plain of the same step (run back to back, so they share the
+        # machine's load of that moment), then the median over steps; per rank
+        ratios = [_paired(t["hooked"], t["plain"]) for t in timings]
+        wrapped = [_paired(t["hooked"], t["allreduce_hook"]) for t in timings]
+        cpu_ratio = statistics.median(_paired(t["cpu_hooked"], t["cpu_plain"]) for t in timings)
         mean_ratio = statistics.mean(
             statistics.mean(t["hooked"]) / statistics.mean(t["plain"]) for t in timings
         )
