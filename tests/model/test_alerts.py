@@ -69,3 +69,11 @@ def test_alert_json_view_names_attribution_and_evidence() -> None:
          "position": "line 18", "link": None}
     ]  # fmt: skip
     assert alert.priority == pytest.approx(3 * VECTOR_WEIGHTS[Vector.GRADIENT_INJECTION])
+
+
+def test_vector_ids_are_the_catalogs() -> None:
+    from hpcscope.model.alerts import VECTOR_IDS
+    from hpcscope.model.catalog import default_catalog
+
+    catalog = {v.number: v.id for v in default_catalog().threat_vectors}
+    assert {int(v): i for v, i in VECTOR_IDS.items()} == catalog

@@ -57,6 +57,16 @@ class Vector(IntEnum):
     CONTAINER_ESCAPE = 6
 
 
+#: Each vector's id in the element catalog (``model/data/catalog.yaml``, ``threat_vectors``).
+VECTOR_IDS: Mapping[Vector, str] = {
+    Vector.SUPPLY_CHAIN: "supply-chain",
+    Vector.DATA_POISONING: "data-poisoning",
+    Vector.RDMA: "rdma-blind-spot",
+    Vector.GRADIENT_INJECTION: "gradient-injection",
+    Vector.GPU_MEMORY: "gpu-memory-leakage",
+    Vector.CONTAINER_ESCAPE: "container-escape",
+}
+
 #: Relative weight of each vector when alerts of several vectors are ranked together
 #: (priority = severity x weight). Starting values: code execution and escapes first, then
 #: the paths to the weights, then integrity of the training itself.
