@@ -89,6 +89,7 @@ class IntegritySpool:
         self.placement = placement or self._placement_from_store
         self._files: dict[Path, _File] = {}
         self._placements: dict[tuple[str, int | None, int], Placement] = {}
+        self._labels: dict[str, str] = {}
         self.monitors: dict[str, JobMonitor] = {}
 
     # ------------------------------------------------------------------ reading
@@ -115,7 +116,8 @@ class IntegritySpool:
     def collect_once(self) -> SpoolCycle:
         """Read every job directory's new lines, evaluate ready steps, upsert alerts."""
         cycle = SpoolCycle()
-        self._placements.clear()  # allocations may have changed since the last cycle
+        self._placements.clear()  # allocations and aliases may have changed since the last cycle
+        self._labels.clear()
         try:
             job_dirs = sorted(p for p in self.root.iterdir() if p.is_dir())
         except FileNotFoundError:
@@ -167,10 +169,11 @@ class IntegritySpool:
     def _alerts(self, claimed_dir: str, evaluated: StepFindings) -> list[Alert]:
         records = evaluated.records
         placements = {rank: self._place(r.node, r.gpu, r.ts) for rank, r in records.items()}
-        claimed = {rank: r.job_id for rank, r in records.items()}
-        resolved = slurm_store.job_id_for_labels(
-            self.store, sorted({claimed_dir, *claimed.values()})
-        )
+        labels = {claimed_dir, *(r.job_id for r in records.values())}
+        missing = sorted(labels - set(self._labels))
+        if missing:  # raw Slurm ids -> job ids, once per cycle
+            self._labels.update(slurm_store.job_id_for_labels(self.store, missing))
+        resolved = self._labels
         platform_jobs = {p.job_id for p in placements.values() if p.job_id is not None}
         # the job of the step: what the platform says (the majority of its ranks' GPUs)
         votes = [p.job_id for p in placements.values() if p.job_id is not None]
