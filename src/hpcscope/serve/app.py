@@ -19,6 +19,7 @@ from starlette.responses import Response
 from hpcscope import __version__
 from hpcscope.serve.auth import LoginRequired, Unauthorized
 from hpcscope.serve.routes import (
+    alerts,
     auth_routes,
     cluster,
     diagram,
@@ -33,6 +34,7 @@ from hpcscope.service.core import Service
 
 ROUTERS = [
     health.router,
+    alerts.router,
     auth_routes.router,
     cluster.router,
     jobs.router,
