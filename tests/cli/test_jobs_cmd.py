@@ -13,8 +13,8 @@ from hpcscope.cli.main import app
 from hpcscope.model.schemas import JOB_SCHEMA
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
-from hpcscope.service.collect.retention import UpkeepConfig, run_upkeep
 from hpcscope.service.core import Service
+from hpcscope.service.jobs.retention import UpkeepConfig, run_upkeep
 from hpcscope.service.settings import Settings
 from tests.conftest import demo_users
 from tests.support.data import populate

@@ -11,8 +11,8 @@ import pytest
 from hpcscope.model.schemas import JOB_SCHEMA
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
-from hpcscope.service.collect.retention import UpkeepConfig, run_upkeep
 from hpcscope.service.core import Service
+from hpcscope.service.jobs.retention import UpkeepConfig, run_upkeep
 from tests.support.browser import login, screenshot
 from tests.support.data import populate
 from tests.support.servers import live_server

@@ -10,9 +10,11 @@ import pyarrow as pa
 import pytest
 
 from hpcscope.model.access import JobScope
+from hpcscope.model.alerts import Alert, AlertState, Severity, Vector
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.store import Store
 from hpcscope.store import diagram as q
+from hpcscope.store.alerts import set_alert_state, upsert_alerts
 from tests.support.fleet import NOW, SAMPLES, STEP, write_fleet
 
 ALL = JobScope(all_jobs=True)
@@ -198,20 +200,14 @@ def test_scrape_health_per_exporter(store: Store) -> None:
     assert dcgm["failing_targets"] == 1 and dcgm["last_error"] == "connection refused"
 
 
-def test_alerts_are_read_only_once_the_table_exists(store: Store) -> None:
-    assert q.open_alert_counts(store) is None
+def test_open_alerts_are_counted_per_vector_and_node(store: Store) -> None:
+    assert q.open_alert_counts(store) == []  # the table exists (migration 6), empty
 
-    def create(con: object) -> None:
-        con.execute(  # type: ignore[attr-defined]
-            "CREATE TABLE alerts (id VARCHAR, vector VARCHAR, node VARCHAR, job_id VARCHAR, "
-            "opened_ts TIMESTAMP, resolved_ts TIMESTAMP)"
-        )
-        con.execute(  # type: ignore[attr-defined]
-            "INSERT INTO alerts VALUES ('a1', 'rdma-blind-spot', 'gpu02', NULL, ?, NULL), "
-            "('a2', 'rdma-blind-spot', 'gpu02', NULL, ?, NULL), "
-            "('a3', 'supply-chain', 'gpu01', '4410001', ?, ?)",
-            [NOW, NOW, NOW, NOW],
-        )
+    def alert(rule: str, vector: Vector, node: str, job: str | None) -> Alert:
+        return Alert(rule, vector, Severity.HIGH, rule, NOW, NOW, node=node, job_id=job)
 
-    store.submit_write(create).result()
+    rd1, rd2 = alert("RD-1", Vector.RDMA, "gpu02", None), alert("RD-4", Vector.RDMA, "gpu02", None)
+    sc = alert("SC-1", Vector.SUPPLY_CHAIN, "gpu01", "4410001")
+    upsert_alerts(store, [rd1, rd2, sc]).result()
+    set_alert_state(store, sc.key, AlertState.RESOLVED, by="admin", at=NOW).result()
     assert q.open_alert_counts(store) == [{"vector": "rdma-blind-spot", "node": "gpu02", "open": 2}]

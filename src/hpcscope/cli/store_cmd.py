@@ -13,7 +13,7 @@ import typer
 
 from hpcscope.cli.output import print_json, stdout_console
 from hpcscope.model.timeutil import utcnow
-from hpcscope.service.collect.retention import UpkeepConfig, run_upkeep
+from hpcscope.service.jobs.retention import UpkeepConfig, run_upkeep
 from hpcscope.service.settings import Settings
 from hpcscope.store import Store
 

@@ -20,6 +20,7 @@ from hpcscope import __version__
 from hpcscope.serve.auth import LoginRequired, LoginThrottled, Unauthorized, sent_basic
 from hpcscope.serve.edge import EdgeMiddleware
 from hpcscope.serve.routes import (
+    alerts,
     auth_routes,
     cluster,
     diagram,
@@ -38,6 +39,7 @@ SESSION_COOKIE = "hpcscope_session"
 
 ROUTERS = [
     health.router,
+    alerts.router,
     auth_routes.router,
     cluster.router,
     jobs.router,

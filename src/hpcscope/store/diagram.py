@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from hpcscope.model.access import JobScope
+from hpcscope.model.alerts import VECTOR_IDS, Vector
 from hpcscope.model.sampling import has_job_sql
 from hpcscope.model.schemas import GPU_METRICS
 from hpcscope.store.duck import Store
@@ -355,18 +356,18 @@ FROM scrapes s GROUP BY s.exporter ORDER BY s.exporter
     return _rows(store.query(sql, [since, since, since]))
 
 
-#: The table security detections will write, and the columns the diagram needs from it.
+#: The table security detections write (``store/alerts.py``, migration 6), and the columns
+#: the diagram needs from it.
 ALERTS_TABLE = "alerts"
-ALERT_COLUMNS = frozenset({"vector", "node", "resolved_ts"})
+ALERT_COLUMNS = frozenset({"vector", "node", "state"})
 
 
 def open_alert_counts(store: Store) -> list[dict[str, Any]] | None:
-    """Open security alerts per threat vector and node, or None when detections do not exist.
+    """Unresolved security alerts per threat vector and node, or None when the store has no
+    alerts table (a store older than migration 6, opened read-only).
 
-    Detections land with the security work in a table ``alerts`` with at least ``vector``
-    (a threat-vector id of the catalog), ``node`` (nullable) and ``resolved_ts`` (null while
-    open). Until that table exists, the diagram says detections are not configured instead of
-    showing zeros.
+    ``vector`` is the vector's catalog id (``rdma-blind-spot``...); ``node`` may be null.
+    Whether detections are configured at all is the service's call, not the table's.
     """
     columns = {
         str(r["column_name"])
@@ -379,9 +380,13 @@ def open_alert_counts(store: Store) -> list[dict[str, Any]] | None:
     }
     if not columns >= ALERT_COLUMNS:
         return None
-    return _rows(
+    rows = _rows(
         store.query(
             f"SELECT vector, node, count(*) AS open FROM {ALERTS_TABLE} "
-            "WHERE resolved_ts IS NULL GROUP BY vector, node ORDER BY vector, node"
+            "WHERE state <> 'resolved' GROUP BY vector, node ORDER BY vector, node"
         )
     )
+    return [
+        {"vector": VECTOR_IDS[Vector(int(row["vector"]))], "node": row["node"], "open": row["open"]}
+        for row in rows
+    ]

@@ -295,4 +295,31 @@ SELECT minute, job_id, count(DISTINCT (node, gpu, gpu_instance_id)) AS gpus,
 FROM gpu_rollups_1m WHERE job_id IS NOT NULL GROUP BY minute, job_id;
 """,
     ),
+    Migration(
+        9,
+        "alerts: deduplicated rule findings with state (open, acknowledged, resolved)",
+        """
+CREATE TABLE alerts (
+    dedup_key VARCHAR PRIMARY KEY,
+    rule_id VARCHAR NOT NULL,
+    vector TINYINT NOT NULL,
+    severity TINYINT NOT NULL,
+    title VARCHAR NOT NULL,
+    first_seen TIMESTAMP NOT NULL,
+    last_seen TIMESTAMP NOT NULL,
+    count BIGINT NOT NULL,
+    node VARCHAR,
+    job_id VARCHAR,
+    "user" VARCHAR,
+    account VARCHAR,
+    gpu SMALLINT,
+    subject VARCHAR,
+    step BIGINT,
+    evidence_json VARCHAR NOT NULL,
+    state VARCHAR NOT NULL,
+    state_by VARCHAR,
+    state_at TIMESTAMP
+);
+""",
+    ),
 )

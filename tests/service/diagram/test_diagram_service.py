@@ -8,6 +8,7 @@ from datetime import timedelta
 import pyarrow as pa
 import pytest
 
+from hpcscope.model.alerts import Alert, Severity, Vector
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.cards import (
@@ -24,6 +25,7 @@ from hpcscope.service.diagram.collectors import CollectorStatus
 from hpcscope.service.diagram.cost import decision_view
 from hpcscope.service.diagram.live import GpuState, Viewer, diagram_viewer, live_state
 from hpcscope.service.settings import Settings
+from hpcscope.store.alerts import upsert_alerts
 from tests.support.fleet import NOW, SAMPLES, STEP, write_fleet
 
 
@@ -217,13 +219,10 @@ def test_vector_cards_say_when_detections_are_not_configured(fleet: Service) -> 
     assert card.live.vector.number == 3 and not card.live.alerts.configured
     assert card.live.open_alerts is None
 
-    def create(con: object) -> None:
-        con.execute(  # type: ignore[attr-defined]
-            "CREATE TABLE alerts (vector VARCHAR, node VARCHAR, resolved_ts TIMESTAMP);"
-            "INSERT INTO alerts VALUES ('rdma-blind-spot', 'gpu02', NULL)"
-        )
-
-    fleet.store.submit_write(create).result()
+    # a detection source is set up and raised one alert on gpu02
+    fleet.settings.integrity_spool_dir = fleet.settings.store_path.parent / "integrity"
+    rd = Alert("RD-1", Vector.RDMA, Severity.CRITICAL, "idle node sends", NOW, NOW, node="gpu02")
+    upsert_alerts(fleet.store, [rd]).result()
     card = element_card(fleet, viewer(fleet, "alice"), "vector-rdma-blind-spot", now=NOW)
     assert isinstance(card.live, VectorCardLive) and card.live.open_alerts == 1
     state = live_state(fleet, viewer(fleet, "alice"), now=NOW)

@@ -14,8 +14,11 @@ keeps its loop to itself). Each cycle:
    associations (sacctmgr) into ``jobs``, ``job_allocations`` and ``account_memberships``;
 6. reads the Lustre job_stats spool files that changed into ``lustre_job_stats``, one
    ``scrapes`` row per file (``service/collect/lustre_spool.py``);
-7. on the first cycle and once per N, summarises finished jobs and runs the retention pass
-   (``service/collect/retention.py``).
+7. reads the gradient-integrity spool's new lines and raises GI alerts
+   (``service/integrity/spool.py``);
+8. runs the ``after_cycle`` hooks it was given: the server passes the upkeep pass of
+   ``service/jobs/retention.py`` (summaries of finished jobs, retention), which the collector
+   does not import, so collection and the jobs capability stay independent.
 
 An exporter that hangs, returns 500 or garbage costs one failed scrape row; the collector keeps
 running, and nothing stored before is touched.
@@ -31,6 +34,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,12 +47,12 @@ from hpcscope.ingest.exporters.dcgm import DcgmConversion, DcgmConverter, sample
 from hpcscope.ingest.exporters.infiniband import infiniband_rows
 from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN
 from hpcscope.ingest.exposition.scrape import Scraper, ScrapeResult, Target, load_file_sd
+from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.model.timeutil import epoch_seconds, utcnow
 from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_samples
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
-from hpcscope.service.collect.retention import Upkeep, UpkeepConfig
 from hpcscope.service.collect.scheduler import (
     AssociationSource,
     CommandSource,
@@ -57,6 +61,7 @@ from hpcscope.service.collect.scheduler import (
     SlurmrestdSource,
 )
 from hpcscope.service.collect.status import StatusLog, format_status
+from hpcscope.service.integrity.spool import IntegritySpool
 from hpcscope.service.settings import Settings
 from hpcscope.store import Store
 from hpcscope.store.infiniband import append_ib_counters
@@ -114,11 +119,15 @@ class CollectorConfig:
     """Spool of ``<server>.job_stats`` files (``service/collect/lustre_spool.py``)."""
     lustre_jobid_pattern: str = DEFAULT_JOBID_PATTERN
     """Regex that finds the Slurm job (and host) in a Lustre job_id."""
-    upkeep: UpkeepConfig = field(default_factory=UpkeepConfig)
-    """Job summaries and retention, once per N cycles (``service/collect/retention.py``)."""
+    integrity_spool_dir: Path | None = None
+    """Root of the gradient-integrity spool (``service/integrity/spool.py``)."""
+    rules: dict[str, RuleSpec] = field(default_factory=dict)
+    """Detection rules by id (loaded and validated at start)."""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> CollectorConfig | None:
+    def from_settings(
+        cls, settings: Settings, *, rules: dict[str, RuleSpec] | None = None
+    ) -> CollectorConfig | None:
         """The collection a site's settings ask for, or None when nothing is configured."""
         scheduler: SchedulerSource | None = None
         if settings.scheduler_source == "slurmrestd" and settings.slurmrestd_url:
@@ -142,6 +151,7 @@ class CollectorConfig:
             and scheduler is None
             and settings.job_mapping_dir is None
             and settings.lustre_job_stats_dir is None
+            and settings.integrity_spool_dir is None
         ):
             return None
         return cls(
@@ -155,7 +165,8 @@ class CollectorConfig:
             job_records_dir=settings.job_records_dir,
             lustre_job_stats_dir=settings.lustre_job_stats_dir,
             lustre_jobid_pattern=settings.lustre_jobid_pattern,
-            upkeep=UpkeepConfig.from_settings(settings),
+            integrity_spool_dir=settings.integrity_spool_dir,
+            rules=dict(rules or {}),
         )
 
 
@@ -169,6 +180,7 @@ class CycleReport:
     samples_written: int = 0
     jobs_written: int = 0
     lustre_rows_written: int = 0
+    integrity_alerts_written: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -180,6 +192,8 @@ class Collector:
         config: targets, scheduler endpoint, intervals.
         clock: wall and monotonic time, and the wait between cycles (default: the real clock).
         transport: the scraper's httpx2 transport (default: real TCP connections).
+        after_cycle: called on a worker thread after each cycle, in order (the server passes the
+            jobs capability's upkeep); an exception is logged and collection goes on.
     """
 
     def __init__(
@@ -189,8 +203,10 @@ class Collector:
         *,
         clock: Clock | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
+        after_cycle: Sequence[Callable[[], object]] = (),
     ) -> None:
         self.store = store
+        self._after_cycle = tuple(after_cycle)
         self.config = config
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._scraper = Scraper(
@@ -223,11 +239,10 @@ class Collector:
             if config.lustre_job_stats_dir is not None
             else None
         )
-        self._upkeep = Upkeep(
-            store,
-            config.upkeep,
-            scrape_interval_seconds=config.scrape_interval_seconds,
-            now=self._clock.now,
+        self._integrity = (
+            IntegritySpool(store, config.integrity_spool_dir, config.rules)
+            if config.integrity_spool_dir is not None
+            else None
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -365,7 +380,21 @@ class Collector:
                 report.errors.append(f"scheduler: {poll.error}")
         if self._lustre is not None:
             await self._collect_lustre(self._lustre, report)
-        await asyncio.to_thread(self._upkeep.after_cycle)
+        if self._integrity is not None:
+            try:
+                cycle = await asyncio.to_thread(self._integrity.collect_once)
+            except Exception as exc:  # an odd spool must not stop the other sources
+                log.exception("integrity spool collection failed")
+                report.errors.append(f"integrity spool: {exc}")
+            else:
+                report.integrity_alerts_written = cycle.alerts
+                report.errors.extend(cycle.errors[:20])
+        for hook in self._after_cycle:
+            try:
+                await asyncio.to_thread(hook)
+            except Exception as exc:  # upkeep must never stop collection
+                log.exception("after-cycle hook %r failed", hook)
+                report.errors.append(f"after cycle: {exc}")
         return report
 
     async def _collect_lustre(self, spool: LustreSpool, report: CycleReport) -> None:

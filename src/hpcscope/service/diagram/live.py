@@ -269,7 +269,9 @@ def _node_live(element_id: str, node: str, gpus: list[GpuNow]) -> NodeLive:
 def alert_summary(service: Service, viewer: Viewer) -> AlertSummary:
     """Open alerts per vector and node; counts only, and never to anonymous visitors."""
     rows = queries.open_alert_counts(service.store)
-    if rows is None:
+    # detections are configured when a source raises alerts: today the gradient-integrity
+    # spool (the other vectors' sources come with their rules)
+    if rows is None or service.settings.integrity_spool_dir is None:
         return AlertSummary(configured=False, shown=not viewer.anonymous)
     if viewer.anonymous:
         return AlertSummary(configured=True, shown=False)
