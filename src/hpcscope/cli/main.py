@@ -47,7 +47,7 @@ COMMANDS: dict[str, LazyCommand] = {
     ),
     "job": LazyCommand(
         "hpcscope.cli.jobs_cmd",
-        "One job's report: verdict, reported vs real, GPU-hours and cost, per-GPU detail.",
+        "One job's report: verdict, reported vs real, GPU-hours and cost, per-GPU detail, alerts.",
     ),
     "simulate": LazyCommand(
         "hpcscope.cli.simulate_cmd",
