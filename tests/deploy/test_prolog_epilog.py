@@ -252,3 +252,30 @@ def test_shipped_config_examples_are_valid(site: Path) -> None:
     log = (site / "hooks.log").read_text()
     assert "ignored" not in log and "bad gpu_map line" not in log, log
     assert mapping(site) == {"2": "131\n", "3": "131\n"}  # 0 -> 2, 1 -> 3 in the example map
+
+
+TASK_PROLOG = REPO_ROOT / "deploy" / "slurm" / "task-prolog"
+
+
+def test_prolog_creates_the_jobs_integrity_spool_and_task_prolog_exports_it(site: Path) -> None:
+    conf = site / "hpcscope.conf"
+    conf.write_text(conf.read_text() + f"integrity_dir={site}/integrity\n")
+    assert run_hook(PROLOG, site, "808").returncode == 0
+    spool = site / "integrity" / "808"
+    assert spool.is_dir() and (spool.stat().st_mode & 0o777) == 0o700
+    done = run_hook(TASK_PROLOG, site, "808")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"export HPCSCOPE_INTEGRITY_SPOOL={site}/integrity\n"
+    conf.write_text(conf.read_text() + "integrity_default=1\n")
+    done = run_hook(TASK_PROLOG, site, "808")
+    assert done.stdout.splitlines() == [
+        f"export HPCSCOPE_INTEGRITY_SPOOL={site}/integrity",
+        "export HPCSCOPE_INTEGRITY=1",
+    ]
+
+
+def test_without_integrity_dir_nothing_is_exported_or_created(site: Path) -> None:
+    assert run_hook(PROLOG, site, "809").returncode == 0
+    assert not (site / "integrity").exists()
+    done = run_hook(TASK_PROLOG, site, "809")
+    assert (done.returncode, done.stdout) == (0, "")

@@ -54,7 +54,7 @@ def test_migration_6_renames_gpu_util_and_keeps_the_samples(tmp_path: Path) -> N
     )
     con.close()
     with Store(path) as store:
-        assert store.schema_version() == 6
+        assert store.schema_version() == MIGRATIONS[-1].version
         rows = store.query("SELECT node, reported_util_ratio FROM gpu_samples").to_pylist()
     assert rows == [{"node": "gpu01", "reported_util_ratio": 0.87}]
 

@@ -64,6 +64,7 @@ def _get(url: str, path: str, user: str | None, password: str | None, as_json: b
 
 def _offline(store: Path, job_id: str | None, as_json: bool) -> Any:
     from hpcscope.model.access import system_principal
+    from hpcscope.service.alerts.contracts import JobReportWithAlerts
     from hpcscope.service.core import Service
     from hpcscope.service.jobs.contracts import JobList, JobReportDocument
     from hpcscope.service.settings import Settings
@@ -80,7 +81,9 @@ def _offline(store: Path, job_id: str | None, as_json: bool) -> Any:
         report = service.job_report(admin, job_id)
         if report is None:
             fail(f"no job {job_id} in {store}", as_json=as_json)
-        return JobReportDocument.from_report(report).model_dump(mode="json")
+        alerts = service.job_alerts(admin, job_id) or []
+        document = JobReportDocument.from_report(report)
+        return JobReportWithAlerts.of(document, alerts).model_dump(mode="json")
     finally:
         service.close()
 
@@ -157,7 +160,7 @@ def job(
     store: Path | None = STORE_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """One job's report: verdict, reported vs real, GPU-hours and cost, per-GPU detail."""
+    """One job's report: verdict, reported vs real, GPU-hours and cost, per-GPU detail, alerts."""
     data = (
         _offline(store, job_id, json_output)
         if store is not None
@@ -203,3 +206,24 @@ def job(
         rows,
         numeric=["GPU", "util", "SM active", "tensor", "max °C"],
     )
+    alerts = data.get("alerts") or []
+    if alerts:
+        print_table(
+            "Alerts",
+            ["severity", "rule", "what", "rank", "node", "GPU", "step", "count", "state"],
+            [
+                [
+                    a["severity"],
+                    a["rule_id"],
+                    a["title"],
+                    a["subject"] or "",
+                    a["node"] or "",
+                    "" if a["gpu"] is None else a["gpu"],
+                    "" if a["step"] is None else a["step"],
+                    a["count"],
+                    a["state"],
+                ]
+                for a in alerts
+            ],
+            numeric=["GPU", "step", "count"],
+        )

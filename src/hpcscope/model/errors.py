@@ -25,6 +25,8 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      │    ├── UnsafePickleError      (a pickle that would run code)
      │    ├── TraceError             (Kineto traces)
      │    ├── SecurityEventError     (Falco and Tetragon JSON lines)
+     │    ├── IntegrityRecordError   (gradient-integrity spool records)
+     │    ├── RuleFileError          (detection rule files, deploy/rules)
      │    └── NcclTableError         (the bundled NCCL latency table)
      ├── HostlistError               (a Slurm hostlist expression; a ValueError)
      ├── InputError                  (bad request parameters)

@@ -18,6 +18,7 @@ from pydantic import TypeAdapter
 
 from hpcscope.serve.contracts import ClusterState, Health, WhoAmI
 from hpcscope.serve.diagram.contracts import DiagramPage, DiagramState
+from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts, JobReportWithAlerts
 from hpcscope.service.diagram.cards import ElementCard
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 from hpcscope.service.nccl.contracts import NcclReport
@@ -51,6 +52,9 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "diagram-page": DiagramPage,
     "diagram-state": DiagramState,
     "job-report": JobReportDocument,
+    "job-report-with-alerts": JobReportWithAlerts,
+    "job-alerts": JobAlerts,
+    "alert": AlertDocument,
     "job-list": JobList,
     "job-timeseries": JobTimeseries,
     "nccl-report": NcclReport,

@@ -28,7 +28,7 @@ def run_server(
     ``debug``). The collector starts in the app's lifespan and stops before the store closes,
     so queued writes are flushed and no data is lost on a clean stop.
     """
-    config = CollectorConfig.from_settings(service.settings)
+    config = CollectorConfig.from_settings(service.settings, rules=service.rules)
     collector = Collector(service.store, config) if config is not None else None
 
     def startup() -> None:

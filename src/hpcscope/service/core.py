@@ -15,10 +15,13 @@ from typing import Any
 
 from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import Principal
+from hpcscope.model.alerts import Alert, AlertState, RuleSpec, Severity
 from hpcscope.model.catalog import Catalog, default_catalog
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import epoch_seconds, utcnow
 from hpcscope.model.topology import Topology, load_topology
+from hpcscope.service.alerts import access as alert_access
+from hpcscope.service.alerts.rules import load_site_rules
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.jobs import reports
 from hpcscope.service.jobs.contracts import GpuSeries, JobTimeseries
@@ -38,6 +41,8 @@ class Service:
     store: Store
     users: UserDirectory
     catalog: Catalog = field(default_factory=default_catalog)
+    rules: dict[str, RuleSpec] = field(default_factory=dict)
+    """Detection rules by id, validated at start (``deploy/rules/*.yaml``)."""
 
     @classmethod
     def open(cls, settings: Settings, *, users: UserDirectory | None = None) -> Service:
@@ -50,8 +55,9 @@ class Service:
                 if settings.users_path is not None
                 else UserDirectory.demo(hash_cost_log2=cost)
             )
+        rules = load_site_rules(settings.rules_dir)  # a bad rule file fails the start
         store = Store(settings.store_path)
-        return cls(settings=settings, topology=topology, store=store, users=users)
+        return cls(settings=settings, topology=topology, store=store, users=users, rules=rules)
 
     @classmethod
     def open_read_only(cls, settings: Settings) -> Service:
@@ -67,6 +73,33 @@ class Service:
         """The principal for a logged-in user name, with Slurm coordinator rights merged."""
         coordinated = self.store.coordinated_accounts(name)
         return self.users.principal(name, coordinated_from_slurm=coordinated)
+
+    # ------------------------------------------------------------------ alerts
+
+    def job_alerts(self, principal: Principal, job_id: str) -> list[Alert] | None:
+        """Alerts of one job; None when the job does not exist or is not visible."""
+        if not self.can_see_job(principal, job_id):
+            return None
+        return alert_access.alerts_for(self.store, principal, job_id=job_id)
+
+    def alerts(
+        self,
+        principal: Principal,
+        *,
+        states: list[AlertState] | None = None,
+        min_severity: Severity | None = None,
+    ) -> list[Alert]:
+        """Every alert ``principal`` may see (their jobs' only, unless admin)."""
+        return alert_access.alerts_for(
+            self.store, principal, states=states, min_severity=min_severity
+        )
+
+    def set_alert_state(
+        self, principal: Principal, key: str, state: AlertState, *, now: datetime | None = None
+    ) -> Alert | None:
+        """Acknowledge, resolve or reopen an alert on a job ``principal`` may see; None when
+        there is no such alert visible to them."""
+        return alert_access.set_state(self.store, principal, key, state, now=now or utcnow())
 
     # ------------------------------------------------------------------ job reports
 

@@ -134,6 +134,17 @@ class Settings(BaseModel):
         "the oldest are dropped beyond this.",
     )
 
+    integrity_spool_dir: Path | None = Field(
+        None,
+        description="Root of the gradient-integrity spool: one directory per job holding "
+        "rank-<r>.jsonl files written by the opt-in DDP hook (hpcscope.integrity).",
+    )
+    rules_dir: Path | None = Field(
+        None,
+        description="Directory of detection rule files (*.yaml), validated at start; "
+        "default: the bundled deploy/rules.",
+    )
+
     @field_validator("lustre_jobid_pattern")
     @classmethod
     def _jobid_pattern_compiles(cls, value: str) -> str:

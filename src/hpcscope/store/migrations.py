@@ -179,4 +179,31 @@ CREATE TABLE lustre_job_stats (
         "one name for DCGM's GPU_UTIL: gpu_samples.gpu_util_ratio -> reported_util_ratio",
         "ALTER TABLE gpu_samples RENAME COLUMN gpu_util_ratio TO reported_util_ratio;",
     ),
+    Migration(
+        7,
+        "alerts: deduplicated rule findings with state (open, acknowledged, resolved)",
+        """
+CREATE TABLE alerts (
+    dedup_key VARCHAR PRIMARY KEY,
+    rule_id VARCHAR NOT NULL,
+    vector TINYINT NOT NULL,
+    severity TINYINT NOT NULL,
+    title VARCHAR NOT NULL,
+    first_seen TIMESTAMP NOT NULL,
+    last_seen TIMESTAMP NOT NULL,
+    count BIGINT NOT NULL,
+    node VARCHAR,
+    job_id VARCHAR,
+    "user" VARCHAR,
+    account VARCHAR,
+    gpu SMALLINT,
+    subject VARCHAR,
+    step BIGINT,
+    evidence_json VARCHAR NOT NULL,
+    state VARCHAR NOT NULL,
+    state_by VARCHAR,
+    state_at TIMESTAMP
+);
+""",
+    ),
 )

@@ -10,6 +10,7 @@ from starlette.responses import Response
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import require_principal, service_of
 from hpcscope.serve.templating import render
+from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts, JobReportWithAlerts
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 
 router = APIRouter()
@@ -47,18 +48,33 @@ def job_page(request: Request, job_id: str, principal: PrincipalDep) -> Response
             principal=principal,
             status_code=404,
         )
+    alerts = service.job_alerts(principal, job_id) or []
     return render(
-        request, "job.html", {"report": report, "topology": service.topology}, principal=principal
+        request,
+        "job.html",
+        {"report": report, "topology": service.topology, "alerts": alerts},
+        principal=principal,
     )
 
 
 @router.get("/api/jobs/{job_id}")
-def job_json(request: Request, job_id: str, principal: PrincipalDep) -> JobReportDocument:
-    """One job's report; 404 when it does not exist or you may not see it."""
-    report = service_of(request).job_report(principal, job_id)
+def job_json(request: Request, job_id: str, principal: PrincipalDep) -> JobReportWithAlerts:
+    """One job's report, with its alerts; 404 when it does not exist or you may not see it."""
+    service = service_of(request)
+    report = service.job_report(principal, job_id)
     if report is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
-    return JobReportDocument.from_report(report)
+    alerts = service.job_alerts(principal, job_id) or []
+    return JobReportWithAlerts.of(JobReportDocument.from_report(report), alerts)
+
+
+@router.get("/api/jobs/{job_id}/alerts")
+def job_alerts_json(request: Request, job_id: str, principal: PrincipalDep) -> JobAlerts:
+    """The job page's alerts section as JSON: most severe first."""
+    alerts = service_of(request).job_alerts(principal, job_id)
+    if alerts is None:
+        raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
+    return JobAlerts(job_id=job_id, alerts=[AlertDocument.of(alert) for alert in alerts])
 
 
 @router.get("/api/jobs/{job_id}/timeseries")

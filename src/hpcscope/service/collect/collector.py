@@ -13,7 +13,9 @@ keeps its loop to itself). Each cycle:
 5. every ``scheduler_poll_seconds``, reads Slurm's jobs (slurmrestd, or squeue/sacct) and
    associations (sacctmgr) into ``jobs``, ``job_allocations`` and ``account_memberships``;
 6. reads the Lustre job_stats spool files that changed into ``lustre_job_stats``, one
-   ``scrapes`` row per file (``service/collect/lustre_spool.py``).
+   ``scrapes`` row per file (``service/collect/lustre_spool.py``);
+7. reads the gradient-integrity spool's new lines and raises GI alerts
+   (``service/integrity/spool.py``).
 
 An exporter that hangs, returns 500 or garbage costs one failed scrape row; the collector keeps
 running, and nothing stored before is touched.
@@ -41,6 +43,7 @@ from hpcscope.ingest.exporters.dcgm import DcgmConversion, DcgmConverter, sample
 from hpcscope.ingest.exporters.infiniband import infiniband_rows
 from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN
 from hpcscope.ingest.exposition.scrape import Scraper, ScrapeResult, Target, load_file_sd
+from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.model.timeutil import epoch_seconds, utcnow
@@ -54,6 +57,7 @@ from hpcscope.service.collect.scheduler import (
     SlurmrestdSource,
 )
 from hpcscope.service.collect.status import StatusLog, format_status
+from hpcscope.service.integrity.spool import IntegritySpool
 from hpcscope.service.settings import Settings
 from hpcscope.store import Store
 from hpcscope.store.infiniband import append_ib_counters
@@ -111,9 +115,15 @@ class CollectorConfig:
     """Spool of ``<server>.job_stats`` files (``service/collect/lustre_spool.py``)."""
     lustre_jobid_pattern: str = DEFAULT_JOBID_PATTERN
     """Regex that finds the Slurm job (and host) in a Lustre job_id."""
+    integrity_spool_dir: Path | None = None
+    """Root of the gradient-integrity spool (``service/integrity/spool.py``)."""
+    rules: dict[str, RuleSpec] = field(default_factory=dict)
+    """Detection rules by id (loaded and validated at start)."""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> CollectorConfig | None:
+    def from_settings(
+        cls, settings: Settings, *, rules: dict[str, RuleSpec] | None = None
+    ) -> CollectorConfig | None:
         """The collection a site's settings ask for, or None when nothing is configured."""
         scheduler: SchedulerSource | None = None
         if settings.scheduler_source == "slurmrestd" and settings.slurmrestd_url:
@@ -137,6 +147,7 @@ class CollectorConfig:
             and scheduler is None
             and settings.job_mapping_dir is None
             and settings.lustre_job_stats_dir is None
+            and settings.integrity_spool_dir is None
         ):
             return None
         return cls(
@@ -150,6 +161,8 @@ class CollectorConfig:
             job_records_dir=settings.job_records_dir,
             lustre_job_stats_dir=settings.lustre_job_stats_dir,
             lustre_jobid_pattern=settings.lustre_jobid_pattern,
+            integrity_spool_dir=settings.integrity_spool_dir,
+            rules=dict(rules or {}),
         )
 
 
@@ -163,6 +176,7 @@ class CycleReport:
     samples_written: int = 0
     jobs_written: int = 0
     lustre_rows_written: int = 0
+    integrity_alerts_written: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -215,6 +229,11 @@ class Collector:
                 store, config.lustre_job_stats_dir, jobid_pattern=config.lustre_jobid_pattern
             )
             if config.lustre_job_stats_dir is not None
+            else None
+        )
+        self._integrity = (
+            IntegritySpool(store, config.integrity_spool_dir, config.rules)
+            if config.integrity_spool_dir is not None
             else None
         )
         self._stop = threading.Event()
@@ -353,6 +372,15 @@ class Collector:
                 report.errors.append(f"scheduler: {poll.error}")
         if self._lustre is not None:
             await self._collect_lustre(self._lustre, report)
+        if self._integrity is not None:
+            try:
+                cycle = await asyncio.to_thread(self._integrity.collect_once)
+            except Exception as exc:  # an odd spool must not stop the other sources
+                log.exception("integrity spool collection failed")
+                report.errors.append(f"integrity spool: {exc}")
+            else:
+                report.integrity_alerts_written = cycle.alerts
+                report.errors.extend(cycle.errors[:20])
         return report
 
     async def _collect_lustre(self, spool: LustreSpool, report: CycleReport) -> None:

@@ -1,0 +1,1 @@
+"""Gradient-integrity records written by the opt-in DDP hook (:mod:`hpcscope.integrity`)."""

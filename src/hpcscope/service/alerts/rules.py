@@ -1,0 +1,199 @@
+"""Rules as data: ``deploy/rules/*.yaml``, loaded and validated at start.
+
+A rule file holds ``rules:``, a list of entries (``id``, ``vector``, ``severity``, ``title``,
+``window_steps``, ``min_hits``, ``thresholds``, ``enabled``). Validation is strict (unknown
+keys, wrong types, a rule id twice, a rule without the thresholds its evaluator needs), and
+every error names the file and the line of the offending entry or key, so a site that edits a
+threshold learns at start, not at the first alert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hpcscope.model.alerts import RuleSpec, Severity, Vector
+from hpcscope.model.errors import SourceError
+from hpcscope.service.settings import REPO_ROOT
+
+
+class RuleFileError(SourceError):
+    """A rule file that cannot be used."""
+
+
+class _Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[A-Z]{1,4}-[A-Z0-9]{1,6}$")
+    vector: int = Field(ge=1, le=6)
+    severity: str
+    title: str = Field(min_length=1)
+    window_steps: int = Field(1, ge=1)
+    min_hits: int = Field(1, ge=1)
+    thresholds: dict[str, float] = Field(default_factory=dict)
+    enabled: bool = True
+
+    @field_validator("severity")
+    @classmethod
+    def _severity(cls, value: str) -> str:
+        Severity.parse(value)
+        return value
+
+
+class _RuleFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rules: list[_Rule]
+
+
+def bundled_rules_dir() -> Path:
+    """The rule files shipped with hpcscope (``deploy/rules`` of the checkout or the wheel)."""
+    for candidate in (
+        Path(__file__).resolve().parents[2] / "rules",
+        REPO_ROOT / "deploy" / "rules",
+    ):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("no bundled rules directory")
+
+
+def _line_of(node: yaml.Node | None, loc: Iterable[int | str]) -> int | None:
+    """The 1-based line of the YAML node at ``loc`` (as deep as it exists)."""
+    line = None if node is None else node.start_mark.line + 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            found = None
+            for key, value in node.value:
+                if key.value == part:
+                    found, line = value, key.start_mark.line + 1
+                    break
+            node = found
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                break
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+        if node is None:
+            break
+    return line
+
+
+def load_rule_file(
+    path: Path, *, required_thresholds: Mapping[str, Iterable[str]] | None = None
+) -> list[RuleSpec]:
+    """Load and validate one rule file.
+
+    Args:
+        path: the YAML file.
+        required_thresholds: rule id -> threshold names its evaluator needs.
+
+    Raises:
+        RuleFileError: unreadable, not YAML, or an invalid entry (file, line, field named).
+    """
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RuleFileError(f"cannot read: {exc.strerror or exc}", source=source) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise RuleFileError(
+            f"not YAML: {getattr(exc, 'problem', None) or exc}",
+            source=source,
+            line=None if mark is None else mark.line + 1,
+        ) from None
+    try:
+        parsed = _RuleFile.model_validate(raw if raw is not None else {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = list(first["loc"])
+        raise RuleFileError(
+            first["msg"],
+            source=source,
+            line=_line_of(node, loc),
+            field=".".join(str(p) for p in loc) or None,
+        ) from None
+    specs: list[RuleSpec] = []
+    seen: set[str] = set()
+    for index, rule in enumerate(parsed.rules):
+        line = _line_of(node, ["rules", index])
+        if rule.id in seen:
+            raise RuleFileError(f"rule {rule.id} appears twice", source=source, line=line)
+        seen.add(rule.id)
+        missing = [
+            name
+            for name in (required_thresholds or {}).get(rule.id, ())
+            if name not in rule.thresholds
+        ]
+        if missing:
+            raise RuleFileError(
+                f"rule {rule.id} needs thresholds {', '.join(missing)}",
+                source=source,
+                line=_line_of(node, ["rules", index, "thresholds"]),
+                field=f"rules.{index}.thresholds",
+            )
+        if rule.min_hits > rule.window_steps:
+            raise RuleFileError(
+                f"rule {rule.id}: min_hits {rule.min_hits} > window_steps {rule.window_steps}",
+                source=source,
+                line=_line_of(node, ["rules", index, "min_hits"]),
+                field=f"rules.{index}.min_hits",
+            )
+        specs.append(
+            RuleSpec(
+                rule_id=rule.id,
+                vector=Vector(rule.vector),
+                severity=Severity.parse(rule.severity),
+                title=rule.title,
+                window_steps=rule.window_steps,
+                min_hits=rule.min_hits,
+                thresholds=dict(rule.thresholds),
+                enabled=rule.enabled,
+                source=source,
+                line=line,
+            )
+        )
+    return specs
+
+
+def load_rules(
+    directory: Path, *, required_thresholds: Mapping[str, Iterable[str]] | None = None
+) -> dict[str, RuleSpec]:
+    """Every ``*.yaml`` rule file of ``directory``, by rule id.
+
+    Raises:
+        RuleFileError: a bad file, or one rule id defined in two files.
+    """
+    rules: dict[str, RuleSpec] = {}
+    for path in sorted(directory.glob("*.yaml")):
+        for spec in load_rule_file(path, required_thresholds=required_thresholds):
+            if spec.rule_id in rules:
+                other = rules[spec.rule_id]
+                raise RuleFileError(
+                    f"rule {spec.rule_id} is also defined in {other.source}:{other.line}",
+                    source=spec.source,
+                    line=spec.line,
+                )
+            rules[spec.rule_id] = spec
+    return rules
+
+
+def load_site_rules(directory: Path | None) -> dict[str, RuleSpec]:
+    """The site's rules (``directory``, default the bundled ones), checked against what the
+    evaluators need.
+
+    Raises:
+        RuleFileError: a bad rule file (file and line named).
+    """
+    from hpcscope.analysis.integrity.rules import REQUIRED_THRESHOLDS
+
+    return load_rules(directory or bundled_rules_dir(), required_thresholds=REQUIRED_THRESHOLDS)

@@ -1,0 +1,1 @@
+"""Gradient integrity: read the hook's spool, attribute, evaluate GI rules, raise alerts."""

@@ -1,0 +1,171 @@
+"""Alerts: upsert by deduplication key, state changes, scoped reads (``alerts``, migration 6).
+
+An alert is stored once per :func:`~hpcscope.model.alerts.dedup_key`. Upserting one already
+stored adds its ``count``, widens ``first_seen``/``last_seen``, keeps the higher severity,
+takes the newer step and evidence, and **keeps the state** (an acknowledged alert firing again
+stays acknowledged, and says so with its growing count). Acknowledge and resolve record who and
+when.
+
+Reads take the principal's :class:`~hpcscope.model.access.JobScope` and apply it in SQL
+through the ``jobs`` table, as the job reports do: an alert on a job the scope does not admit,
+or on no known job, is visible to admins only (deny by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import Future
+from datetime import datetime
+
+import duckdb
+import orjson
+
+from hpcscope.model.access import JobScope
+from hpcscope.model.alerts import Alert, AlertState, Evidence, Severity, Vector
+from hpcscope.store.duck import Store
+from hpcscope.store.filters import Where
+
+_COLUMNS = (
+    "dedup_key", "rule_id", "vector", "severity", "title", "first_seen", "last_seen", "count",
+    "node", "job_id", "user", "account", "gpu", "subject", "step", "evidence_json", "state",
+    "state_by", "state_at",
+)  # fmt: skip
+
+#: Evidence items kept per alert (the newest firing's).
+MAX_EVIDENCE = 20
+
+
+def _row(alert: Alert) -> tuple[object, ...]:
+    evidence = orjson.dumps([e.to_dict() for e in alert.evidence[:MAX_EVIDENCE]]).decode()
+    return (
+        alert.key, alert.rule_id, int(alert.vector), int(alert.severity), alert.title,
+        alert.first_seen, alert.last_seen, alert.count, alert.node, alert.job_id, alert.user,
+        alert.account, alert.gpu, alert.subject, alert.step, evidence, alert.state.value,
+        alert.state_by, alert.state_at,
+    )  # fmt: skip
+
+
+def upsert_alerts(store: Store, alerts: Sequence[Alert]) -> Future[int]:
+    """Insert new alerts, merge repeated ones (see module docstring).
+
+    Returns:
+        A future with the number of alerts written (new or merged).
+    """
+    rows = [_row(alert) for alert in alerts]
+    names = ", ".join(f'"{c}"' for c in _COLUMNS)
+    marks = ", ".join("?" for _ in _COLUMNS)
+
+    def write(con: duckdb.DuckDBPyConnection) -> int:
+        if not rows:
+            return 0
+        con.executemany(
+            f"INSERT INTO alerts ({names}) VALUES ({marks}) ON CONFLICT (dedup_key) DO UPDATE SET "
+            "count = alerts.count + excluded.count, "
+            "first_seen = least(alerts.first_seen, excluded.first_seen), "
+            "last_seen = greatest(alerts.last_seen, excluded.last_seen), "
+            "severity = greatest(alerts.severity, excluded.severity), "
+            "title = excluded.title, "
+            "step = coalesce(excluded.step, alerts.step), "
+            "evidence_json = excluded.evidence_json, "
+            'node = coalesce(alerts.node, excluded.node), "user" = coalesce(excluded."user", '
+            'alerts."user"), account = coalesce(excluded.account, alerts.account)',
+            rows,
+        )
+        return len(rows)
+
+    return store.submit_write(write)
+
+
+def set_alert_state(
+    store: Store, key: str, state: AlertState, *, by: str, at: datetime
+) -> Future[bool]:
+    """Acknowledge, resolve or reopen one alert, recording who and when.
+
+    Returns:
+        A future with whether an alert with that key exists.
+    """
+
+    def write(con: duckdb.DuckDBPyConnection) -> bool:
+        rows = con.execute(
+            "UPDATE alerts SET state = ?, state_by = ?, state_at = ? WHERE dedup_key = ? "
+            "RETURNING dedup_key",
+            [state.value, by, at, key],
+        ).fetchall()
+        return bool(rows)
+
+    return store.submit_write(write)
+
+
+def _alert(row: dict[str, object]) -> Alert:
+    evidence = tuple(
+        Evidence(
+            summary=str(e["summary"]),
+            source=str(e["source"]),
+            position=e.get("position"),
+            link=e.get("link"),
+        )
+        for e in orjson.loads(str(row["evidence_json"]))
+    )
+    gpu, step = row["gpu"], row["step"]
+    return Alert(
+        rule_id=str(row["rule_id"]),
+        vector=Vector(int(row["vector"])),  # type: ignore[call-overload]
+        severity=Severity(int(row["severity"])),  # type: ignore[call-overload]
+        title=str(row["title"]),
+        first_seen=row["first_seen"],  # type: ignore[arg-type]
+        last_seen=row["last_seen"],  # type: ignore[arg-type]
+        count=int(row["count"]),  # type: ignore[call-overload]
+        node=row["node"],  # type: ignore[arg-type]
+        job_id=row["job_id"],  # type: ignore[arg-type]
+        user=row["user"],  # type: ignore[arg-type]
+        account=row["account"],  # type: ignore[arg-type]
+        gpu=None if gpu is None else int(gpu),  # type: ignore[call-overload]
+        subject=row["subject"],  # type: ignore[arg-type]
+        step=None if step is None else int(step),  # type: ignore[call-overload]
+        evidence=evidence,
+        state=AlertState(str(row["state"])),
+        state_by=row["state_by"],  # type: ignore[arg-type]
+        state_at=row["state_at"],  # type: ignore[arg-type]
+    )
+
+
+def alerts(
+    store: Store,
+    scope: JobScope,
+    *,
+    job_id: str | None = None,
+    states: Sequence[AlertState] | None = None,
+    min_severity: Severity | None = None,
+    key: str | None = None,
+    limit: int = 500,
+) -> list[Alert]:
+    """Stored alerts ``scope`` admits, most severe and most recent first.
+
+    Args:
+        scope: the principal's job scope (applied through ``jobs``: user and account there).
+        job_id: only this job's alerts.
+        states: only alerts in these states.
+        min_severity: only alerts at least this severe.
+        key: only the alert with this deduplication key.
+        limit: at most this many.
+    """
+    where = Where().equals("a.job_id", job_id).equals("a.dedup_key", key)
+    if states is not None:
+        where.among("a.state", [s.value for s in states])
+    if min_severity is not None:
+        where.clauses.append("a.severity >= ?")
+        where.params.append(int(min_severity))
+    scope_sql, scope_params = Store.scope_sql(
+        scope, user_column='j."user"', account_column="j.account"
+    )
+    join = "LEFT JOIN" if scope.all_jobs else "JOIN"
+    where.clauses.append(scope_sql)
+    where.params.extend(scope_params)
+    table = store.query(
+        f'SELECT a.* EXCLUDE ("user", account), coalesce(j."user", a."user") AS "user", '
+        "coalesce(j.account, a.account) AS account "
+        f"FROM alerts a {join} jobs j ON j.job_id = a.job_id {where.sql()} "
+        f"ORDER BY a.severity DESC, a.last_seen DESC, a.dedup_key LIMIT {int(limit)}",
+        where.params,
+    )
+    return [_alert(row) for row in table.to_pylist()]

@@ -1,0 +1,83 @@
+"""The training-side package: importable without the service, a linear sketch, the hook's
+contract with DDP (checked on real DDP in tests/service/integrity)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_importable_without_web_store_or_torch() -> None:
+    code = (
+        "import sys, hpcscope.integrity\n"
+        "heavy = {'fastapi', 'starlette', 'duckdb', 'pyarrow', 'polars', 'torch', 'uvicorn'}\n"
+        "loaded = sorted(heavy & set(sys.modules))\n"
+        "assert not loaded, loaded\n"
+        "assert hpcscope.integrity.register and hpcscope.integrity.maybe_register\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT / "src")},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_job_seed_is_shared_and_differs_between_jobs() -> None:
+    from hpcscope.integrity import job_seed
+
+    assert job_seed("4242") == job_seed("4242")
+    assert job_seed("4242") != job_seed("4243")
+
+
+@pytest.mark.torch
+@settings(max_examples=25, deadline=None)
+@given(
+    numel=st.integers(1, 700),
+    k=st.integers(1, 64),
+    seed=st.integers(0, 2**31),
+    scale=st.floats(-3, 3, allow_nan=False),
+)
+def test_sketch_is_linear(numel: int, k: int, seed: int, scale: float) -> None:
+    import torch
+
+    from hpcscope.integrity import CountSketch
+
+    sketch = CountSketch(seed, k)
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.randn(numel, generator=generator, dtype=torch.float64)
+    b = torch.randn(numel, generator=generator, dtype=torch.float64)
+    assert sketch(0, a).shape == (k,)
+    assert torch.allclose(sketch(0, a + scale * b), sketch(0, a) + scale * sketch(0, b))
+    # the same bucket on another rank (another object, same seed) sketches the same
+    assert torch.equal(CountSketch(seed, k)(0, a), sketch(0, a))
+
+
+@pytest.mark.torch
+def test_sketch_preserves_cosines_approximately() -> None:
+    import torch
+
+    from hpcscope.integrity import CountSketch
+
+    generator = torch.Generator().manual_seed(3)
+    shared = torch.randn(50_000, generator=generator, dtype=torch.float64)
+    errors = []
+    for seed in range(20):
+        a = shared + 0.8 * torch.randn(50_000, generator=generator, dtype=torch.float64)
+        b = shared + 0.8 * torch.randn(50_000, generator=generator, dtype=torch.float64)
+        sketch = CountSketch(seed, 128)
+        true = torch.nn.functional.cosine_similarity(a, b, dim=0)
+        estimate = torch.nn.functional.cosine_similarity(sketch(0, a), sketch(0, b), dim=0)
+        errors.append(abs(float(true - estimate)))
+    # true cosine ~0.61; k = 128: standard error ~ (1 - cos^2) / sqrt(k) ~ 0.056
+    assert sum(errors) / len(errors) < 0.07
+    assert max(errors) < 0.2
