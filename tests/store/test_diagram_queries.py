@@ -10,9 +10,11 @@ import pyarrow as pa
 import pytest
 
 from hpcscope.model.access import JobScope
+from hpcscope.model.alerts import Alert, AlertState, Severity, Vector
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.store import Store
 from hpcscope.store import diagram as q
+from hpcscope.store.alerts import set_alert_state, upsert_alerts
 from tests.support.fleet import NOW, SAMPLES, STEP, write_fleet
 
 ALL = JobScope(all_jobs=True)
@@ -198,20 +200,39 @@ def test_scrape_health_per_exporter(store: Store) -> None:
     assert dcgm["failing_targets"] == 1 and dcgm["last_error"] == "connection refused"
 
 
-def test_alerts_are_read_only_once_the_table_exists(store: Store) -> None:
+def _alert(rule: str, vector: Vector, severity: Severity, node: str | None, job: str) -> Alert:
+    return Alert(
+        rule_id=rule,
+        vector=vector,
+        severity=severity,
+        title=rule,
+        first_seen=NOW,
+        last_seen=NOW,
+        node=node,
+        job_id=job,
+    )
+
+
+def test_open_alerts_are_counted_per_vector_node_and_severity(store: Store) -> None:
+    assert q.open_alert_counts(store) == []  # the table exists (migration 7), nothing open yet
+    rdma = _alert("RD-4", Vector.RDMA, Severity.HIGH, "gpu02", "4410001")
+    rdma_again = _alert("RD-4", Vector.RDMA, Severity.HIGH, "gpu02", "4410002")
+    miner = _alert("SC-2", Vector.SUPPLY_CHAIN, Severity.CRITICAL, "gpu01", "4410001")
+    shell = _alert("SC-1", Vector.SUPPLY_CHAIN, Severity.HIGH, "gpu01", "4410001")
+    gone = _alert("CE-3", Vector.CONTAINER_ESCAPE, Severity.HIGH, "gpu01", "4410001")
+    nowhere = _alert("GI-1", Vector.GRADIENT_INJECTION, Severity.HIGH, None, "4410001")
+    upsert_alerts(store, [rdma, rdma_again, miner, shell, gone, nowhere]).result()
+    set_alert_state(store, shell.key, AlertState.ACKNOWLEDGED, by="admin", at=NOW).result()
+    set_alert_state(store, gone.key, AlertState.RESOLVED, by="admin", at=NOW).result()
+    assert q.open_alert_counts(store) == [
+        {"vector": "gradient-injection", "node": None, "severity": "HIGH", "open": 1},
+        {"vector": "rdma-blind-spot", "node": "gpu02", "severity": "HIGH", "open": 2},
+        # acknowledged is still open; resolved is not
+        {"vector": "supply-chain", "node": "gpu01", "severity": "CRITICAL", "open": 1},
+        {"vector": "supply-chain", "node": "gpu01", "severity": "HIGH", "open": 1},
+    ]
+
+
+def test_alert_counts_are_none_without_an_alerts_table(store: Store) -> None:
+    store.submit_write(lambda con: con.execute("DROP TABLE alerts")).result()
     assert q.open_alert_counts(store) is None
-
-    def create(con: object) -> None:
-        con.execute(  # type: ignore[attr-defined]
-            "CREATE TABLE alerts (id VARCHAR, vector VARCHAR, node VARCHAR, job_id VARCHAR, "
-            "opened_ts TIMESTAMP, resolved_ts TIMESTAMP)"
-        )
-        con.execute(  # type: ignore[attr-defined]
-            "INSERT INTO alerts VALUES ('a1', 'rdma-blind-spot', 'gpu02', NULL, ?, NULL), "
-            "('a2', 'rdma-blind-spot', 'gpu02', NULL, ?, NULL), "
-            "('a3', 'supply-chain', 'gpu01', '4410001', ?, ?)",
-            [NOW, NOW, NOW, NOW],
-        )
-
-    store.submit_write(create).result()
-    assert q.open_alert_counts(store) == [{"vector": "rdma-blind-spot", "node": "gpu02", "open": 2}]

@@ -72,6 +72,18 @@ VECTOR_WEIGHTS: Mapping[Vector, float] = {
 }
 
 
+#: Each vector's id in the diagram's element catalog (``model/data/catalog.yaml``), the name
+#: Threats mode and the diagram's counts use.
+VECTOR_NAMES: Mapping[Vector, str] = {
+    Vector.SUPPLY_CHAIN: "supply-chain",
+    Vector.DATA_POISONING: "data-poisoning",
+    Vector.RDMA: "rdma-blind-spot",
+    Vector.GRADIENT_INJECTION: "gradient-injection",
+    Vector.GPU_MEMORY: "gpu-memory-leakage",
+    Vector.CONTAINER_ESCAPE: "container-escape",
+}
+
+
 class AlertState(StrEnum):
     """Where a person has taken an alert: open until acknowledged or resolved."""
 

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from hpcscope.model.access import JobScope
+from hpcscope.model.alerts import VECTOR_NAMES, AlertState, Severity
 from hpcscope.model.sampling import has_job_sql
 from hpcscope.model.schemas import GPU_METRICS
 from hpcscope.store.duck import Store
@@ -355,18 +356,18 @@ FROM scrapes s GROUP BY s.exporter ORDER BY s.exporter
     return _rows(store.query(sql, [since, since, since]))
 
 
-#: The table security detections will write, and the columns the diagram needs from it.
+#: The alerts table (migration 7, ``store/alerts.py``) and the columns the diagram reads.
 ALERTS_TABLE = "alerts"
-ALERT_COLUMNS = frozenset({"vector", "node", "resolved_ts"})
+ALERT_COLUMNS = frozenset({"vector", "node", "severity", "state"})
 
 
 def open_alert_counts(store: Store) -> list[dict[str, Any]] | None:
-    """Open security alerts per threat vector and node, or None when detections do not exist.
+    """Open alerts (acknowledged included: not resolved) per vector name, node and severity.
 
-    Detections land with the security work in a table ``alerts`` with at least ``vector``
-    (a threat-vector id of the catalog), ``node`` (nullable) and ``resolved_ts`` (null while
-    open). Until that table exists, the diagram says detections are not configured instead of
-    showing zeros.
+    Rows: ``vector`` (the catalog id of :data:`~hpcscope.model.alerts.VECTOR_NAMES`), ``node``
+    (nullable), ``severity`` (``LOW`` .. ``CRITICAL``) and ``open`` (a count). None when the
+    store has no alerts table (an older store before its migrations run): the diagram then
+    says detections are not configured instead of showing zeros.
     """
     columns = {
         str(r["column_name"])
@@ -379,9 +380,14 @@ def open_alert_counts(store: Store) -> list[dict[str, Any]] | None:
     }
     if not columns >= ALERT_COLUMNS:
         return None
+    vector_case = " ".join(f"WHEN {int(v)} THEN '{name}'" for v, name in VECTOR_NAMES.items())
+    severity_case = " ".join(f"WHEN {int(s)} THEN '{s.name}'" for s in Severity)
     return _rows(
         store.query(
-            f"SELECT vector, node, count(*) AS open FROM {ALERTS_TABLE} "
-            "WHERE resolved_ts IS NULL GROUP BY vector, node ORDER BY vector, node"
+            f"SELECT CASE vector {vector_case} ELSE CAST(vector AS VARCHAR) END AS vector, "
+            f"node, CASE severity {severity_case} ELSE CAST(severity AS VARCHAR) END "
+            f"AS severity, count(*) AS open FROM {ALERTS_TABLE} WHERE state <> ? "
+            "GROUP BY ALL ORDER BY vector, node NULLS LAST, severity",
+            [AlertState.RESOLVED.value],
         )
     )
