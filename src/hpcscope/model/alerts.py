@@ -229,6 +229,9 @@ class RuleSpec:
         min_hits: how many of them must match for the rule to fire.
         thresholds: the rule's named thresholds (``norm_z``, ``relative_error``...).
         enabled: a site can switch a rule off without deleting it.
+        lists: the rule's named lists (allow-lists, path prefixes, CIDRs, ports), as strings.
+        falco_rules: names of Falco rules (stable or hpcscope's) whose alerts this rule takes
+            over; an alert of such a rule keeps Falco's rule name in its evidence.
         source: the file the rule came from, and ``line`` where it starts (for messages).
     """
 
@@ -242,6 +245,8 @@ class RuleSpec:
     enabled: bool = True
     source: str = "<builtin>"
     line: int | None = None
+    lists: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    falco_rules: tuple[str, ...] = ()
 
     def threshold(self, name: str) -> float:
         """One named threshold.
@@ -250,3 +255,7 @@ class RuleSpec:
             KeyError: the rule has no such threshold (the loader checks required names).
         """
         return float(self.thresholds[name])
+
+    def items(self, name: str) -> tuple[str, ...]:
+        """One named list (empty when the rule has none by that name)."""
+        return tuple(self.lists.get(name, ()))

@@ -169,3 +169,15 @@ def alerts(
         where.params,
     )
     return [_alert(row) for row in table.to_pylist()]
+
+
+def job_owners(store: Store, job_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+    """User and account of each known job among ``job_ids`` (from ``jobs``: Slurm's view)."""
+    wanted = sorted(set(job_ids))
+    if not wanted:
+        return {}
+    marks = ", ".join("?" for _ in wanted)
+    table = store.query(
+        f'SELECT job_id, "user", account FROM jobs WHERE job_id IN ({marks})', wanted
+    )
+    return {str(r["job_id"]): (r["user"], r["account"]) for r in table.to_pylist()}

@@ -15,7 +15,9 @@ keeps its loop to itself). Each cycle:
 6. reads the Lustre job_stats spool files that changed into ``lustre_job_stats``, one
    ``scrapes`` row per file (``service/collect/lustre_spool.py``);
 7. reads the gradient-integrity spool's new lines and raises GI alerts
-   (``service/integrity/spool.py``).
+   (``service/integrity/spool.py``);
+8. polls the Falco/Tetragon tails and drains the security event buffer into the alert engine
+   (``service/alerts/engine.py``).
 
 An exporter that hangs, returns 500 or garbage costs one failed scrape row; the collector keeps
 running, and nothing stored before is touched.
@@ -47,6 +49,7 @@ from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.model.timeutil import epoch_seconds, utcnow
+from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_samples
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
 from hpcscope.service.collect.scheduler import (
@@ -119,10 +122,16 @@ class CollectorConfig:
     """Root of the gradient-integrity spool (``service/integrity/spool.py``)."""
     rules: dict[str, RuleSpec] = field(default_factory=dict)
     """Detection rules by id (loaded and validated at start)."""
+    security: SecurityCollection | None = None
+    """Falco/Tetragon sources, the security event buffer and the alert engine draining it."""
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, rules: dict[str, RuleSpec] | None = None
+        cls,
+        settings: Settings,
+        *,
+        rules: dict[str, RuleSpec] | None = None,
+        security: SecurityCollection | None = None,
     ) -> CollectorConfig | None:
         """The collection a site's settings ask for, or None when nothing is configured."""
         scheduler: SchedulerSource | None = None
@@ -148,6 +157,7 @@ class CollectorConfig:
             and settings.job_mapping_dir is None
             and settings.lustre_job_stats_dir is None
             and settings.integrity_spool_dir is None
+            and security is None
         ):
             return None
         return cls(
@@ -163,6 +173,7 @@ class CollectorConfig:
             lustre_jobid_pattern=settings.lustre_jobid_pattern,
             integrity_spool_dir=settings.integrity_spool_dir,
             rules=dict(rules or {}),
+            security=security,
         )
 
 
@@ -177,6 +188,7 @@ class CycleReport:
     jobs_written: int = 0
     lustre_rows_written: int = 0
     integrity_alerts_written: int = 0
+    security_alerts_written: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -381,6 +393,15 @@ class Collector:
             else:
                 report.integrity_alerts_written = cycle.alerts
                 report.errors.extend(cycle.errors[:20])
+        if self.config.security is not None:
+            try:
+                events = await asyncio.to_thread(self.config.security.collect_once)
+            except Exception as exc:  # a bad event stream must not stop the other sources
+                log.exception("security event collection failed")
+                report.errors.append(f"security events: {exc}")
+            else:
+                report.security_alerts_written = events.alerts
+                report.errors.extend(events.errors)
         return report
 
     async def _collect_lustre(self, spool: LustreSpool, report: CycleReport) -> None:
