@@ -19,6 +19,7 @@ from starlette.responses import Response
 from hpcscope import __version__
 from hpcscope.serve.auth import LoginRequired, Unauthorized
 from hpcscope.serve.routes import (
+    alerts,
     auth_routes,
     cluster,
     diagram,
@@ -37,6 +38,7 @@ ROUTERS = [
     auth_routes.router,
     cluster.router,
     jobs.router,
+    alerts.router,
     metrics_route.router,
     simulate.router,
     diagram.router,

@@ -137,6 +137,7 @@ def alerts(
     states: Sequence[AlertState] | None = None,
     min_severity: Severity | None = None,
     key: str | None = None,
+    vector: Vector | None = None,
     limit: int = 500,
 ) -> list[Alert]:
     """Stored alerts ``scope`` admits, most severe and most recent first.
@@ -147,9 +148,11 @@ def alerts(
         states: only alerts in these states.
         min_severity: only alerts at least this severe.
         key: only the alert with this deduplication key.
+        vector: only alerts of this threat vector.
         limit: at most this many.
     """
     where = Where().equals("a.job_id", job_id).equals("a.dedup_key", key)
+    where.equals("a.vector", None if vector is None else int(vector))
     if states is not None:
         where.among("a.state", [s.value for s in states])
     if min_severity is not None:
