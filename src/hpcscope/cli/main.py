@@ -10,6 +10,7 @@ from typer.core import TyperGroup
 
 from hpcscope import __version__
 from hpcscope.cli import (
+    alerts_cmd,
     demo_cmd,
     deploy_cmd,
     jobs_cmd,
@@ -57,6 +58,7 @@ serve_cmd.register(app)
 demo_cmd.register(app)
 twin_cmd.register(app)
 jobs_cmd.register(app)
+alerts_cmd.register(app)
 simulate_cmd.register(app)
 nccl_cmd.register(app)
 traces_cmd.register(app)

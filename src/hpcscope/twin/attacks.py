@@ -10,8 +10,9 @@ expect nothing. ``bench/detection_quality.py`` replays them through the producti
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hpcscope.twin.security_events import (
     Proc,
@@ -307,6 +308,40 @@ SCENARIOS: tuple[Callable[[int], Scenario], ...] = (
     uverbs_outside_jobs,
     benign_training,
 )
+
+
+def retarget(s: Scenario, *, job_id: str | None, node: str | None) -> Scenario:
+    """The scenario played in another job and node: Falco's ``thread.cgroups`` names
+    ``job_id`` instead of the scenario's main job, ``hostname``/``node_name`` become ``node``.
+    (Tetragon lines still need the server's ``/proc/<pid>/cgroup`` to name a job.)"""
+    if job_id is None and node is None:
+        return s
+    main = s.job_id or "4410001"
+
+    def falco(line: str) -> str:
+        alert = json.loads(line)
+        if node is not None:
+            alert["hostname"] = node
+        fields = alert.get("output_fields") or {}
+        if job_id is not None:
+            for holder, key in ((fields, "thread.cgroups"), (alert, "output")):
+                if isinstance(holder.get(key), str):
+                    holder[key] = holder[key].replace(f"job_{main}/", f"job_{job_id}/")
+        return json.dumps(alert, separators=(",", ":"))
+
+    def tetragon(line: str) -> str:
+        event = json.loads(line)
+        if node is not None:
+            event["node_name"] = node
+        return json.dumps(event, separators=(",", ":"))
+
+    return replace(
+        s,
+        falco=[falco(x) for x in s.falco],
+        tetragon=[tetragon(x) for x in s.tetragon],
+        node=node or s.node,
+        job_id=job_id if job_id is not None and s.job_id is not None else s.job_id,
+    )
 
 
 def scenarios(t0: int) -> list[Scenario]:
