@@ -159,3 +159,18 @@ def test_filters_are_checked_and_applied(clients: dict[str | None, TestClient]) 
         response = admin.get(f"/api/alerts?{bad}")
         assert response.status_code == 400 and bad.split("=")[1] in response.json()["detail"]
     assert admin.get("/alerts?state=closed").status_code == 400
+
+
+def test_threats_mode_lights_nodes_and_vectors_by_worst_severity(
+    clients: dict[str | None, TestClient],
+) -> None:
+    elements = clients["admin"].get("/api/diagram/state").json()["elements"]
+    node = next(e for k, e in elements.items() if k.endswith("gpu01") and "alerted" in e["class"])
+    assert "sev-critical" in node["class"] and "4 open alerts, worst CRITICAL" in node["label"]
+    supply = elements["vector-supply-chain"]
+    assert supply["class"] == "alerted sev-critical" and supply["lines"][1] == "1 open · CRITICAL"
+    assert elements["vector-rdma-blind-spot"]["class"] == "alerted sev-high"
+    assert elements["vector-gpu-memory-leakage"]["class"] == ""
+    detections = clients["alice"].get("/api/diagram").json()["detections"]
+    assert detections["worst_by_vector"]["supply-chain"] == "CRITICAL"
+    assert detections["open_by_node"] == {"gpu01": 4}
