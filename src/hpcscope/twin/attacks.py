@@ -247,37 +247,72 @@ def uverbs_outside_jobs(t0: int) -> Scenario:
     return s
 
 
-def benign_training(t0: int) -> Scenario:
-    """Training with owner checkpoints, same-account eval reads, in-cluster NCCL, JIT, py-spy,
-    enroot's setns, pip build isolation, the job's own uverbs opens."""
-    s = Scenario("benign-training", benign=True)
+def benign_checkpoints(t0: int) -> Scenario:
+    """Training that writes and reloads its own checkpoints; an eval job of the same account
+    reads them (multi-hour training with checkpoints, same-account eval reads)."""
+    s = Scenario("benign-checkpoints", benign=True)
     python = _python(s, t0)
     evaluator = _python(s, t0, job="4410006", pid=3001)  # alice again, same account
+    shard = f"{CHECKPOINTS}/run-c/step-200/model.pt"
+    s.tetragon = [tetragon_exec(python), tetragon_exec(evaluator)]
+    for step in range(3):
+        s.tetragon.append(file_access(python, shard, 2, time_ns=t0 + (10 + step) * SECOND_NS))
+    s.tetragon += [
+        file_access(python, shard, 4, time_ns=t0 + 20 * SECOND_NS),
+        file_access(evaluator, shard, 4, time_ns=t0 + 30 * SECOND_NS),
+    ]
+    return s
+
+
+def benign_jit(t0: int) -> Scenario:
+    """torch.compile's JIT: ``sh -c gcc ...``, gcc, ptxas; pip's build isolation in /tmp."""
+    s = Scenario("benign-torch-compile-jit", benign=True)
+    python = _python(s, t0)
     jit_sh = s.proc.add(Proc(NODE, 3002, 1000, "/bin/sh", "-c gcc -O3 -shared k.c", t0, python),
                         "4410001")  # fmt: skip
     gcc = s.proc.add(Proc(NODE, 3003, 1000, "/usr/bin/gcc", "-O3 -shared k.c", t0, jit_sh),
                      "4410001")  # fmt: skip
     ptxas = s.proc.add(Proc(NODE, 3004, 1000, "/usr/local/cuda/bin/ptxas", "k.ptx", t0, python),
                        "4410001")  # fmt: skip
+    pip = s.proc.add(Proc(NODE, 3007, 1000, "/tmp/pip-build-env-x1/overlay/bin/cmake", "..", t0,
+                          python), "4410001")  # fmt: skip
+    s.tetragon = [tetragon_exec(p) for p in (python, jit_sh, gcc, ptxas, pip)]
+    return s
+
+
+def benign_nccl(t0: int) -> Scenario:
+    """nccl-tests in an allocation: rendezvous inside the cluster, the job's own uverbs opens."""
+    s = Scenario("benign-nccl-tests", benign=True)
+    tests = s.proc.add(Proc(NODE, 3101, 1000, "/opt/nccl-tests/all_reduce_perf", "-b 8 -e 8G",
+                            t0), "4410001")  # fmt: skip
+    s.tetragon = [
+        tetragon_exec(tests),
+        tcp_connect(tests, "10.1.0.12", 29500, time_ns=t0 + 3 * SECOND_NS),
+        file_access(tests, "/dev/infiniband/uverbs0", 6, time_ns=t0 + 4 * SECOND_NS),
+        file_access(tests, "/dev/infiniband/uverbs1", 6, time_ns=t0 + 4 * SECOND_NS),
+    ]
+    return s
+
+
+def benign_starts_and_profiling(t0: int) -> Scenario:
+    """enroot and Apptainer container starts (setns in the job), and py-spy by the job owner
+    (Tetragon's ptrace kprobe and Falco's stable ptrace rule)."""
+    s = Scenario("benign-containers-py-spy", benign=True)
+    python = _python(s, t0)
     pyspy = s.proc.add(Proc(NODE, 3005, 1000, "/usr/bin/py-spy", "dump --pid 2000", t0),
                        "4410001")  # fmt: skip
     enroot = s.proc.add(Proc(NODE, 3006, 0, "/usr/bin/enroot-nsenter", "", t0), "4410001")
-    pip = s.proc.add(Proc(NODE, 3007, 1000, "/tmp/pip-build-env-x1/overlay/bin/cmake", "..", t0,
-                          python), "4410001")  # fmt: skip
-    shard = f"{CHECKPOINTS}/run-c/step-200/model.pt"
-    s.tetragon = [tetragon_exec(p) for p in (python, evaluator, jit_sh, gcc, ptxas, pyspy,
-                                               enroot, pip)]  # fmt: skip
-    for step in range(3):
-        s.tetragon.append(file_access(python, shard, 2, time_ns=t0 + (10 + step) * SECOND_NS))
+    starter = s.proc.add(
+        Proc(NODE, 3008, 1000, "/usr/libexec/apptainer/bin/starter-suid", "", t0), "4410001"
+    )
+    s.tetragon = [tetragon_exec(p) for p in (python, pyspy, enroot, starter)]
     s.tetragon += [
-        file_access(python, shard, 4, time_ns=t0 + 20 * SECOND_NS),
-        file_access(evaluator, shard, 4, time_ns=t0 + 30 * SECOND_NS),
-        tcp_connect(python, "10.1.0.12", 29500, time_ns=t0 + 3 * SECOND_NS),
-        file_access(python, "/dev/infiniband/uverbs0", 6, time_ns=t0 + 4 * SECOND_NS),
         tetragon_kprobe(pyspy, time_ns=t0 + 5 * SECOND_NS, function="__x64_sys_ptrace",
                         args=[{"int_arg": 16}, {"int_arg": 2000}], policy="ptrace"),
         tetragon_kprobe(enroot, time_ns=t0 + 6 * SECOND_NS, function="__x64_sys_setns",
                         args=[{"int_arg": 3}, {"int_arg": 0x20000}], policy="ns"),
+        tetragon_kprobe(starter, time_ns=t0 + 7 * SECOND_NS, function="__x64_sys_setns",
+                        args=[{"int_arg": 4}, {"int_arg": 0x20000}], policy="ns"),
     ]  # fmt: skip
     s.falco = [
         falco_line(
@@ -306,7 +341,10 @@ SCENARIOS: tuple[Callable[[int], Scenario], ...] = (
     munge_key_read,
     root_ptrace,
     uverbs_outside_jobs,
-    benign_training,
+    benign_checkpoints,
+    benign_jit,
+    benign_nccl,
+    benign_starts_and_profiling,
 )
 
 

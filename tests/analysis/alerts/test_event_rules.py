@@ -186,3 +186,25 @@ def test_merging_keeps_every_firing_whatever_the_order(
     for alert in merged:
         mine = [a for a in alerts if a.rule_id == alert.rule_id]
         assert alert.severity == max(a.severity for a in mine)
+
+
+@pytest.mark.parametrize(
+    ("make", "rule", "emptied", "fires"),
+    [
+        (attacks.benign_jit, "SC-1", "jit_toolchain", "SC-1"),
+        (attacks.benign_jit, "SC-2", "known_temp_substrings", "SC-2"),
+        (attacks.benign_nccl, "SC-3", "cluster_cidrs", "SC-3"),
+        (attacks.benign_starts_and_profiling, "CE-3", "container_starters", "CE-3"),
+        (attacks.benign_starts_and_profiling, "GM-3", "owner_tools", "GM-3"),
+    ],
+)
+def test_benign_scenarios_are_quiet_because_of_their_allow_lists(
+    make: object, rule: str, emptied: str, fires: str, tmp_path: Path
+) -> None:
+    rules = dict(RULES)
+    rules[rule] = replace(rules[rule], lists={**rules[rule].lists, emptied: ()})
+    falco, tetragon = _tables(make(T0), tmp_path)  # type: ignore[operator]
+    found = EventRules(rules, checkpoint_roots=[attacks.CHECKPOINTS]).evaluate(
+        falco, tetragon, owners=OWNERS
+    )
+    assert {a.rule_id for a in found.alerts} == {fires}
