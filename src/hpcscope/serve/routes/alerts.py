@@ -123,6 +123,7 @@ def alerts_page(
             "states": [s.value for s in AlertState],
             "severities": [s.name for s in Severity],
             "vectors": list(VECTOR_NAMES.values()),
+            "vector_names": VECTOR_NAMES,
             "actionable": {a.key for a in found if may_change_state(principal, a)},
             "back": _back(filters),
         },
