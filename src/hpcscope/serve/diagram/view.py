@@ -216,7 +216,7 @@ def shape_view(layout: DiagramLayout, state: LiveState) -> dict[str, dict[str, A
                 entry["label"] = f"Threat vector {shape.label}: {count} open alerts" + (
                     f", worst {worst}" if count and worst else ""
                 )
-                entry["lines"] = [shape.label, f"{count} open · {worst}" if count else ""]
+                entry["lines"] = [shape.label, f"{count} open" if count else ""]
             else:
                 entry["lines"] = [shape.label, ""]
         out[shape.id] = entry
