@@ -201,6 +201,9 @@ def test_the_demo_shows_an_open_alert_in_threats_mode(demo: str, page: Any) -> N
     assert "hpcscope Executable run from a temp directory" in alert["evidence"][0]["summary"]
     bob = httpx2.get(f"{demo}/api/alerts", auth=("bob", "bob-demo"), timeout=30).json()
     assert bob["count"] == 0
+    diagram = httpx2.get(f"{demo}/api/diagram", auth=ADMIN, timeout=30).json()
+    falco = next(c for c in diagram["collectors"] if c["id"] == "falco")
+    assert falco["status"] == "ok" and falco["exporters"] == ["falco"]  # the tailed file
     login(page, demo, "alice", "alice-demo")
     page.goto(f"{demo}/diagram?mode=threats")
     page.wait_for_selector("#vector-supply-chain.alerted")

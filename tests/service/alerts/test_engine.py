@@ -81,6 +81,15 @@ def test_tailed_files_become_stored_deduplicated_alerts(store: Store, tmp_path: 
     assert sc2.evidence[0].position == "line 5"
     assert sorted(rule for rule, _ in found) == ["SC-1", "SC-1", "SC-2", "SC-3"]
     assert collection.collect_once().alerts == 0  # nothing new: nothing written
+    store.flush()
+    polls = store.query(
+        "SELECT exporter, ok, samples, rejected_lines FROM scrapes ORDER BY ts, exporter"
+    ).to_pylist()
+    assert [(p["exporter"], p["samples"], p["rejected_lines"]) for p in polls] == [
+        ("falco", 1, 1), ("tetragon", 4, 0), ("falco", 0, 0), ("tetragon", 1, 0),
+        ("falco", 0, 0), ("tetragon", 0, 0),
+    ]  # fmt: skip
+    assert all(p["ok"] for p in polls)
 
 
 def test_the_http_buffer_is_drained_by_the_collector_cycle(store: Store, tmp_path: Path) -> None:

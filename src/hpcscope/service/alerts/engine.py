@@ -13,13 +13,19 @@ and upserts the alerts (deduplicated by key: a repeated firing grows ``count``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+
+import pyarrow as pa
 
 from hpcscope.analysis.alerts.common import JobOwner
 from hpcscope.analysis.alerts.events import EventRules, EventVerdict
 from hpcscope.model.alerts import RuleSpec
+from hpcscope.model.schemas import SCRAPE_SCHEMA
+from hpcscope.model.timeutil import utcnow
 from hpcscope.service.security.buffer import DrainedEvents, SecurityEventBuffer
 from hpcscope.service.security.sources import FalcoSource, TetragonSource
 from hpcscope.store import Store
@@ -100,10 +106,33 @@ class SecurityCollection:
                 TetragonSource(self.tetragon_path, self.buffer, proc_root=self.proc_root)
             )
 
-    def collect_once(self) -> SecurityCycle:
-        """Poll the tails, drain the buffer, evaluate, store."""
+    def collect_once(self, *, now: datetime | None = None) -> SecurityCycle:
+        """Poll the tails, drain the buffer, evaluate, store.
+
+        Each tail's poll is also a ``scrapes`` row (exporter ``falco`` or ``tetragon``, target
+        the file, rows parsed, lines rejected; not ok while the file does not exist), so the
+        diagram's collectors show the sources' health like the exporters'.
+        """
+        polls: list[dict[str, object]] = []
         for source in self.sources:
-            source.poll()
+            started = time.perf_counter()
+            result = source.poll()
+            exists = source.tail.path.exists()
+            polls.append(
+                {
+                    "ts": now or utcnow(),
+                    "target": str(source.tail.path),
+                    "exporter": source.kind,
+                    "node": None,
+                    "ok": exists,
+                    "duration_seconds": time.perf_counter() - started,
+                    "samples": result.table.num_rows,
+                    "rejected_lines": len(result.errors),
+                    "error": None if exists else "file does not exist (yet)",
+                }
+            )
+        if polls:
+            self.store.append("scrapes", pa.Table.from_pylist(polls, schema=SCRAPE_SCHEMA))
         drained = self.buffer.drain()
         if drained.dropped_rows:
             log.warning("security event buffer was full: %d events dropped", drained.dropped_rows)
