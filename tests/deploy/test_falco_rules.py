@@ -28,13 +28,13 @@ FALCO_DEFAULT_MACROS = {"spawned_process", "open_read", "open_write"}
 FALCO_FIELDS = {
     "evt.type", "evt.dir", "evt.arg.request", "evt.arg.pid", "proc.name", "proc.aname",
     "proc.pname", "proc.exepath", "proc.args", "proc.cmdline", "proc.is_exe_from_memfd",
-    "fd.name", "user.uid", "thread.cgroups",
+    "fd.name", "user.uid", "thread.cgroups", "proc.env",
 }  # fmt: skip
 OPERATORS = {
     "and", "or", "not", "in", "startswith", "endswith", "contains", "icontains", "pmatch",
     "glob", "exists", "intersects", "regex", "bcontains", "bstartswith", "true", "false",
 }  # fmt: skip
-HPCSCOPE_RULE_IDS = {"SC-1", "SC-2", "CE-1", "CE-3", "CE-4", "GM-3", "RD-4"}
+HPCSCOPE_RULE_IDS = {"SC-1", "SC-2", "CE-1", "CE-2", "CE-3", "CE-4", "GM-3", "RD-4"}
 
 
 def _items() -> list[dict[str, Any]]:
@@ -158,3 +158,15 @@ def test_conditions_are_balanced() -> None:
             depth += {"(": 1, ")": -1}.get(char, 0)
             assert depth >= 0, condition
         assert depth == 0, condition
+
+
+def test_the_alert_engine_takes_over_every_shipped_falco_rule() -> None:
+    """Each shipped rule's alerts reach the engine's rule of the same id (its tag), and the
+    engine's rule file lists its name, so a site that drops the tags still maps them."""
+    from hpcscope.service.alerts.rules import load_site_rules
+
+    rules = load_site_rules(None)
+    for rule in (item for item in _items() if "rule" in item):
+        (rule_id,) = HPCSCOPE_RULE_IDS & set(rule["tags"])
+        assert rule_id in rules, rule["rule"]
+        assert rule["rule"] in rules[rule_id].falco_rules, (rule_id, rule["rule"])

@@ -72,8 +72,8 @@ def test_alert_json_view_names_attribution_and_evidence() -> None:
 
 
 def test_vector_ids_are_the_catalogs() -> None:
-    from hpcscope.model.alerts import VECTOR_IDS
+    from hpcscope.model.alerts import VECTOR_NAMES
     from hpcscope.model.catalog import default_catalog
 
     catalog = {v.number: v.id for v in default_catalog().threat_vectors}
-    assert {int(v): i for v, i in VECTOR_IDS.items()} == catalog
+    assert {int(v): i for v, i in VECTOR_NAMES.items()} == catalog

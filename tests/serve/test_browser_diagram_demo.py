@@ -186,3 +186,29 @@ def test_straggler_and_data_starved_gpus_are_distinct_and_match_the_job_report(
         assert over["gpu"]["sm_active_ratio"] == pytest.approx(gpu["sm_active_ratio"], abs=0.02)
         assert over["job_sm_active_ratio"] == pytest.approx(report["sm_active_ratio"], abs=0.02)
     screenshot(page, "diagram-demo-starved-card")
+
+
+def _open_miner(base: str) -> dict[str, Any] | None:
+    body = httpx2.get(f"{base}/api/alerts?state=open", auth=ADMIN, timeout=30).json()
+    return next((a for a in body["alerts"] if a["rule_id"] == "SC-2"), None)
+
+
+def test_the_demo_shows_an_open_alert_in_threats_mode(demo: str, page: Any) -> None:
+    """Acceptance of issue 12: out of the box, the twin's miner is an open alert on alice's job,
+    lit in Threats mode, listed on /alerts for alice and not for bob."""
+    alert = _wait_for(lambda: _open_miner(demo), "the twin's opening attack as an alert", 60)
+    assert (alert["user"], alert["account"], alert["gpu"]) == ("alice", "vision", None)
+    assert "hpcscope Executable run from a temp directory" in alert["evidence"][0]["summary"]
+    bob = httpx2.get(f"{demo}/api/alerts", auth=("bob", "bob-demo"), timeout=30).json()
+    assert bob["count"] == 0
+    diagram = httpx2.get(f"{demo}/api/diagram", auth=ADMIN, timeout=30).json()
+    falco = next(c for c in diagram["collectors"] if c["id"] == "falco")
+    assert falco["status"] == "ok" and falco["exporters"] == ["falco"]  # the tailed file
+    login(page, demo, "alice", "alice-demo")
+    page.goto(f"{demo}/diagram?mode=threats")
+    page.wait_for_selector("#vector-supply-chain.alerted")
+    assert "sev-high" in (page.get_attribute("#vector-supply-chain", "class") or "")
+    assert page.locator(f"#node-{alert['node']}.alerted").count() == 1
+    screenshot(page, "diagram-demo-threats-alert")
+    page.goto(f"{demo}/alerts")
+    assert "ultralytics_runner" in page.locator("#alerts").inner_text()

@@ -10,15 +10,27 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from hpcscope.model.alerts import Alert, AlertState, Severity, Vector
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
+from hpcscope.store.alerts import set_alert_state, upsert_alerts
 from tests.support.data import populate
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
 
 
 def test_metrics_text_is_golden(service: Service, client_as: Callable[[str], TestClient]) -> None:
-    populate(service.store, now=utcnow())
+    now = utcnow()
+    populate(service.store, now=now)
+    supply, high = Vector.SUPPLY_CHAIN, Severity.HIGH
+    found = [
+        Alert("SC-2", supply, Severity.CRITICAL, "t", now, now, node="n1", job_id="101"),
+        Alert("SC-1", supply, high, "t", now, now, node="n1", job_id="101"),
+        Alert("RD-4", Vector.RDMA, high, "t", now, now, node="n2"),
+        Alert("CE-3", Vector.CONTAINER_ESCAPE, high, "t", now, now, node="n2"),
+    ]
+    upsert_alerts(service.store, found).result()
+    set_alert_state(service.store, found[3].key, AlertState.RESOLVED, by="x", at=now).result()
     response = client_as("admin").get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")

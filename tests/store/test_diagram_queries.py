@@ -200,14 +200,39 @@ def test_scrape_health_per_exporter(store: Store) -> None:
     assert dcgm["failing_targets"] == 1 and dcgm["last_error"] == "connection refused"
 
 
-def test_open_alerts_are_counted_per_vector_and_node(store: Store) -> None:
-    assert q.open_alert_counts(store) == []  # the table exists (migration 6), empty
+def _alert(rule: str, vector: Vector, severity: Severity, node: str | None, job: str) -> Alert:
+    return Alert(
+        rule_id=rule,
+        vector=vector,
+        severity=severity,
+        title=rule,
+        first_seen=NOW,
+        last_seen=NOW,
+        node=node,
+        job_id=job,
+    )
 
-    def alert(rule: str, vector: Vector, node: str, job: str | None) -> Alert:
-        return Alert(rule, vector, Severity.HIGH, rule, NOW, NOW, node=node, job_id=job)
 
-    rd1, rd2 = alert("RD-1", Vector.RDMA, "gpu02", None), alert("RD-4", Vector.RDMA, "gpu02", None)
-    sc = alert("SC-1", Vector.SUPPLY_CHAIN, "gpu01", "4410001")
-    upsert_alerts(store, [rd1, rd2, sc]).result()
-    set_alert_state(store, sc.key, AlertState.RESOLVED, by="admin", at=NOW).result()
-    assert q.open_alert_counts(store) == [{"vector": "rdma-blind-spot", "node": "gpu02", "open": 2}]
+def test_open_alerts_are_counted_per_vector_node_and_severity(store: Store) -> None:
+    assert q.open_alert_counts(store) == []  # the table exists (migration 7), nothing open yet
+    rdma = _alert("RD-4", Vector.RDMA, Severity.HIGH, "gpu02", "4410001")
+    rdma_again = _alert("RD-4", Vector.RDMA, Severity.HIGH, "gpu02", "4410002")
+    miner = _alert("SC-2", Vector.SUPPLY_CHAIN, Severity.CRITICAL, "gpu01", "4410001")
+    shell = _alert("SC-1", Vector.SUPPLY_CHAIN, Severity.HIGH, "gpu01", "4410001")
+    gone = _alert("CE-3", Vector.CONTAINER_ESCAPE, Severity.HIGH, "gpu01", "4410001")
+    nowhere = _alert("GI-1", Vector.GRADIENT_INJECTION, Severity.HIGH, None, "4410001")
+    upsert_alerts(store, [rdma, rdma_again, miner, shell, gone, nowhere]).result()
+    set_alert_state(store, shell.key, AlertState.ACKNOWLEDGED, by="admin", at=NOW).result()
+    set_alert_state(store, gone.key, AlertState.RESOLVED, by="admin", at=NOW).result()
+    assert q.open_alert_counts(store) == [
+        {"vector": "gradient-injection", "node": None, "severity": "HIGH", "open": 1},
+        {"vector": "rdma-blind-spot", "node": "gpu02", "severity": "HIGH", "open": 2},
+        # acknowledged is still open; resolved is not
+        {"vector": "supply-chain", "node": "gpu01", "severity": "CRITICAL", "open": 1},
+        {"vector": "supply-chain", "node": "gpu01", "severity": "HIGH", "open": 1},
+    ]
+
+
+def test_alert_counts_are_none_without_an_alerts_table(store: Store) -> None:
+    store.submit_write(lambda con: con.execute("DROP TABLE alerts")).result()
+    assert q.open_alert_counts(store) is None

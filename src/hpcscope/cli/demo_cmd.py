@@ -132,6 +132,10 @@ def demo(
             anonymous_diagram=True,
             targets_path=twin_dir / "targets.json",
             lustre_job_stats_dir=Path(str(info["lustre_dir"])) if info.get("lustre_dir") else None,
+            # the twin's attacks, in Falco's JSON: Threats mode shows an open alert from the start
+            falco_events_path=(
+                Path(str(info["falco_events_path"])) if info.get("falco_events_path") else None
+            ),
             slurmrestd_url=str(info["slurmrestd_url"]),
             scrape_interval_seconds=scrape_interval,
             scheduler_poll_seconds=scrape_interval,

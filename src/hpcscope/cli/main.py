@@ -49,6 +49,9 @@ COMMANDS: dict[str, LazyCommand] = {
         "hpcscope.cli.jobs_cmd",
         "One job's report: verdict, reported vs real, GPU-hours and cost, per-GPU detail, alerts.",
     ),
+    "alerts": LazyCommand(
+        "hpcscope.cli.alerts_cmd", "List the alerts you may see, most severe and most recent first."
+    ),
     "simulate": LazyCommand(
         "hpcscope.cli.simulate_cmd",
         "Simulate how stragglers, jitter and hiccups cost a training job as it scales.",

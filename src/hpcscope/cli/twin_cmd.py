@@ -136,3 +136,59 @@ def dcgm_endpoint(
     finally:
         server.shutdown()
         server.server_close()
+
+
+@app.command("attack")
+def attack(
+    scenario: str = typer.Argument("supply-chain-miner", help="Scenario name (--list)."),
+    falco: Path = typer.Option(
+        Path("var/demo/twin/falco/events.json"), "--falco", help="Falco file_output to append to."
+    ),
+    tetragon: Path | None = typer.Option(
+        None, "--tetragon", help="Tetragon export to append to (the scenario's Tetragon lines)."
+    ),
+    job: str | None = typer.Option(None, "--job", help="Play it in this job (Falco cgroups)."),
+    node: str | None = typer.Option(None, "--node", help="Play it on this node."),
+    list_only: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
+    json_output: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+) -> None:
+    """Play one of the twin's attack (or benign) scenarios: append its real Falco JSON (and
+    Tetragon JSON) lines to the files a server tails (``falco_events_path``...)."""
+    import time
+
+    from hpcscope.twin.attacks import retarget, scenarios
+    from hpcscope.twin.attacks import scenario as find
+
+    now_ns = time.time_ns()
+    if list_only:
+        found = [
+            {"name": s.name, "benign": s.benign, "expected": s.expected,
+             "falco_lines": len(s.falco), "tetragon_lines": len(s.tetragon)}
+            for s in scenarios(now_ns)
+        ]  # fmt: skip
+        if json_output:
+            print_json({"scenarios": found})
+        else:
+            for s in scenarios(now_ns):
+                rules = ", ".join(f"{k} x{v}" for k, v in s.expected.items()) or "quiet"
+                typer.echo(f"{s.name:<26} {rules}")
+        return
+    try:
+        chosen = retarget(find(scenario, now_ns), job_id=job, node=node)
+    except KeyError as exc:
+        fail(str(exc.args[0]), code=EXIT_USAGE_ERROR, as_json=json_output)
+    written: dict[str, int] = {}
+    for path, lines in ((falco, chosen.falco), (tetragon, chosen.tetragon)):
+        if path is None or not lines:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+        written[str(path)] = len(lines)
+    if json_output:
+        print_json({"scenario": chosen.name, "written": written, "expected": chosen.expected})
+    else:
+        for path_name, count in written.items():
+            typer.echo(f"{chosen.name}: {count} lines appended to {path_name}")
+        if not written:
+            typer.echo(f"{chosen.name}: nothing to write (no --tetragon for its Tetragon lines?)")

@@ -59,16 +59,6 @@ class Vector(IntEnum):
     CONTAINER_ESCAPE = 6
 
 
-#: Each vector's id in the element catalog (``model/data/catalog.yaml``, ``threat_vectors``).
-VECTOR_IDS: Mapping[Vector, str] = {
-    Vector.SUPPLY_CHAIN: "supply-chain",
-    Vector.DATA_POISONING: "data-poisoning",
-    Vector.RDMA: "rdma-blind-spot",
-    Vector.GRADIENT_INJECTION: "gradient-injection",
-    Vector.GPU_MEMORY: "gpu-memory-leakage",
-    Vector.CONTAINER_ESCAPE: "container-escape",
-}
-
 #: Relative weight of each vector when alerts of several vectors are ranked together
 #: (priority = severity x weight). Starting values: code execution and escapes first, then
 #: the paths to the weights, then integrity of the training itself.
@@ -79,6 +69,18 @@ VECTOR_WEIGHTS: Mapping[Vector, float] = {
     Vector.GRADIENT_INJECTION: 0.8,
     Vector.GPU_MEMORY: 0.9,
     Vector.CONTAINER_ESCAPE: 1.0,
+}
+
+
+#: Each vector's id in the diagram's element catalog (``model/data/catalog.yaml``), the name
+#: Threats mode and the diagram's counts use.
+VECTOR_NAMES: Mapping[Vector, str] = {
+    Vector.SUPPLY_CHAIN: "supply-chain",
+    Vector.DATA_POISONING: "data-poisoning",
+    Vector.RDMA: "rdma-blind-spot",
+    Vector.GRADIENT_INJECTION: "gradient-injection",
+    Vector.GPU_MEMORY: "gpu-memory-leakage",
+    Vector.CONTAINER_ESCAPE: "container-escape",
 }
 
 
@@ -227,6 +229,9 @@ class RuleSpec:
         min_hits: how many of them must match for the rule to fire.
         thresholds: the rule's named thresholds (``norm_z``, ``relative_error``...).
         enabled: a site can switch a rule off without deleting it.
+        lists: the rule's named lists (allow-lists, path prefixes, CIDRs, ports), as strings.
+        falco_rules: names of Falco rules (stable or hpcscope's) whose alerts this rule takes
+            over; an alert of such a rule keeps Falco's rule name in its evidence.
         source: the file the rule came from, and ``line`` where it starts (for messages).
     """
 
@@ -240,6 +245,8 @@ class RuleSpec:
     enabled: bool = True
     source: str = "<builtin>"
     line: int | None = None
+    lists: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    falco_rules: tuple[str, ...] = ()
 
     def threshold(self, name: str) -> float:
         """One named threshold.
@@ -248,3 +255,7 @@ class RuleSpec:
             KeyError: the rule has no such threshold (the loader checks required names).
         """
         return float(self.thresholds[name])
+
+    def items(self, name: str) -> tuple[str, ...]:
+        """One named list (empty when the rule has none by that name)."""
+        return tuple(self.lists.get(name, ()))

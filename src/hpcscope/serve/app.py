@@ -43,6 +43,7 @@ ROUTERS = [
     auth_routes.router,
     cluster.router,
     jobs.router,
+    alerts.router,
     metrics_route.router,
     simulate.router,
     diagram.router,

@@ -4,8 +4,9 @@ A custom collector on a private registry reads the store at scrape time (prometh
 ``Collector`` protocol). We never re-export raw per-second GPU samples — that is
 dcgm-exporter's job — only what hpcscope derives: per running job and GPU, reported vs real
 efficiency over the last five minutes and the straggler flag; per job, allocated GPUs and useful
-GPU-seconds so far; the collector's own health. User, account and partition live on
-``hpcscope_job_info`` only (join with ``* on(job_id) group_left(user)``).
+GPU-seconds so far; the collector's own health; open alerts per severity and vector. User,
+account and partition live on ``hpcscope_job_info`` only (join with
+``* on(job_id) group_left(user)``).
 
 The endpoint carries every job, so it requires an admin (Prometheus scrapes it with an admin
 or service account's credentials).
@@ -21,6 +22,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from hpcscope import __version__
 from hpcscope.model.access import system_principal
+from hpcscope.model.alerts import VECTOR_NAMES, Severity
 from hpcscope.model.timeutil import epoch_seconds
 from hpcscope.service.core import Service
 
@@ -51,6 +53,7 @@ class HpcscopeCollector:
         yield schema
         yield from self._jobs()
         yield from self._scrapes()
+        yield from self._alerts()
 
     def _jobs(self) -> Iterator[Metric]:
         live = self.service.live_job_gpus(_SYSTEM, window=LIVE_WINDOW)
@@ -131,6 +134,25 @@ class HpcscopeCollector:
             if target["last_success"] is not None:
                 last.add_metric(values, epoch_seconds(target["last_success"]))
         yield from (up, duration, samples, last)
+
+    def _alerts(self) -> Iterator[Metric]:
+        """Open (not resolved) alerts per severity and vector: every pair, zeros included, so
+        that a rule on ``> 0`` never misses a series that did not exist yet."""
+        rows = self.service.open_alert_counts()
+        if rows is None:
+            return
+        counts = {(s.name, v): 0 for s in Severity for v in VECTOR_NAMES.values()}
+        for row in rows:
+            key = (str(row["severity"]), str(row["vector"]))
+            counts[key] = counts.get(key, 0) + int(row["open"])
+        family = GaugeMetricFamily(
+            "hpcscope_alerts_open",
+            "Open and acknowledged (not resolved) alerts, by severity and threat vector.",
+            labels=["severity", "vector"],
+        )
+        for (severity, vector), count in sorted(counts.items()):
+            family.add_metric([severity, vector], float(count))
+        yield family
 
 
 def metrics_registry(service: Service) -> CollectorRegistry:

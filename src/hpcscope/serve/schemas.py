@@ -18,7 +18,12 @@ from pydantic import TypeAdapter
 
 from hpcscope.serve.contracts import ClusterState, Health, WhoAmI
 from hpcscope.serve.diagram.contracts import DiagramPage, DiagramState
-from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts, JobReportWithAlerts
+from hpcscope.service.alerts.contracts import (
+    AlertDocument,
+    AlertList,
+    JobAlerts,
+    JobReportWithAlerts,
+)
 from hpcscope.service.diagram.cards import ElementCard
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 from hpcscope.service.nccl.contracts import NcclReport
@@ -55,6 +60,7 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "job-report-with-alerts": JobReportWithAlerts,
     "job-alerts": JobAlerts,
     "alert": AlertDocument,
+    "alert-list": AlertList,
     "job-list": JobList,
     "job-timeseries": JobTimeseries,
     "nccl-report": NcclReport,

@@ -10,8 +10,10 @@ import uvicorn
 from fastapi import FastAPI
 
 from hpcscope.serve.app import create_app
+from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
+from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,26 @@ def uvicorn_config(
     )
 
 
+def security_collection(service: Service, buffer: SecurityEventBuffer) -> SecurityCollection | None:
+    """The alert engine over security events, when a site sends any (Falco's http_output
+    token, a Falco or Tetragon file); None otherwise."""
+    settings = service.settings
+    if (
+        settings.falco_ingest_token is None
+        and settings.falco_events_path is None
+        and settings.tetragon_events_path is None
+    ):
+        return None
+    return SecurityCollection(
+        service.store,
+        buffer,
+        service.rules,
+        checkpoint_roots=[service.topology.checkpoint_root],
+        falco_path=settings.falco_events_path,
+        tetragon_path=settings.tetragon_events_path,
+    )
+
+
 def run_server(
     service: Service,
     *,
@@ -61,7 +83,10 @@ def run_server(
     ``debug``). The collector starts in the app's lifespan and stops before the store closes,
     so queued writes are flushed and no data is lost on a clean stop.
     """
-    config = CollectorConfig.from_settings(service.settings, rules=service.rules)
+    security = security_collection(
+        service, SecurityEventBuffer(max_rows=service.settings.security_buffer_rows)
+    )
+    config = CollectorConfig.from_settings(service.settings, rules=service.rules, security=security)
     collector = (
         Collector(service.store, config, after_cycle=[service.upkeep().after_cycle])
         if config is not None
@@ -80,6 +105,8 @@ def run_server(
 
     app = create_app(service, on_startup=startup, on_shutdown=shutdown)
     app.state.collector = collector
+    if security is not None:  # POST /api/ingest/falco fills the buffer the engine drains
+        app.state.security_events = security.buffer
     server = uvicorn.Server(uvicorn_config(app, service.settings, log_level=log_level))
     timer: threading.Timer | None = None
     if duration_seconds is not None:

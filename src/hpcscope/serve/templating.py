@@ -24,6 +24,7 @@ STATIC_DIR = Path(__file__).parent / "static"
 NAV: list[tuple[str, str]] = [
     ("/", "Cluster"),
     ("/jobs", "Jobs"),
+    ("/alerts", "Alerts"),
     ("/diagram", "Diagram"),
     ("/step", "Training step"),
     ("/simulate", "Simulator"),

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import Principal
-from hpcscope.model.alerts import Alert, AlertState, RuleSpec, Severity
+from hpcscope.model.alerts import Alert, AlertState, RuleSpec, Severity, Vector
 from hpcscope.model.catalog import Catalog, default_catalog
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import utcnow
@@ -27,6 +28,7 @@ from hpcscope.service.jobs.contracts import JobTimeseries
 from hpcscope.service.jobs.retention import Upkeep, UpkeepConfig
 from hpcscope.service.settings import Settings
 from hpcscope.store import Store
+from hpcscope.store import diagram as diagram_queries
 
 log = logging.getLogger(__name__)
 
@@ -87,17 +89,33 @@ class Service:
         *,
         states: list[AlertState] | None = None,
         min_severity: Severity | None = None,
+        vector: Vector | None = None,
+        job_id: str | None = None,
     ) -> list[Alert]:
         """Every alert ``principal`` may see (their jobs' only, unless admin)."""
         return alert_access.alerts_for(
-            self.store, principal, states=states, min_severity=min_severity
+            self.store,
+            principal,
+            states=states,
+            min_severity=min_severity,
+            vector=vector,
+            job_id=job_id,
         )
+
+    def open_alert_counts(self) -> list[dict[str, Any]] | None:
+        """Open alerts per vector name, node and severity, unscoped (counts name no job: the
+        diagram's aggregate and ``/metrics``); None without an alerts table."""
+        return diagram_queries.open_alert_counts(self.store)
 
     def set_alert_state(
         self, principal: Principal, key: str, state: AlertState, *, now: datetime | None = None
     ) -> Alert | None:
         """Acknowledge, resolve or reopen an alert on a job ``principal`` may see; None when
-        there is no such alert visible to them."""
+        there is no such alert visible to them.
+
+        Raises:
+            AlertStateDenied: visible, but not on their own job (G9; admins act on all).
+        """
         return alert_access.set_state(self.store, principal, key, state, now=now or utcnow())
 
     # ------------------------------------------------------------------ job reports

@@ -135,6 +135,16 @@ class Settings(BaseModel):
         description="Shared token Falco's http_output presents to POST /api/ingest/falco "
         "(Bearer header or ?token=); the endpoint is off when unset.",
     )
+    falco_events_path: Path | None = Field(
+        None,
+        description="Falco's file_output (json_output: true), tailed by hpcscope serve into "
+        "the alert engine (rotation followed); unset: not read.",
+    )
+    tetragon_events_path: Path | None = Field(
+        None,
+        description="Tetragon's JSON export (/var/log/tetragon/tetragon.log), tailed by "
+        "hpcscope serve into the alert engine, jobs from /proc/<pid>/cgroup; unset: not read.",
+    )
     security_buffer_rows: int = Field(
         100_000,
         ge=1,

@@ -137,6 +137,7 @@ def alerts(
     states: Sequence[AlertState] | None = None,
     min_severity: Severity | None = None,
     key: str | None = None,
+    vector: Vector | None = None,
     limit: int = 500,
 ) -> list[Alert]:
     """Stored alerts ``scope`` admits, most severe and most recent first.
@@ -147,9 +148,11 @@ def alerts(
         states: only alerts in these states.
         min_severity: only alerts at least this severe.
         key: only the alert with this deduplication key.
+        vector: only alerts of this threat vector.
         limit: at most this many.
     """
     where = Where().equals("a.job_id", job_id).equals("a.dedup_key", key)
+    where.equals("a.vector", None if vector is None else int(vector))
     if states is not None:
         where.among("a.state", [s.value for s in states])
     if min_severity is not None:
@@ -169,3 +172,15 @@ def alerts(
         where.params,
     )
     return [_alert(row) for row in table.to_pylist()]
+
+
+def job_owners(store: Store, job_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+    """User and account of each known job among ``job_ids`` (from ``jobs``: Slurm's view)."""
+    wanted = sorted(set(job_ids))
+    if not wanted:
+        return {}
+    marks = ", ".join("?" for _ in wanted)
+    table = store.query(
+        f'SELECT job_id, "user", account FROM jobs WHERE job_id IN ({marks})', wanted
+    )
+    return {str(r["job_id"]): (r["user"], r["account"]) for r in table.to_pylist()}

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from hpcscope.model.access import JobScope
-from hpcscope.model.alerts import VECTOR_IDS, Vector
+from hpcscope.model.alerts import VECTOR_NAMES, AlertState, Severity
 from hpcscope.model.sampling import has_job_sql
 from hpcscope.model.schemas import GPU_METRICS
 from hpcscope.store.duck import Store
@@ -356,18 +356,18 @@ FROM scrapes s GROUP BY s.exporter ORDER BY s.exporter
     return _rows(store.query(sql, [since, since, since]))
 
 
-#: The table security detections write (``store/alerts.py``, migration 6), and the columns
-#: the diagram needs from it.
+#: The alerts table (migration 7, ``store/alerts.py``) and the columns the diagram reads.
 ALERTS_TABLE = "alerts"
-ALERT_COLUMNS = frozenset({"vector", "node", "state"})
+ALERT_COLUMNS = frozenset({"vector", "node", "severity", "state"})
 
 
 def open_alert_counts(store: Store) -> list[dict[str, Any]] | None:
-    """Unresolved security alerts per threat vector and node, or None when the store has no
-    alerts table (a store older than migration 6, opened read-only).
+    """Open alerts (acknowledged included: not resolved) per vector name, node and severity.
 
-    ``vector`` is the vector's catalog id (``rdma-blind-spot``...); ``node`` may be null.
-    Whether detections are configured at all is the service's call, not the table's.
+    Rows: ``vector`` (the catalog id of :data:`~hpcscope.model.alerts.VECTOR_NAMES`), ``node``
+    (nullable), ``severity`` (``LOW`` .. ``CRITICAL``) and ``open`` (a count). None when the
+    store has no alerts table (an older store before its migrations run): the diagram then
+    says detections are not configured instead of showing zeros.
     """
     columns = {
         str(r["column_name"])
@@ -380,13 +380,14 @@ def open_alert_counts(store: Store) -> list[dict[str, Any]] | None:
     }
     if not columns >= ALERT_COLUMNS:
         return None
-    rows = _rows(
+    vector_case = " ".join(f"WHEN {int(v)} THEN '{name}'" for v, name in VECTOR_NAMES.items())
+    severity_case = " ".join(f"WHEN {int(s)} THEN '{s.name}'" for s in Severity)
+    return _rows(
         store.query(
-            f"SELECT vector, node, count(*) AS open FROM {ALERTS_TABLE} "
-            "WHERE state <> 'resolved' GROUP BY vector, node ORDER BY vector, node"
+            f"SELECT CASE vector {vector_case} ELSE CAST(vector AS VARCHAR) END AS vector, "
+            f"node, CASE severity {severity_case} ELSE CAST(severity AS VARCHAR) END "
+            f"AS severity, count(*) AS open FROM {ALERTS_TABLE} WHERE state <> ? "
+            "GROUP BY ALL ORDER BY vector, node NULLS LAST, severity",
+            [AlertState.RESOLVED.value],
         )
     )
-    return [
-        {"vector": VECTOR_IDS[Vector(int(row["vector"]))], "node": row["node"], "open": row["open"]}
-        for row in rows
-    ]

@@ -171,6 +171,30 @@ class TwinCluster:
         return self.scheduler.mapping_dir(node)
 
     @property
+    def falco_events_path(self) -> Path:
+        """Falco's ``file_output`` of the twin: the attacks it plays, in Falco's JSON."""
+        return self.state_dir / "falco" / "events.json"
+
+    def _write_demo_attack(self, now: float) -> None:
+        """The demo's opening attack: the supply-chain miner (ultralytics 8.3.41 style) dropped
+        in /tmp and run inside the first running job of alice, as hpcscope's SC-2 Falco rule
+        reports it, so Threats mode shows an open alert out of the box."""
+        from hpcscope.twin.attacks import miner_falco_line
+
+        running = [j for j in self.scheduler.jobs.values() if j.user == "alice" and j.nodes]
+        path = self.falco_events_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = [
+            miner_falco_line(
+                job_id=str(job.job_id), node=job.nodes[0], user=job.user, time_ns=int(now * 1e9)
+            )
+            for job in running[:1]
+        ]
+        temp = path.with_name(f".{path.name}.tmp")  # a new file: a tailer starts at line 1
+        temp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        temp.replace(path)
+
+    @property
     def lustre_dir(self) -> Path | None:
         """The spool directory of the Lustre servers' job_stats files (None: no Lustre)."""
         return None if self.lustre is None else self.state_dir / "lustre"
@@ -187,6 +211,8 @@ class TwinCluster:
             now = self.now()
             self.scheduler.tick(now)
             self._tick_lustre(now)
+            if self.scenario == "demo":
+                self._write_demo_attack(now)
         for offset, node in enumerate(self.topology.nodes):
             endpoint = DcgmEndpoint(
                 node.name,
@@ -351,6 +377,7 @@ class TwinCluster:
                     "slurmrestd_url": self.slurmrestd_url,
                     "started_at": self._start_wall,
                     "lustre_dir": None if self.lustre_dir is None else str(self.lustre_dir),
+                    "falco_events_path": str(self.falco_events_path),
                 },
                 indent=2,
             )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcscope.analysis.alerts.events import EVENT_RULE_IDS, REQUIRED_LISTS
 from hpcscope.analysis.integrity.rules import REQUIRED_THRESHOLDS
 from hpcscope.model.alerts import Severity
 from hpcscope.service.alerts.rules import (
@@ -30,7 +31,8 @@ rules:
 
 def test_bundled_rules_load_with_the_reference_thresholds() -> None:
     rules = load_site_rules(None)
-    assert set(rules) == {"GI-1", "GI-2", "GI-3", "GI-4", "GI-ATTR"}
+    assert set(rules) >= {"GI-1", "GI-2", "GI-3", "GI-4", "GI-ATTR"}
+    assert set(rules) - {"GI-1", "GI-2", "GI-3", "GI-4", "GI-ATTR"} == set(EVENT_RULE_IDS)
     gi1 = rules["GI-1"]
     assert (gi1.severity, gi1.window_steps, gi1.min_hits) == (Severity.HIGH, 10, 3)
     assert gi1.threshold("norm_z") == 6.0 and gi1.threshold("cosine_z") == 6.0
@@ -74,3 +76,58 @@ def test_a_bad_rule_file_stops_the_service_at_start(tmp_path: Path) -> None:
     settings = Settings(store_path=tmp_path / "s.duckdb", rules_dir=tmp_path)
     with pytest.raises(RuleFileError, match=r"site\.yaml:3"):
         Service.open(settings)
+
+
+EVENT = """\
+rules:
+  - id: SC-2
+    vector: 1
+    severity: HIGH
+    title: temp exec
+    falco_rules: [Drop and execute new binary in container]
+    thresholds: {connect_window_seconds: 60}
+    lists:
+      temp_prefixes: [/tmp/]
+      temp_substrings: []
+      known_temp_substrings: []
+"""
+
+
+def test_event_rules_load_their_lists_and_falco_names(tmp_path: Path) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text(EVENT)
+    (spec,) = load_rule_file(path, required_lists=REQUIRED_LISTS)
+    assert spec.items("temp_prefixes") == ("/tmp/",) and spec.items("missing") == ()
+    assert spec.falco_rules == ("Drop and execute new binary in container",)
+    bundled = load_site_rules(None)
+    assert bundled["SC-3"].items("miner_ports")[:2] == ("3333", "4444")
+    assert bundled["SC-2"].threshold("connect_window_seconds") == 60
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (EVENT.replace("      known_temp_substrings: []\n", ""),
+         ":8: rules.0.lists: rule SC-2 needs lists known_temp_substrings"),
+        (EVENT.replace("temp_substrings: []", "temp_substrings: [{a: 1}]"),
+         ":10: rules.0.lists.temp_substrings.0.str: Input should be a valid string"),
+        (EVENT.replace("[Drop and execute new binary in container]", "Drop"),
+         ":6: rules.0.falco_rules: Input should be a valid list"),
+    ],
+)  # fmt: skip
+def test_event_rule_mistakes_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text(text)
+    with pytest.raises(RuleFileError) as info:
+        load_rule_file(path, required_lists=REQUIRED_LISTS)
+    assert info.value.describe().startswith(str(path) + message), info.value.describe()
+
+
+def test_a_cidr_that_does_not_parse_is_named_with_its_rule(tmp_path: Path) -> None:
+    text = (bundled_rules_dir() / "security-events.yaml").read_text()
+    (tmp_path / "events.yaml").write_text(text.replace("10.0.0.0/8", "10.0.0.0/33"))
+    with pytest.raises(RuleFileError) as info:
+        load_site_rules(tmp_path)
+    line = text[: text.index("- id: SC-3")].count("\n") + 1
+    assert info.value.describe().startswith(f"{tmp_path / 'events.yaml'}:{line}: ")
+    assert "'10.0.0.0/33' is not an address or CIDR" in info.value.describe()

@@ -214,19 +214,29 @@ def test_the_storage_card_says_job_stats_are_stored_once_collected(fleet: Servic
 
 
 def test_vector_cards_say_when_detections_are_not_configured(fleet: Service) -> None:
+    fleet.store.submit_write(lambda con: con.execute("DROP TABLE alerts")).result()
     card = element_card(fleet, viewer(fleet, "alice"), "vector-rdma-blind-spot", now=NOW)
     assert isinstance(card.live, VectorCardLive)
     assert card.live.vector.number == 3 and not card.live.alerts.configured
     assert card.live.open_alerts is None
 
-    # a detection source is set up and raised one alert on gpu02
-    fleet.settings.integrity_spool_dir = fleet.settings.store_path.parent / "integrity"
-    rd = Alert("RD-1", Vector.RDMA, Severity.CRITICAL, "idle node sends", NOW, NOW, node="gpu02")
-    upsert_alerts(fleet.store, [rd]).result()
+
+def test_vector_cards_count_open_alerts_of_the_real_table(fleet: Service) -> None:
+    card = element_card(fleet, viewer(fleet, "alice"), "vector-rdma-blind-spot", now=NOW)
+    assert isinstance(card.live, VectorCardLive) and card.live.alerts.configured
+    assert card.live.open_alerts == 0
+    found = [
+        Alert("RD-4", Vector.RDMA, Severity.HIGH, "t", NOW, NOW, node="gpu02", job_id="4410001"),
+        Alert("SC-2", Vector.SUPPLY_CHAIN, Severity.CRITICAL, "t", NOW, NOW, node="gpu02"),
+    ]
+    upsert_alerts(fleet.store, found).result()
     card = element_card(fleet, viewer(fleet, "alice"), "vector-rdma-blind-spot", now=NOW)
     assert isinstance(card.live, VectorCardLive) and card.live.open_alerts == 1
     state = live_state(fleet, viewer(fleet, "alice"), now=NOW)
-    assert state.alerts.by_node == {"gpu02": 1}
+    assert state.alerts.by_node == {"gpu02": 2}
+    assert state.alerts.by_vector == {"rdma-blind-spot": 1, "supply-chain": 1}
+    assert state.alerts.worst_by_node == {"gpu02": "CRITICAL"}
+    assert state.alerts.worst_by_vector == {"rdma-blind-spot": "HIGH", "supply-chain": "CRITICAL"}
     anonymous = live_state(fleet, Viewer(None), now=NOW)
     assert anonymous.alerts.configured and not anonymous.alerts.shown
     assert anonymous.alerts.by_vector == {}

@@ -110,12 +110,15 @@ class DiagramLive(_Page):
 
 
 class DiagramDetections(_Page):
-    """Open security alerts by threat vector and by node (null: not shown to the viewer)."""
+    """Open security alerts by threat vector and by node (null: not shown to the viewer), and
+    the severity of the worst open alert of each (Threats mode's colours)."""
 
     configured: bool
     shown: bool
     open_by_vector: dict[str, int] | None
     open_by_node: dict[str, int] | None
+    worst_by_vector: dict[str, str] | None
+    worst_by_node: dict[str, str] | None
 
 
 class DiagramPage(_Page):

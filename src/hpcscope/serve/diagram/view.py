@@ -49,7 +49,7 @@ def gpu_class(gpu: GpuNow) -> str:
     return " ".join(classes)
 
 
-def node_class(node: NodeLive, open_alerts: int) -> str:
+def node_class(node: NodeLive, open_alerts: int, worst: str | None = None) -> str:
     """A node tile takes its worst visible GPU's colour (aggregate view)."""
     if node.active:
         classes = ["st-active", efficiency_bucket(node.worst_sm_active_ratio)]
@@ -63,6 +63,8 @@ def node_class(node: NodeLive, open_alerts: int) -> str:
         classes.append("xid")
     if open_alerts:
         classes.append("alerted")
+        if worst:
+            classes.append(f"sev-{worst.lower()}")
     return " ".join(classes)
 
 
@@ -194,8 +196,11 @@ def shape_view(layout: DiagramLayout, state: LiveState) -> dict[str, dict[str, A
         elif shape.kind is ElementKind.NODE and shape.id in state.nodes:
             node = state.nodes[shape.id]
             alerts = state.alerts.by_node.get(node.node, 0) if state.alerts.shown else 0
-            entry["class"] = node_class(node, alerts)
-            entry["label"] = node_aria(node)
+            worst = state.alerts.worst_by_node.get(node.node) if alerts else None
+            entry["class"] = node_class(node, alerts, worst)
+            entry["label"] = node_aria(node) + (
+                f"; {alerts} open alerts, worst {worst}" if alerts and worst else ""
+            )
         elif shape.id in collectors:
             health = collectors[shape.id]
             status = collector_status_text(health)
@@ -206,8 +211,11 @@ def shape_view(layout: DiagramLayout, state: LiveState) -> dict[str, dict[str, A
             vector_id = shape.id.removeprefix("vector-")
             if state.alerts.shown and state.alerts.configured:
                 count = state.alerts.by_vector.get(vector_id, 0)
-                entry["class"] = "alerted" if count else ""
-                entry["label"] = f"Threat vector {shape.label}: {count} open alerts"
+                worst = state.alerts.worst_by_vector.get(vector_id)
+                entry["class"] = f"alerted sev-{worst.lower()}" if count and worst else ""
+                entry["label"] = f"Threat vector {shape.label}: {count} open alerts" + (
+                    f", worst {worst}" if count and worst else ""
+                )
                 entry["lines"] = [shape.label, f"{count} open" if count else ""]
             else:
                 entry["lines"] = [shape.label, ""]

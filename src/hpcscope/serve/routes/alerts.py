@@ -1,60 +1,186 @@
-"""Alerts as JSON: the alerts you may see, and acknowledging or resolving one.
+"""The alerts page and its JSON twin; acknowledge and resolve (``docs/security.md``).
 
-Visibility is the job rule (your jobs; team leads their accounts'; admins all), applied in
-SQL by the service; an alert you may not see answers 404 exactly like one that does not exist.
-The job page shows a job's alerts (``/jobs/{id}``, ``/api/jobs/{id}/alerts``).
+``GET /alerts`` and ``GET /api/alerts`` take the same filters (``state``, ``severity``: the
+minimum, ``vector``: number or catalog name, ``job``). Reads are scoped in SQL (G3): a
+researcher sees the alerts of their own jobs, a team lead those of the accounts they
+coordinate, an admin all. ``POST /api/alerts/{key}/state`` (JSON ``{"state": ...}`` or the
+page's form) changes the state of an alert on one's own job; admins of any (G9): 404 for an
+alert you cannot see, 403 for one you see but that is not on your job.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
+from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
 
 from hpcscope.model.access import Principal
-from hpcscope.model.alerts import AlertState, Severity
+from hpcscope.model.alerts import VECTOR_NAMES, Alert, AlertState, Severity, Vector
 from hpcscope.serve.auth import require_principal, service_of
+from hpcscope.serve.templating import render
+from hpcscope.service.alerts.access import AlertStateDenied, may_change_state
+from hpcscope.service.alerts.contracts import AlertDocument, AlertFilters, AlertList
 
 router = APIRouter()
 
 PrincipalDep = Annotated[Principal, Depends(require_principal)]
+StateQuery = Annotated[str | None, Query(description="open, acknowledged or resolved")]
+SeverityQuery = Annotated[str | None, Query(description="minimum: LOW, MEDIUM, HIGH, CRITICAL")]
+VectorQuery = Annotated[str | None, Query(description="1-6 or a name (supply-chain...)")]
+JobQuery = Annotated[str | None, Query(description="one job id")]
+
+
+def _vector(value: str) -> Vector:
+    if value.isdigit() and 1 <= int(value) <= len(Vector):
+        return Vector(int(value))
+    for vector, name in VECTOR_NAMES.items():
+        if value.strip().lower() in (name, vector.name.lower()):
+            return vector
+    names = ", ".join(VECTOR_NAMES.values())
+    raise ValueError(f"unknown vector {value!r} (1-6 or one of {names})")
+
+
+def _state(value: str) -> AlertState:
+    try:
+        return AlertState(value.strip().lower())
+    except ValueError:
+        states = ", ".join(s.value for s in AlertState)
+        raise ValueError(f"unknown state {value!r} (one of {states})") from None
+
+
+def _read(
+    request: Request,
+    principal: Principal,
+    state: str | None,
+    severity: str | None,
+    vector: str | None,
+    job: str | None,
+) -> tuple[list[Alert], AlertFilters]:
+    """Raises ValueError naming a bad filter."""
+    states = [_state(state)] if state else None
+    minimum = Severity.parse(severity) if severity else None
+    chosen = _vector(vector) if vector else None
+    found = service_of(request).alerts(
+        principal, states=states, min_severity=minimum, vector=chosen, job_id=job or None
+    )
+    filters = AlertFilters(
+        state=states[0].value if states else None,
+        min_severity=minimum.name if minimum else None,
+        vector=VECTOR_NAMES[chosen] if chosen else None,
+        job_id=job or None,
+    )
+    return found, filters
 
 
 @router.get("/api/alerts")
 def alerts_json(
     request: Request,
     principal: PrincipalDep,
-    state: str | None = None,
-    min_severity: str | None = None,
-) -> dict[str, Any]:
-    """Alerts you may see, most severe first (``state``: open, acknowledged, resolved;
-    ``min_severity``: LOW..CRITICAL)."""
+    state: StateQuery = None,
+    severity: SeverityQuery = None,
+    vector: VectorQuery = None,
+    job: JobQuery = None,
+) -> AlertList:
+    """The alerts you may see, most severe and most recent first; 400 on a bad filter."""
     try:
-        states = None if state is None else [AlertState(state)]
-        severity = None if min_severity is None else Severity.parse(min_severity)
+        found, filters = _read(request, principal, state, severity, vector, job)
     except ValueError as exc:
-        raise HTTPException(status_code=422, detail=str(exc)) from None
-    found = service_of(request).alerts(principal, states=states, min_severity=severity)
-    return {"alerts": [alert.to_dict() for alert in found]}
+        raise HTTPException(status_code=400, detail=str(exc)) from None
+    return AlertList.of(found, filters)
 
 
-@router.post("/api/alerts/{key}/state")
-async def alert_state_json(request: Request, key: str, principal: PrincipalDep) -> dict[str, Any]:
-    """Acknowledge, resolve or reopen an alert of a job you may see: JSON ``{"state":
-    "acknowledged" | "resolved" | "open"}``; records who and when. 404 when not visible."""
-    body = (
-        await request.json()
-        if request.headers.get("content-type", "").startswith("application/json")
-        else {}
-    )
+@router.get("/alerts")
+def alerts_page(
+    request: Request,
+    principal: PrincipalDep,
+    state: StateQuery = None,
+    severity: SeverityQuery = None,
+    vector: VectorQuery = None,
+    job: JobQuery = None,
+    error: str | None = None,
+) -> Response:
+    status = 200
     try:
-        state = AlertState(str(body.get("state") if isinstance(body, dict) else None))
-    except ValueError:
-        raise HTTPException(
-            status_code=422, detail="state must be one of open, acknowledged, resolved"
-        ) from None
-    changed = await run_in_threadpool(service_of(request).set_alert_state, principal, key, state)
+        found, filters = _read(request, principal, state, severity, vector, job)
+    except ValueError as exc:
+        found, filters, error, status = (
+            [],
+            AlertFilters(state=None, min_severity=None, vector=None, job_id=None),
+            str(exc),
+            400,
+        )
+    return render(
+        request,
+        "alerts.html",
+        {
+            "alerts": found,
+            "filters": filters,
+            "error": error,
+            "states": [s.value for s in AlertState],
+            "severities": [s.name for s in Severity],
+            "vectors": list(VECTOR_NAMES.values()),
+            "vector_names": VECTOR_NAMES,
+            "actionable": {a.key for a in found if may_change_state(principal, a)},
+            "back": _back(filters),
+        },
+        principal=principal,
+        status_code=status,
+    )
+
+
+def _back(filters: AlertFilters) -> str:
+    """The page's address with its filters (where a form post returns)."""
+    pairs = [
+        ("state", filters.state),
+        ("severity", filters.min_severity),
+        ("vector", filters.vector),
+        ("job", filters.job_id),
+    ]
+    query = "&".join(f"{k}={quote(v)}" for k, v in pairs if v)
+    return "/alerts" + (f"?{query}" if query else "")
+
+
+async def _fields(request: Request) -> dict[str, str]:
+    if request.headers.get("content-type", "").startswith("application/json"):
+        body = await request.json()
+        return {k: str(v) for k, v in body.items()} if isinstance(body, dict) else {}
+    form = await request.form()
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+@router.post("/api/alerts/{key}/state", response_model=AlertDocument)
+async def alert_state(request: Request, key: str, principal: PrincipalDep) -> Response:
+    """Acknowledge, resolve or reopen (``state``) an alert on your own job (admins: any).
+
+    JSON in, the changed alert out; a form post (the page's buttons) is sent back to the page.
+    """
+    fields = await _fields(request)
+    form = not request.headers.get("content-type", "").startswith("application/json")
+    back = fields.get("back") or "/alerts"
+    if not back.startswith("/"):
+        back = "/alerts"
+    try:
+        state = _state(fields.get("state", ""))
+        changed = await run_in_threadpool(
+            service_of(request).set_alert_state, principal, key, state
+        )
+    except ValueError as exc:
+        return _answer(form, back, str(exc), 400)
+    except AlertStateDenied as exc:
+        return _answer(form, back, str(exc), 403)
     if changed is None:
-        raise HTTPException(status_code=404, detail=f"no alert {key} visible to you")
-    return changed.to_dict()
+        return _answer(form, back, "no such alert visible to you", 404)
+    if form:
+        return RedirectResponse(back, status_code=303)
+    return JSONResponse(AlertDocument.of(changed).model_dump(mode="json"))
+
+
+def _answer(form: bool, back: str, message: str, status: int) -> Response:
+    if form:
+        joiner = "&" if "?" in back else "?"
+        return RedirectResponse(f"{back}{joiner}error={quote(message)}", status_code=303)
+    return JSONResponse({"detail": message}, status_code=status)

@@ -232,6 +232,10 @@ def diagram_json(request: Request, viewer: ViewerDep, node: NodeQuery = None) ->
             "shown": state.alerts.shown,
             "open_by_vector": jsonable(state.alerts.by_vector) if state.alerts.shown else None,
             "open_by_node": jsonable(state.alerts.by_node) if state.alerts.shown else None,
+            "worst_by_vector": (
+                jsonable(state.alerts.worst_by_vector) if state.alerts.shown else None
+            ),
+            "worst_by_node": jsonable(state.alerts.worst_by_node) if state.alerts.shown else None,
         },
         "cards": {kind.value: jsonable(card) for kind, card in catalog.cards.items()},
         "threat_vectors": jsonable(catalog.threat_vectors),

@@ -69,3 +69,26 @@ class JobReportWithAlerts(JobReportDocument):
             **dict(document),
             alerts=[AlertDocument.of(alert) for alert in alerts],
         )
+
+
+class AlertFilters(Contract):
+    """The filters a list of alerts was read with (null: not filtered)."""
+
+    state: str | None
+    min_severity: str | None
+    vector: str | None
+    job_id: str | None
+
+
+class AlertList(Contract):
+    """The alerts a principal may see, most severe and most recent first (``GET /api/alerts``,
+    ``hpcscope alerts --json``)."""
+
+    filters: AlertFilters
+    count: int
+    alerts: list[AlertDocument]
+
+    @classmethod
+    def of(cls, alerts: list[Alert], filters: AlertFilters) -> AlertList:
+        """The list document of ``alerts`` read with ``filters``."""
+        return cls(filters=filters, count=len(alerts), alerts=[AlertDocument.of(a) for a in alerts])

@@ -1,7 +1,9 @@
 """Rules as data: ``deploy/rules/*.yaml``, loaded and validated at start.
 
 A rule file holds ``rules:``, a list of entries (``id``, ``vector``, ``severity``, ``title``,
-``window_steps``, ``min_hits``, ``thresholds``, ``enabled``). Validation is strict (unknown
+``window_steps``, ``min_hits``, ``thresholds``, ``enabled``, and for the event rules ``lists``:
+named lists of strings or integers such as allow-lists, path prefixes, CIDRs and ports, and
+``falco_rules``: the Falco rule names a rule takes over). Validation is strict (unknown
 keys, wrong types, a rule id twice, a rule without the thresholds its evaluator needs), and
 every error names the file and the line of the offending entry or key, so a site that edits a
 threshold learns at start, not at the first alert.
@@ -14,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
 
 from hpcscope.model.alerts import RuleSpec, Severity, Vector
 from hpcscope.model.errors import SourceError
@@ -36,6 +46,8 @@ class _Rule(BaseModel):
     min_hits: int = Field(1, ge=1)
     thresholds: dict[str, float] = Field(default_factory=dict)
     enabled: bool = True
+    lists: dict[str, list[StrictStr | StrictInt]] = Field(default_factory=dict)
+    falco_rules: list[str] = Field(default_factory=list)
 
     @field_validator("severity")
     @classmethod
@@ -85,13 +97,17 @@ def _line_of(node: yaml.Node | None, loc: Iterable[int | str]) -> int | None:
 
 
 def load_rule_file(
-    path: Path, *, required_thresholds: Mapping[str, Iterable[str]] | None = None
+    path: Path,
+    *,
+    required_thresholds: Mapping[str, Iterable[str]] | None = None,
+    required_lists: Mapping[str, Iterable[str]] | None = None,
 ) -> list[RuleSpec]:
     """Load and validate one rule file.
 
     Args:
         path: the YAML file.
         required_thresholds: rule id -> threshold names its evaluator needs.
+        required_lists: rule id -> list names its evaluator needs (they may be empty).
 
     Raises:
         RuleFileError: unreadable, not YAML, or an invalid entry (file, line, field named).
@@ -141,6 +157,16 @@ def load_rule_file(
                 line=_line_of(node, ["rules", index, "thresholds"]),
                 field=f"rules.{index}.thresholds",
             )
+        missing_lists = [
+            name for name in (required_lists or {}).get(rule.id, ()) if name not in rule.lists
+        ]
+        if missing_lists:
+            raise RuleFileError(
+                f"rule {rule.id} needs lists {', '.join(missing_lists)}",
+                source=source,
+                line=_line_of(node, ["rules", index, "lists"]) or line,
+                field=f"rules.{index}.lists",
+            )
         if rule.min_hits > rule.window_steps:
             raise RuleFileError(
                 f"rule {rule.id}: min_hits {rule.min_hits} > window_steps {rule.window_steps}",
@@ -160,13 +186,18 @@ def load_rule_file(
                 enabled=rule.enabled,
                 source=source,
                 line=line,
+                lists={k: tuple(str(v) for v in vs) for k, vs in rule.lists.items()},
+                falco_rules=tuple(rule.falco_rules),
             )
         )
     return specs
 
 
 def load_rules(
-    directory: Path, *, required_thresholds: Mapping[str, Iterable[str]] | None = None
+    directory: Path,
+    *,
+    required_thresholds: Mapping[str, Iterable[str]] | None = None,
+    required_lists: Mapping[str, Iterable[str]] | None = None,
 ) -> dict[str, RuleSpec]:
     """Every ``*.yaml`` rule file of ``directory``, by rule id.
 
@@ -175,7 +206,10 @@ def load_rules(
     """
     rules: dict[str, RuleSpec] = {}
     for path in sorted(directory.glob("*.yaml")):
-        for spec in load_rule_file(path, required_thresholds=required_thresholds):
+        found = load_rule_file(
+            path, required_thresholds=required_thresholds, required_lists=required_lists
+        )
+        for spec in found:
             if spec.rule_id in rules:
                 other = rules[spec.rule_id]
                 raise RuleFileError(
@@ -194,6 +228,14 @@ def load_site_rules(directory: Path | None) -> dict[str, RuleSpec]:
     Raises:
         RuleFileError: a bad rule file (file and line named).
     """
+    from hpcscope.analysis.alerts import events
     from hpcscope.analysis.integrity.rules import REQUIRED_THRESHOLDS
 
-    return load_rules(directory or bundled_rules_dir(), required_thresholds=REQUIRED_THRESHOLDS)
+    rules = load_rules(
+        directory or bundled_rules_dir(),
+        required_thresholds={**REQUIRED_THRESHOLDS, **events.REQUIRED_THRESHOLDS},
+        required_lists=events.REQUIRED_LISTS,
+    )
+    for spec, message in events.list_errors(rules):
+        raise RuleFileError(message, source=spec.source, line=spec.line, field="lists")
+    return rules

@@ -16,7 +16,9 @@ keeps its loop to itself). Each cycle:
    ``scrapes`` row per file (``service/collect/lustre_spool.py``);
 7. reads the gradient-integrity spool's new lines and raises GI alerts
    (``service/integrity/spool.py``);
-8. runs the ``after_cycle`` hooks it was given: the server passes the upkeep pass of
+8. polls the Falco/Tetragon tails and drains the security event buffer into the alert engine
+   (``service/alerts/engine.py``).
+9. runs the ``after_cycle`` hooks it was given: the server passes the upkeep pass of
    ``service/jobs/retention.py`` (summaries of finished jobs, retention), which the collector
    does not import, so collection and the jobs capability stay independent.
 
@@ -51,6 +53,7 @@ from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.model.timeutil import epoch_seconds, utcnow
+from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_samples
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
 from hpcscope.service.collect.scheduler import (
@@ -123,10 +126,16 @@ class CollectorConfig:
     """Root of the gradient-integrity spool (``service/integrity/spool.py``)."""
     rules: dict[str, RuleSpec] = field(default_factory=dict)
     """Detection rules by id (loaded and validated at start)."""
+    security: SecurityCollection | None = None
+    """Falco/Tetragon sources, the security event buffer and the alert engine draining it."""
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, rules: dict[str, RuleSpec] | None = None
+        cls,
+        settings: Settings,
+        *,
+        rules: dict[str, RuleSpec] | None = None,
+        security: SecurityCollection | None = None,
     ) -> CollectorConfig | None:
         """The collection a site's settings ask for, or None when nothing is configured."""
         scheduler: SchedulerSource | None = None
@@ -152,6 +161,7 @@ class CollectorConfig:
             and settings.job_mapping_dir is None
             and settings.lustre_job_stats_dir is None
             and settings.integrity_spool_dir is None
+            and security is None
         ):
             return None
         return cls(
@@ -167,6 +177,7 @@ class CollectorConfig:
             lustre_jobid_pattern=settings.lustre_jobid_pattern,
             integrity_spool_dir=settings.integrity_spool_dir,
             rules=dict(rules or {}),
+            security=security,
         )
 
 
@@ -181,6 +192,7 @@ class CycleReport:
     jobs_written: int = 0
     lustre_rows_written: int = 0
     integrity_alerts_written: int = 0
+    security_alerts_written: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -389,6 +401,15 @@ class Collector:
             else:
                 report.integrity_alerts_written = cycle.alerts
                 report.errors.extend(cycle.errors[:20])
+        if self.config.security is not None:
+            try:
+                events = await asyncio.to_thread(self.config.security.collect_once)
+            except Exception as exc:  # a bad event stream must not stop the other sources
+                log.exception("security event collection failed")
+                report.errors.append(f"security events: {exc}")
+            else:
+                report.security_alerts_written = events.alerts
+                report.errors.extend(events.errors)
         for hook in self._after_cycle:
             try:
                 await asyncio.to_thread(hook)

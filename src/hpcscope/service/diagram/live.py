@@ -31,6 +31,7 @@ import polars as pl
 
 from hpcscope.analysis.jobs.efficiency import gpu_summary
 from hpcscope.model.access import JobScope, Principal
+from hpcscope.model.alerts import Severity
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
@@ -156,12 +157,18 @@ class ClusterHealth:
 
 @dataclass(frozen=True, slots=True)
 class AlertSummary:
-    """Open security alerts per threat vector and node, when detections exist."""
+    """Open security alerts per threat vector and node, when detections exist.
+
+    ``worst_by_vector``/``worst_by_node``: the severity name (``HIGH``...) of the most severe
+    open alert of each vector and node, for Threats mode's colours.
+    """
 
     configured: bool
     shown: bool
     by_vector: Mapping[str, int] = field(default_factory=dict)
     by_node: Mapping[str, int] = field(default_factory=dict)
+    worst_by_vector: Mapping[str, str] = field(default_factory=dict)
+    worst_by_node: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -277,12 +284,29 @@ def alert_summary(service: Service, viewer: Viewer) -> AlertSummary:
         return AlertSummary(configured=True, shown=False)
     by_vector: dict[str, int] = {}
     by_node: dict[str, int] = {}
+    worst_vector: dict[str, str] = {}
+    worst_node: dict[str, str] = {}
+
+    def worse(seen: dict[str, str], key: str, severity: str) -> None:
+        if key not in seen or Severity.parse(severity) > Severity.parse(seen[key]):
+            seen[key] = severity
+
     for row in rows:
-        count = int(row["open"])
-        by_vector[str(row["vector"])] = by_vector.get(str(row["vector"]), 0) + count
+        count, vector, severity = int(row["open"]), str(row["vector"]), str(row["severity"])
+        by_vector[vector] = by_vector.get(vector, 0) + count
+        worse(worst_vector, vector, severity)
         if row["node"] is not None:
-            by_node[str(row["node"])] = by_node.get(str(row["node"]), 0) + count
-    return AlertSummary(configured=True, shown=True, by_vector=by_vector, by_node=by_node)
+            node = str(row["node"])
+            by_node[node] = by_node.get(node, 0) + count
+            worse(worst_node, node, severity)
+    return AlertSummary(
+        configured=True,
+        shown=True,
+        by_vector=by_vector,
+        by_node=by_node,
+        worst_by_vector=worst_vector,
+        worst_by_node=worst_node,
+    )
 
 
 def live_verdicts(

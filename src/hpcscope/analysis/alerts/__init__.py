@@ -1,0 +1,1 @@
+"""Alert rules over security events (Falco alerts, Tetragon events): pure evaluation."""

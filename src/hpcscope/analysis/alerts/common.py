@@ -1,0 +1,141 @@
+"""What the event rules share: job owners, the alert builder, merging, path and CIDR helpers.
+
+Attribution (``security.md`` §0): the node is the event's (Falco ``hostname``, Tetragon
+``node_name``); the job the event's cgroup gave (Falco ``thread.cgroups``, Tetragon's
+``exec_id`` cache); user and account the store's ``jobs`` row of that job (the event's own
+user name or uid only when no job is known). Syscall events name a process, never a GPU: the
+alert's ``gpu`` is null and its evidence says so.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from hpcscope.model.alerts import Alert, Evidence, RuleSpec, Severity
+
+#: Evidence items kept per merged alert (the store keeps the newest firing's).
+MAX_EVIDENCE = 5
+
+GPU_UNKNOWN = "GPU not known: a syscall event names a process, not a GPU"
+
+
+@dataclass(frozen=True, slots=True)
+class JobOwner:
+    """Who a job belongs to, from the store's ``jobs`` (Slurm is the authority)."""
+
+    user: str | None
+    account: str | None
+
+
+def basename(path: str | None) -> str:
+    """The last component of a binary path (``/usr/bin/curl`` -> ``curl``); ``""`` for None."""
+    if not path:
+        return ""
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def under(path: str | None, prefixes: Iterable[str]) -> bool:
+    """Whether ``path`` starts with one of ``prefixes``."""
+    return bool(path) and any(path.startswith(p) for p in prefixes if p)  # type: ignore[union-attr]
+
+
+def contains_any(text: str | None, parts: Iterable[str]) -> bool:
+    """Whether ``text`` contains one of ``parts``."""
+    return bool(text) and any(p in text for p in parts if p)  # type: ignore[operator]
+
+
+def networks(cidrs: Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Parsed CIDRs.
+
+    Raises:
+        ValueError: a CIDR that does not parse (the rule file names it).
+    """
+    return tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
+
+
+def in_networks(
+    address: str | None, nets: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]
+) -> bool | None:
+    """Whether ``address`` is inside one of ``nets``; None when it is not an address."""
+    if not address:
+        return None
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    return any(ip.version == net.version and ip in net for net in nets)
+
+
+def event_alert(
+    spec: RuleSpec,
+    row: Mapping[str, Any],
+    *,
+    node: str | None,
+    owners: Mapping[str, JobOwner],
+    subject: str,
+    summary: str,
+    event_user: str | None,
+    severity: Severity | None = None,
+) -> Alert:
+    """One firing of an event rule on one event row, attributed and with its evidence.
+
+    Args:
+        spec: the rule.
+        row: the event (Falco or Tetragon row: ``ts``, ``job_id``, ``source_name``,
+            ``source_line``).
+        node: the event's node.
+        owners: job id -> owner, from the store's jobs.
+        subject: what the alert is about inside the job (dedup: one alert per rule, job,
+            node and subject).
+        summary: one line of evidence.
+        event_user: the event's own user (name or ``uid N``), used when no job is known.
+        severity: overrides the rule's (SC-2 CRITICAL, SC-3 on miner ports).
+    """
+    ts: datetime = row["ts"]
+    job_id = row.get("job_id")
+    owner = owners.get(job_id) if job_id is not None else None
+    evidence = Evidence(
+        summary=f"{summary}; {GPU_UNKNOWN}",
+        source=str(row["source_name"]),
+        position=f"line {row['source_line']}",
+    )
+    return Alert(
+        rule_id=spec.rule_id,
+        vector=spec.vector,
+        severity=severity or spec.severity,
+        title=spec.title,
+        first_seen=ts,
+        last_seen=ts,
+        node=node,
+        job_id=job_id,
+        user=owner.user if owner is not None and owner.user else event_user,
+        account=owner.account if owner is not None else None,
+        gpu=None,
+        subject=subject,
+        evidence=(evidence,),
+    )
+
+
+def merge_alerts(alerts: Iterable[Alert]) -> list[Alert]:
+    """One alert per deduplication key: counts added, first/last seen widened, the highest
+    severity kept, the newest evidence first (at most :data:`MAX_EVIDENCE`)."""
+    merged: dict[str, Alert] = {}
+    for alert in alerts:
+        old = merged.get(alert.key)
+        if old is None:
+            merged[alert.key] = alert
+            continue
+        newer, older = (alert, old) if alert.last_seen >= old.last_seen else (old, alert)
+        merged[alert.key] = replace(
+            newer,
+            count=old.count + alert.count,
+            first_seen=min(old.first_seen, alert.first_seen),
+            last_seen=newer.last_seen,
+            severity=max(old.severity, alert.severity),
+            evidence=(newer.evidence + older.evidence)[:MAX_EVIDENCE],
+        )
+    return list(merged.values())

@@ -1,0 +1,298 @@
+"""Tetragon events -> hpcscope alerts: the rules evaluated on process and kprobe rows.
+
+Tetragon posts what its TracingPolicies hook (``deploy/tetragon/``); hpcscope decides. Per
+event type:
+
+- ``process_exec``: SC-1 (a shell or network tool with a Python ancestor; the JIT toolchain
+  allowed), SC-2 (a binary under a temp directory), CE-2 (an NVIDIA container hook with
+  ``LD_PRELOAD``/``LD_LIBRARY_PATH`` in its arguments: Tetragon's exec carries no environment
+  unless the policy asks, so ``env LD_PRELOAD=... nvidia-ctk`` is what it sees), CE-3
+  (``nsenter --target 1``);
+- ``process_kprobe`` on a file hook (``security_file_permission``, ``security_mmap_file``,
+  ``fd_install``, the truncate hooks): W-1/W-3 under the checkpoint roots, CE-1
+  (``release_agent`` written), CE-4 (host-only paths written, the munge key read), RD-4
+  (``/dev/infiniband/uverbs*`` opened outside every job);
+- ``process_kprobe`` on a socket hook (a ``sock_arg``): SC-3 (outside the cluster CIDRs,
+  CRITICAL on miner ports) and SC-2's CRITICAL step (the same ``exec_id`` that ran from a temp
+  directory connects out within ``connect_window_seconds``);
+- ``process_kprobe`` on module loads (CE-1), ``setns`` (CE-3), ``ptrace`` and
+  ``process_vm_readv`` (GM-3).
+
+Rules that concern job processes (SC-1, SC-2, CE-1 module loads, CE-2, CE-3, CE-4, W-) need
+the event's job; RD-4 is the opposite (outside every job).
+
+W-1/W-3 limit: the creator of a checkpoint (a directory of shards) is the job of the **first
+write seen** under it since the engine started (Lustre changelog CREAT records would name it
+for older checkpoints); a checkpoint first seen read has no creator and raises no W-1.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from hpcscope.analysis.alerts.common import (
+    JobOwner,
+    basename,
+    contains_any,
+    event_alert,
+    in_networks,
+    networks,
+    under,
+)
+from hpcscope.model.alerts import Alert, RuleSpec, Severity
+from hpcscope.model.security_events import MAY_READ, MAY_WRITE
+
+FILE_HOOKS = frozenset(
+    {"security_file_permission", "security_mmap_file", "fd_install", "security_file_open"}
+)
+TRUNCATE_HOOKS = frozenset({"security_path_truncate", "security_file_truncate"})
+READING_MODULE = 2  # enum kernel_read_file_id: security_kernel_read_file's second argument
+MAX_EXECS = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class Creator:
+    """Who created a checkpoint (the job of the first write seen under it)."""
+
+    job_id: str
+    account: str | None
+    ts: datetime
+
+
+@dataclass
+class TetragonState:
+    """What the rules remember between batches (bounded).
+
+    Attributes:
+        lineage: exec_id -> (binary name, parent exec_id), the newest :data:`MAX_EXECS`.
+        temp_execs: exec_id -> (exec time, binary path) of SC-2 execs, for the CRITICAL step.
+        creators: checkpoint directory -> its creator.
+    """
+
+    lineage: OrderedDict[str, tuple[str, str | None]] = field(default_factory=OrderedDict)
+    temp_execs: dict[str, tuple[datetime, str]] = field(default_factory=dict)
+    creators: dict[str, Creator] = field(default_factory=dict)
+
+    def remember(self, exec_id: str, binary: str, parent: str | None) -> None:
+        self.lineage[exec_id] = (binary, parent)
+        self.lineage.move_to_end(exec_id)
+        while len(self.lineage) > MAX_EXECS:
+            self.lineage.popitem(last=False)
+
+    def ancestors(self, row: Mapping[str, Any], depth: int = 8) -> list[str]:
+        """Binary names of the process's parent, grandparent... as far as known."""
+        names = [basename(row.get("parent_binary"))] if row.get("parent_binary") else []
+        current: str | None = row.get("parent_exec_id")
+        # the parent is already named by the event: start above it
+        if names and current is not None and current in self.lineage:
+            current = self.lineage[current][1]
+        while current is not None and current in self.lineage and len(names) < depth:
+            name, current = self.lineage[current]
+            names.append(name)
+        return names
+
+
+class TetragonRules:
+    """The Tetragon rules of one engine, with their state."""
+
+    def __init__(self, rules: Mapping[str, RuleSpec], *, checkpoint_roots: tuple[str, ...]):
+        self.rules = {k: v for k, v in rules.items() if v.enabled}
+        self.checkpoint_roots = tuple(r.rstrip("/") + "/" for r in checkpoint_roots if r)
+        self.state = TetragonState()
+        sc3 = self.rules.get("SC-3")
+        self._cluster = networks(sc3.items("cluster_cidrs")) if sc3 else ()
+        self._proxies = set(sc3.items("approved_proxies")) if sc3 else set()
+        self._resolvers = set(sc3.items("resolvers")) if sc3 else set()
+        self._owners: Mapping[str, JobOwner] = {}
+        self._found: list[Alert] = []
+
+    def evaluate(
+        self, rows: list[dict[str, Any]], *, owners: Mapping[str, JobOwner]
+    ) -> list[Alert]:
+        """Alerts the rows raise, in row order (not merged)."""
+        self._owners, self._found = owners, []
+        for row in rows:
+            if row.get("ts") is None:
+                continue
+            kind = row["event_type"]
+            if kind == "process_exec":
+                self._exec(row)
+            elif kind == "process_kprobe":
+                self._kprobe(row)
+            elif kind == "process_exit" and row.get("exec_id"):
+                self.state.temp_execs.pop(row["exec_id"], None)
+        return self._found
+
+    # ---------------------------------------------------------------- helpers
+
+    def _fire(
+        self,
+        rule_id: str,
+        row: Mapping[str, Any],
+        subject: str,
+        summary: str,
+        severity: Severity | None = None,
+    ) -> None:
+        spec = self.rules.get(rule_id)
+        if spec is None:
+            return
+        uid = row.get("uid")
+        self._found.append(
+            event_alert(
+                spec,
+                row,
+                node=row.get("node_name"),
+                owners=self._owners,
+                subject=subject,
+                summary=f"Tetragon {row['event_type']}: {summary}",
+                event_user=None if uid is None else f"uid {uid}",
+                severity=severity,
+            )
+        )
+
+    def _items(self, rule_id: str, name: str) -> tuple[str, ...]:
+        spec = self.rules.get(rule_id)
+        return spec.items(name) if spec is not None else ()
+
+    # ---------------------------------------------------------------- process_exec
+
+    def _exec(self, row: dict[str, Any]) -> None:
+        binary, args = row.get("binary") or "", row.get("arguments") or ""
+        name, in_job = basename(binary), row.get("job_id") is not None
+        if row.get("exec_id"):
+            self.state.remember(row["exec_id"], name, row.get("parent_exec_id"))
+        if not in_job:
+            return
+        command = f"{binary} {args}".strip()
+        shells, tools = self._items("SC-1", "shells"), self._items("SC-1", "network_tools")
+        if name in shells or name in tools:
+            ancestors = self.state.ancestors(row)
+            jit = self._items("SC-1", "jit_toolchain")
+            jit_shell = name in shells and (
+                (ancestors and ancestors[0] in jit)
+                or any(args.startswith(f"-c {tool}") for tool in jit)
+            )
+            python = set(self._items("SC-1", "python_names"))
+            if not jit_shell and python.intersection(ancestors):
+                self._fire("SC-1", row, name, f"{command} under {' < '.join(ancestors)}")
+        temp = under(binary, self._items("SC-2", "temp_prefixes")) or contains_any(
+            binary, self._items("SC-2", "temp_substrings")
+        )
+        if temp and not contains_any(binary, self._items("SC-2", "known_temp_substrings")):
+            self._fire("SC-2", row, binary, f"exec of {command}")
+            if row.get("exec_id"):
+                self.state.temp_execs[row["exec_id"]] = (row["ts"], binary)
+        if name in self._items("CE-2", "toolkit_binaries") and contains_any(
+            args, self._items("CE-2", "env_vars")
+        ):
+            self._fire("CE-2", row, name, f"exec of {command}")
+        if name == "nsenter" and any(
+            flag in f" {args} " for flag in (" --target 1 ", " -t 1 ", " --target=1 ")
+        ):
+            self._fire("CE-3", row, name, f"exec of {command}")
+
+    # ---------------------------------------------------------------- process_kprobe
+
+    def _kprobe(self, row: dict[str, Any]) -> None:
+        function = row.get("function_name") or ""
+        if row.get("sock_daddr"):
+            self._connect(row)
+        elif function in FILE_HOOKS or function in TRUNCATE_HOOKS:
+            self._file(row, function)
+        elif function in self._items("CE-1", "module_functions"):
+            ints = row.get("int_args") or []
+            reading_module = function != "security_kernel_read_file" or READING_MODULE in ints
+            if reading_module and row.get("job_id") is not None:
+                path = row.get("file_path") or basename(row.get("binary"))
+                self._fire("CE-1", row, "kernel module", f"{function} {path} by {row['binary']}")
+        elif function in self._items("CE-3", "setns_functions"):
+            name = basename(row.get("binary"))
+            if row.get("job_id") is not None and name not in self._items(
+                "CE-3", "container_starters"
+            ):
+                self._fire("CE-3", row, name, f"{function} by {row.get('binary')}")
+        elif function in self._items("GM-3", "trace_functions"):
+            self._trace(row, function)
+
+    def _connect(self, row: dict[str, Any]) -> None:
+        daddr, dport = str(row["sock_daddr"]), row.get("sock_dport")
+        target = f"{daddr}:{dport}" if dport is not None else daddr
+        who = f"{row.get('binary')} ({row.get('function_name')})"
+        exec_id = row.get("exec_id")
+        if exec_id in self.state.temp_execs:
+            started, binary = self.state.temp_execs[exec_id]
+            window = self.rules["SC-2"].threshold("connect_window_seconds")
+            if row["ts"] - started <= timedelta(seconds=window):
+                summary = f"{binary} connected to {target} {row['ts'] - started} after its exec"
+                self._fire("SC-2", row, binary, summary, Severity.CRITICAL)
+        if "SC-3" not in self.rules or daddr in self._proxies:
+            return
+        inside = in_networks(daddr, self._cluster)
+        miner = dport is not None and str(dport) in self._items("SC-3", "miner_ports")
+        dns = dport == 53 and bool(self._resolvers) and daddr not in self._resolvers
+        if inside is False or miner or dns:
+            severity = Severity.CRITICAL if miner else None
+            self._fire("SC-3", row, target, f"{who} connected to {target}", severity)
+
+    def _file(self, row: dict[str, Any], function: str) -> None:
+        path = row.get("file_path") or ""
+        mask = row.get("access_mask")
+        write = function in TRUNCATE_HOOKS or (mask is not None and bool(mask & MAY_WRITE))
+        read = function in ("security_mmap_file", "fd_install", "security_file_open") or (
+            mask is not None and bool(mask & MAY_READ)
+        )
+        job = row.get("job_id")
+        access = "write" if write else "read"
+        what = f"{access} of {path} by {row.get('binary')} ({function})"
+        if job is None:
+            if under(path, self._items("RD-4", "device_prefixes")) and basename(
+                row.get("binary")
+            ) not in self._items("RD-4", "daemons"):
+                self._fire("RD-4", row, basename(row.get("binary")), f"open of {what}")
+            return
+        if under(path, self.checkpoint_roots):
+            self._checkpoint(row, path, write=write, what=what)
+        if write and path.endswith("/release_agent"):
+            self._fire("CE-1", row, path, what)
+        if (write and under(path, self._items("CE-4", "host_only_prefixes"))) or (
+            read and path in self._items("CE-4", "secret_paths")
+        ):
+            self._fire("CE-4", row, path, what)
+
+    def _checkpoint(self, row: dict[str, Any], path: str, *, write: bool, what: str) -> None:
+        directory = path.rsplit("/", 1)[0]
+        job = str(row["job_id"])
+        owner = self._owners.get(job)
+        account = owner.account if owner is not None else None
+        creator = self.state.creators.get(directory)
+        if creator is None:
+            if write:
+                self.state.creators[directory] = Creator(job, account, row["ts"])
+            return
+        if write and job != creator.job_id:
+            self._fire("W-3", row, directory, f"{what}; created by job {creator.job_id}")
+        elif (
+            not write
+            and account is not None
+            and creator.account is not None
+            and account != creator.account
+            and account not in self._items("W-1", "service_accounts")
+        ):
+            summary = f"{what}; account {account}, created by account {creator.account}"
+            self._fire("W-1", row, directory, summary)
+
+    def _trace(self, row: dict[str, Any], function: str) -> None:
+        name, uid = basename(row.get("binary")), row.get("uid")
+        owner_tool = (
+            row.get("job_id") is not None
+            and uid is not None
+            and uid != 0
+            and name in self._items("GM-3", "owner_tools")
+        )
+        if not owner_tool and (uid == 0 or row.get("job_id") is None):
+            ints = row.get("int_args") or []
+            self._fire("GM-3", row, name, f"{function}{tuple(ints)} by {row.get('binary')}")
