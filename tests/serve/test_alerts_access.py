@@ -60,6 +60,8 @@ JOB_OF = {"alice": "4410001", "bob": "4410002", "dave": "4410003"}
 def clients(service: Service) -> Iterator[dict[str | None, TestClient]]:
     write_fleet(service.store, now=NOW)
     upsert_alerts(service.store, list(ALERTS.values())).result()
+    # a source that raises alerts (Falco's http_output): detections are configured
+    service.settings = service.settings.model_copy(update={"falco_ingest_token": "t"})
     made = {user: logged_in(service, user) for user in (*SEES, None)}
     yield made
     for client in made.values():

@@ -39,6 +39,7 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      │    ├── LoginRequired          (a page needs a login: redirect)
      │    ├── Unauthorized           (an API call needs credentials: 401)
      │    ├── LoginThrottled         (too many failed logins: 429 with Retry-After)
+     │    ├── AlertStateDenied       (an alert seen but not one's own to acknowledge: 403)
      │    └── TraceAccessError       (a trace action or job the principal may not touch)
      ├── StoreError                  (store open, migration, corruption; a RuntimeError)
      │    └── StoreClosedError       (a write after close)

@@ -39,7 +39,6 @@ SESSION_COOKIE = "hpcscope_session"
 
 ROUTERS = [
     health.router,
-    alerts.router,
     auth_routes.router,
     cluster.router,
     jobs.router,

@@ -13,11 +13,12 @@ from datetime import datetime
 
 from hpcscope.model.access import Principal
 from hpcscope.model.alerts import Alert, AlertState, Severity, Vector
+from hpcscope.model.errors import AccessError
 from hpcscope.store import Store
 from hpcscope.store import alerts as alert_store
 
 
-class AlertStateDenied(PermissionError):
+class AlertStateDenied(AccessError, PermissionError):
     """The alert is visible, but its job is not the principal's own (G9)."""
 
 

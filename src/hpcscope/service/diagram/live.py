@@ -273,12 +273,25 @@ def _node_live(element_id: str, node: str, gpus: list[GpuNow]) -> NodeLive:
     )
 
 
+def detections_configured(service: Service) -> bool:
+    """Whether any source raises alerts: the gradient-integrity spool, Falco (its
+    ``http_output`` endpoint or a file) or Tetragon's export."""
+    settings = service.settings
+    return any(
+        source is not None
+        for source in (
+            settings.integrity_spool_dir,
+            settings.falco_ingest_token,
+            settings.falco_events_path,
+            settings.tetragon_events_path,
+        )
+    )
+
+
 def alert_summary(service: Service, viewer: Viewer) -> AlertSummary:
     """Open alerts per vector and node; counts only, and never to anonymous visitors."""
     rows = queries.open_alert_counts(service.store)
-    # detections are configured when a source raises alerts: today the gradient-integrity
-    # spool (the other vectors' sources come with their rules)
-    if rows is None or service.settings.integrity_spool_dir is None:
+    if rows is None or not detections_configured(service):
         return AlertSummary(configured=False, shown=not viewer.anonymous)
     if viewer.anonymous:
         return AlertSummary(configured=True, shown=False)
