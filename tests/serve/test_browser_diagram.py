@@ -123,8 +123,8 @@ def test_modes_switch_and_render_their_overlays(page: Any, base_url: str) -> Non
     assert "mode=threats" in page.url
     page.click("#vector-rdma-blind-spot")
     wait_card(page, "vector-rdma-blind-spot")
-    # the alerts table exists (migration 7): the card counts open alerts, none here
-    assert "0 open alerts for this vector" in page.locator("#diagram-card").inner_text()
+    # no source raises alerts on this server (no Falco, Tetragon or integrity spool)
+    assert "detections not configured" in page.locator("#diagram-card").inner_text()
     screenshot(page, "diagram-desktop-threats")
     # reading modes
     page.click("[data-set-reader=decision]")
