@@ -16,18 +16,13 @@ keeps its loop to itself). Each cycle:
    ``scrapes`` row per file (``service/collect/lustre_spool.py``);
 7. reads the gradient-integrity spool's new lines and raises GI alerts
    (``service/integrity/spool.py``);
-8. polls the Falco/Tetragon tails and drains the security event buffer into the alert engine
-   (``service/alerts/engine.py``).
-9. runs the ``after_cycle`` hooks it was given: the server passes the upkeep pass of
-   ``service/jobs/retention.py`` (summaries of finished jobs, retention), which the collector
-   does not import, so collection and the jobs capability stay independent.
+8. drains the Falco/Tetragon events into the alert engine (``service/alerts/engine.py``);
+9. runs its ``after_cycle`` hooks: the server passes the jobs upkeep (summaries, retention:
+   ``service/jobs/retention.py``), which the collector does not import.
 
 An exporter that hangs, returns 500 or garbage costs one failed scrape row; the collector keeps
-running, and nothing stored before is touched.
-
-Two seams keep its tests off the wall clock and the network: a :class:`Clock` (wall time,
-monotonic time and the sleep between cycles; :class:`SystemClock` by default) and an httpx2
-transport for the scraper (real TCP by default; tests pass ``httpx2.MockTransport``).
+running, and nothing stored before is touched. Seams keep its tests off the wall clock and the
+network: a :class:`Clock` (:class:`SystemClock` by default) and the scraper's httpx2 transport.
 """
 
 from __future__ import annotations
