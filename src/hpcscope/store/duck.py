@@ -164,9 +164,18 @@ class Store:
                     f"store {self.path}: migration {migration.version:04d} {migration.name} "
                     f"failed: {exc}"
                 ) from exc
-            log.info(
-                "store %s: applied migration %04d %s", self.path, migration.version, migration.name
+            # a new store applies every migration: one line for it at INFO, not one per step;
+            # an upgrade of an existing store says each step
+            log.log(
+                logging.DEBUG if not applied else logging.INFO,
+                "store %s: applied migration %04d %s",
+                self.path,
+                migration.version,
+                migration.name,
             )
+        if not applied and migrations:
+            newest = max(m.version for m in migrations)
+            log.info("store %s: created at schema version %d", self.path, newest)
 
     def schema_version(self) -> int:
         """The highest applied migration number."""
