@@ -7,13 +7,12 @@ jobs`` (``--user``/``--password`` or ``HPCSCOPE_USER``/``HPCSCOPE_PASSWORD``).
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlencode
 
 import typer
 
-from hpcscope.cli.jobs_cmd import JSON_OPTION, PASSWORD_OPTION, URL_OPTION, USER_OPTION
-from hpcscope.cli.output import EXIT_USAGE_ERROR, fail, print_json, print_table
+from hpcscope.cli.client import JSON_OPTION, PASSWORD_OPTION, URL_OPTION, USER_OPTION, api_get
+from hpcscope.cli.output import print_json, print_table
 
 STATE_OPTION = typer.Option(
     None, "--state", help="Only alerts in this state: open, acknowledged or resolved."
@@ -29,28 +28,6 @@ JOB_OPTION = typer.Option(None, "--job", help="Only this job's alerts.")
 
 def register(app: typer.Typer) -> None:
     app.command("alerts")(alerts)
-
-
-def _get(url: str, path: str, user: str | None, password: str | None, as_json: bool) -> Any:
-    import httpx2
-
-    if user is None or password is None:
-        fail(
-            "credentials needed: --user and --password (or HPCSCOPE_USER/HPCSCOPE_PASSWORD)",
-            code=EXIT_USAGE_ERROR,
-            as_json=as_json,
-        )
-    try:
-        response = httpx2.get(url.rstrip("/") + path, auth=(user, password), timeout=30)
-    except httpx2.HTTPError as exc:
-        fail(f"cannot reach {url}: {exc}", as_json=as_json)
-    if response.status_code == 401:
-        fail("authentication failed", as_json=as_json)
-    if response.status_code == 400:
-        fail(response.json().get("detail", "bad filter"), code=EXIT_USAGE_ERROR, as_json=as_json)
-    if response.status_code != 200:
-        fail(f"{url}{path}: HTTP {response.status_code}", as_json=as_json)
-    return response.json()
 
 
 def alerts(
@@ -70,7 +47,7 @@ def alerts(
         if v
     }
     path = "/api/alerts" + (f"?{urlencode(query)}" if query else "")
-    data = _get(url, path, user, password, json_output)
+    data = api_get(url, path, user, password, json_output)
     if json_output:
         print_json(data)
         return

@@ -13,53 +13,26 @@ from typing import Any
 
 import typer
 
+from hpcscope.cli.client import (
+    JSON_OPTION,
+    PASSWORD_OPTION,
+    URL_OPTION,
+    USER_OPTION,
+    api_get,
+)
 from hpcscope.cli.output import (
-    EXIT_USAGE_ERROR,
     fail,
     print_json,
     print_table,
     stdout_console,
 )
 
-URL_OPTION = typer.Option(
-    "http://127.0.0.1:8080", "--url", envvar="HPCSCOPE_URL", help="hpcscope server URL."
-)
-USER_OPTION = typer.Option(None, "--user", envvar="HPCSCOPE_USER", help="User name.")
-PASSWORD_OPTION = typer.Option(
-    None,
-    "--password",
-    envvar="HPCSCOPE_PASSWORD",
-    help="Password (prefer the environment variable).",
-)
 STORE_OPTION = typer.Option(None, "--store", help="Read this store file offline instead.")
-JSON_OPTION = typer.Option(False, "--json", help="Print JSON (the API's schema).")
 
 
 def register(app: typer.Typer) -> None:
     app.command("jobs")(jobs)
     app.command("job")(job)
-
-
-def _get(url: str, path: str, user: str | None, password: str | None, as_json: bool) -> Any:
-    import httpx2
-
-    if user is None or password is None:
-        fail(
-            "credentials needed: --user and --password (or HPCSCOPE_USER/HPCSCOPE_PASSWORD)",
-            code=EXIT_USAGE_ERROR,
-            as_json=as_json,
-        )
-    try:
-        response = httpx2.get(url.rstrip("/") + path, auth=(user, password), timeout=30)
-    except httpx2.HTTPError as exc:
-        fail(f"cannot reach {url}: {exc}", as_json=as_json)
-    if response.status_code == 401:
-        fail("authentication failed", as_json=as_json)
-    if response.status_code == 404:
-        fail(response.json().get("detail", "not found"), as_json=as_json)
-    if response.status_code != 200:
-        fail(f"{url}{path}: HTTP {response.status_code}", as_json=as_json)
-    return response.json()
 
 
 def _offline(store: Path, job_id: str | None, as_json: bool) -> Any:
@@ -107,7 +80,7 @@ def jobs(
     data = (
         _offline(store, None, json_output)
         if store is not None
-        else _get(url, "/api/jobs", user, password, json_output)
+        else api_get(url, "/api/jobs", user, password, json_output)
     )
     if json_output:
         print_json(data)
@@ -164,7 +137,7 @@ def job(
     data = (
         _offline(store, job_id, json_output)
         if store is not None
-        else _get(url, f"/api/jobs/{job_id}", user, password, json_output)
+        else api_get(url, f"/api/jobs/{job_id}", user, password, json_output)
     )
     if json_output:
         print_json(data)
