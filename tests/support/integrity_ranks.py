@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.support.rank_launch import launch_ranks
 
 ATTACKS = ("scale", "signflip", "noise", "liar", "replica")
 
@@ -76,12 +76,6 @@ class Run:
         return self.spool() / name
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def generate(
     scenarios: list[Scenario], out_dir: Path, *, world_size: int = 4, timeout_seconds: float = 900
 ) -> Run:
@@ -90,29 +84,13 @@ def generate(
     Raises:
         RuntimeError: the ranks failed (their output is in the message).
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "world_size": world_size,
-        "port": _free_port(),
-        "scenarios": [asdict(s) for s in scenarios],
-    }
-    spec_path = out_dir / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    root = Path(__file__).resolve().parents[2]
-    src = root / "src"
-    path = os.pathsep.join([str(root), str(src), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.integrity_ranks", str(spec_path), str(out_dir)],
-        capture_output=True,
-        text=True,
-        timeout=timeout_seconds,
-        env=env,
-        cwd=root,
-        check=False,
+    launch_ranks(
+        "tests.support.integrity_ranks",
+        [asdict(s) for s in scenarios],
+        out_dir,
+        world_size=world_size,
+        timeout_seconds=timeout_seconds,
     )
-    if proc.returncode != 0:
-        raise RuntimeError(f"torch ranks failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     run = Run(out_dir, world_size, {s.name: s for s in scenarios})
     for s in scenarios:
         if s.overhead_steps:
