@@ -18,13 +18,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from hpcscope.analysis.integrity.rules import Finding
 from hpcscope.ingest.integrity.records import parse_lines
 from hpcscope.model.alerts import Alert, Evidence, RuleSpec, Vector
 from hpcscope.model.integrity import IntegrityRecord
+from hpcscope.model.timeutil import from_epoch_seconds
 from hpcscope.service.integrity.monitor import JobMonitor, StepFindings
 from hpcscope.store import Store
 from hpcscope.store import slurm as slurm_store
@@ -33,10 +34,6 @@ from hpcscope.store.alerts import upsert_alerts
 log = logging.getLogger(__name__)
 
 PATTERN = "rank-*.jsonl"
-
-
-def _utc(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, tz=UTC).replace(tzinfo=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +160,7 @@ class IntegritySpool:
         key = (node, gpu, int(ts // 60))
         found = self._placements.get(key)
         if found is None:
-            found = self._placements[key] = self.placement(node, gpu, _utc(ts))
+            found = self._placements[key] = self.placement(node, gpu, from_epoch_seconds(ts))
         return found
 
     def _alerts(self, claimed_dir: str, evaluated: StepFindings) -> list[Alert]:
@@ -213,7 +210,7 @@ class IntegritySpool:
         placement: Placement | None,
     ) -> Alert:
         rule = self.rules[finding.rule_id]
-        seen = _utc(
+        seen = from_epoch_seconds(
             record.ts if record is not None else max(r.ts for r in evaluated.records.values())
         )
         named = [record] if record is not None else list(evaluated.records.values())
