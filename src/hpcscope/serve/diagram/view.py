@@ -23,7 +23,6 @@ import orjson
 
 from hpcscope.model.timeutil import iso_z
 from hpcscope.model.topology import ElementKind
-from hpcscope.serve.diagram.contracts import DiagramState
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role, Shape
 from hpcscope.serve.templating import efficiency_bucket, percent
 from hpcscope.service.diagram.collectors import CollectorHealth, CollectorStatus
@@ -234,7 +233,9 @@ def live_payload(layout: DiagramLayout, state: LiveState, summary: str) -> tuple
     body = {"summary": summary, "elements": elements}
     digest = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
     payload = {"generated_at": iso_z(state.generated_at), **body}
-    DiagramState.model_validate(payload)  # the contract: fails on a renamed or retyped field
+    # The contract (DiagramState) is checked by tests/serve/test_diagram_contracts.py on the
+    # real output, not here: validating 1,152 elements costs 2.4 ms a poll at 128 nodes, 56x
+    # the serialisation, for every viewer every few seconds.
     return orjson.dumps(payload), f'"{digest}"'
 
 
