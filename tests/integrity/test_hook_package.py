@@ -63,6 +63,32 @@ def test_sketch_is_linear(numel: int, k: int, seed: int, scale: float) -> None:
 
 
 @pytest.mark.torch
+@settings(max_examples=25, deadline=None)
+@given(
+    numel=st.integers(1, 900),
+    k=st.integers(1, 64),
+    world=st.integers(1, 9),
+    step=st.integers(0, 50),
+)
+def test_witnessed_slices_sum_to_the_bucket_sketch(
+    numel: int, k: int, world: int, step: int
+) -> None:
+    import torch
+
+    from hpcscope.integrity import CountSketch
+    from hpcscope.model.integrity import slice_bounds, witnessed_slices
+
+    sketch = CountSketch(3, k)
+    flat = torch.randn(numel, generator=torch.Generator().manual_seed(numel), dtype=torch.float64)
+    of = witnessed_slices(0, step, world, numel, k)[0]
+    parts = [sketch.part(0, flat, *slice_bounds(numel, k, of, i)) for i in range(of)]
+    assert torch.allclose(torch.stack(parts).sum(0), sketch(0, flat))
+    if k > 1:  # a part that does not start on a sketch row would misalign the positions
+        with pytest.raises(ValueError, match="multiple of"):
+            sketch.part(0, flat, 1, numel)
+
+
+@pytest.mark.torch
 def test_sketch_preserves_cosines_approximately() -> None:
     import torch
 

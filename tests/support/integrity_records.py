@@ -3,7 +3,8 @@
 :func:`step_lines` writes what honest ranks (and optionally a lying one) would report for one
 step: per rank a gradient, its norm and a linear sketch (a seeded Gaussian projection: any
 linear sketch satisfies what the analysis checks), and the sketch of the average on the two
-witness ranks.
+witness ranks (``sliced=True``: of the two slices each rank witnesses, as the hook writes it
+with three ranks or more; the projection of a slice is its columns').
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hpcscope.model.integrity import FORMAT
+from hpcscope.model.integrity import FORMAT, slice_bounds, witnessed_slices
 
 K = 16
 D = 200
@@ -44,11 +45,26 @@ def record(
     gpu: int | None = None,
     checksum: str | None = "same",
     ts: float = 1_767_225_600.0,
+    sliced: bool = False,
+    witnessed: np.ndarray | None = None,
 ) -> dict[str, object]:
     """One rank's line: ``reported`` is what it claims to have sent (``sent`` is unused
-    except by honest callers who pass the same array)."""
+    except by honest callers who pass the same array); ``witnessed`` what it claims to have
+    received (default: the true ``average``)."""
     s = projection()
-    witness = (rank - step) % world < 2
+    received = average if witnessed is None else witnessed
+    reduced: dict[str, object]
+    if sliced:
+        of, *slices = witnessed_slices(rank, step, world, D, K)
+        parts = []
+        for index in slices:
+            start, stop = slice_bounds(D, K, of, index)
+            sketch = s[:, start:stop] @ received[start:stop]
+            parts.append({"slice": index, "of": of, "sketch": sketch.tolist()})
+        reduced = {"reduced_slices": parts}
+    else:
+        witness = (rank - step) % world < 2
+        reduced = {"reduced_sketch": (s @ received).tolist() if witness else None}
     return {
         "format": FORMAT,
         "job_id": job_id,
@@ -67,7 +83,7 @@ def record(
                 "norm": float(np.linalg.norm(reported)),
                 "nonfinite": int((~np.isfinite(reported)).sum()),
                 "sketch": (s @ reported).tolist(),
-                "reduced_sketch": (s @ average).tolist() if witness else None,
+                **reduced,
             }
         ],
         "param_checksum": checksum,
@@ -75,9 +91,15 @@ def record(
 
 
 def step_lines(
-    grads: np.ndarray, *, step: int, lie: dict[int, np.ndarray] | None = None, **kwargs: object
+    grads: np.ndarray,
+    *,
+    step: int,
+    lie: dict[int, np.ndarray] | None = None,
+    witness_lie: dict[int, np.ndarray] | None = None,
+    **kwargs: object,
 ) -> list[str]:
-    """One JSON line per rank: rank i sends ``grads[i]`` and reports ``lie[i]`` if given."""
+    """One JSON line per rank: rank i sends ``grads[i]`` and reports ``lie[i]`` if given, and
+    claims to have received ``witness_lie[i]`` if given."""
     world = grads.shape[0]
     average = grads.mean(axis=0)
     lines = []
@@ -87,7 +109,8 @@ def step_lines(
             json.dumps(
                 record(
                     rank=rank, world=world, step=step, sent=grads[rank], reported=reported,
-                    average=average, **kwargs,  # type: ignore[arg-type]
+                    average=average, witnessed=(witness_lie or {}).get(rank),
+                    **kwargs,  # type: ignore[arg-type]
                 )
             )
         )  # fmt: skip

@@ -68,11 +68,19 @@ class CountSketch:
 
     def __call__(self, index: int, flat: Any) -> Any:
         """The sketch of a flat tensor (same dtype and device, ``k`` elements)."""
+        return self.part(index, flat, 0, int(flat.numel()))
+
+    def part(self, index: int, flat: Any, start: int, stop: int) -> Any:
+        """The sketch of elements ``[start, stop)`` of bucket ``index`` (``start`` a multiple
+        of ``k``): the bucket's sketch is the sum of its parts' over any cut into such ranges.
+        """
         import torch
 
-        signs, scratch = self._cached(index, flat)
-        signed = torch.mul(flat, signs, out=scratch)
         k = self.k
+        if start % k:
+            raise ValueError(f"a part starts on a sketch row: {start} is not a multiple of {k}")
+        signs, scratch = self._cached(index, flat)
+        signed = torch.mul(flat[start:stop], signs[start:stop], out=scratch[start:stop])
         rows = signed.numel() // k
         out = signed[: rows * k].view(rows, k).sum(0) if rows else signed.new_zeros(k)
         tail = signed[rows * k :]

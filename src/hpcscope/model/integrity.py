@@ -12,8 +12,16 @@ The hook (:mod:`hpcscope.integrity`) appends one JSON line per training step to
      "param_checksum": "9f2c..." | null}
 
 ``sketch`` is the rank's count-sketch of the bucket it sent (before DDP divides by the world
-size); ``reduced_sketch`` is the sketch of the averaged bucket it received back, reported by
-the step's two witness ranks (``step mod n`` and ``step + 1 mod n``) and null on the others.
+size). What came back, the averaged bucket, is witnessed by two ranks per part: with three
+ranks or more the bucket's sketch rows are cut into ``n`` slices (:func:`slice_bounds`) and
+each rank reports the sketches of the two slices it witnesses at that step
+(:func:`witnessed_slices`) as ``"reduced_slices": [{"slice": i, "of": n, "sketch": [...k
+floats...]}, ...]``; the sketch is linear, so the slices' sketches sum to the bucket's, and
+every rank does 2/n of one pass instead of two ranks doing a whole one (no rank is slower
+than the others on its witness steps). With one or two ranks, or a bucket of fewer sketch
+rows than ranks, the step's witnesses (``step mod n`` and ``step + 1 mod n``) report the
+whole bucket as ``"reduced_sketch": [...k floats...]`` (null on the others), the form every
+earlier hook wrote.
 Everything in a line is **self-reported by the training process and untrusted**: the job,
 node and GPU are re-derived at ingest, and the rules cross-check the numbers against each
 other (GI-3, GI-4).
@@ -35,6 +43,48 @@ FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
+class ReducedSlice:
+    """A witness's count-sketch of one slice of the averaged bucket it received.
+
+    Attributes:
+        slice: which slice (0-based).
+        of: slices the bucket is cut into (1: the whole bucket).
+        sketch: the slice's count-sketch (``k`` floats).
+    """
+
+    slice: int
+    of: int
+    sketch: FloatArray
+
+
+def slice_bounds(numel: int, k: int, slices: int, index: int) -> tuple[int, int]:
+    """Element range ``[start, stop)`` of slice ``index`` of ``slices`` of a bucket of
+    ``numel`` elements: whole sketch rows of ``k`` elements (so each slice's sketch aligns with
+    the bucket's), the last slice taking the tail that fills no row."""
+    rows = numel // k
+    start = index * rows // slices * k
+    stop = numel if index == slices - 1 else (index + 1) * rows // slices * k
+    return start, stop
+
+
+def witnessed_slices(rank: int, step: int, world_size: int, numel: int, k: int) -> tuple[int, ...]:
+    """The slices of a bucket that ``rank`` witnesses at ``step``, as a tuple of slice
+    indices, with the slice count first: ``(of, *slices)``.
+
+    Three ranks or more and at least as many sketch rows as ranks: ``of = n`` slices, slice
+    ``i`` witnessed by ranks ``i + step`` and ``i + step + 1`` (mod n), so every rank takes
+    two. Otherwise ``of = 1``: the whole bucket, witnessed by ranks ``step`` and ``step + 1``
+    (mod n).
+    """
+    if world_size >= 3 and numel // k >= world_size:
+        first = (rank - step) % world_size
+        return (world_size, (first - 1) % world_size, first)
+    if (rank - step) % world_size < min(2, world_size):
+        return (1, 0)
+    return (1,)
+
+
+@dataclass(frozen=True, slots=True)
 class BucketReport:
     """One gradient bucket as one rank saw it in one step.
 
@@ -44,8 +94,8 @@ class BucketReport:
         norm: L2 norm of the local gradient the rank sent.
         nonfinite: NaN/Inf elements in it.
         sketch: count-sketch of the local gradient (``k`` floats).
-        reduced_sketch: count-sketch of the averaged gradient the rank received (witness
-            ranks only, else None).
+        reduced: count-sketches of the slices of the averaged gradient the rank received and
+            witnessed (empty when it witnessed none; one slice ``0 of 1`` for a whole bucket).
     """
 
     index: int
@@ -53,7 +103,7 @@ class BucketReport:
     norm: float
     nonfinite: int
     sketch: FloatArray
-    reduced_sketch: FloatArray | None
+    reduced: tuple[ReducedSlice, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +152,3 @@ class IntegrityRecord:
         (buckets are disjoint, so this is still linear and inner products still add up)."""
         ordered = sorted(self.buckets, key=lambda b: b.index)
         return np.concatenate([b.sketch for b in ordered]) if ordered else np.zeros(0)
-
-    def reduced_sketch(self) -> FloatArray | None:
-        """The sketches of the averaged buckets, concatenated in bucket order (None when this
-        rank was not a witness of the step)."""
-        ordered = sorted(self.buckets, key=lambda b: b.index)
-        parts = [b.reduced_sketch for b in ordered]
-        if not parts or any(part is None for part in parts):
-            return None
-        return np.concatenate([p for p in parts if p is not None])

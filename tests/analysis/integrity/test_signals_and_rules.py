@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -33,7 +35,14 @@ def _records(lines: list[str]) -> list[IntegrityRecord]:
     return [parse_record(line, source="f", line_number=i + 1) for i, line in enumerate(lines)]
 
 
-def _history(world: int, steps: int, transform=None, lie=None, checksum=None) -> list[StepSignals]:  # type: ignore[no-untyped-def]
+def _history(
+    world: int,
+    steps: int,
+    transform: Callable[[np.ndarray], np.ndarray] | None = None,
+    lie: Callable[[np.ndarray], dict[int, np.ndarray]] | None = None,
+    checksum: Callable[[IntegrityRecord], IntegrityRecord] | None = None,
+    sliced: bool = False,
+) -> list[StepSignals]:
     out = []
     params = signal_parameters(RULES)
     for step in range(steps):
@@ -41,7 +50,7 @@ def _history(world: int, steps: int, transform=None, lie=None, checksum=None) ->
         if transform is not None:
             grads = transform(grads)
         lies = lie(grads) if lie is not None else None
-        lines = step_lines(grads, step=step, lie=lies)
+        lines = step_lines(grads, step=step, lie=lies, sliced=sliced)
         records = _records(lines)
         if checksum is not None:
             records = [checksum(r) for r in records]
@@ -56,10 +65,50 @@ def _fired(history: list[StepSignals]) -> set[tuple[str, int | None]]:
     return found
 
 
-def test_honest_steps_raise_nothing() -> None:
-    history = _history(6, 30)
+@pytest.mark.parametrize("sliced", [False, True])
+def test_honest_steps_raise_nothing(sliced: bool) -> None:
+    history = _history(6, 30, sliced=sliced)
     assert all(s.relative_error is not None and s.relative_error < 1e-9 for s in history)
+    assert all(s.reduced_spread is not None and s.reduced_spread < 1e-9 for s in history)
     assert _fired(history) == set()
+
+
+@pytest.mark.parametrize("world", [3, 4, 7])
+def test_a_liar_is_caught_by_sliced_witnesses_at_every_step(world: int) -> None:
+    def lie(g: np.ndarray) -> dict[int, np.ndarray]:
+        return {1: -g[1]}
+
+    history = _history(world, world, lie=lie, sliced=True)
+    for signals in history:  # the liar witnesses two slices at every step: no matter
+        error = signals.relative_error
+        assert error is not None and error > 0.1
+        assert signals.suspect == 1
+
+
+def test_a_witness_misreporting_what_it_received_shows_as_spread() -> None:
+    grads = gradients(4, seed=3)
+    lines = step_lines(grads, step=0, sliced=True, witness_lie={2: -grads.mean(axis=0)})
+    signals = step_signals(_records(lines))
+    assert signals.reduced_spread is not None and signals.reduced_spread > 0.1
+
+
+def test_a_step_with_a_slice_nobody_witnessed_is_not_checked() -> None:
+    grads = gradients(4, seed=3)
+    records = _records(step_lines(grads, step=0, sliced=True))
+    from dataclasses import replace
+
+    # drop every report of slice 0: no consensus for that slice, so GI-3 cannot be computed
+    stripped = [
+        replace(
+            r,
+            buckets=tuple(
+                replace(b, reduced=tuple(p for p in b.reduced if p.slice != 0)) for b in r.buckets
+            ),
+        )
+        for r in records
+    ]
+    assert step_signals(stripped).relative_error is None
+    assert step_signals(records).relative_error is not None
 
 
 def test_scaled_rank_trips_gi1_after_three_steps() -> None:

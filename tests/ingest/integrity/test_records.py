@@ -20,12 +20,43 @@ def test_a_line_round_trips() -> None:
     )  # fmt: skip
     assert record.norm() == pytest.approx(float(np.linalg.norm(grads[2])))
     assert record.sketch().shape == (K,)
-    # rank 2 is no witness of step 5 (witnesses: 5 mod 4 = 1 and 2) -> it is
-    assert record.reduced_sketch() is not None
+    # the whole-bucket form: witnesses of step 5 are 5 mod 4 = 1 and 2
+    assert [(p.slice, p.of) for p in record.buckets[0].reduced] == [(0, 1)]
     assert (
-        parse_record(step_lines(grads, step=5)[0], source="x", line_number=1).reduced_sketch()
-        is None
+        parse_record(step_lines(grads, step=5)[0], source="x", line_number=1).buckets[0].reduced
+        == ()
     )
+
+
+def test_sliced_witness_reports_round_trip() -> None:
+    grads = gradients(4, seed=1)
+    record = parse_record(step_lines(grads, step=5, sliced=True)[2], source="x", line_number=1)
+    # rank 2 at step 5 witnesses slices (2 - 5) mod 4 = 1 and the one before it, 0
+    assert [(p.slice, p.of) for p in record.buckets[0].reduced] == [(0, 4), (1, 4)]
+    assert all(p.sketch.shape == (K,) for p in record.buckets[0].reduced)
+
+
+@pytest.mark.parametrize(
+    ("reduced", "message"),
+    [
+        ({"reduced_slices": {"slice": 0}}, "reduced_slices: expected a list"),
+        ({"reduced_slices": [{"slice": 4, "of": 4, "sketch": [0.0] * K}]}, "slice 4 of 4"),
+        ({"reduced_slices": [{"slice": 0, "of": 0, "sketch": [0.0] * K}]}, "of: expected"),
+        ({"reduced_slices": [{"slice": 1, "of": 4, "sketch": [0.0]}]}, "sketch: expected 16"),
+        (
+            {"reduced_slices": [{"slice": 1, "of": 4, "sketch": [0.0] * K}] * 2},
+            "slice 1 twice",
+        ),
+        ({"reduced_sketch": [0.0] * K, "reduced_slices": []}, "give one, not both"),
+    ],
+)
+def test_bad_witness_reports_are_named(reduced: dict[str, object], message: str) -> None:
+    raw = json.loads(step_lines(gradients(4, seed=1), step=5, sliced=True)[2])
+    bucket = raw["buckets"][0]
+    bucket.pop("reduced_slices")
+    bucket.update(reduced)
+    with pytest.raises(IntegrityRecordError, match=message):
+        parse_record(json.dumps(raw), source="x.jsonl", line_number=3)
 
 
 @pytest.mark.parametrize(

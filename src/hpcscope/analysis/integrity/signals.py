@@ -13,9 +13,10 @@ Input: one :class:`~hpcscope.model.integrity.IntegrityRecord` per rank for one s
 * ``krum``: Krum scores (Blanchard et al., NeurIPS 2017) over the sketches: sum of squared
   distances to the ``n - f - 2`` nearest other sketches; defined only when ``n >= 2f + 3``;
 * ``relative_error`` (GI-3): ``||sum_i s_i - n * r|| / sum_i ||s_i||`` where ``s_i`` is rank
-  i's reported sketch and ``r`` the coordinate-wise median of the reduced sketches the step's
-  witness ranks report (the sketch is linear and DDP averages, so honest reports give 0 up to
-  rounding); ``reduced_spread`` how far the witnesses disagree;
+  i's reported sketch and ``r`` the sketch of the averaged gradient the witnesses report: per
+  bucket and slice the coordinate-wise median of its witnesses' sketches, the slices summed
+  (the sketch is linear and DDP averages, so honest reports give 0 up to rounding);
+  ``reduced_spread`` how far a witness disagrees with that consensus;
   ``suspect`` the rank whose sketch the residual is most (anti-)aligned with;
 * ``checksum_minority`` (GI-4): ranks whose parameter digest differs from the majority's.
 """
@@ -162,9 +163,7 @@ def step_signals(
     if any(r.step != step for r in ordered):
         raise ValueError(f"records of several steps: {sorted({r.step for r in ordered})}")
     sketches = np.stack([r.sketch() for r in ordered])
-    witnessed = [s for s in (r.reduced_sketch() for r in ordered) if s is not None]
-    if any(s.shape != sketches.shape[1:] for s in witnessed):
-        raise ValueError("sketch and reduced sketch sizes differ")
+    witnessed = reduced_consensus(ordered)
     norm = np.array([r.norm() for r in ordered], dtype=np.float64)
     finite_norm = np.where(np.isfinite(norm), norm, np.nan)
     median_norm = float(np.nanmedian(finite_norm)) if np.isfinite(finite_norm).any() else 0.0
@@ -179,9 +178,8 @@ def step_signals(
     suspect: int | None = None
     suspect_cosine: float | None = None
     spread: float | None = None
-    if witnessed and len(ordered) == world and len({r.rank for r in ordered}) == world:
-        reduced = np.stack(witnessed)
-        consensus = np.median(reduced, axis=0)
+    if witnessed is not None and len(ordered) == world and len({r.rank for r in ordered}) == world:
+        consensus, deviation = witnessed
         residual = world * consensus - sketches.sum(axis=0)
         scale = float(np.sum(np.linalg.norm(sketches, axis=1)))
         relative_error = float(np.linalg.norm(residual)) / scale if scale > 0 else 0.0
@@ -192,7 +190,7 @@ def step_signals(
         suspect, suspect_cosine = ordered[best].rank, float(cosines[best])
         consensus_norm = float(np.linalg.norm(consensus))
         if consensus_norm > 0:
-            spread = float(np.max(np.linalg.norm(reduced - consensus, axis=1))) / consensus_norm
+            spread = max(deviation.values()) / consensus_norm
     checksum_ranks, minority = _checksum_minority(ordered)
     return StepSignals(
         step=step,
@@ -212,3 +210,53 @@ def step_signals(
         checksum_minority=minority,
         lines=tuple(f"{r.source}:{r.line}" for r in ordered),
     )
+
+
+def reduced_consensus(
+    records: Sequence[IntegrityRecord],
+) -> tuple[FloatArray, dict[int, float]] | None:
+    """The averaged gradient's sketch as the witnesses report it, and each witness's distance
+    to it.
+
+    Per bucket and slice (``ReducedSlice``), the coordinate-wise median of the witnesses'
+    sketches; a bucket's sketch is the sum of its slices' (the sketch is linear), concatenated
+    in bucket order like :meth:`IntegrityRecord.sketch`. A witness's distance is the L2 norm of
+    its slices' differences from those medians, all its slices together.
+
+    Returns:
+        None when some slice of some bucket has no witness (nothing to check against).
+
+    Raises:
+        ValueError: slices of another size than the sketch, or witnesses cutting a bucket
+            into different slice counts.
+    """
+    k = records[0].sketch_dim
+    numels: dict[int, int] = {}
+    parts: dict[int, dict[int, list[tuple[int, FloatArray]]]] = {}
+    cuts: dict[int, int] = {}
+    for record in records:
+        for bucket in record.buckets:
+            numels.setdefault(bucket.index, bucket.numel)
+            for part in bucket.reduced:
+                if part.sketch.shape != (k,):
+                    raise ValueError("sketch and reduced sketch sizes differ")
+                if cuts.setdefault(bucket.index, part.of) != part.of:
+                    raise ValueError(f"bucket {bucket.index}: witnesses cut it differently")
+                by_slice = parts.setdefault(bucket.index, {})
+                by_slice.setdefault(part.slice, []).append((record.rank, part.sketch))
+    pieces: list[FloatArray] = []
+    squared: dict[int, float] = {}
+    for index in sorted(numels):
+        by_slice = parts.get(index, {})
+        if set(by_slice) != set(range(cuts.get(index, 1))):
+            return None
+        total = np.zeros(k)
+        for witnesses in by_slice.values():
+            median = np.median(np.stack([sketch for _, sketch in witnesses]), axis=0)
+            total += median
+            for rank, sketch in witnesses:
+                squared[rank] = squared.get(rank, 0.0) + float(np.sum((sketch - median) ** 2))
+        pieces.append(total)
+    if not pieces:
+        return None
+    return np.concatenate(pieces), {rank: float(np.sqrt(v)) for rank, v in squared.items()}

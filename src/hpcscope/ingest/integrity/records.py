@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from hpcscope.model.errors import SourceError
-from hpcscope.model.integrity import FORMAT, BucketReport, IntegrityRecord
+from hpcscope.model.integrity import FORMAT, BucketReport, IntegrityRecord, ReducedSlice
 
 
 class IntegrityRecordError(SourceError):
@@ -77,10 +77,34 @@ def _bucket(raw: Any, k: int) -> BucketReport:
         norm=float(norm),
         nonfinite=_int(raw, "nonfinite"),
         sketch=_floats(raw, "sketch", k),
-        reduced_sketch=(
-            None if raw.get("reduced_sketch") is None else _floats(raw, "reduced_sketch", k)
-        ),
+        reduced=_reduced(raw, k),
     )
+
+
+def _reduced(raw: dict[str, Any], k: int) -> tuple[ReducedSlice, ...]:
+    """``reduced_sketch`` (the whole bucket: slice 0 of 1) or ``reduced_slices``."""
+    whole = raw.get("reduced_sketch")
+    slices = raw.get("reduced_slices")
+    if whole is not None and slices is not None:
+        raise ValueError("reduced_sketch and reduced_slices: give one, not both")
+    if whole is not None:
+        return (ReducedSlice(0, 1, _floats(raw, "reduced_sketch", k)),)
+    if slices is None:
+        return ()
+    if not isinstance(slices, list):
+        raise ValueError("reduced_slices: expected a list")
+    out: list[ReducedSlice] = []
+    for position, item in enumerate(slices):
+        if not isinstance(item, dict):
+            raise ValueError(f"reduced_slices[{position}]: expected an object")
+        of = _int(item, "of", minimum=1)
+        index = _int(item, "slice")
+        if index >= of:
+            raise ValueError(f"reduced_slices[{position}]: slice {index} of {of}")
+        if any(part.slice == index for part in out):
+            raise ValueError(f"reduced_slices[{position}]: slice {index} twice")
+        out.append(ReducedSlice(index, of, _floats(item, "sketch", k)))
+    return tuple(out)
 
 
 def parse_record(line: str | bytes, *, source: str, line_number: int) -> IntegrityRecord:
