@@ -79,7 +79,7 @@ def create_app(
         title="hpcscope",
         version=__version__,
         lifespan=lifespan,
-        docs_url="/api/docs",
+        docs_url=None,  # our own page: vendored Swagger UI, no CDN, no inline script
         openapi_url="/api/openapi.json",
         redoc_url=None,
     )
@@ -103,7 +103,6 @@ def create_app(
         trusted_proxies=settings.trusted_proxies,
         trusted_origins=settings.trusted_origins,
         session_cookie=SESSION_COOKIE,
-        docs_path="/api/docs",
     )
     app.mount("/static", StaticFiles(directory=str(STATIC_DIR)), name="static")
 

@@ -41,13 +41,6 @@ CONTENT_SECURITY_POLICY = (
     "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; "
     "form-action 'self'; frame-ancestors 'none'"
 )
-#: FastAPI's Swagger page (``/api/docs``) is one inline script loading Swagger UI from a CDN:
-#: it gets that much and nothing else (no user data is rendered into it).
-DOCS_CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    "style-src 'self' https://cdn.jsdelivr.net; img-src 'self' data: https://fastapi.tiangolo.com; "
-    "object-src 'none'; base-uri 'self'; frame-ancestors 'none'"
-)
 STRICT_TRANSPORT_SECURITY = "max-age=31536000"
 #: Largest request body outside the upload routes: forms, JSON, a Falco alert batch.
 MAX_BODY_BYTES = 1 << 20
@@ -65,7 +58,6 @@ class EdgeMiddleware:
         trusted_proxies: addresses or networks whose forwarded headers are believed.
         trusted_origins: origins besides the server's own allowed to send state changes.
         session_cookie: name of the cookie that gets ``Secure`` over HTTPS.
-        docs_path: path of the Swagger page, which gets :data:`DOCS_CONTENT_SECURITY_POLICY`.
         max_body_bytes: largest request body outside ``streamed_paths``.
         streamed_paths: paths whose bodies are streamed and limited by the route (uploads).
     """
@@ -77,7 +69,6 @@ class EdgeMiddleware:
         trusted_proxies: Iterable[str] = (),
         trusted_origins: Iterable[str] = (),
         session_cookie: str = "hpcscope_session",
-        docs_path: str = "/api/docs",
         max_body_bytes: int = MAX_BODY_BYTES,
         streamed_paths: Iterable[str] = ("/traces", "/api/traces"),
     ) -> None:
@@ -85,7 +76,6 @@ class EdgeMiddleware:
         self.trusted_proxies = _networks(trusted_proxies)
         self.trusted_origins = frozenset(o.rstrip("/").lower() for o in trusted_origins)
         self.cookie_prefix = f"{session_cookie}=".encode("latin-1")
-        self.docs_path = docs_path
         self.max_body_bytes = max_body_bytes
         self.streamed_paths = frozenset(streamed_paths)
 
@@ -97,11 +87,7 @@ class EdgeMiddleware:
         if self._from_trusted_proxy(scope):
             scope = _forwarded(scope, headers)
         https = scope.get("scheme") == "https"
-        policy = (
-            DOCS_CONTENT_SECURITY_POLICY
-            if scope.get("path") == self.docs_path
-            else CONTENT_SECURITY_POLICY
-        )
+        policy = CONTENT_SECURITY_POLICY
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
