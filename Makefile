@@ -7,18 +7,24 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 TORCH  := $(VENV)/.installed-torch
 HTA    := .bench-venv/.installed-hta
+TOOLS  := .tools-venv/.installed-tools
+LOCK   := requirements/dev.lock
 
-.PHONY: demo test check lint typecheck imports unit venv system-deps torch bench bench-venv clean help schemas schemas-check
+.PHONY: demo test check lint typecheck imports unit venv system-deps torch bench bench-venv clean help schemas schemas-check lock sbom audit tools
 
 help:
 	@echo "make demo   set up, then run the twin cluster + collector + web UI (prints URL and logins)"
 	@echo "make test   set up everything the tests need, then lint, type-check and run the tests"
 	@echo "make bench  run the benchmarks under bench/"
 
-$(STAMP): pyproject.toml
+# Every dependency from the hash-locked file (pip refuses a file whose hash differs), then
+# hpcscope itself without resolving anything more; `make lock` rewrites the lock from
+# pyproject.toml (tests/test_supply_chain.py fails when the two disagree).
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 
 venv: $(STAMP)
@@ -59,8 +65,29 @@ schemas-check: venv
 unit: venv
 	$(BIN)/pytest -q
 
-test: venv system-deps torch check
+test: venv system-deps torch check sbom
 	$(BIN)/pytest -q
+
+# Release tooling in its own venv (never a runtime or test dependency): pip-tools, pip-audit,
+# cyclonedx-bom, pinned in requirements/tools.txt.
+$(TOOLS): requirements/tools.txt
+	test -x .tools-venv/bin/python || $(PYTHON) -m venv .tools-venv
+	.tools-venv/bin/python -m pip install -q -r requirements/tools.txt
+	touch $@
+
+tools: $(TOOLS)
+
+lock: $(TOOLS)
+	.tools-venv/bin/pip-compile -q --allow-unsafe --extra=dev --generate-hashes --no-emit-find-links --no-emit-index-url --strip-extras --output-file=$(LOCK) pyproject.toml
+
+# CycloneDX SBOM of the installed environment (torch included), validated against the schema.
+sbom: venv torch $(TOOLS)
+	mkdir -p test-artifacts
+	.tools-venv/bin/cyclonedx-py environment --validate --output-reproducible --of JSON --mc-type application --pyproject pyproject.toml -o test-artifacts/sbom.cdx.json $(BIN)/python
+
+# Known vulnerabilities of the locked versions and torch (PyPI's advisory data; needs pypi.org).
+audit: $(TOOLS)
+	.tools-venv/bin/pip-audit --progress-spinner off --vulnerability-service pypi --strict --require-hashes -r $(LOCK)
 
 bench: venv torch bench-venv
 	$(BIN)/pytest bench -q --benchmark-only || test $$? -eq 5
@@ -75,4 +102,4 @@ $(HTA): pyproject.toml
 bench-venv: $(HTA)
 
 clean:
-	rm -rf $(VENV) .bench-venv .mypy_cache .ruff_cache test-artifacts
+	rm -rf $(VENV) .bench-venv .tools-venv .mypy_cache .ruff_cache test-artifacts
