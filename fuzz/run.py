@@ -1,0 +1,139 @@
+"""Run the fuzzer on one target, or a bounded pass over all of them.
+
+    .venv/bin/python -m fuzz.run exposition -max_total_time=600     # one target, libFuzzer flags
+    .venv/bin/python -m fuzz.run --all --seconds 20                 # every target, CI's pass
+
+One target: atheris (libFuzzer for Python) instruments hpcscope's modules for coverage,
+starts from the committed corpus ``fuzz/corpus/<target>/`` (new inputs go to a scratch
+directory unless ``--keep``), and feeds each input to the target's parser. A crash is any
+exception other than the target's typed errors, a typed error naming another source, or an
+input that runs past ``-timeout`` seconds (a hang); libFuzzer writes the input to
+``crash-*``/``timeout-*`` files in ``--artifacts`` and exits non-zero.
+
+``--all`` runs every target in its own process for ``--seconds`` each and prints one JSON line
+last: ``{"targets": n, "crashes": c, "executions": e, "seconds": s}``; exit 1 on any crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fuzz.targets import SOURCE, TARGETS, Target
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "fuzz" / "corpus"
+#: Per-input bound: a parser that takes longer on one input hangs (generous: the CI machine is
+#: shared; the slowest seed takes well under 0.1 s).
+TIMEOUT_SECONDS = 10
+MAX_INPUT_BYTES = 64 * 1024
+_DONE = re.compile(r"Done (\d+) runs in (\d+) second")
+
+
+def fuzz_one(target: Target, libfuzzer_args: list[str], *, keep: bool) -> None:
+    """Fuzz ``target`` in this process (never returns: libFuzzer exits)."""
+    import atheris
+
+    with atheris.instrument_imports(include=["hpcscope"]):
+        allowed = target.allowed_errors()
+        try:  # the targets import their parsers lazily: import them here, instrumented
+            target.call(b"")
+        except allowed:
+            pass
+
+    def test_one_input(data: bytes) -> None:
+        try:
+            target.call(data)
+        except allowed as exc:
+            source = getattr(exc, "source", SOURCE)
+            if source != SOURCE and not str(source).startswith(SOURCE):
+                raise AssertionError(f"a typed error naming {source!r}, not the input") from exc
+
+    corpus = CORPUS / target.name
+    scratch = corpus if keep else Path(tempfile.mkdtemp(prefix=f"fuzz-{target.name}-"))
+    dirs = [str(scratch)] if keep else [str(scratch), str(corpus)]
+    argv = [
+        sys.argv[0],
+        *dirs,
+        f"-timeout={TIMEOUT_SECONDS}",
+        f"-max_len={MAX_INPUT_BYTES}",
+        "-rss_limit_mb=3072",
+        *libfuzzer_args,
+    ]
+    atheris.Setup(argv, test_one_input)
+    atheris.Fuzz()
+
+
+def fuzz_all(seconds: int, artifacts: Path) -> int:
+    """Every target for ``seconds`` each, one process per target; returns the crash count."""
+    artifacts.mkdir(parents=True, exist_ok=True)
+    crashes, executions = 0, 0
+    started = time.monotonic()
+    for name in TARGETS:
+        cmd = [
+            sys.executable,
+            "-m",
+            "fuzz.run",
+            name,
+            f"-max_total_time={seconds}",
+            f"-artifact_prefix={artifacts}/{name}-",
+            "-print_final_stats=1",
+        ]
+        result = subprocess.run(
+            cmd,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=seconds + 120,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT)},
+        )
+        done = _DONE.search(result.stderr)
+        runs = int(done[1]) if done else 0
+        executions += runs
+        status = "ok" if result.returncode == 0 else f"CRASH (exit {result.returncode})"
+        print(f"{name:18s} {runs:8d} runs  {status}", flush=True)
+        if result.returncode != 0:
+            crashes += 1
+            print(result.stderr[-4000:], file=sys.stderr)
+    print(
+        json.dumps(
+            {
+                "targets": len(TARGETS),
+                "crashes": crashes,
+                "executions": executions,
+                "seconds": round(time.monotonic() - started, 1),
+            }
+        )
+    )
+    return crashes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("target", nargs="?", choices=sorted(TARGETS))
+    parser.add_argument("--all", action="store_true", help="a bounded pass over every target")
+    parser.add_argument("--seconds", type=int, default=20, help="per target, with --all")
+    parser.add_argument("--keep", action="store_true", help="add new inputs to the corpus")
+    parser.add_argument(
+        "--artifacts", type=Path, default=ROOT / "test-artifacts" / "fuzz", help="crash files"
+    )
+    args, libfuzzer_args = parser.parse_known_args()
+    if args.all:
+        sys.exit(1 if fuzz_all(args.seconds, args.artifacts) else 0)
+    if args.target is None:
+        parser.error("a target, or --all")
+    if shutil.which("true") is None:  # pragma: no cover - a sanity check of the environment
+        raise SystemExit("no POSIX userland")
+    fuzz_one(TARGETS[args.target], libfuzzer_args, keep=args.keep)
+
+
+if __name__ == "__main__":
+    main()
