@@ -72,7 +72,7 @@ def _settings(tmp_path: Path, **extra: object) -> Settings:
         store_path=tmp_path / "store.duckdb",
         secret_key="test-secret",
         password_hash_cost_log2=TEST_PASSWORD_HASH_COST_LOG2,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 

@@ -53,6 +53,7 @@ def test_unknown_malformed_and_revoked_tokens_are_refused(tokens: ApiTokens) -> 
     flipped = made.secret[:-1] + ("A" if made.secret[-1] != "A" else "B")
     for bad in (flipped, "hps_" + "0" * 46, "Bearer", ""):
         assert tokens.authenticate(bad, now=NOW, address="x") is None
+    assert tokens.authenticate(made.secret, now=NOW, address="x")  # now remembered (cached)
     revoked = tokens.revoke(ALICE, made.token.token_id, now=NOW + timedelta(minutes=5))
     assert revoked is not None and revoked.revoked_by == "alice"
     assert revoked.status(NOW + timedelta(minutes=6)) == "revoked"
