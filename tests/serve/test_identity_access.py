@@ -33,6 +33,7 @@ from hpcscope.store.alerts import upsert_alerts
 from tests.serve.test_alerts_access import ALERTS as TENANT_ALERTS
 from tests.serve.test_alerts_access import NOW
 from tests.serve.test_diagram_access import JOB_TOKENS, VISIBLE
+from tests.serve.test_diagram_access import _urls as diagram_urls
 from tests.support.fleet import write_fleet
 from tests.support.identity import COST_LOG2, PASSWORDS, identity_users
 from tests.support.paths import ARTIFACTS
@@ -358,3 +359,33 @@ def test_the_tokens_page_shows_a_new_secret_once(identity_service: Service) -> N
         gone = browser.post(f"/tokens/{token_id}/revoke", follow_redirects=False)
         assert gone.status_code == 303
         assert "revoked" in browser.get("/tokens").text
+
+
+def test_pages_for_the_new_roles_show_no_job_outside_their_scope(
+    clients: dict[tuple[str, str], TestClient], identity_service: Service
+) -> None:
+    """The diagram matrix's every page, fragment and card, and the other pages, for sam and
+    audrey (the original roles' pages are covered by tests/serve/test_diagram_access.py)."""
+    pages = [*diagram_urls(identity_service), "/", "/jobs", "/alerts", "/tokens", "/traces"]
+    pages += [f"/jobs/{job}" for job in JOB_TOKENS]
+    checked = 0
+    for user in ("sam", "audrey"):
+        client = clients[(user, "basic")]
+        shown: set[str] = set()
+        for url in pages:
+            response = client.get(url, follow_redirects=False)
+            job = url.split("/")[2] if url.startswith("/jobs/") else None
+            expected = 404 if job is not None and job not in JOBS_SEEN[user] else 200
+            assert response.status_code == expected, (user, url, response.status_code)
+            seen = JOBS_SEEN[user]
+            if url == "/alerts":  # the alerts page names the jobs of the alerts it lists
+                seen = seen | {OWNER_JOB[o] for o in ALERTS_SEEN[user] if o in OWNER_JOB}
+            text = response.text.replace(job, "") if expected == 404 and job else response.text
+            shown |= {job for job in JOB_TOKENS if re.search(rf"\b{job}\b", text)}
+            leak = _leak(_pattern(_forbidden(seen)), text)
+            assert leak is None, f"{user} reads {leak!r} on {url}"
+            checked += 1
+        # the check can fail: the auditor's pages do show every job, sam's only the alerts' jobs
+        alert_jobs = {OWNER_JOB[o] for o in ALERTS_SEEN[user] if o in OWNER_JOB}
+        assert shown == (set(JOB_TOKENS) if user == "audrey" else alert_jobs), (user, shown)
+    assert checked == 2 * len(pages)
