@@ -188,11 +188,15 @@ def require_principal(request: Request) -> Principal:
     if (
         request.method not in SAFE_METHODS
         and not principal.may_change
-        and not request.url.path.startswith(CREDENTIAL_PATHS)
+        and not _manages_credentials(request.url.path)
     ):
         kind = "a read-only API token" if principal.read_only else f"an {principal.role.value}"
         raise ReadOnlyPrincipal(f"{kind} changes nothing")
     return principal
+
+
+def _manages_credentials(path: str) -> bool:
+    return any(path == base or path.startswith(base + "/") for base in CREDENTIAL_PATHS)
 
 
 def optional_principal(request: Request) -> Principal | None:
