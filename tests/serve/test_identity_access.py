@@ -207,6 +207,11 @@ def test_tokens_are_listed_to_their_user_and_to_admins_and_auditors(
 ) -> None:
     everyone = {f"{user}-nightly" for user in VIEWERS}
     for user in VIEWERS:
+        by_token = clients[(user, "token")].get("/api/whoami").json()
+        assert by_token["authenticated_by"].startswith("token ") and not by_token["may_change"]
+        by_basic = clients[(user, "basic")].get("/api/whoami").json()
+        assert by_basic["authenticated_by"] == "basic"
+        assert by_basic["may_change"] == (user != "audrey")
         for kind in ("basic", "token"):
             body = clients[(user, kind)].get("/api/tokens")
             assert body.status_code == 200
