@@ -2,7 +2,7 @@
 
 The server applies access control (a researcher sees the alerts of their own jobs, a team
 lead those of the accounts they coordinate, an admin all); credentials as for ``hpcscope
-jobs`` (``--user``/``--password`` or ``HPCSCOPE_USER``/``HPCSCOPE_PASSWORD``).
+jobs`` (``--token``/``HPCSCOPE_TOKEN``, or ``--user``/``--password``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,14 @@ from urllib.parse import urlencode
 
 import typer
 
-from hpcscope.cli.client import JSON_OPTION, PASSWORD_OPTION, URL_OPTION, USER_OPTION, api_get
+from hpcscope.cli.client import (
+    JSON_OPTION,
+    PASSWORD_OPTION,
+    TOKEN_OPTION,
+    URL_OPTION,
+    USER_OPTION,
+    api_get,
+)
 from hpcscope.cli.output import print_json, print_table
 
 STATE_OPTION = typer.Option(
@@ -34,6 +41,7 @@ def alerts(
     url: str = URL_OPTION,
     user: str | None = USER_OPTION,
     password: str | None = PASSWORD_OPTION,
+    token: str | None = TOKEN_OPTION,
     state: str | None = STATE_OPTION,
     severity: str | None = SEVERITY_OPTION,
     vector: str | None = VECTOR_OPTION,
@@ -47,7 +55,7 @@ def alerts(
         if v
     }
     path = "/api/alerts" + (f"?{urlencode(query)}" if query else "")
-    data = api_get(url, path, user, password, json_output)
+    data = api_get(url, path, user, password, json_output, token=token)
     if json_output:
         print_json(data)
         return

@@ -16,6 +16,7 @@ import typer
 from hpcscope.cli.client import (
     JSON_OPTION,
     PASSWORD_OPTION,
+    TOKEN_OPTION,
     URL_OPTION,
     USER_OPTION,
     api_get,
@@ -73,6 +74,7 @@ def jobs(
     url: str = URL_OPTION,
     user: str | None = USER_OPTION,
     password: str | None = PASSWORD_OPTION,
+    token: str | None = TOKEN_OPTION,
     store: Path | None = STORE_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
@@ -80,7 +82,7 @@ def jobs(
     data = (
         _offline(store, None, json_output)
         if store is not None
-        else api_get(url, "/api/jobs", user, password, json_output)
+        else api_get(url, "/api/jobs", user, password, json_output, token=token)
     )
     if json_output:
         print_json(data)
@@ -130,6 +132,7 @@ def job(
     url: str = URL_OPTION,
     user: str | None = USER_OPTION,
     password: str | None = PASSWORD_OPTION,
+    token: str | None = TOKEN_OPTION,
     store: Path | None = STORE_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
@@ -137,7 +140,7 @@ def job(
     data = (
         _offline(store, job_id, json_output)
         if store is not None
-        else api_get(url, f"/api/jobs/{job_id}", user, password, json_output)
+        else api_get(url, f"/api/jobs/{job_id}", user, password, json_output, token=token)
     )
     if json_output:
         print_json(data)

@@ -71,6 +71,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "hpcscope.cli.deploy_cmd", "Write the guardrails generated from the topology."
     ),
     "store": LazyCommand("hpcscope.cli.store_cmd", "Maintain the store file offline."),
+    "token": LazyCommand(
+        "hpcscope.cli.token_cmd",
+        "Create, list and revoke API tokens for scripts (Authorization: Bearer hps_...).",
+    ),
 }
 
 

@@ -17,7 +17,13 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.responses import Response
 
 from hpcscope import __version__
-from hpcscope.serve.auth import LoginRequired, LoginThrottled, Unauthorized, sent_basic
+from hpcscope.serve.auth import (
+    LoginRequired,
+    LoginThrottled,
+    ReadOnlyPrincipal,
+    Unauthorized,
+    sent_basic,
+)
 from hpcscope.serve.edge import EdgeMiddleware
 from hpcscope.serve.routes import (
     alerts,
@@ -29,11 +35,13 @@ from hpcscope.serve.routes import (
     jobs,
     metrics_route,
     simulate,
+    tokens,
     traces,
 )
 from hpcscope.serve.templating import STATIC_DIR
 from hpcscope.service.core import Service
 from hpcscope.service.identity.login_guard import LoginGuard
+from hpcscope.service.identity.tokens import ApiTokens
 
 SESSION_COOKIE = "hpcscope_session"
 
@@ -48,6 +56,7 @@ ROUTERS = [
     diagram.router,
     traces.router,
     ingest.router,
+    tokens.router,
 ]
 
 
@@ -86,6 +95,7 @@ def create_app(
     app.state.service = service
     settings = service.settings
     app.state.login_guard = LoginGuard(max_failures=settings.login_failures_per_minute)
+    app.state.api_tokens = ApiTokens(service.store, max_days=settings.api_token_max_days)
     secret = settings.secret_key or secrets.token_urlsafe(32)
     app.add_middleware(
         SessionMiddleware,
@@ -103,6 +113,8 @@ def create_app(
         trusted_proxies=settings.trusted_proxies,
         trusted_origins=settings.trusted_origins,
         session_cookie=SESSION_COOKIE,
+        proxy_auth_header=settings.proxy_auth_header,
+        proxy_auth_addresses=settings.proxy_auth_addresses,
     )
     app.mount("/static", StaticFiles(directory=str(STATIC_DIR)), name="static")
 
@@ -118,6 +130,10 @@ def create_app(
         return JSONResponse(
             {"detail": "authentication required"}, status_code=401, headers=challenge
         )
+
+    @app.exception_handler(ReadOnlyPrincipal)
+    async def _read_only(request: Request, exc: ReadOnlyPrincipal) -> Response:
+        return JSONResponse({"detail": str(exc)}, status_code=403)
 
     @app.exception_handler(LoginThrottled)
     async def _throttled(request: Request, exc: LoginThrottled) -> Response:

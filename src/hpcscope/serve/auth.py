@@ -1,10 +1,24 @@
-"""Authentication for pages and API: a signed session cookie, or HTTP Basic for scripts.
+"""Authentication for pages and API: a session cookie, HTTP Basic, an API token, or a proxy.
 
-Browsers log in on ``/login`` and carry a session cookie. The CLI and scripts send HTTP Basic
-credentials on each request. A request without a valid identity gets 401 on ``/api/...`` and a
-redirect to ``/login`` on pages. There is no route that returns job data without a principal.
-Every password check, form or Basic, goes through :func:`authenticate`: the app's
+In the order :func:`identify` tries them:
+
+1. **A trusted SSO proxy's header** (``proxy_auth_header``), moved into the scope by
+   :mod:`hpcscope.serve.edge` only for connections from ``proxy_auth_addresses``.
+2. **An API token**, ``Authorization: Bearer hps_...``, on API routes only (``/api/...``,
+   ``*.json``, ``/metrics``): a page never takes one, so a token pasted into a browser session
+   opens nothing, and HTML forms keep the session and its CSRF rule.
+3. **HTTP Basic** from the CLI and scripts, on each request.
+4. **The session cookie** of a browser that logged in on ``/login``.
+
+Credentials that were sent and fail are a 401 (no fall-back to the session). A request without
+a valid identity gets 401 on ``/api/...`` and a redirect to ``/login`` on pages. There is no
+route that returns job data without a principal. Every password check, form or Basic, goes
+through :func:`authenticate`: the app's
 :class:`~hpcscope.service.identity.login_guard.LoginGuard` throttles failures (429).
+
+A principal that may change nothing (a ``read`` token, an auditor) gets 403 on every
+state-changing request in :func:`require_principal`, one place for every route, except its own
+API tokens' routes (``/tokens``, ``/api/tokens``), which check their own rules.
 """
 
 from __future__ import annotations
@@ -12,16 +26,24 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+from dataclasses import replace
 from urllib.parse import quote
 
 from fastapi import Request
 
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import AccessError
+from hpcscope.model.timeutil import utcnow
+from hpcscope.model.tokens import PREFIX as TOKEN_PREFIX
+from hpcscope.serve.edge import PROXY_USER_KEY, SAFE_METHODS
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.live import diagram_viewer
 from hpcscope.service.identity.login_guard import LoginGuard
+from hpcscope.service.identity.tokens import ApiTokens, token_principal
 from hpcscope.service.identity.users import UserRecord
+
+#: Paths where a principal that changes nothing may still post: its own API tokens.
+CREDENTIAL_PATHS = ("/tokens", "/api/tokens")
 
 
 class LoginRequired(AccessError):
@@ -49,9 +71,20 @@ class LoginThrottled(AccessError):
         return str(max(1, math.ceil(self.retry_after_seconds)))
 
 
+class ReadOnlyPrincipal(AccessError, PermissionError):
+    """A state-changing request by a principal that changes nothing (a ``read`` API token, an
+    auditor); turned into 403."""
+
+
 def service_of(request: Request) -> Service:
     service: Service = request.app.state.service
     return service
+
+
+def api_tokens(request: Request) -> ApiTokens:
+    """The app's API tokens (``app.state.api_tokens``)."""
+    tokens: ApiTokens = request.app.state.api_tokens
+    return tokens
 
 
 def login_guard(request: Request) -> LoginGuard:
@@ -102,13 +135,37 @@ def _basic_credentials(request: Request) -> tuple[str, str] | None:
     return (name, password) if sep else None
 
 
+def _bearer(request: Request) -> str | None:
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else None
+
+
+def _token_principal(request: Request, secret: str) -> Principal | None:
+    if not secret.startswith(TOKEN_PREFIX):
+        return None
+    token = api_tokens(request).authenticate(secret, now=utcnow(), address=client_address(request))
+    if token is None:
+        return None
+    user = service_of(request).principal(token.user, slurm_users=True)
+    return token_principal(token, user) if user is not None else None
+
+
 def identify(request: Request) -> Principal | None:
-    """The principal behind this request, or None when anonymous."""
+    """The principal behind this request, or None when anonymous or the credentials sent
+    fail (module docstring: proxy header, token, Basic, session)."""
     service = service_of(request)
+    proxy_user = request.scope.get(PROXY_USER_KEY)
+    if isinstance(proxy_user, str):
+        principal = service.principal(proxy_user, slurm_users=True)
+        return replace(principal, via="proxy") if principal is not None else None
+    bearer = _bearer(request)
+    if bearer is not None and _is_api(request):
+        return _token_principal(request, bearer)
     credentials = _basic_credentials(request)
     if credentials is not None:
         user = authenticate(request, *credentials)
-        return service.principal(user.name) if user is not None else None
+        principal = service.principal(user.name) if user is not None else None
+        return replace(principal, via="basic") if principal is not None else None
     name = request.session.get("user") if "session" in request.scope else None
     if isinstance(name, str):
         return service.principal(name)
@@ -128,7 +185,18 @@ def require_principal(request: Request) -> Principal:
             raise Unauthorized()
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise LoginRequired(quote(target, safe="/?=&"))
+    if (
+        request.method not in SAFE_METHODS
+        and not principal.may_change
+        and not _manages_credentials(request.url.path)
+    ):
+        kind = "a read-only API token" if principal.read_only else f"an {principal.role.value}"
+        raise ReadOnlyPrincipal(f"{kind} changes nothing")
     return principal
+
+
+def _manages_credentials(path: str) -> bool:
+    return any(path == base or path.startswith(base + "/") for base in CREDENTIAL_PATHS)
 
 
 def optional_principal(request: Request) -> Principal | None:

@@ -6,7 +6,7 @@ Those of a capability live with it (``service/<capability>/contracts.py``,
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from hpcscope.service.contract import Contract, Number, UtcText
 from hpcscope.service.diagram.live import GpuNow
@@ -41,6 +41,12 @@ class WhoAmI(Contract):
     role: str
     coordinated_accounts: list[str]
     scope: JobScopeDocument
+    authenticated_by: str = Field(
+        description="session, basic, proxy, or 'token <id>' (the API token's public id)"
+    )
+    may_change: bool = Field(
+        description="false for a read-only API token and for an auditor: reads only"
+    )
 
 
 class Health(Contract):

@@ -5,20 +5,27 @@ In order, for each HTTP request:
 1. **Trusted proxies.** From an address in ``trusted_proxies`` only, ``X-Forwarded-Proto:
    https`` makes the request's scheme ``https`` and the last ``X-Forwarded-For`` entry its
    client address (rate limit, audit). From anybody else both headers are ignored.
-2. **CSRF.** A state-changing request (anything but GET, HEAD, OPTIONS, TRACE) must come from
+2. **Proxy identity.** With ``proxy_auth_header`` set, that header (the user an SSO/OIDC proxy
+   authenticated) is believed only on a connection from ``proxy_auth_addresses`` (the peer
+   itself, not a forwarded address): the edge moves it into the scope as
+   :data:`PROXY_USER_KEY` for :mod:`hpcscope.serve.auth`. From any other address, or sent
+   twice, it is a 401 and a warning: a spoofing attempt, or a proxy missing from the list.
+3. **CSRF.** A state-changing request (anything but GET, HEAD, OPTIONS, TRACE) must come from
    the server's own origin (``scheme://Host``) or one of ``trusted_origins``: its ``Origin``
    header, or without one its ``Referer``, is compared strictly; ``Origin: null`` and any other
    origin get 403. A request with neither header is let through only when it carries no cookie:
    scripts, the CLI and Falco authenticate with HTTP Basic or a bearer token on each request,
-   and have no ambient credential a foreign page could borrow. Being a middleware, a route
-   added later cannot forget it. Session cookies are also ``SameSite=Lax``.
-3. **Cookies.** Over HTTPS (TLS here, or a trusted proxy that says so) the session cookie gets
+   and have no ambient credential a foreign page could borrow. The proxy's identity header is
+   ambient too (the proxy adds it to whatever the browser sends): it counts as a cookie here.
+   Being a middleware, a route added later cannot forget it. Session cookies are also
+   ``SameSite=Lax``.
+4. **Cookies.** Over HTTPS (TLS here, or a trusted proxy that says so) the session cookie gets
    ``Secure``; it is always ``HttpOnly`` and ``SameSite=Lax`` (Starlette's session middleware).
-4. **Body size.** A request body is at most ``max_body_bytes`` (1 MiB: forms, JSON, a Falco
+5. **Body size.** A request body is at most ``max_body_bytes`` (1 MiB: forms, JSON, a Falco
    alert batch) except on the upload routes, which stream under their own limits
    (:mod:`hpcscope.serve.uploads`): a larger declared ``Content-Length`` is 413 at once, and a
    chunked body is counted as it arrives (held, at most that much, then handed on).
-5. **Headers** on every response: a Content-Security-Policy without inline script
+6. **Headers** on every response: a Content-Security-Policy without inline script
    (``script-src 'self'``, ``frame-ancestors 'none'``), ``X-Content-Type-Options: nosniff``,
    ``Referrer-Policy: same-origin``, ``X-Frame-Options: DENY``; ``Strict-Transport-Security``
    over HTTPS. A response that sets one of them itself keeps its own.
@@ -28,10 +35,16 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
+
+#: Scope key of the user name a trusted proxy authenticated (set by the edge only).
+PROXY_USER_KEY = "hpcscope.proxy_user"
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
@@ -60,6 +73,8 @@ class EdgeMiddleware:
         session_cookie: name of the cookie that gets ``Secure`` over HTTPS.
         max_body_bytes: largest request body outside ``streamed_paths``.
         streamed_paths: paths whose bodies are streamed and limited by the route (uploads).
+        proxy_auth_header: header naming the user a trusted SSO proxy authenticated; None: off.
+        proxy_auth_addresses: peers allowed to send ``proxy_auth_header``.
     """
 
     def __init__(
@@ -71,6 +86,8 @@ class EdgeMiddleware:
         session_cookie: str = "hpcscope_session",
         max_body_bytes: int = MAX_BODY_BYTES,
         streamed_paths: Iterable[str] = ("/traces", "/api/traces"),
+        proxy_auth_header: str | None = None,
+        proxy_auth_addresses: Iterable[str] = (),
     ) -> None:
         self.app = app
         self.trusted_proxies = _networks(trusted_proxies)
@@ -78,14 +95,22 @@ class EdgeMiddleware:
         self.cookie_prefix = f"{session_cookie}=".encode("latin-1")
         self.max_body_bytes = max_body_bytes
         self.streamed_paths = frozenset(streamed_paths)
+        self.proxy_auth_header = (
+            proxy_auth_header.lower().encode("latin-1") if proxy_auth_header else None
+        )
+        self.proxy_auth_addresses = _networks(proxy_auth_addresses)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = _header_map(scope)
+        proxy_user, proxy_refusal = self._proxy_identity(scope)
         if self._from_trusted_proxy(scope):
             scope = _forwarded(scope, headers)
+        if proxy_user is not None:
+            scope = dict(scope)
+            scope[PROXY_USER_KEY] = proxy_user
         https = scope.get("scheme") == "https"
         policy = CONTENT_SECURITY_POLICY
 
@@ -96,6 +121,9 @@ class EdgeMiddleware:
                 )
             await send(message)
 
+        if proxy_refusal is not None:
+            await _refuse(send_with_headers, 401, proxy_refusal)
+            return
         refusal = self._csrf_refusal(scope, headers)
         if refusal is not None:
             await _refuse(send_with_headers, 403, refusal)
@@ -129,15 +157,27 @@ class EdgeMiddleware:
             if not message.get("more_body", False):
                 return messages
 
-    def _from_trusted_proxy(self, scope: Scope) -> bool:
+    def _proxy_identity(self, scope: Scope) -> tuple[str | None, str | None]:
+        """The user name a trusted proxy vouches for, and why the request is refused."""
+        if self.proxy_auth_header is None:
+            return None, None
+        values = [v for n, v in scope.get("headers", []) if n.lower() == self.proxy_auth_header]
+        if not values:
+            return None, None
         client = scope.get("client")
-        if not self.trusted_proxies or not client:
-            return False
-        try:
-            address = ipaddress.ip_address(client[0])
-        except ValueError:
-            return False
-        return any(address in network for network in self.trusted_proxies)
+        peer = client[0] if client else "unknown"
+        header = self.proxy_auth_header.decode("latin-1")
+        if not _peer_in(scope, self.proxy_auth_addresses):
+            log.warning("identity header %s from untrusted address %s refused", header, peer)
+            return None, f"{header} is accepted only from the configured proxies"
+        name = values[0].decode("latin-1").strip()
+        if len(values) > 1 or not name or len(name) > 256:
+            log.warning("identity header %s from %s refused: sent twice or empty", header, peer)
+            return None, f"{header} must be sent once, with a user name"
+        return name, None
+
+    def _from_trusted_proxy(self, scope: Scope) -> bool:
+        return _peer_in(scope, self.trusted_proxies)
 
     def own_origin(self, scope: Scope, headers: dict[bytes, bytes]) -> str:
         """``scheme://host[:port]`` as the browser addressed this server."""
@@ -164,6 +204,8 @@ class EdgeMiddleware:
             return f"cross-site request refused: Referer from {value!r} is not this server"
         if b"cookie" in headers:
             return "cross-site request refused: a cookie but neither Origin nor Referer"
+        if self.proxy_auth_header is not None and self.proxy_auth_header in headers:
+            return "cross-site request refused: a proxy identity but neither Origin nor Referer"
         return None
 
     def _response_headers(
@@ -190,6 +232,20 @@ class EdgeMiddleware:
             wanted.append((b"strict-transport-security", STRICT_TRANSPORT_SECURITY.encode()))
         out.extend((name, value) for name, value in wanted if name not in present)
         return out
+
+
+def _peer_in(
+    scope: Scope, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+) -> bool:
+    """Whether the connection's peer (not a forwarded address) is in one of ``networks``."""
+    client = scope.get("client")
+    if not networks or not client:
+        return False
+    try:
+        address = ipaddress.ip_address(client[0])
+    except ValueError:
+        return False
+    return any(address in network for network in networks)
 
 
 async def _refuse(send: Send, status: int, detail: str) -> None:

@@ -25,6 +25,7 @@ from hpcscope.service.alerts.contracts import (
     JobReportWithAlerts,
 )
 from hpcscope.service.diagram.cards import ElementCard
+from hpcscope.service.identity.contracts import CreatedTokenDocument, TokenList
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 from hpcscope.service.nccl.contracts import NcclReport
 from hpcscope.service.simulate.contracts import (
@@ -73,6 +74,8 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "traces-summary": TraceSummary,
     "traces-report": TraceReport,
     "traces-report-stored": StoredTraceReport,
+    "token-list": TokenList,
+    "token-created": CreatedTokenDocument,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hpcscope.analysis.jobs.report import JobReport
-from hpcscope.model.access import Principal
+from hpcscope.model.access import WEIGHT_EXTENSIONS, Principal, WeightPaths
 from hpcscope.model.alerts import Alert, AlertState, RuleSpec, Severity, Vector
 from hpcscope.model.catalog import Catalog, default_catalog
 from hpcscope.model.sampling import max_sample_weight_seconds
@@ -29,6 +29,7 @@ from hpcscope.service.jobs.retention import Upkeep, UpkeepConfig
 from hpcscope.service.settings import Settings
 from hpcscope.store import Store
 from hpcscope.store import diagram as diagram_queries
+from hpcscope.store import identity as identity_store
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +71,18 @@ class Service:
     def close(self) -> None:
         self.store.close()
 
-    def principal(self, name: str) -> Principal | None:
-        """The principal for a logged-in user name, with Slurm coordinator rights merged."""
+    def principal(self, name: str, *, slurm_users: bool = False) -> Principal | None:
+        """The principal for a logged-in user name, with Slurm coordinator rights merged.
+
+        Args:
+            name: the user name a login, a token or a trusted proxy vouched for.
+            slurm_users: also a person the users file does not name but Slurm's associations
+                do (a researcher, or a team lead when coordinating): for identities a trusted
+                proxy or an API token vouches for; a password needs the file.
+        """
         coordinated = self.store.coordinated_accounts(name)
-        return self.users.principal(name, coordinated_from_slurm=coordinated)
+        known = slurm_users and identity_store.known_to_slurm(self.store, name)
+        return self.users.principal(name, coordinated_from_slurm=coordinated, known_to_slurm=known)
 
     # ------------------------------------------------------------------ alerts
 
@@ -81,7 +90,9 @@ class Service:
         """Alerts of one job; None when the job does not exist or is not visible."""
         if not self.can_see_job(principal, job_id):
             return None
-        return alert_access.alerts_for(self.store, principal, job_id=job_id)
+        return alert_access.alerts_for(
+            self.store, principal, job_id=job_id, weight_paths=self.weight_paths()
+        )
 
     def alerts(
         self,
@@ -92,7 +103,8 @@ class Service:
         vector: Vector | None = None,
         job_id: str | None = None,
     ) -> list[Alert]:
-        """Every alert ``principal`` may see (their jobs' only, unless admin)."""
+        """Every alert ``principal`` may see (their jobs' only, unless admin, security or
+        auditor; an auditor's with weight paths redacted)."""
         return alert_access.alerts_for(
             self.store,
             principal,
@@ -100,6 +112,19 @@ class Service:
             min_severity=min_severity,
             vector=vector,
             job_id=job_id,
+            weight_paths=self.weight_paths(),
+        )
+
+    def weight_paths(self) -> WeightPaths:
+        """What counts as model weights here: the topology's checkpoint roots and formats."""
+        roots = [self.topology.checkpoint_root]
+        extra = self.topology.storage.get("checkpoints_root")
+        if isinstance(extra, str):
+            roots.append(extra)
+        formats = {f.lstrip(".").lower() for f in self.topology.weight_formats}
+        return WeightPaths(
+            roots=tuple(r for r in roots if r.strip("/")),
+            extensions=tuple(sorted(set(WEIGHT_EXTENSIONS) | formats)),
         )
 
     def open_alert_counts(self) -> list[dict[str, Any]] | None:

@@ -195,6 +195,23 @@ class Settings(BaseModel):
         description="Failed logins per user name and per client address in a minute before "
         "further tries get 429 (the lockout doubles on each repeat, up to an hour).",
     )
+    api_token_max_days: float = Field(
+        365.0,
+        gt=0,
+        description="Longest lifetime of an API token, days (each token's own expiry is set "
+        "when it is created, 90 days unless asked otherwise).",
+    )
+    proxy_auth_header: str | None = Field(
+        None,
+        description="Request header naming the authenticated user (X-Remote-User, "
+        "X-Forwarded-User) set by an SSO/OIDC reverse proxy; believed only from "
+        "proxy_auth_addresses, a 401 from anybody else. Off when unset.",
+    )
+    proxy_auth_addresses: list[str] = Field(
+        default_factory=list,
+        description="Addresses or CIDR networks of the reverse proxies allowed to send "
+        "proxy_auth_header (the proxy's own address, as this server sees the connection).",
+    )
     upload_max_bytes: int = Field(
         4 << 30, ge=1, description="Largest upload (all files of one request), bytes."
     )
@@ -208,7 +225,7 @@ class Settings(BaseModel):
         "bytes), checked while it arrives.",
     )
 
-    @field_validator("trusted_proxies", "trusted_origins", mode="before")
+    @field_validator("trusted_proxies", "trusted_origins", "proxy_auth_addresses", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         # HPCSCOPE_TRUSTED_ORIGINS=https://a,https://b from the environment
@@ -216,7 +233,7 @@ class Settings(BaseModel):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("trusted_proxies")
+    @field_validator("trusted_proxies", "proxy_auth_addresses")
     @classmethod
     def _networks_parse(cls, value: list[str]) -> list[str]:
         for entry in value:
@@ -232,6 +249,26 @@ class Settings(BaseModel):
             if scheme not in ("http", "https") or not sep or not rest or "/" in rest:
                 raise ValueError(f"not an origin (scheme://host[:port]): {entry!r}")
         return cleaned
+
+    @field_validator("proxy_auth_header")
+    @classmethod
+    def _header_name(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if not all(ch.isalnum() or ch == "-" for ch in value):
+            raise ValueError(f"not an HTTP header name: {value!r}")
+        if value.lower() in ("authorization", "cookie", "host", "x-forwarded-for"):
+            raise ValueError(f"{value!r} cannot carry the proxy's user name")
+        return value
+
+    @model_validator(mode="after")
+    def _proxy_auth_pair(self) -> Settings:
+        if self.proxy_auth_header is not None and not self.proxy_auth_addresses:
+            raise ValueError(
+                "proxy_auth_header needs proxy_auth_addresses: the proxies it is believed from"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

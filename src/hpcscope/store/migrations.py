@@ -322,4 +322,25 @@ CREATE TABLE alerts (
 );
 """,
     ),
+    Migration(
+        10,
+        "api tokens: hashed, scoped (read or admin), expiring, revocable, last used",
+        # the SHA-256 of each token, never the token (hpcscope.store.identity)
+        """
+CREATE TABLE api_tokens (
+    token_id VARCHAR PRIMARY KEY,
+    secret_sha256 VARCHAR NOT NULL UNIQUE,
+    "user" VARCHAR NOT NULL,
+    scope VARCHAR NOT NULL,
+    label VARCHAR NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    created_by VARCHAR NOT NULL,
+    expires_at TIMESTAMP NOT NULL,
+    revoked_at TIMESTAMP,
+    revoked_by VARCHAR,
+    last_used_at TIMESTAMP,
+    last_used_address VARCHAR
+);
+""",
+    ),
 )

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from hpcscope.model.access import Role
+from hpcscope.model.errors import ConfigError
 from hpcscope.service.core import Service
 from hpcscope.service.identity.users import (
     DEFAULT_HASH_COST_LOG2,
@@ -87,3 +89,35 @@ def test_a_cost_below_one_is_a_clear_error() -> None:
 )
 def test_malformed_hashes_never_verify(encoded: str) -> None:
     assert not verify_password("", encoded)
+
+
+def test_the_users_file_takes_the_security_and_auditor_roles_and_slurm_adds_leads(
+    tmp_path: Path,
+) -> None:
+    users = tmp_path / "users.yaml"
+    users.write_text(
+        "users:\n"
+        f"  - {{name: sam, role: security, password_hash: '{STORED_HASH}'}}\n"
+        f"  - {{name: audrey, role: auditor, password_hash: '{STORED_HASH}'}}\n"
+        f"  - {{name: rita, role: researcher, password_hash: '{STORED_HASH}', coordinates: [x]}}\n"
+        f"  - {{name: max, role: root, password_hash: '{STORED_HASH}'}}\n"
+    )
+    with pytest.raises(ConfigError) as bad:
+        UserDirectory.from_file(users)
+    assert bad.value.field == "users.3.role" and str(users) in str(bad.value)
+    users.write_text("\n".join(users.read_text().splitlines()[:-1]) + "\n")
+    directory = UserDirectory.from_file(users)
+    sam = directory.principal("sam", coordinated_from_slurm=frozenset({"ops"}))
+    assert sam is not None and sam.role is Role.SECURITY  # Slurm never changes a file role
+    assert sam.coordinated_accounts == {"ops"}
+    audrey = directory.principal("audrey")
+    assert audrey is not None and audrey.role is Role.AUDITOR and not audrey.may_change
+    # the file's researcher who coordinates (in the file or in Slurm) is a team lead
+    rita = directory.principal("rita")
+    assert rita is not None and rita.role is Role.TEAM_LEAD and rita.job_scope().accounts == {"x"}
+    # somebody only Slurm knows: only when known, a researcher or a lead
+    assert directory.principal("erin") is None
+    erin = directory.principal("erin", known_to_slurm=True)
+    assert erin is not None and erin.role is Role.RESEARCHER
+    lead = directory.principal("erin", known_to_slurm=True, coordinated_from_slurm=frozenset({"p"}))
+    assert lead is not None and lead.role is Role.TEAM_LEAD

@@ -76,4 +76,6 @@ def whoami(principal: Annotated[Principal, Depends(require_principal)]) -> WhoAm
         scope=JobScopeDocument(
             all_jobs=scope.all_jobs, users=sorted(scope.users), accounts=sorted(scope.accounts)
         ),
+        authenticated_by=principal.via,
+        may_change=principal.may_change,
     )

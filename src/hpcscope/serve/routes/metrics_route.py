@@ -1,4 +1,5 @@
-"""``/metrics``: hpcscope's derived series in the Prometheus text format (admins only)."""
+"""``/metrics``: hpcscope's derived series in the Prometheus text format (admins and auditors:
+the series carry every job)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ def metrics(
     request: Request, principal: Annotated[Principal, Depends(require_principal)]
 ) -> Response:
     """Text format 0.0.4, or OpenMetrics when the scraper asks for it."""
-    if not principal.is_admin:
-        raise HTTPException(status_code=403, detail="/metrics carries every job: admins only")
+    if not principal.job_scope().all_jobs:
+        raise HTTPException(
+            status_code=403, detail="/metrics carries every job: admins and auditors only"
+        )
     registry = getattr(request.app.state, "metrics_registry", None)
     if registry is None:
         registry = metrics_registry(service_of(request))

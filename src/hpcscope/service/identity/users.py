@@ -3,7 +3,8 @@
 A site maps its identity provider onto POSIX user names (the names Slurm knows). This module
 holds the simplest source, a YAML users file with scrypt password hashes, and the demo users.
 Team leads' coordinated accounts come from the file and from Slurm associations (``sacctmgr``
-coordinators) once those are ingested.
+coordinators, ingested when ``slurm_associations`` is on); a researcher Slurm names as an
+account's coordinator is that account's team lead (:func:`hpcscope.model.access.derive_role`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from hpcscope.model.access import Principal, Role
+from hpcscope.model.access import Principal, Role, derive_role
 from hpcscope.model.errors import ConfigError
 from hpcscope.service.settings import DEFAULT_PASSWORD_HASH_COST_LOG2
 
@@ -256,14 +257,29 @@ class UserDirectory:
         return user
 
     def principal(
-        self, name: str, *, coordinated_from_slurm: frozenset[str] = frozenset()
+        self,
+        name: str,
+        *,
+        coordinated_from_slurm: frozenset[str] = frozenset(),
+        known_to_slurm: bool = False,
     ) -> Principal | None:
-        """The principal for ``name``, with coordinated accounts from the file and Slurm."""
+        """The principal for ``name``: its role from the file and Slurm together
+        (:func:`~hpcscope.model.access.derive_role`), coordinated accounts from both.
+
+        Args:
+            name: the POSIX user name.
+            coordinated_from_slurm: accounts Slurm says ``name`` coordinates.
+            known_to_slurm: Slurm has an association of ``name``; a person the file does not
+                name is then a researcher (a team lead when coordinating). Only identities
+                vouched for elsewhere (a trusted proxy, a token made while so known) reach
+                this: a password login needs the file.
+        """
         user = self._users.get(name)
-        if user is None:
+        if user is None and not known_to_slurm:
             return None
+        coordinated = frozenset(user.coordinates if user else ()) | coordinated_from_slurm
         return Principal(
-            name=user.name,
-            role=user.role,
-            coordinated_accounts=frozenset(user.coordinates) | coordinated_from_slurm,
+            name=name,
+            role=derive_role(user.role if user else None, coordinated_in_slurm=coordinated),
+            coordinated_accounts=coordinated,
         )
