@@ -60,7 +60,7 @@ class ApiTokens:
     """The token operations over one store.
 
     Args:
-        store: holds ``api_tokens`` (migration 11).
+        store: holds ``api_tokens`` (migration 10).
         max_days: longest lifetime a token may be given.
     """
 
