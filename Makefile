@@ -43,8 +43,8 @@ demo: venv
 	$(BIN)/hpcscope demo $(DEMO_ARGS)
 
 lint: venv
-	$(BIN)/ruff check src tests bench scripts
-	$(BIN)/ruff format --check src tests bench scripts
+	$(BIN)/ruff check src tests bench scripts fuzz
+	$(BIN)/ruff format --check src tests bench scripts fuzz
 
 # mypy --strict over src, tests, bench and scripts ([tool.mypy] files); the test ranks import torch.
 typecheck: venv torch

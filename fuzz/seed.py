@@ -29,9 +29,9 @@ MAX_SEED_BYTES = 16 * 1024
 
 
 def _derived() -> dict[str, dict[str, bytes]]:
-    trace = json.load(
-        gzip.open(ROOT / "tests/fixtures/traces/hta_trace_filter_2rank/sampled_rank-0.json.gz")
-    )
+    sample = ROOT / "tests/fixtures/traces/hta_trace_filter_2rank/sampled_rank-0.json.gz"
+    with gzip.open(sample) as stream:
+        trace = json.load(stream)
     small = {**trace, "traceEvents": trace["traceEvents"][:40]}
     kineto = json.dumps(small).encode()
     archive = io.BytesIO()
@@ -60,11 +60,11 @@ def _derived() -> dict[str, dict[str, bytes]]:
 
 
 def main() -> None:
-    for target, files in _derived().items():
-        folder = SEEDS / target
+    for name, files in _derived().items():
+        folder = SEEDS / name
         folder.mkdir(parents=True, exist_ok=True)
-        for name, data in files.items():
-            (folder / name).write_bytes(data)
+        for file_name, data in files.items():
+            (folder / file_name).write_bytes(data)
     for target in TARGETS.values():
         folder = CORPUS / target.name
         folder.mkdir(parents=True, exist_ok=True)
@@ -74,7 +74,7 @@ def main() -> None:
                 if not path.is_file():
                     continue
                 data = path.read_bytes()[:MAX_SEED_BYTES]
-                digest = hashlib.sha1(data).hexdigest()[:12]  # noqa: S324 - a name, not a MAC
+                digest = hashlib.sha1(data).hexdigest()[:12]  # a file name, not a MAC
                 (folder / f"seed-{path.stem[:40]}-{digest}").write_bytes(data)
                 count += 1
         if count == 0:

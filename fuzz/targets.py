@@ -206,19 +206,36 @@ def _upload(data: bytes) -> object:
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        Target("exposition", _exposition, ("tests/fixtures/dcgm/*.txt", "tests/fixtures/infiniband/*.prom")),
+        Target(
+            "exposition",
+            _exposition,
+            ("tests/fixtures/dcgm/*.txt", "tests/fixtures/infiniband/*.prom"),
+        ),
         Target("file_sd", _file_sd, ("fuzz/seeds/file_sd/*",)),
         Target("lustre_job_stats", _lustre, ("tests/fixtures/lustre/*.txt",)),
         Target("nccl_log", _nccl_log, ("tests/fixtures/nccl/*.log",)),
         Target(
             "flight_recorder",
             _flight_recorder,
-            ("tests/fixtures/nccl/pytorch_flight_recorder_dump_rank12.json", "tests/fixtures/nccl/nvrx_fr_traces/gpu_error_1st/_dump_[0-3]"),
+            (
+                "tests/fixtures/nccl/pytorch_flight_recorder_dump_rank12.json",
+                "tests/fixtures/nccl/nvrx_fr_traces/gpu_error_1st/_dump_[0-3]",
+            ),
         ),
         Target("sacct_json", _sacct_json, ("tests/fixtures/slurm/sacct_json_sarc/*.json",)),
-        Target("sacct_parsable2", _sacct_parsable2, ("tests/fixtures/slurm/sacct_parsable2_xdmod/*.log",)),
-        Target("slurmrestd", _slurmrestd, ("tests/fixtures/slurm/slurmrestd_lcrownover/V004*Openapi[JNP]*.json",)),
-        Target("slurm_text", _slurm_text, ("tests/fixtures/slurm/cli_text_sckyzo/slurm-26.05.2/*",)),
+        Target(
+            "sacct_parsable2",
+            _sacct_parsable2,
+            ("tests/fixtures/slurm/sacct_parsable2_xdmod/*.log",),
+        ),
+        Target(
+            "slurmrestd",
+            _slurmrestd,
+            ("tests/fixtures/slurm/slurmrestd_lcrownover/V004*Openapi[JNP]*.json",),
+        ),
+        Target(
+            "slurm_text", _slurm_text, ("tests/fixtures/slurm/cli_text_sckyzo/slurm-26.05.2/*",)
+        ),
         Target("job_record", _job_record, ("fuzz/seeds/job_record/*",)),
         Target("falco", _falco, ("tests/fixtures/security/falco/*.json",)),
         Target("tetragon", _tetragon, ("tests/fixtures/security/tetragon/*.json*",)),
@@ -233,4 +250,4 @@ TARGETS: dict[str, Target] = {
             allowed="hpcscope.model.errors:SourceError, hpcscope.serve.upload_limits:UploadError",
         ),
     )
-}  # fmt: skip
+}

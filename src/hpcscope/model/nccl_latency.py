@@ -91,6 +91,8 @@ def parse_nccl_latencies(text: str, *, source: str = "<nccl latency table>") -> 
             line=mark.line + 1 if mark else None,
             column=mark.column + 1 if mark else None,
         ) from None
+    except yaml.YAMLError as exc:  # a character YAML refuses (ReaderError): no mark
+        raise NcclTableError(f"not valid YAML: {exc}", source=source) from None
     document = _mapping(raw, source=source, field="(document)")
     base_raw = _mapping(document.get("base_us"), source=source, field="base_us")
     hop_raw = _mapping(document.get("hop_us"), source=source, field="hop_us")

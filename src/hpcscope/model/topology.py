@@ -333,6 +333,8 @@ def parse_topology(text: str, *, source: str = "<topology>") -> Topology:
             line=mark.line + 1 if mark else None,
             column=mark.column + 1 if mark else None,
         ) from None
+    except yaml.YAMLError as exc:  # a character YAML refuses (ReaderError): no mark, a position
+        raise TopologyError(f"not valid YAML: {exc}", source=source) from None
     if document is None or not isinstance(data, dict):
         raise TopologyError("expected a mapping at the top of the file", source=source, line=1)
     positions: dict[tuple[str | int, ...], int] = {}

@@ -199,6 +199,10 @@ def parse_job_record(data: bytes | str | dict[str, Any], *, source: str) -> JobR
                 line=exc.lineno,
                 column=exc.colno,
             ) from None
+        except UnicodeDecodeError as exc:  # json.loads decodes bytes itself, strictly
+            raise JobMapError(
+                f"not UTF-8 text (byte {exc.start}: {exc.reason})", source=source
+            ) from None
     if not isinstance(document, dict):
         raise JobMapError("not a JSON object", source=source)
     if document.get("format") != RECORD_FORMAT:

@@ -117,6 +117,10 @@ def load_rule_file(
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RuleFileError(f"cannot read: {exc.strerror or exc}", source=source) from None
+    except UnicodeDecodeError as exc:
+        raise RuleFileError(
+            f"not UTF-8 text (byte {exc.start}: {exc.reason})", source=source
+        ) from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         raw: Any = yaml.safe_load(text)
