@@ -28,6 +28,7 @@ from hpcscope.serve.routes import (
     ingest,
     jobs,
     metrics_route,
+    notify,
     simulate,
     traces,
 )
@@ -48,6 +49,7 @@ ROUTERS = [
     diagram.router,
     traces.router,
     ingest.router,
+    notify.router,
 ]
 
 
