@@ -94,11 +94,11 @@ def audit_log(
             clauses.append(f"{column} = ?")
             params.append(value)
     if since is not None:
-        clauses.append("at >= ?")
+        clauses.append('"at" >= ?')
         params.append(since)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     table = store.query(
-        f"SELECT * FROM notify_audit {where} ORDER BY at DESC, audit_id LIMIT {int(limit)}",
+        f'SELECT * FROM notify_audit {where} ORDER BY "at" DESC, audit_id LIMIT {int(limit)}',
         params,
     )
     return [AuditEntry(**row) for row in table.to_pylist()]
@@ -110,8 +110,9 @@ def last_outcomes(
     """(time, outcome) of the audited notifications of one rule, job and channel, newest
     first: the deduplication and rate limit read them."""
     table = store.query(
-        "SELECT at, outcome FROM notify_audit WHERE rule_id = ? AND job_id IS NOT DISTINCT "
-        "FROM ? AND channel = ? ORDER BY at DESC LIMIT 50",
+        'SELECT "at", outcome FROM notify_audit'
+        " WHERE rule_id = ? AND job_id IS NOT DISTINCT "
+        'FROM ? AND channel = ? ORDER BY "at" DESC LIMIT 50',
         [rule_id, job_id, channel],
     )
     return [(row["at"], row["outcome"]) for row in table.to_pylist()]
@@ -121,7 +122,7 @@ def sent_since(store: Store, *, user: str, channel: str, since: datetime) -> int
     """How many notifications were sent to ``user`` on ``channel`` since ``since``."""
     table = store.query(
         'SELECT count(*) AS n FROM notify_audit WHERE "user" = ? AND channel = ? '
-        "AND kind = 'notification' AND outcome = 'sent' AND at >= ?",
+        "AND kind = 'notification' AND outcome = 'sent' AND \"at\" >= ?",
         [user, channel, since],
     )
     return int(table.to_pylist()[0]["n"])

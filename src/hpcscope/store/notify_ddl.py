@@ -8,7 +8,7 @@ list can reference it.
 NOTIFY_DDL = """
 CREATE TABLE notify_audit (
     audit_id VARCHAR PRIMARY KEY,
-    at TIMESTAMP NOT NULL,
+    "at" TIMESTAMP NOT NULL,
     kind VARCHAR NOT NULL,
     rule_id VARCHAR NOT NULL,
     job_id VARCHAR,
