@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.notify.config import load_notify_config
-from hpcscope.service.notify.delivery import EmailChannel, WebhookChannel
+from hpcscope.service.notify.delivery import Channel, EmailChannel, WebhookChannel
 from hpcscope.service.notify.engine import Notifier, NotifyPolicy, notifier_from_settings
 from hpcscope.service.notify.scheduler import CancelFailed
 from hpcscope.store import notify as notify_store
@@ -63,7 +64,7 @@ def notifier(
     scheduler: RecordingScheduler | None = None,
     **policy: object,
 ) -> Notifier:
-    channels = [
+    channels: list[Channel] = [
         EmailChannel(host=box.host, port=box.port, sender="hpcscope@example.org",
                      domain="example.org"),
         WebhookChannel(hook.url),
@@ -175,7 +176,8 @@ def test_warn_then_cancel_waits_the_grace_and_rechecks(
     service: Service, receivers: tuple[Mailbox, Webhook]
 ) -> None:
     box, hook = receivers
-    spec = {"user": "alice", "account": "vision", "state": "RUNNING", "started": NOW - HOUR}
+    spec: dict[str, Any] = {"user": "alice", "account": "vision", "state": "RUNNING",
+                            "started": NOW - HOUR}  # fmt: skip
     write_jobs(
         service.store,
         [
