@@ -40,7 +40,7 @@ def job_notes_json(request: Request, job_id: str, principal: PrincipalDep) -> Jo
     """A job's notes, most serious first; 404 when the job is absent or not yours to see."""
     found = access.notes_for_job(service_of(request), principal, job_id)
     if found is None:
-        raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
+        raise HTTPException(status_code=404, detail="no such job visible to you")
     return found
 
 
