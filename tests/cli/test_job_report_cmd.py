@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -70,3 +71,37 @@ def test_report_against_a_server_applies_access(tmp_path: Path) -> None:
 def test_usage_errors() -> None:
     assert runner.invoke(app, ["job", "report"]).exit_code == 2
     assert runner.invoke(app, ["job", "5001", "5002"]).exit_code == 2
+
+
+def test_notify_commands_against_a_server(tmp_path: Path) -> None:
+    from hpcscope.store.notify import AuditEntry, record_audit
+
+    service = Service.open(Settings(store_path=tmp_path / "s.duckdb"), users=demo_users())
+    record_audit(
+        service.store,
+        [
+            AuditEntry(at=utcnow(), kind="action", rule_id="idle-allocation", job_id="5001",
+                       user="alice", account="vision", channel="scancel", recipient=None,
+                       outcome="cancelled", detail="scancel 5001: ok")
+        ],
+    ).result()  # fmt: skip
+    try:
+        with live_server(create_app(service)) as url:
+
+            def as_user(name: str, *args: str) -> Any:
+                auth = ["--url", url, "--user", name, "--password", DEMO_PASSWORDS[name]]
+                return runner.invoke(app, ["notify", *args, *auth], env={"COLUMNS": "200"})
+
+            admin = as_user("admin", "audit", "--json")
+            assert admin.exit_code == 0, admin.output
+            [entry] = json.loads(admin.stdout)["entries"]
+            assert (entry["job_id"], entry["outcome"]) == ("5001", "cancelled")
+            table = as_user("admin", "audit", "--kind", "action")
+            assert "cancelled" in table.stdout and "scancel" in table.stdout
+            denied = as_user("alice", "audit")
+            assert denied.exit_code == 1 and "5001" not in denied.stdout
+            mine = as_user("bob", "preferences")
+            assert mine.exit_code == 0
+            assert "bob: e-mail on, webhook on; muted rules: none" in " ".join(mine.stdout.split())
+    finally:
+        service.close()

@@ -71,6 +71,9 @@ COMMANDS: dict[str, LazyCommand] = {
         "hpcscope.cli.deploy_cmd", "Write the guardrails generated from the topology."
     ),
     "store": LazyCommand("hpcscope.cli.store_cmd", "Maintain the store file offline."),
+    "notify": LazyCommand(
+        "hpcscope.cli.notify_cmd", "Notifications: the audit log (admins) and your own preferences."
+    ),
 }
 
 
