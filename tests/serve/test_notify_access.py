@@ -158,3 +158,16 @@ def test_the_audit_log_is_for_admins(clients: dict[str | None, TestClient]) -> N
         assert denied.status_code == 403, viewer
         assert "example.org" not in denied.text
     assert clients[None].get("/api/notify/audit").status_code == 401
+
+
+def test_the_job_page_shows_the_notes_to_those_who_see_the_job(
+    clients: dict[str | None, TestClient],
+) -> None:
+    page = clients["dave"].get("/jobs/5003")
+    assert page.status_code == 200
+    assert 'data-rule="over-requested-gpus"' in page.text
+    assert "1 of the 2 allocated GPUs did no work (gpu01 GPU 5)" in page.text
+    assert "Threshold: a GPU is idle at or under 5 % SM active and utilization." in page.text
+    healthy = clients["alice"].get("/jobs/5004").text
+    assert "No note: nothing to change." in healthy
+    assert clients["alice"].get("/jobs/5003").status_code == 404

@@ -13,6 +13,7 @@ from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
+from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.analysis.notify.notes import job_notes
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import AccessError, InputError
@@ -53,8 +54,11 @@ def notes_for_job(
 ) -> JobNotesDocument | None:
     """The notes of one job ``principal`` may see; None when absent or not visible."""
     report = service.job_report(principal, job_id, now=now or utcnow())
-    if report is None:
-        return None
+    return None if report is None else notes_of_report(service, report)
+
+
+def notes_of_report(service: Service, report: JobReport) -> JobNotesDocument:
+    """The notes of a report the caller already read (and so may see)."""
     facts = facts_of(service, [report])[0]
     return JobNotesDocument.of(facts, job_notes(facts, thresholds=notify_config(service).notes))
 
