@@ -120,6 +120,14 @@ def test_each_rule_reaches_the_owner_by_mail_and_webhook_once(
     assert again.findings == 5 and again.sent == 0 and len(box.mails) == 5
     audit = notify_store.audit_log(service.store)
     assert len(audit) == 10 and {e.outcome for e in audit} == {"sent"}
+    # past the repeat interval the running jobs are told again, the failed job never again
+    later = notifier(
+        service, box, hook, clock=Clock(NOW + timedelta(minutes=1)), repeat_hours=0.01
+    ).run_once()
+    assert later.sent == 8
+    assert {(to, rule) for to, rule, _ in told(box)} == {(to, rule) for to, rule, _ in expected}
+    assert [m["X-Hpcscope-Rule"] for _, m in box.mails].count("xid-failure") == 1
+    assert len(box.mails) == 9
     assert {e.channel for e in audit} == {"email", "webhook"}
 
 

@@ -214,7 +214,9 @@ class Notifier:
             recipient = channel.recipient(message)
             if recipient is None:
                 continue
-            if self._already_told(finding.rule_id, finding.job_id, channel.name, now):
+            # an ended job's finding (a failure) is told once; a running job's once per repeat
+            once = finding.kind is RuleKind.FAILED_WITH_XID
+            if self._already_told(finding.rule_id, finding.job_id, channel.name, now, once=once):
                 continue
             if not prefs.allows(channel=channel.name, rule_id=finding.rule_id):
                 outcome, detail = "opted_out", "the owner opted out of this rule or channel"
@@ -229,8 +231,10 @@ class Notifier:
             outcomes.append(outcome)
         return outcomes
 
-    def _already_told(self, rule_id: str, job_id: str | None, channel: str, now: datetime) -> bool:
-        since = now - timedelta(hours=self.policy.repeat_hours)
+    def _already_told(
+        self, rule_id: str, job_id: str | None, channel: str, now: datetime, *, once: bool
+    ) -> bool:
+        since = datetime.min if once else now - timedelta(hours=self.policy.repeat_hours)
         return any(
             at >= since and outcome in _TOLD
             for at, outcome in notify_store.last_outcomes(
