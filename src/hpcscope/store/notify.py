@@ -12,6 +12,7 @@ admin-only (``serve/routes/notify.py``).
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -50,10 +51,11 @@ _AUDIT_COLUMNS = (
 
 
 def record_audit(store: Store, entries: Sequence[AuditEntry]) -> Future[int]:
-    """Append audit rows (ids are assigned here when empty)."""
+    """Append audit rows (ids are assigned here when empty: the write time in ns, then random
+    hex, so that rows of the same ``at`` read back newest written first)."""
     rows = [
         (
-            entry.audit_id or secrets.token_hex(8),
+            entry.audit_id or f"{time.time_ns():016x}{secrets.token_hex(4)}",
             entry.at,
             entry.kind,
             entry.rule_id,
@@ -98,7 +100,7 @@ def audit_log(
         params.append(since)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     table = store.query(
-        f'SELECT * FROM notify_audit {where} ORDER BY "at" DESC, audit_id LIMIT {int(limit)}',
+        f'SELECT * FROM notify_audit {where} ORDER BY "at" DESC, audit_id DESC LIMIT {int(limit)}',
         params,
     )
     return [AuditEntry(**row) for row in table.to_pylist()]
