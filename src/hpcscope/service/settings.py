@@ -277,6 +277,12 @@ class Settings(BaseModel):
     notify_public_url: str | None = Field(
         None, description="hpcscope's address as users reach it, for links in notifications."
     )
+    notify_interval_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds between evaluations of the notification rules (run after a "
+        "collector cycle once this many have passed).",
+    )
     notify_repeat_hours: float = Field(
         24.0,
         gt=0,

@@ -3,11 +3,13 @@ field, and stops the server from starting."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from hpcscope.analysis.notify.rules import RuleKind
+from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.server import run_server
 from hpcscope.service.core import Service
 from hpcscope.service.notify.config import NotifyRuleError, load_notify_config
@@ -79,3 +81,21 @@ def test_the_hook_never_raises(service: Service) -> None:
             raise RuntimeError("store gone")
 
     assert Broken(service, load_notify_config()).after_cycle() is None
+
+
+def test_the_hook_runs_once_per_interval(service: Service) -> None:
+    class Counting(Notifier):
+        runs = 0
+
+        def run_once(self):  # type: ignore[no-untyped-def]
+            Counting.runs += 1
+            return super().run_once()
+
+    clock = [utcnow()]
+    hook = Counting(service, load_notify_config(), now=lambda: clock[0])
+    assert hook.after_cycle() is not None
+    clock[0] += timedelta(seconds=30)
+    assert hook.after_cycle() is None  # the collector cycled again: too soon
+    clock[0] += timedelta(seconds=30)
+    assert hook.after_cycle() is not None
+    assert Counting.runs == 2

@@ -63,6 +63,8 @@ class NotifyPolicy:
     cancel_enabled: bool = False
     cancel_grace_seconds: float = 1800.0
     public_url: str | None = None
+    interval_seconds: float = 60.0
+    """The hook runs at most this often (the rules look at whole minutes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +107,19 @@ class Notifier:
         self.policy = policy
         self._now = now
         self.last: NotifyCycle | None = None
+        self._last_run: datetime | None = None
 
     # ------------------------------------------------------------------ the hook
 
     def after_cycle(self) -> NotifyCycle | None:
-        """The collector's hook: one cycle; a failure is logged, never raised."""
+        """The collector's hook: one cycle when ``interval_seconds`` have passed since the
+        last (the collector cycles every scrape interval); a failure is logged, never raised."""
+        now = self._now()
+        if self._last_run is not None and (now - self._last_run).total_seconds() < (
+            self.policy.interval_seconds
+        ):
+            return None
+        self._last_run = now
         try:
             self.last = self.run_once()
         except Exception:  # notifications must never stop collection
@@ -480,6 +490,7 @@ def notifier_from_settings(
             cancel_enabled=s.notify_cancel_enabled,
             cancel_grace_seconds=s.notify_cancel_grace_seconds,
             public_url=s.notify_public_url,
+            interval_seconds=s.notify_interval_seconds,
         ),
         now=now,
     )
