@@ -237,6 +237,22 @@ def running_job_minutes(store: Store, *, since: datetime) -> list[dict[str, obje
     return rows
 
 
+def job_records(store: Store, job_ids: Sequence[str]) -> list[dict[str, object]]:
+    """The scheduler's records of ``job_ids``: ``job_id``, ``user``, ``account``,
+    ``partition``, ``state``, ``start_time``, ``end_time``, ``gpus``."""
+    wanted = sorted(set(job_ids))
+    if not wanted:
+        return []
+    marks = ", ".join("?" for _ in wanted)
+    table = store.query(
+        'SELECT job_id, "user", account, partition, state, start_time, end_time, gpus '
+        f"FROM jobs WHERE job_id IN ({marks}) ORDER BY job_id",
+        wanted,
+    )
+    rows: list[dict[str, object]] = table.to_pylist()
+    return rows
+
+
 def running_job_ids(store: Store) -> list[str]:
     """Jobs the scheduler says are running."""
     table = store.query("SELECT job_id FROM jobs WHERE state LIKE 'RUNNING%' ORDER BY job_id")

@@ -3,8 +3,10 @@ delivers what holds, runs warn-then-cancel and keeps Alertmanager in step.
 
 Each cycle (``Notifier.run_once``):
 
-1. reads the running jobs' recent 1-minute rollups, the jobs that ended in the last day and
-   the jobs in the warned phase, and builds their facts (:mod:`hpcscope.service.notify.facts`);
+1. reads the running jobs' recent 1-minute rollups and records (and those of the jobs in the
+   warned phase), and the reports of the jobs that ended in the last day, and builds their
+   facts (:mod:`hpcscope.service.notify.facts`): running jobs are judged without a report over
+   their raw samples; only the jobs a rule finds get one, for the notes in the message;
 2. evaluates the rules (:func:`hpcscope.analysis.notify.rules.evaluate_rules`);
 3. for each finding and channel: withholds it when the owner opted out (``opted_out``), when
    the same rule already reached them about the same job within ``notify_repeat_hours``
@@ -43,7 +45,7 @@ from hpcscope.service.notify.delivery import (
     Message,
     WebhookChannel,
 )
-from hpcscope.service.notify.facts import facts_of, minutes_by_job, reports_at
+from hpcscope.service.notify.facts import facts_of, light_facts, minutes_by_job, reports_at
 from hpcscope.service.notify.scheduler import CancelFailed, SchedulerCommands, SlurmCommands
 from hpcscope.store import notify as notify_store
 from hpcscope.store.notify import AuditEntry
@@ -136,14 +138,24 @@ class Notifier:
             notify_store.running_job_minutes(store, since=now - timedelta(minutes=window))
         )
         warned = notify_store.warned_job_ids(store) if self._cancelling else []
-        ids = sorted(
-            set(notify_store.running_job_ids(store))
-            | set(notify_store.recently_ended_job_ids(store, since=now - timedelta(days=1)))
-            | set(warned)
+        running = notify_store.running_job_ids(store)
+        ended = notify_store.recently_ended_job_ids(store, since=now - timedelta(days=1))
+        # running jobs are judged on their minutes and their record alone (cheap: no report
+        # over their raw samples every minute); ended jobs (Xid) on their reports
+        light = light_facts(
+            notify_store.job_records(store, sorted(set(running) | set(warned))),
+            minutes,
+            now=now,
         )
-        facts = facts_of(self.service, reports_at(self.service, ids, now=now), minutes=minutes)
-        by_job = {f.job_id: f for f in facts}
-        findings = evaluate_rules(facts, self.config.rules, now=now)
+        heavy = facts_of(self.service, reports_at(self.service, ended, now=now))
+        findings = evaluate_rules([*light, *heavy], self.config.rules, now=now)
+        # the messages carry the job's notes: full facts for the jobs a rule found only
+        told = sorted({f.job_id for f in findings} - {f.job_id for f in heavy})
+        by_job = {f.job_id: f for f in light}
+        by_job |= {f.job_id: f for f in heavy}
+        by_job |= {
+            f.job_id: f for f in facts_of(self.service, reports_at(self.service, told, now=now))
+        }
         counts = {"sent": 0, "failed": 0, "withheld": 0}
         cancel_findings: dict[str, Finding] = {}
         for finding in findings:

@@ -120,3 +120,42 @@ def reports_at(service: Service, job_ids: Sequence[str], *, now: datetime) -> li
         gpu_hour_price=service.topology.gpu_hour_price,
         currency=service.topology.currency,
     )
+
+
+def light_facts(
+    records: Sequence[dict[str, object]],
+    minutes: dict[str, list[GpuMinute]],
+    *,
+    now: datetime,
+) -> list[JobFacts]:
+    """Facts from the scheduler's record and the recent minutes only (no per-GPU summary):
+    what the minute-based rules and warn-then-cancel need."""
+    result = []
+    for row in records:
+        start = row.get("start_time")
+        end = row.get("end_time")
+        state = row.get("state")
+        stop = end if isinstance(end, datetime) and state != "RUNNING" else now
+        elapsed = (
+            max(0.0, (min(stop, now) - start).total_seconds())
+            if isinstance(start, datetime)
+            else None
+        )
+        gpus = row.get("gpus")
+        job_id = str(row["job_id"])
+        result.append(
+            JobFacts(
+                job_id=job_id,
+                user=None if row.get("user") is None else str(row["user"]),
+                account=None if row.get("account") is None else str(row["account"]),
+                state=None if state is None else str(state).split()[0],
+                elapsed_seconds=elapsed,
+                gpus_allocated=None if gpus is None else int(gpus),  # type: ignore[call-overload]
+                sm_active_ratio=None,
+                reported_util_ratio=None,
+                partition=None if row.get("partition") is None else str(row["partition"]),
+                start_time=start if isinstance(start, datetime) else None,
+                minutes=tuple(minutes.get(job_id, ())),
+            )
+        )
+    return result
