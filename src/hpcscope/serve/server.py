@@ -13,7 +13,7 @@ from hpcscope.serve.app import create_app
 from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
-from hpcscope.service.notify.engine import notifier_from_settings
+from hpcscope.service.notify.wiring import notifier_from_settings
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
 

@@ -16,8 +16,9 @@ from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.notify.config import load_notify_config
 from hpcscope.service.notify.delivery import Channel, EmailChannel, WebhookChannel
-from hpcscope.service.notify.engine import Notifier, NotifyPolicy, notifier_from_settings
+from hpcscope.service.notify.engine import Notifier, NotifyPolicy
 from hpcscope.service.notify.scheduler import CancelFailed
+from hpcscope.service.notify.wiring import notifier_from_settings
 from hpcscope.store import notify as notify_store
 from hpcscope.store.notify import Preferences
 from tests.support.notify_data import job_rows, write_job, write_jobs, write_scenario
