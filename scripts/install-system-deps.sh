@@ -4,6 +4,7 @@
 #   slurmrestd)
 #   prometheus (promtool), victoria-metrics            PromQL engines, rule tests
 #   prometheus-node-exporter                           real node metrics, InfiniBand collector
+#   prometheus-alertmanager (amtool)                   alert delivery over the v2 API, config check
 #   chromium                                           browser tests (Playwright, executablePath)
 #   openssl                                            a self-signed certificate (tests/security)
 # Idempotent: installs only what is missing. Services are not left running by the install;
@@ -11,7 +12,7 @@
 set -euo pipefail
 
 packages=(slurm-wlm slurmdbd slurmrestd munge mariadb-server prometheus victoria-metrics
-          prometheus-node-exporter chromium openssl)
+          prometheus-node-exporter chromium openssl prometheus-alertmanager)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -1,4 +1,6 @@
-"""``hpcscope jobs`` and ``hpcscope job JOBID``: the reported-vs-real report.
+"""``hpcscope jobs``, ``hpcscope job JOBID`` and ``hpcscope job report JOBID``: the
+reported-vs-real report; ``job report`` adds the per-GPU memory and the notes (what is wrong,
+the threshold, what to do: ``docs/notifications.md``).
 
 Against a running server (``--url``, credentials from ``--user``/``--password`` or
 ``HPCSCOPE_USER``/``HPCSCOPE_PASSWORD``) — the server applies access control — or offline
@@ -22,6 +24,7 @@ from hpcscope.cli.client import (
     api_get,
 )
 from hpcscope.cli.output import (
+    EXIT_USAGE_ERROR,
     fail,
     print_json,
     print_table,
@@ -36,7 +39,7 @@ def register(app: typer.Typer) -> None:
     app.command("job")(job)
 
 
-def _offline(store: Path, job_id: str | None, as_json: bool) -> Any:
+def _offline(store: Path, job_id: str | None, as_json: bool, *, notes: bool = False) -> Any:
     from hpcscope.model.access import system_principal
     from hpcscope.service.alerts.contracts import JobReportWithAlerts
     from hpcscope.service.core import Service
@@ -57,7 +60,13 @@ def _offline(store: Path, job_id: str | None, as_json: bool) -> Any:
             fail(f"no job {job_id} in {store}", as_json=as_json)
         alerts = service.job_alerts(admin, job_id) or []
         document = JobReportDocument.from_report(report)
-        return JobReportWithAlerts.of(document, alerts).model_dump(mode="json")
+        joined = JobReportWithAlerts.of(document, alerts).model_dump(mode="json")
+        if notes:
+            from hpcscope.service.notify.access import notes_for_job
+
+            found = notes_for_job(service, admin, job_id)
+            joined["notes"] = found.model_dump(mode="json") if found is not None else None
+        return joined
     finally:
         service.close()
 
@@ -128,7 +137,13 @@ def jobs(
 
 
 def job(
-    job_id: str = typer.Argument(..., help="Slurm job id (123, 123_4, 123+1)."),
+    job_id: str = typer.Argument(
+        ...,
+        metavar="[report] JOBID",
+        help="Slurm job id (123, 123_4, 123+1); 'report JOBID' adds the per-GPU memory and "
+        "the notes: what is wrong, the threshold crossed and what to do.",
+    ),
+    report_of: str | None = typer.Argument(None, hidden=True),
     url: str = URL_OPTION,
     user: str | None = USER_OPTION,
     password: str | None = PASSWORD_OPTION,
@@ -136,14 +151,32 @@ def job(
     store: Path | None = STORE_OPTION,
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """One job's report: verdict, reported vs real, GPU-hours and cost, per-GPU detail, alerts."""
-    data = (
-        _offline(store, job_id, json_output)
-        if store is not None
-        else api_get(url, f"/api/jobs/{job_id}", user, password, json_output, token=token)
-    )
+    """One job's report: verdict, reported vs real, GPU-hours and cost, per-GPU detail, alerts.
+
+    ``hpcscope job report JOBID`` adds the per-GPU table with memory and the job's notes
+    (low real efficiency, over-requested GPUs, data-starved, straggler GPU, memory headroom,
+    GPU errors), each with its threshold and what to do.
+    """
+    full = job_id == "report"
+    if full:
+        if report_of is None:
+            fail("job report needs a JOBID", code=EXIT_USAGE_ERROR, as_json=json_output)
+        job_id = report_of
+    elif report_of is not None:
+        fail(f"unexpected argument {report_of!r}", code=EXIT_USAGE_ERROR, as_json=json_output)
+    if store is not None:
+        data = _offline(store, job_id, json_output, notes=full)
+    else:
+        data = api_get(url, f"/api/jobs/{job_id}", user, password, json_output, token=token)
+        if full:
+            data["notes"] = api_get(
+                url, f"/api/jobs/{job_id}/notes", user, password, json_output, token=token
+            )
     if json_output:
         print_json(data)
+        return
+    if full:
+        _print_full_report(data)
         return
     console = stdout_console()
     console.print(
@@ -205,3 +238,65 @@ def job(
             ],
             numeric=["GPU", "step", "count"],
         )
+
+
+def _gib(value: float | None) -> str:
+    return "—" if value is None else f"{value / 2**30:.1f}"
+
+
+def _print_full_report(data: dict[str, Any]) -> None:
+    """The job report as ``jobstats`` lays one out: header, figures, per-GPU table, notes."""
+    console = stdout_console()
+    console.print(
+        f"[bold]Job {data['job_id']}[/] {data['name'] or ''} — "
+        f"{data['user'] or '?'} / {data['account'] or '?'} — {data['state'] or '?'}"
+    )
+    elapsed = data.get("elapsed_seconds")
+    console.print(
+        f"partition {data['partition'] or '?'} · GPUs allocated "
+        f"{data['gpus_allocated'] if data['gpus_allocated'] is not None else '?'} · run time "
+        f"{'—' if elapsed is None else f'{elapsed / 60:.0f} min'} · GPU-hours useful "
+        f"{_hours(data['useful_gpu_hours'])} of {_hours(data['allocated_gpu_hours'])} allocated",
+        highlight=False,
+    )
+    console.print(
+        f"reported GPU utilization {_pct(data['reported_util_ratio'])} · real efficiency "
+        f"(SM active) {_pct(data['sm_active_ratio'])}",
+        highlight=False,
+    )
+    notes = data.get("notes") or {"gpus": [], "notes": []}
+    memory = {(g["node"], g["gpu"]): g for g in notes["gpus"]}
+    rows = []
+    for g in data["gpus"]:
+        mem = memory.get((g["node"], g["gpu"]), {})
+        rows.append(
+            [
+                g["node"],
+                g["gpu"],
+                _pct(g["reported_util_ratio"]),
+                _pct(g["sm_active_ratio"]),
+                f"{_gib(mem.get('max_fb_used_bytes'))}/{_gib(mem.get('fb_total_bytes'))}",
+                _pct(mem.get("memory_used_ratio")),
+                "—"
+                if g["max_temperature_celsius"] is None
+                else f"{g['max_temperature_celsius']:.0f}",
+                g["xid"] or "",
+                g["verdict"],
+            ]
+        )
+    print_table(
+        "GPUs (util = reported utilization, SM = real efficiency, memory = peak GiB used/GiB)",
+        ["node", "GPU", "util", "SM", "memory", "mem %", "max °C", "Xid", "verdict"],
+        rows,
+        numeric=["GPU", "util", "SM", "memory", "mem %", "max °C"],
+    )
+    if not notes["notes"]:
+        console.print("Notes: none — nothing to change.", highlight=False)
+        return
+    console.print("[bold]Notes[/]")
+    for note in notes["notes"]:
+        console.print(
+            f"* {note['level'].upper()}: {note['problem']}", highlight=False, markup=False
+        )
+        console.print(f"  threshold: {note['threshold']}", highlight=False, markup=False)
+        console.print(f"  what to do: {note['advice']}", highlight=False, markup=False)

@@ -75,6 +75,9 @@ COMMANDS: dict[str, LazyCommand] = {
         "hpcscope.cli.token_cmd",
         "Create, list and revoke API tokens for scripts (Authorization: Bearer hps_...).",
     ),
+    "notify": LazyCommand(
+        "hpcscope.cli.notify_cmd", "Notifications: the audit log (admins) and your own preferences."
+    ),
 }
 
 

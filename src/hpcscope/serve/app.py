@@ -34,6 +34,7 @@ from hpcscope.serve.routes import (
     ingest,
     jobs,
     metrics_route,
+    notify,
     simulate,
     tokens,
     traces,
@@ -57,6 +58,7 @@ ROUTERS = [
     traces.router,
     ingest.router,
     tokens.router,
+    notify.router,
 ]
 
 

@@ -28,6 +28,12 @@ from hpcscope.service.diagram.cards import ElementCard
 from hpcscope.service.identity.contracts import CreatedTokenDocument, TokenList
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 from hpcscope.service.nccl.contracts import NcclReport
+from hpcscope.service.notify.contracts import (
+    AuditLog,
+    JobNotesDocument,
+    JobReportWithNotes,
+    PreferencesDocument,
+)
 from hpcscope.service.simulate.contracts import (
     SimulationCurve,
     SimulationDocument,
@@ -76,11 +82,21 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "traces-report-stored": StoredTraceReport,
     "token-list": TokenList,
     "token-created": CreatedTokenDocument,
+    "notify-job-notes": JobNotesDocument,
+    "notify-job-report": JobReportWithNotes,
+    "notify-preferences": PreferencesDocument,
+    "notify-audit": AuditLog,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).
 CLI_ONLY: frozenset[str] = frozenset(
-    {"nccl-report", "simulation-curve", "simulation-what-if", "traces-analysis"}
+    {
+        "nccl-report",
+        "simulation-curve",
+        "simulation-what-if",
+        "traces-analysis",
+        "notify-job-report",
+    }
 )
 
 

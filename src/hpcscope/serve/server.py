@@ -13,6 +13,7 @@ from hpcscope.serve.app import create_app
 from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
+from hpcscope.service.notify.wiring import notifier_from_settings
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
 
@@ -87,11 +88,9 @@ def run_server(
         service, SecurityEventBuffer(max_rows=service.settings.security_buffer_rows)
     )
     config = CollectorConfig.from_settings(service.settings, rules=service.rules, security=security)
-    collector = (
-        Collector(service.store, config, after_cycle=[service.upkeep().after_cycle])
-        if config is not None
-        else None
-    )
+    notifier = notifier_from_settings(service)  # a bad rules file stops the start
+    hooks = [service.upkeep().after_cycle, *([notifier.after_cycle] if notifier else [])]
+    collector = Collector(service.store, config, after_cycle=hooks) if config is not None else None
 
     def startup() -> None:
         if collector is not None:

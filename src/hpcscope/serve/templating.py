@@ -30,6 +30,7 @@ NAV: list[tuple[str, str]] = [
     ("/simulate", "Simulator"),
     ("/traces", "Traces"),
     ("/tokens", "API tokens"),
+    ("/notify", "Notifications"),
 ]
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))

@@ -286,6 +286,70 @@ class Settings(BaseModel):
         description="Directory of detection rule files (*.yaml), validated at start; "
         "default: the bundled deploy/rules.",
     )
+    notify_rules_path: Path | None = Field(
+        None,
+        description="Notification rules and job-note thresholds (YAML), validated at start; "
+        "default: the bundled deploy/notify/notifications.yaml.",
+    )
+    smtp_host: str | None = Field(
+        None, description="SMTP server notifications are e-mailed through; unset: no e-mail."
+    )
+    smtp_port: int = Field(25, ge=1, le=65535, description="Port of smtp_host.")
+    smtp_from: str = Field(
+        "hpcscope@localhost", description="From address of notification e-mails."
+    )
+    smtp_starttls: bool = Field(
+        False, description="Upgrade the SMTP connection with STARTTLS before sending."
+    )
+    notify_email_domain: str | None = Field(
+        None,
+        description="Mail domain of the cluster's users: a job's owner is e-mailed at "
+        "<user>@<domain>; unset: no e-mail.",
+    )
+    notify_webhook_url: str | None = Field(
+        None,
+        description="URL every notification is POSTed to as JSON (with a Slack/Mattermost "
+        "'text' field); unset: no webhook.",
+    )
+    notify_public_url: str | None = Field(
+        None, description="hpcscope's address as users reach it, for links in notifications."
+    )
+    notify_interval_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds between evaluations of the notification rules (run after a "
+        "collector cycle once this many have passed).",
+    )
+    notify_repeat_hours: float = Field(
+        24.0,
+        gt=0,
+        description="A rule notifies the owner of a job at most once per this many hours.",
+    )
+    notify_max_per_user_per_hour: int = Field(
+        20,
+        ge=1,
+        description="Most notifications one user gets per channel in an hour; more are "
+        "withheld and audited as rate_limited.",
+    )
+    notify_cancel_enabled: bool = Field(
+        False,
+        description="Warn-then-cancel: scancel a job whose idle-allocation rule (cancel: "
+        "true) still holds notify_cancel_grace_seconds after its owner was warned.",
+    )
+    notify_cancel_grace_seconds: float = Field(
+        1800.0, gt=0, description="Seconds between the warning and the cancel."
+    )
+    alertmanager_url: str | None = Field(
+        None,
+        description="Alertmanager base URL: open alerts are POSTed to its /api/v2/alerts and "
+        "re-sent while open; unset: not sent.",
+    )
+    alertmanager_resend_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds between re-sends of an open alert to Alertmanager (its endsAt "
+        "is four of these ahead, as Prometheus does).",
+    )
 
     @field_validator("lustre_jobid_pattern")
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRICS
+from hpcscope.store.notify_ddl import NOTIFY_DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,5 +343,10 @@ CREATE TABLE api_tokens (
     last_used_address VARCHAR
 );
 """,
+    ),
+    Migration(
+        11,
+        "notifications: audit log, per-user preferences, warn-then-cancel state",
+        NOTIFY_DDL,
     ),
 )

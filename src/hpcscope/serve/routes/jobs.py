@@ -12,6 +12,7 @@ from hpcscope.serve.auth import require_principal, service_of
 from hpcscope.serve.templating import render
 from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts, JobReportWithAlerts
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
+from hpcscope.service.notify.access import notes_of_report
 
 router = APIRouter()
 
@@ -49,10 +50,11 @@ def job_page(request: Request, job_id: str, principal: PrincipalDep) -> Response
             status_code=404,
         )
     alerts = service.job_alerts(principal, job_id) or []
+    notes = notes_of_report(service, report)
     return render(
         request,
         "job.html",
-        {"report": report, "topology": service.topology, "alerts": alerts},
+        {"report": report, "topology": service.topology, "alerts": alerts, "notes": notes},
         principal=principal,
     )
 
