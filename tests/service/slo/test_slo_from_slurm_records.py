@@ -1,0 +1,209 @@
+"""The SLO figures equal the ones computed independently from the raw Slurm records.
+
+A seeded month of real-format ``sacct --parsable2`` lines goes through hpcscope's parser into a
+real store (plus kept summaries for most ended jobs, a few naming an Xid); the report is then
+checked against figures this test computes itself from the text lines, with plain Python: the
+field split, the times, the state-to-cause table of ``docs/slo.md``, linear-interpolation
+percentiles. For the admin (cluster) and for alice (her jobs only).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from hpcscope.ingest.slurm.parsable import parse_sacct_parsable2
+from hpcscope.model.access import JobScope
+from hpcscope.model.schemas import JOB_GPU_SUMMARY_SCHEMA, JOB_SUMMARY_SCHEMA
+from hpcscope.service.settings import Settings
+from hpcscope.service.slo.config import SloConfig
+from hpcscope.service.slo.contracts import SloReport
+from hpcscope.service.slo.report import report_for_scope
+from hpcscope.store import Store
+from hpcscope.store.summaries import write_summaries
+from tests.service.slo.sacct_history import NOW, sacct_history
+
+WINDOW_DAYS = 7.0
+THRESHOLD = 3600.0
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+            "OUT_OF_MEMORY"}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    sums: dict[str, tuple[float, float]]
+    causes: dict[str, int]
+    waits: dict[tuple[str, str], tuple[int, float, float]]
+
+
+Loaded = tuple[Store, str, frozenset[str], dict[str, tuple[float, float]]]
+
+
+def _time(text: str) -> datetime | None:
+    return None if text == "Unknown" else datetime.fromisoformat(text)
+
+
+def _cause(state: str, code: str, *, xid: bool) -> str:
+    """The table of docs/slo.md, written out again."""
+    ret = int(code.split(":")[0])
+    if state == "COMPLETED" and ret == 0:
+        return "success"
+    if state == "NODE_FAIL":
+        return "node_failure"
+    if state == "FAILED" and xid:
+        return "node_failure_xid"
+    return {"PREEMPTED": "preemption", "TIMEOUT": "timeout", "CANCELLED": "cancelled"}.get(
+        state, "user_error"
+    )
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _expected(text: str, xid_jobs: frozenset[str], summaries: dict[str, tuple[float, float]],
+              *, user: str | None) -> Expected:  # fmt: skip
+    start_window = NOW - timedelta(days=WINDOW_DAYS)
+
+    def inside(moment: datetime | None) -> bool:
+        return moment is not None and start_window < moment <= NOW
+
+    queue_good = queue_total = 0
+    success_good = success_total = 0
+    useful = allocated = 0.0
+    by_cause: Counter[str] = Counter()
+    waits: dict[tuple[str, str], list[float]] = {}
+    for line in text.splitlines():
+        f = line.split("|")
+        job_id, partition, qos, who = f[0], f[3], f[4], f[8]
+        if user is not None and who != user:
+            continue
+        submit, start, end = _time(f[10]), _time(f[12]), _time(f[13])
+        state = f[16].split(" ")[0]
+        assert submit is not None
+        waited_until = start or end or NOW
+        waited = (waited_until - submit).total_seconds()
+        if start is not None and waited <= THRESHOLD:
+            if inside(start):
+                queue_good += 1
+                queue_total += 1
+        elif waited > THRESHOLD and inside(submit + timedelta(seconds=THRESHOLD)):
+            queue_total += 1
+        if start is not None and inside(start):
+            waits.setdefault((partition, qos), []).append((start - submit).total_seconds())
+        if state in FINISHED and inside(end):
+            cause = _cause(state, f[15], xid=job_id in xid_jobs and job_id in summaries)
+            by_cause[cause] += 1
+            if cause != "cancelled":
+                success_total += 1
+                success_good += cause == "success"
+            if job_id in summaries:
+                u, a = summaries[job_id]
+                useful += min(u, a)
+                allocated += a
+    return Expected(
+        sums={
+            "queue_wait": (queue_good, queue_total),
+            "job_success": (success_good, success_total),
+            "gpu_efficiency": (useful, allocated),
+        },
+        causes=dict(by_cause),
+        waits={
+            k: (len(v), _quantile(v, 0.5), _quantile(v, 0.95)) for k, v in sorted(waits.items())
+        },
+    )
+
+
+@pytest.fixture
+def loaded(tmp_path: Path) -> Iterator[Loaded]:
+    history = sacct_history()
+    parsed = parse_sacct_parsable2(history.text, source="sacct")
+    store = Store(tmp_path / "s.duckdb")
+    store.upsert_jobs(parsed.snapshot.jobs).result()
+    rng = random.Random(7)
+    summaries: dict[str, tuple[float, float]] = {}
+    rows = []
+    for record in parsed.records:
+        state = record.state.split(" ")[0]
+        if state not in FINISHED or record.start_time is None or rng.random() < 0.3:
+            continue
+        if record.node_list == "None assigned":
+            continue
+        allocated = float(record.gpus * (record.elapsed_seconds or 0))
+        useful = allocated * rng.uniform(0.1, 0.9)
+        summaries[record.job_id] = (useful, allocated)
+        xid = record.job_id in history.xid_jobs
+        rows.append(
+            {
+                "job_id": record.job_id,
+                "summarised_at": NOW,
+                "user": record.user,
+                "account": record.account,
+                "state": state,
+                "exit_cause": _cause(state, record.exit_code, xid=xid),
+                "gpus_observed": record.gpus,
+                "observed_gpu_seconds": allocated,
+                "useful_gpu_seconds": useful,
+                "allocated_gpu_seconds": allocated,
+                "verdict": "ok",
+            }
+        )
+    jobs = pa.Table.from_pylist(rows, schema=JOB_SUMMARY_SCHEMA)
+    write_summaries(store, jobs, JOB_GPU_SUMMARY_SCHEMA.empty_table()).result()
+    yield store, history.text, history.xid_jobs, summaries
+    store.close()
+
+
+def _config() -> SloConfig:
+    return SloConfig.from_settings(
+        Settings(slo_window_days=WINDOW_DAYS, slo_queue_wait_seconds=THRESHOLD)
+    )
+
+
+def _check(report: SloReport, expected: Expected) -> None:
+    slos = {s.slo: s for s in report.slos}
+    for name in ("queue_wait", "job_success", "gpu_efficiency"):
+        good, total = expected.sums[name]
+        assert slos[name].good == pytest.approx(good), name
+        assert slos[name].total == pytest.approx(total), name
+        assert total > 0 and 0 < good < total, name  # non-trivial on both sides
+        budget = 1 - slos[name].objective_ratio
+        assert slos[name].budget_remaining_ratio == pytest.approx(
+            1 - (total - good) / (budget * total)
+        )
+    assert report.ended_jobs_by_cause == expected.causes
+    got = {(w.partition, w.qos): (w.jobs, w.p50_wait_seconds, w.p95_wait_seconds)
+           for w in report.queue_waits}  # fmt: skip
+    assert got.keys() == expected.waits.keys()
+    for key, (jobs, p50, p95) in expected.waits.items():
+        assert got[key][0] == jobs
+        assert got[key][1] == pytest.approx(p50) and got[key][2] == pytest.approx(p95)
+
+
+def test_cluster_figures_match_the_raw_records(loaded: Loaded) -> None:
+    store, text, xid_jobs, summaries = loaded
+    report = report_for_scope(store, _config(), JobScope(all_jobs=True), scope="cluster", now=NOW)
+    expected = _expected(text, xid_jobs, summaries, user=None)
+    _check(report, expected)
+    # every cause of the issue is present in the month
+    causes = {"user_error", "node_failure_xid", "node_failure", "preemption", "timeout"}
+    assert causes <= set(expected.causes)
+
+
+def test_a_researchers_figures_are_her_jobs_only(loaded: Loaded) -> None:
+    store, text, xid_jobs, summaries = loaded
+    scope = JobScope(all_jobs=False, users=frozenset({"alice"}))
+    report = report_for_scope(store, _config(), scope, scope="own jobs", now=NOW)
+    _check(report, _expected(text, xid_jobs, summaries, user="alice"))
+    assert {a.account for a in report.accounts} == {"vision"}
