@@ -43,6 +43,7 @@ CLIENT_COMMANDS = {
     "traces analyze": ["traces", "analyze", str(HTA_2RANK), "--json"],
     "jobs": ["jobs", "--url", "http://127.0.0.1:9", "--user", "u", "--password", "p", "--json"],
     "job": ["job", "1", "--url", "http://127.0.0.1:9", "--user", "u", "--password", "p"],
+    "slo": ["slo", "--url", "http://127.0.0.1:9", "--user", "u", "--password", "p", "--json"],
 }
 
 

@@ -29,6 +29,7 @@ from hpcscope.serve.routes import (
     jobs,
     metrics_route,
     simulate,
+    slo,
     traces,
 )
 from hpcscope.serve.templating import STATIC_DIR
@@ -48,6 +49,7 @@ ROUTERS = [
     diagram.router,
     traces.router,
     ingest.router,
+    slo.router,
 ]
 
 

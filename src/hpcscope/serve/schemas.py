@@ -33,6 +33,7 @@ from hpcscope.service.simulate.contracts import (
     StepPlayer,
     WhatIfCurve,
 )
+from hpcscope.service.slo.contracts import SloReport
 from hpcscope.service.traces.contracts import (
     StoredTraceReport,
     TraceAnalysisDocument,
@@ -73,6 +74,7 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "traces-summary": TraceSummary,
     "traces-report": TraceReport,
     "traces-report-stored": StoredTraceReport,
+    "slo-report": SloReport,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).

@@ -15,6 +15,8 @@ from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
+from hpcscope.service.slo.config import SloConfig
+from hpcscope.service.slo.engine import SloUpkeep
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,14 @@ def run_server(
     )
     config = CollectorConfig.from_settings(service.settings, rules=service.rules, security=security)
     collector = (
-        Collector(service.store, config, after_cycle=[service.upkeep().after_cycle])
+        Collector(
+            service.store,
+            config,
+            after_cycle=[
+                service.upkeep().after_cycle,
+                SloUpkeep(service.store, SloConfig.from_settings(service.settings)).after_cycle,
+            ],
+        )
         if config is not None
         else None
     )

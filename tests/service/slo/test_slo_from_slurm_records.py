@@ -10,31 +10,30 @@ percentiles. For the admin (cluster) and for alice (her jobs only).
 from __future__ import annotations
 
 import math
-import random
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
-from hpcscope.ingest.slurm.parsable import parse_sacct_parsable2
 from hpcscope.model.access import JobScope
-from hpcscope.model.schemas import JOB_GPU_SUMMARY_SCHEMA, JOB_SUMMARY_SCHEMA
 from hpcscope.service.settings import Settings
 from hpcscope.service.slo.config import SloConfig
 from hpcscope.service.slo.contracts import SloReport
 from hpcscope.service.slo.report import report_for_scope
 from hpcscope.store import Store
-from hpcscope.store.summaries import write_summaries
-from tests.service.slo.sacct_history import NOW, sacct_history
+from tests.service.slo.sacct_history import (
+    FINISHED,
+    NOW,
+    expected_cause,
+    load_history,
+    sacct_history,
+)
 
 WINDOW_DAYS = 7.0
 THRESHOLD = 3600.0
-FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-            "OUT_OF_MEMORY"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,20 +48,6 @@ Loaded = tuple[Store, str, frozenset[str], dict[str, tuple[float, float]]]
 
 def _time(text: str) -> datetime | None:
     return None if text == "Unknown" else datetime.fromisoformat(text)
-
-
-def _cause(state: str, code: str, *, xid: bool) -> str:
-    """The table of docs/slo.md, written out again."""
-    ret = int(code.split(":")[0])
-    if state == "COMPLETED" and ret == 0:
-        return "success"
-    if state == "NODE_FAIL":
-        return "node_failure"
-    if state == "FAILED" and xid:
-        return "node_failure_xid"
-    return {"PREEMPTED": "preemption", "TIMEOUT": "timeout", "CANCELLED": "cancelled"}.get(
-        state, "user_error"
-    )
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -103,7 +88,7 @@ def _expected(text: str, xid_jobs: frozenset[str], summaries: dict[str, tuple[fl
         if start is not None and inside(start):
             waits.setdefault((partition, qos), []).append((start - submit).total_seconds())
         if state in FINISHED and inside(end):
-            cause = _cause(state, f[15], xid=job_id in xid_jobs and job_id in summaries)
+            cause = expected_cause(state, f[15], xid=job_id in xid_jobs and job_id in summaries)
             by_cause[cause] += 1
             if cause != "cancelled":
                 success_total += 1
@@ -128,39 +113,8 @@ def _expected(text: str, xid_jobs: frozenset[str], summaries: dict[str, tuple[fl
 @pytest.fixture
 def loaded(tmp_path: Path) -> Iterator[Loaded]:
     history = sacct_history()
-    parsed = parse_sacct_parsable2(history.text, source="sacct")
     store = Store(tmp_path / "s.duckdb")
-    store.upsert_jobs(parsed.snapshot.jobs).result()
-    rng = random.Random(7)
-    summaries: dict[str, tuple[float, float]] = {}
-    rows = []
-    for record in parsed.records:
-        state = record.state.split(" ")[0]
-        if state not in FINISHED or record.start_time is None or rng.random() < 0.3:
-            continue
-        if record.node_list == "None assigned":
-            continue
-        allocated = float(record.gpus * (record.elapsed_seconds or 0))
-        useful = allocated * rng.uniform(0.1, 0.9)
-        summaries[record.job_id] = (useful, allocated)
-        xid = record.job_id in history.xid_jobs
-        rows.append(
-            {
-                "job_id": record.job_id,
-                "summarised_at": NOW,
-                "user": record.user,
-                "account": record.account,
-                "state": state,
-                "exit_cause": _cause(state, record.exit_code, xid=xid),
-                "gpus_observed": record.gpus,
-                "observed_gpu_seconds": allocated,
-                "useful_gpu_seconds": useful,
-                "allocated_gpu_seconds": allocated,
-                "verdict": "ok",
-            }
-        )
-    jobs = pa.Table.from_pylist(rows, schema=JOB_SUMMARY_SCHEMA)
-    write_summaries(store, jobs, JOB_GPU_SUMMARY_SCHEMA.empty_table()).result()
+    summaries = load_history(store, history, now=NOW)
     yield store, history.text, history.xid_jobs, summaries
     store.close()
 

@@ -106,9 +106,7 @@ def _slo_documents(events: SloEvents, config: SloConfig, *, now: datetime) -> li
 
 
 def _accounts(events: SloEvents, *, start: datetime, end: datetime) -> list[AccountSloDocument]:
-    accounts = sorted(
-        set(events.records["account"].to_list()), key=lambda a: (a is None, a or "")
-    )
+    accounts = sorted(set(events.records["account"].to_list()), key=lambda a: (a is None, a or ""))
     documents = []
     for account in accounts:
         keep = pl.col("account").is_null() if account is None else pl.col("account") == account
