@@ -42,13 +42,14 @@ def _record(job_id: str, end: datetime, failed: bool) -> dict[str, object]:
     }  # fmt: skip
 
 
-def bad_hour(*, bad: bool = True) -> pa.Table:
+def bad_hour(*, bad: bool = True, end: datetime = END, prefix: str = "") -> pa.Table:
+    """Job records of the six good hours and the bad hour, the last ending at ``end``."""
     rows = []
     for minute in range(7 * 60):
-        at = END - timedelta(minutes=7 * 60 - minute - 1)
+        at = end - timedelta(minutes=7 * 60 - minute - 1)
         in_bad_hour = bad and minute >= 6 * 60
         for i in range(5 if in_bad_hour else 2):
-            rows.append(_record(f"{minute}.{i}", at, failed=in_bad_hour and i < 4))
+            rows.append(_record(f"{prefix}{minute}.{i}", at, failed=in_bad_hour and i < 4))
     return pa.Table.from_pylist(rows, schema=JOB_SCHEMA)
 
 
