@@ -24,22 +24,36 @@ from hpcscope.store.summaries import FINISHED_STATES
 _FINISHED = frozenset(FINISHED_STATES)
 
 
-def _cause(row: dict[str, object]) -> str | None:
-    if row["summary_exit_cause"] is not None:
-        return str(row["summary_exit_cause"])
-    state = str(row["state"] or "").split(" ")[0].upper()
-    if state not in _FINISHED or row["end_time"] is None:
+def _slurm_cause(state: str | None, exit_code: int | None) -> str | None:
+    head = (state or "").split(" ")[0].upper()
+    if head not in _FINISHED:
         return None
-    code = row["exit_code"]
-    return exit_cause(state, None if code is None else int(str(code)), xid=None).value
+    return exit_cause(head, exit_code, xid=None).value
 
 
 def job_records(store: Store, scope: JobScope, *, since: datetime | None) -> pl.DataFrame:
     """The scope's job records that may hold an event after ``since`` (``events`` input)."""
     frame = pl.from_arrow(slo_job_records(store, scope, since=since))
     assert isinstance(frame, pl.DataFrame)
-    return frame.with_columns(
-        pl.Series("exit_cause", [_cause(r) for r in frame.iter_rows(named=True)], pl.String)
+    # one call per distinct (state, exit code), not per job: a store holds many jobs, few pairs
+    pairs = frame.select("state", "exit_code").unique()
+    causes = pairs.with_columns(
+        pl.Series(
+            "slurm_cause",
+            [_slurm_cause(r["state"], r["exit_code"]) for r in pairs.iter_rows(named=True)],
+            pl.String,
+        )
+    )
+    return (
+        frame.join(causes, on=["state", "exit_code"], how="left", nulls_equal=True)
+        .with_columns(
+            pl.when(pl.col("end_time").is_null())
+            .then(pl.col("summary_exit_cause"))
+            .otherwise(pl.coalesce("summary_exit_cause", "slurm_cause"))
+            .alias("exit_cause")
+        )
+        .drop("slurm_cause")
+        .sort("job_id")
     )
 
 
