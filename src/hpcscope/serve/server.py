@@ -72,6 +72,14 @@ def security_collection(service: Service, buffer: SecurityEventBuffer) -> Securi
     )
 
 
+def after_cycle_hooks(service: Service) -> list[Callable[[], object]]:
+    """What the collector runs after its cycles, in order: the jobs upkeep (summaries of
+    finished jobs, retention), then the SLOs' burn-rate evaluation into the alert engine (it
+    reads the summaries just written)."""
+    slo = SloUpkeep(service.store, SloConfig.from_settings(service.settings))
+    return [service.upkeep().after_cycle, slo.after_cycle]
+
+
 def run_server(
     service: Service,
     *,
@@ -93,10 +101,7 @@ def run_server(
         Collector(
             service.store,
             config,
-            after_cycle=[
-                service.upkeep().after_cycle,
-                SloUpkeep(service.store, SloConfig.from_settings(service.settings)).after_cycle,
-            ],
+            after_cycle=after_cycle_hooks(service),
         )
         if config is not None
         else None
