@@ -295,7 +295,8 @@ class Scheduler:
         user = team.users[int(self.rng.integers(len(team.users)))]
         names = _JOB_NAMES[profile]
         gpus = int(self.rng.choice([1, 2, 4, 8], p=[0.35, 0.25, 0.25, 0.15]))
-        duration = float(self.rng.uniform(600, 3 * 3600))
+        name = f"{names[int(self.rng.integers(len(names)))]}-{int(self.rng.integers(100))}"
+        duration = float(self.rng.uniform(600, 3 * 3600))  # drawn in the order they always were
         # the SLOs' causes (docs/slo.md): ~10 % of the jobs that would run to their end crash
         # (user error, exit 1), ~6 % ask for too short a time limit (TIMEOUT)
         outcome = float(self._outcomes.random())
@@ -307,7 +308,7 @@ class Scheduler:
             qos="high" if self._outcomes.random() < 0.2 else "normal",
             time_limit_minutes=limit,
             user_exit_code=exit_code,
-            name=f"{names[int(self.rng.integers(len(names)))]}-{int(self.rng.integers(100))}",
+            name=name,
             user=user,
             account=team.account,
             profile=profile,
