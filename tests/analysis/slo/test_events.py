@@ -137,3 +137,39 @@ def test_wait_percentiles_interpolate_linearly() -> None:
     assert rows["normal"]["p50_wait_seconds"] == pytest.approx(25.0)
     assert rows["normal"]["p95_wait_seconds"] == pytest.approx(38.5)
     assert rows["high"]["p50_wait_seconds"] == pytest.approx(300.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 48 * 60),  # submitted this many minutes before NOW
+            st.one_of(st.none(), st.integers(0, 6 * 60)),  # waited this many minutes to start
+            st.one_of(st.none(), st.integers(0, 6 * 60)),  # cancelled after this many minutes
+        ),
+        max_size=40,
+    ),
+    st.integers(1, 180),
+)
+def test_queue_wait_events_agree_with_a_plain_reading(
+    spec: list[tuple[int, int | None, int | None]], threshold_minutes: int
+) -> None:
+    rows, expected = [], []
+    for i, (ago, wait, cancel) in enumerate(spec):
+        submit = NOW - timedelta(minutes=ago)
+        start = None if wait is None else submit + timedelta(minutes=wait)
+        if start is not None and start > NOW:
+            start = None  # not started yet
+        end = None if start is not None or cancel is None else submit + timedelta(minutes=cancel)
+        if end is not None and end > NOW:
+            end = None
+        rows.append({"job_id": str(i), "submit_time": submit, "start_time": start,
+                     "end_time": end})  # fmt: skip
+        waited = ((start or end or NOW) - submit).total_seconds() / 60
+        if start is not None and waited <= threshold_minutes:
+            expected.append((str(i), start, 1.0))
+        elif waited > threshold_minutes:
+            expected.append((str(i), submit + timedelta(minutes=threshold_minutes), 0.0))
+    events = queue_wait_events(_jobs(rows), threshold_seconds=threshold_minutes * 60, now=NOW)
+    got = sorted(zip(events["job_id"], events["event_time"], events["good"], strict=True))
+    assert got == sorted(expected)
