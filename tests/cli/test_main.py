@@ -44,6 +44,7 @@ CLIENT_COMMANDS = {
     "jobs": ["jobs", "--url", "http://127.0.0.1:9", "--user", "u", "--password", "p", "--json"],
     "job": ["job", "1", "--url", "http://127.0.0.1:9", "--user", "u", "--password", "p"],
     "token list": ["token", "list", "--url", "http://127.0.0.1:9", "--token", "hps_x"],
+    "slo": ["slo", "--url", "http://127.0.0.1:9", "--user", "u", "--password", "p", "--json"],
 }
 
 

@@ -14,6 +14,8 @@ pytestmark = pytest.mark.prometheus
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 RULES = DEPLOY / "hpcscope-rules.yml"
+#: every shipped rule file and its unit tests (``<name>.yml`` next to ``<name>.test.yml``)
+RULE_FILES = sorted(p for p in DEPLOY.glob("*.yml") if not p.name.endswith(".test.yml"))
 METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
@@ -26,16 +28,24 @@ def _promtool() -> str:
     return path
 
 
-def test_promtool_check_rules() -> None:
+def test_every_rule_file_has_its_unit_tests() -> None:
+    assert len(RULE_FILES) >= 2
+    for rules in RULE_FILES:
+        assert rules.with_suffix(".test.yml").is_file(), rules.name
+
+
+@pytest.mark.parametrize("rules", RULE_FILES, ids=lambda p: p.name)
+def test_promtool_check_rules(rules: Path) -> None:
     result = subprocess.run(
-        [_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+        [_promtool(), "check", "rules", str(rules)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_promtool_test_rules() -> None:
+@pytest.mark.parametrize("rules", RULE_FILES, ids=lambda p: p.name)
+def test_promtool_test_rules(rules: Path) -> None:
     result = subprocess.run(
-        [_promtool(), "test", "rules", "hpcscope-rules.test.yml"],
+        [_promtool(), "test", "rules", rules.with_suffix(".test.yml").name],
         capture_output=True,
         text=True,
         cwd=DEPLOY,
@@ -46,7 +56,7 @@ def test_promtool_test_rules() -> None:
 
 
 def test_rules_follow_the_conventions() -> None:
-    groups = yaml.safe_load(RULES.read_text())["groups"]
+    groups = [g for rules in RULE_FILES for g in yaml.safe_load(rules.read_text())["groups"]]
     exported = set(re.findall(r"`(hpcscope_[a-z_]+)`", METRICS_DOC.read_text()))
     alerts = 0
     for group in groups:

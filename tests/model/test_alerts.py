@@ -30,7 +30,7 @@ def test_severity_parses_names_and_numbers_and_orders() -> None:
 
 
 def test_every_vector_has_a_weight() -> None:
-    assert [int(v) for v in Vector] == [1, 2, 3, 4, 5, 6]
+    assert [int(v) for v in Vector] == [0, 1, 2, 3, 4, 5, 6]  # 0: SLO burn rates
     assert set(VECTOR_WEIGHTS) == set(Vector)
 
 

@@ -52,6 +52,10 @@ COMMANDS: dict[str, LazyCommand] = {
     "alerts": LazyCommand(
         "hpcscope.cli.alerts_cmd", "List the alerts you may see, most severe and most recent first."
     ),
+    "slo": LazyCommand(
+        "hpcscope.cli.slo_cmd",
+        "Show the SLOs: SLI, error budget left, burn rates and firing burn-rate alerts.",
+    ),
     "simulate": LazyCommand(
         "hpcscope.cli.simulate_cmd",
         "Simulate how stragglers, jitter and hiccups cost a training job as it scales.",

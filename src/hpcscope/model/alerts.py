@@ -49,8 +49,11 @@ class Severity(IntEnum):
 
 
 class Vector(IntEnum):
-    """The six threat vectors of the security reference (``security.md`` sections 1-6)."""
+    """The six threat vectors of the security reference (``security.md`` sections 1-6), and
+    ``SERVICE_LEVEL`` (0): not a threat, the burn-rate alerts of the SLOs (``docs/slo.md``),
+    which have no catalog id (:data:`VECTOR_NAMES` lists the six vectors only)."""
 
+    SERVICE_LEVEL = 0
     SUPPLY_CHAIN = 1
     DATA_POISONING = 2
     RDMA = 3
@@ -63,6 +66,7 @@ class Vector(IntEnum):
 #: (priority = severity x weight). Starting values: code execution and escapes first, then
 #: the paths to the weights, then integrity of the training itself.
 VECTOR_WEIGHTS: Mapping[Vector, float] = {
+    Vector.SERVICE_LEVEL: 0.5,
     Vector.SUPPLY_CHAIN: 1.0,
     Vector.DATA_POISONING: 0.8,
     Vector.RDMA: 0.9,

@@ -36,6 +36,7 @@ from hpcscope.serve.routes import (
     metrics_route,
     notify,
     simulate,
+    slo,
     tokens,
     traces,
 )
@@ -59,6 +60,7 @@ ROUTERS = [
     ingest.router,
     tokens.router,
     notify.router,
+    slo.router,
 ]
 
 

@@ -17,14 +17,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from hpcscope import __version__
 from hpcscope.model.access import system_principal
 from hpcscope.model.alerts import VECTOR_NAMES, Severity
-from hpcscope.model.timeutil import epoch_seconds
+from hpcscope.model.timeutil import epoch_seconds, utcnow
 from hpcscope.service.core import Service
+from hpcscope.service.slo.config import SloConfig
+from hpcscope.service.slo.engine import slo_counters
 
 #: Window of the per-GPU "now" figures.
 LIVE_WINDOW = timedelta(minutes=5)
@@ -54,6 +56,7 @@ class HpcscopeCollector:
         yield from self._jobs()
         yield from self._scrapes()
         yield from self._alerts()
+        yield from self._slo()
 
     def _jobs(self) -> Iterator[Metric]:
         live = self.service.live_job_gpus(_SYSTEM, window=LIVE_WINDOW)
@@ -153,6 +156,39 @@ class HpcscopeCollector:
         for (severity, vector), count in sorted(counts.items()):
             family.add_metric([severity, vector], float(count))
         yield family
+
+    def _slo(self) -> Iterator[Metric]:
+        """Cumulative good and bad events per SLO (cluster-wide: Prometheus computes burn rates
+        from their ``rate()``), the objectives, and hpcscope's own remaining budget."""
+        config = SloConfig.from_settings(self.service.settings)
+        counters = slo_counters(self.service.store, config, now=utcnow())
+        jobs = CounterMetricFamily(
+            "hpcscope_slo_job_events",
+            "Job events of the queue-wait and job-success SLOs since the first record, "
+            "good or bad (docs/slo.md).",
+            labels=["slo", "outcome"],
+        )
+        gpu = CounterMetricFamily(
+            "hpcscope_slo_gpu_seconds",
+            "Allocated GPU-seconds of summarised jobs for the GPU-efficiency SLO: good = "
+            "useful (SM active x time), bad = the rest.",
+            labels=["slo", "outcome"],
+        )
+        objective = GaugeMetricFamily(
+            "hpcscope_slo_objective_ratio", "The SLO's objective (settings).", labels=["slo"]
+        )
+        remaining = GaugeMetricFamily(
+            "hpcscope_slo_error_budget_remaining_ratio",
+            "Unspent share of the error budget over the SLO window (1 untouched, < 0 overspent).",
+            labels=["slo"],
+        )
+        for counter in counters:
+            family = gpu if counter.event_unit == "GPU-seconds" else jobs
+            family.add_metric([counter.slo, "good"], counter.good)
+            family.add_metric([counter.slo, "bad"], counter.bad)
+            objective.add_metric([counter.slo], counter.objective_ratio)
+            remaining.add_metric([counter.slo], counter.budget_remaining_ratio)
+        yield from (jobs, gpu, objective, remaining)
 
 
 def metrics_registry(service: Service) -> CollectorRegistry:

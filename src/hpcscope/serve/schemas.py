@@ -40,6 +40,7 @@ from hpcscope.service.simulate.contracts import (
     StepPlayer,
     WhatIfCurve,
 )
+from hpcscope.service.slo.contracts import SloReport
 from hpcscope.service.traces.contracts import (
     StoredTraceReport,
     TraceAnalysisDocument,
@@ -86,6 +87,7 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "notify-job-report": JobReportWithNotes,
     "notify-preferences": PreferencesDocument,
     "notify-audit": AuditLog,
+    "slo-report": SloReport,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).

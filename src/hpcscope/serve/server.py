@@ -13,9 +13,12 @@ from hpcscope.serve.app import create_app
 from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
+from hpcscope.service.notify.engine import Notifier
 from hpcscope.service.notify.wiring import notifier_from_settings
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
+from hpcscope.service.slo.config import SloConfig
+from hpcscope.service.slo.engine import SloUpkeep
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,19 @@ def security_collection(service: Service, buffer: SecurityEventBuffer) -> Securi
     )
 
 
+def after_cycle_hooks(
+    service: Service, notifier: Notifier | None = None
+) -> list[Callable[[], object]]:
+    """What the collector runs after its cycles, in order: the jobs upkeep (summaries of
+    finished jobs, retention), then the SLOs' burn-rate evaluation into the alert engine (it
+    reads the summaries just written), then the notifications (they read both)."""
+    slo = SloUpkeep(service.store, SloConfig.from_settings(service.settings))
+    hooks: list[Callable[[], object]] = [service.upkeep().after_cycle, slo.after_cycle]
+    if notifier is not None:
+        hooks.append(notifier.after_cycle)
+    return hooks
+
+
 def run_server(
     service: Service,
     *,
@@ -89,8 +105,11 @@ def run_server(
     )
     config = CollectorConfig.from_settings(service.settings, rules=service.rules, security=security)
     notifier = notifier_from_settings(service)  # a bad rules file stops the start
-    hooks = [service.upkeep().after_cycle, *([notifier.after_cycle] if notifier else [])]
-    collector = Collector(service.store, config, after_cycle=hooks) if config is not None else None
+    collector = (
+        Collector(service.store, config, after_cycle=after_cycle_hooks(service, notifier))
+        if config is not None
+        else None
+    )
 
     def startup() -> None:
         if collector is not None:

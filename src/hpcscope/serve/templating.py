@@ -31,6 +31,7 @@ NAV: list[tuple[str, str]] = [
     ("/traces", "Traces"),
     ("/tokens", "API tokens"),
     ("/notify", "Notifications"),
+    ("/slo", "SLOs"),
 ]
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))

@@ -350,6 +350,45 @@ class Settings(BaseModel):
         description="Seconds between re-sends of an open alert to Alertmanager (its endsAt "
         "is four of these ahead, as Prometheus does).",
     )
+    slo_window_days: float = Field(
+        30.0,
+        gt=0,
+        description="Compliance window of the SLOs (days): SLIs, error budgets and their "
+        "remaining part are computed over it (docs/slo.md).",
+    )
+    slo_queue_wait_seconds: float = Field(
+        3600.0,
+        gt=0,
+        description="Longest queue wait (Slurm submit to start) of a good job for the "
+        "queue-wait SLO; a job waiting longer is a bad event from then on.",
+    )
+    slo_queue_wait_objective_ratio: float = Field(
+        0.95,
+        gt=0,
+        lt=1,
+        description="Objective of the queue-wait SLO: share of jobs that start within "
+        "slo_queue_wait_seconds.",
+    )
+    slo_job_success_objective_ratio: float = Field(
+        0.95,
+        gt=0,
+        lt=1,
+        description="Objective of the job-success SLO: share of ended jobs (cancelled ones "
+        "not counted) that completed with exit code 0.",
+    )
+    slo_gpu_efficiency_objective_ratio: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="Objective of the GPU-efficiency SLO: useful / allocated GPU-hours of "
+        "summarised jobs.",
+    )
+    slo_evaluate_every_cycles: int = Field(
+        4,
+        ge=1,
+        description="The collector evaluates the SLOs' burn-rate alerts into the alert engine "
+        "on its first cycle and then once per this many cycles.",
+    )
 
     @field_validator("lustre_jobid_pattern")
     @classmethod

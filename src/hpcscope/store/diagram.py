@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from hpcscope.model.access import JobScope
-from hpcscope.model.alerts import VECTOR_NAMES, AlertState, Severity
+from hpcscope.model.alerts import VECTOR_NAMES, AlertState, Severity, Vector
 from hpcscope.model.sampling import has_job_sql
 from hpcscope.model.schemas import GPU_METRICS
 from hpcscope.store.duck import Store
@@ -380,7 +380,8 @@ def open_alert_counts(store: Store) -> list[dict[str, Any]] | None:
     }
     if not columns >= ALERT_COLUMNS:
         return None
-    vector_case = " ".join(f"WHEN {int(v)} THEN '{name}'" for v, name in VECTOR_NAMES.items())
+    names = {**VECTOR_NAMES, Vector.SERVICE_LEVEL: "service-level"}
+    vector_case = " ".join(f"WHEN {int(v)} THEN '{name}'" for v, name in names.items())
     severity_case = " ".join(f"WHEN {int(s)} THEN '{s.name}'" for s in Severity)
     return _rows(
         store.query(

@@ -53,6 +53,7 @@ class SimJob:
     straggler_gpu: int | None = None  # index within the job's GPU list
     fail_after_seconds: float | None = None
     xid: int | None = None
+    user_exit_code: int = 0  # the program's own exit at its end: non-zero ends it FAILED
     state: JobState = JobState.PENDING
     start_time: float | None = None
     end_time: float | None = None
@@ -181,6 +182,9 @@ class Scheduler:
         self.topology = topology
         self.mapping_root = mapping_root
         self.rng = np.random.default_rng(seed)
+        # a stream of its own for what makes the SLOs move (QOS, user errors, time limits), so
+        # the arrivals and profiles drawn from ``rng`` stay what they were for a seed
+        self._outcomes = np.random.default_rng([seed, 14])
         self.teams = teams
         self.arrivals_per_hour = arrivals_per_hour
         self.jobs: dict[int, SimJob] = {}
@@ -242,6 +246,9 @@ class Scheduler:
         straggler_gpu: int | None = None,
         fail_after_seconds: float | None = None,
         submit_time: float | None = None,
+        qos: str = "normal",
+        time_limit_minutes: int = 24 * 60,
+        user_exit_code: int = 0,
     ) -> SimJob:
         """Queue a job; it starts on the next :meth:`tick` that finds free GPUs."""
         job = SimJob(
@@ -255,6 +262,9 @@ class Scheduler:
             submit_time=self.now if submit_time is None else submit_time,
             straggler_gpu=straggler_gpu,
             fail_after_seconds=fail_after_seconds,
+            qos=qos,
+            time_limit_minutes=time_limit_minutes,
+            user_exit_code=user_exit_code,
         )
         if profile is Profile.FAILED:
             job.xid = int(self.rng.choice(_XIDS))
@@ -285,13 +295,25 @@ class Scheduler:
         user = team.users[int(self.rng.integers(len(team.users)))]
         names = _JOB_NAMES[profile]
         gpus = int(self.rng.choice([1, 2, 4, 8], p=[0.35, 0.25, 0.25, 0.15]))
+        name = f"{names[int(self.rng.integers(len(names)))]}-{int(self.rng.integers(100))}"
+        duration = float(self.rng.uniform(600, 3 * 3600))  # drawn in the order they always were
+        # the SLOs' causes (docs/slo.md): ~10 % of the jobs that would run to their end crash
+        # (user error, exit 1), ~6 % ask for too short a time limit (TIMEOUT)
+        outcome = float(self._outcomes.random())
+        exit_code = 1 if profile is not Profile.FAILED and outcome < 0.10 else 0
+        limit = 24 * 60
+        if profile is not Profile.FAILED and 0.10 <= outcome < 0.16:
+            limit = max(10, int(duration * 0.7 / 60))
         self.submit(
-            name=f"{names[int(self.rng.integers(len(names)))]}-{int(self.rng.integers(100))}",
+            qos="high" if self._outcomes.random() < 0.2 else "normal",
+            time_limit_minutes=limit,
+            user_exit_code=exit_code,
+            name=name,
             user=user,
             account=team.account,
             profile=profile,
             gpus=gpus,
-            duration_seconds=float(self.rng.uniform(600, 3 * 3600)),
+            duration_seconds=duration,
             straggler_gpu=int(self.rng.integers(gpus))
             if profile is Profile.STRAGGLER and gpus > 1
             else None,
@@ -315,10 +337,16 @@ class Scheduler:
                 changed.append(job)
             elif now >= job.start_time + min(job.duration_seconds, job.time_limit_minutes * 60.0):
                 timeout = job.duration_seconds > job.time_limit_minutes * 60.0
+                failed = not timeout and job.user_exit_code != 0
                 self._end(
                     job,
-                    JobState.TIMEOUT if timeout else JobState.COMPLETED,
+                    JobState.TIMEOUT
+                    if timeout
+                    else JobState.FAILED
+                    if failed
+                    else JobState.COMPLETED,
                     job.start_time + min(job.duration_seconds, job.time_limit_minutes * 60.0),
+                    exit_code=job.user_exit_code if failed else 0,
                 )
                 changed.append(job)
         self._return_repaired(now)

@@ -35,7 +35,7 @@ JobQuery = Annotated[str | None, Query(description="one job id")]
 
 
 def _vector(value: str) -> Vector:
-    if value.isdigit() and 1 <= int(value) <= len(Vector):
+    if value.isdigit() and 1 <= int(value) <= max(Vector):
         return Vector(int(value))
     for vector, name in VECTOR_NAMES.items():
         if value.strip().lower() in (name, vector.name.lower()):
