@@ -15,6 +15,7 @@ from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
+from hpcscope.service.traces.captures import CaptureSpool
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +88,16 @@ def run_server(
         service, SecurityEventBuffer(max_rows=service.settings.security_buffer_rows)
     )
     config = CollectorConfig.from_settings(service.settings, rules=service.rules, security=security)
-    collector = (
-        Collector(service.store, config, after_cycle=[service.upkeep().after_cycle])
-        if config is not None
-        else None
-    )
+    hooks: list[Callable[[], object]] = [service.upkeep().after_cycle]
+    if service.settings.capture_spool_dir is not None:  # the golden path's trace captures
+        hooks.append(
+            CaptureSpool(
+                service.store,
+                service.settings.capture_spool_dir,
+                grace_seconds=service.settings.capture_grace_seconds,
+            ).collect_once
+        )
+    collector = Collector(service.store, config, after_cycle=hooks) if config is not None else None
 
     def startup() -> None:
         if collector is not None:

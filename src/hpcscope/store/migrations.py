@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRICS
+from hpcscope.store.capture_ddl import CAPTURES_DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,5 +322,8 @@ CREATE TABLE alerts (
     state_at TIMESTAMP
 );
 """,
+    ),
+    Migration(
+        12, "trace captures: per job and capture window, phases and stragglers", CAPTURES_DDL
     ),
 )
