@@ -9,7 +9,7 @@ each phase, standing for device time, so that steps are not CPU-bound on a share
 
 Run as ``python -m tests.support.capture_ranks SPEC.json`` with
 ``{"world_size": 4, "port": 29500, "steps": 30, "rank": 2, "phase": "data",
-"delay_seconds": 0.05}``; it writes ``<SPEC>.done`` when every rank finished.
+"delay_seconds": 0.05}``.
 """
 
 from __future__ import annotations
@@ -97,7 +97,6 @@ def main() -> None:  # pragma: no cover - run as a script
     spec_path = Path(sys.argv[1])
     spec = json.loads(spec_path.read_text())
     mp.spawn(_rank_main, args=(spec,), nprocs=spec["world_size"], join=True)
-    Path(f"{spec_path}.done").write_text("ok\n")
 
 
 if __name__ == "__main__":  # pragma: no cover
