@@ -52,7 +52,7 @@ def _steps(net: torch.nn.Module, opt: torch.optim.Optimizer, n: int) -> list[flo
         t0 = time.perf_counter()
         loss = torch.nn.functional.cross_entropy(net(x), y)
         opt.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
         out.append(time.perf_counter() - t0)
     return out
