@@ -51,6 +51,7 @@ class SimJob:
     qos: str = "normal"
     time_limit_minutes: int = 24 * 60
     straggler_gpu: int | None = None  # index within the job's GPU list
+    spread_nodes: int = 1  # >1: gpus // spread_nodes GPUs on each of that many nodes
     fail_after_seconds: float | None = None
     xid: int | None = None
     state: JobState = JobState.PENDING
@@ -106,7 +107,10 @@ DEMO_SCENARIO: tuple[dict[str, Any], ...] = (
         "profile": Profile.STRAGGLER,
         "gpus": 8,
         "duration_seconds": 8 * _HOUR,
-        "straggler_gpu": 2,
+        # two nodes, 4 GPUs each (AllReduce over InfiniBand); the straggler is the 7th GPU of
+        # the job: GPU 2 of the second node
+        "spread_nodes": 2,
+        "straggler_gpu": 6,
     },
     {
         "name": "bert-finetune",
@@ -242,6 +246,7 @@ class Scheduler:
         straggler_gpu: int | None = None,
         fail_after_seconds: float | None = None,
         submit_time: float | None = None,
+        spread_nodes: int = 1,
     ) -> SimJob:
         """Queue a job; it starts on the next :meth:`tick` that finds free GPUs."""
         job = SimJob(
@@ -255,6 +260,7 @@ class Scheduler:
             submit_time=self.now if submit_time is None else submit_time,
             straggler_gpu=straggler_gpu,
             fail_after_seconds=fail_after_seconds,
+            spread_nodes=spread_nodes,
         )
         if profile is Profile.FAILED:
             job.xid = int(self.rng.choice(_XIDS))
@@ -267,8 +273,9 @@ class Scheduler:
     def submit_demo_scenario(self) -> list[SimJob]:
         """The demo's opening jobs, one per workload profile, filling the 2 x 8 cluster.
 
-        gpu01: an 8-GPU pretraining job whose GPU 2 is a thermally throttled straggler.
-        gpu02: the seeds' data-starved job (87 % reported, 19 % real) on 4 GPUs, a healthy
+        An 8-GPU pretraining job over both nodes (GPUs 0-3 of each, AllReduce over
+        InfiniBand) whose GPU 2 of gpu02 is a thermally throttled straggler; on gpu01 GPUs 4-7
+        the seeds' data-starved job (87 % reported, 19 % real); on gpu02 GPUs 4-7 a healthy
         2-GPU job, an allocated-but-idle interactive job, and a job that will fail with an Xid.
         """
         return [self.submit(**spec) for spec in DEMO_SCENARIO]
@@ -328,7 +335,11 @@ class Scheduler:
         return changed
 
     def _try_start(self, job: SimJob, now: float) -> bool:
-        allocation = self._find_gpus(job.gpus)
+        allocation = (
+            self._spread_gpus(job.gpus, job.spread_nodes)
+            if job.spread_nodes > 1
+            else self._find_gpus(job.gpus)
+        )
         if allocation is None:
             return False
         job.allocation = allocation
@@ -346,6 +357,14 @@ class Scheduler:
             ",".join(f"{n}:{g}" for n, g in allocation),
         )
         return True
+
+    def _spread_gpus(self, count: int, nodes: int) -> list[tuple[str, int]] | None:
+        """``count // nodes`` GPUs on each of the first ``nodes`` nodes that have them."""
+        per = count // nodes
+        fitting = [n for n in self.topology.nodes if len(self._free[n.name]) >= per]
+        if len(fitting) < nodes:
+            return None
+        return [(n.name, g) for n in fitting[:nodes] for g in sorted(self._free[n.name])[:per]]
 
     def _find_gpus(self, count: int) -> list[tuple[str, int]] | None:
         per_node = max(len(n.gpus) for n in self.topology.nodes)
