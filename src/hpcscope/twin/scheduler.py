@@ -52,6 +52,7 @@ class SimJob:
     time_limit_minutes: int = 24 * 60
     straggler_gpu: int | None = None  # index within the job's GPU list
     spread_nodes: int = 1  # >1: gpus // spread_nodes GPUs on each of that many nodes
+    nodelist: tuple[str, ...] = ()  # ``sbatch --nodelist``: only these nodes (empty: any)
     fail_after_seconds: float | None = None
     xid: int | None = None
     state: JobState = JobState.PENDING
@@ -107,8 +108,8 @@ DEMO_SCENARIO: tuple[dict[str, Any], ...] = (
         "profile": Profile.STRAGGLER,
         "gpus": 8,
         "duration_seconds": 8 * _HOUR,
-        # two nodes, 4 GPUs each (AllReduce over InfiniBand); the straggler is the 7th GPU of
-        # the job: GPU 2 of the second node
+        # two nodes, GPUs 4-7 of each (AllReduce over InfiniBand); the straggler is the 7th GPU
+        # of the job: GPU 6 of the second node
         "spread_nodes": 2,
         "straggler_gpu": 6,
     },
@@ -119,6 +120,7 @@ DEMO_SCENARIO: tuple[dict[str, Any], ...] = (
         "profile": Profile.DATA_STARVED,
         "gpus": 4,
         "duration_seconds": 8 * _HOUR,
+        "nodelist": ("gpu02",),
     },
     {
         "name": "whisper-train",
@@ -247,6 +249,7 @@ class Scheduler:
         fail_after_seconds: float | None = None,
         submit_time: float | None = None,
         spread_nodes: int = 1,
+        nodelist: tuple[str, ...] = (),
     ) -> SimJob:
         """Queue a job; it starts on the next :meth:`tick` that finds free GPUs."""
         job = SimJob(
@@ -261,6 +264,7 @@ class Scheduler:
             straggler_gpu=straggler_gpu,
             fail_after_seconds=fail_after_seconds,
             spread_nodes=spread_nodes,
+            nodelist=nodelist,
         )
         if profile is Profile.FAILED:
             job.xid = int(self.rng.choice(_XIDS))
@@ -273,9 +277,9 @@ class Scheduler:
     def submit_demo_scenario(self) -> list[SimJob]:
         """The demo's opening jobs, one per workload profile, filling the 2 x 8 cluster.
 
-        An 8-GPU pretraining job over both nodes (GPUs 0-3 of each, AllReduce over
-        InfiniBand) whose GPU 2 of gpu02 is a thermally throttled straggler; on gpu01 GPUs 4-7
-        the seeds' data-starved job (87 % reported, 19 % real); on gpu02 GPUs 4-7 a healthy
+        An 8-GPU pretraining job over both nodes (GPUs 4-7 of each, AllReduce over
+        InfiniBand) whose GPU 6 of gpu02 is a thermally throttled straggler; on gpu02 GPUs 0-3
+        the seeds' data-starved job (87 % reported, 19 % real); on gpu01 GPUs 0-3 a healthy
         2-GPU job, an allocated-but-idle interactive job, and a job that will fail with an Xid.
         """
         return [self.submit(**spec) for spec in DEMO_SCENARIO]
@@ -338,7 +342,7 @@ class Scheduler:
         allocation = (
             self._spread_gpus(job.gpus, job.spread_nodes)
             if job.spread_nodes > 1
-            else self._find_gpus(job.gpus)
+            else self._find_gpus(job.gpus, job.nodelist)
         )
         if allocation is None:
             return False
@@ -359,17 +363,22 @@ class Scheduler:
         return True
 
     def _spread_gpus(self, count: int, nodes: int) -> list[tuple[str, int]] | None:
-        """``count // nodes`` GPUs on each of the first ``nodes`` nodes that have them."""
+        """``count // nodes`` GPUs on each of the first ``nodes`` nodes that have them (the
+        highest free indices: the low ones stay whole for single-node jobs)."""
         per = count // nodes
         fitting = [n for n in self.topology.nodes if len(self._free[n.name]) >= per]
         if len(fitting) < nodes:
             return None
-        return [(n.name, g) for n in fitting[:nodes] for g in sorted(self._free[n.name])[:per]]
+        return [(n.name, g) for n in fitting[:nodes] for g in sorted(self._free[n.name])[-per:]]
 
-    def _find_gpus(self, count: int) -> list[tuple[str, int]] | None:
+    def _find_gpus(
+        self, count: int, nodelist: tuple[str, ...] = ()
+    ) -> list[tuple[str, int]] | None:
         per_node = max(len(n.gpus) for n in self.topology.nodes)
         if count <= per_node:
             for node in self.topology.nodes:
+                if nodelist and node.name not in nodelist:
+                    continue
                 free = sorted(self._free[node.name])
                 if len(free) >= count:
                     return [(node.name, g) for g in free[:count]]
