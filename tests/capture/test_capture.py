@@ -116,7 +116,9 @@ def test_windows_open_at_the_first_step_then_once_per_clock_slot(tmp_path: Path)
     for _ in range(4):  # wait, warmup, 2 active: the trace is written at the end
         capture.on_step(optimizer)
     assert capture.windows_written == 1 and made[0].stopped
-    meta = CaptureMeta.from_json((tmp_path / "9" / "rank-00000.window-00000000.meta.json").read_text())
+    meta = CaptureMeta.from_json(
+        (tmp_path / "9" / "rank-00000.window-00000000.meta.json").read_text()
+    )
     assert (meta.first_step, meta.last_step, meta.window) == (5, 6, 0)
     for _ in range(10):  # same clock slot: no new window
         capture.on_step(optimizer)

@@ -22,7 +22,6 @@ from hpcscope.service.alerts.contracts import (
     AlertDocument,
     AlertList,
     JobAlerts,
-    JobReportWithAlerts,
 )
 from hpcscope.service.diagram.cards import ElementCard
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
@@ -33,6 +32,7 @@ from hpcscope.service.simulate.contracts import (
     StepPlayer,
     WhatIfCurve,
 )
+from hpcscope.service.traces.capture_contracts import JobPhases, JobReportWithPhases
 from hpcscope.service.traces.contracts import (
     StoredTraceReport,
     TraceAnalysisDocument,
@@ -57,7 +57,6 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "diagram-page": DiagramPage,
     "diagram-state": DiagramState,
     "job-report": JobReportDocument,
-    "job-report-with-alerts": JobReportWithAlerts,
     "job-alerts": JobAlerts,
     "alert": AlertDocument,
     "alert-list": AlertList,
@@ -73,6 +72,8 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "traces-summary": TraceSummary,
     "traces-report": TraceReport,
     "traces-report-stored": StoredTraceReport,
+    "job-report-with-phases": JobReportWithPhases,
+    "job-phases": JobPhases,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).

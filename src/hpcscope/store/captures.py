@@ -7,6 +7,7 @@ Reads take a job id the caller has already checked the principal may see (the jo
 from __future__ import annotations
 
 from dataclasses import fields
+from datetime import datetime, timedelta
 from typing import Any
 
 import duckdb
@@ -55,3 +56,23 @@ def job_captures(store: Store, job_id: str, *, limit: int = 50) -> list[StoredCa
         [job_id],
     )
     return [_row(values) for values in table.to_pylist()]
+
+
+def sampled_job(
+    store: Store, node: str, gpu: int | None, at: datetime, *, margin_seconds: float = 60.0
+) -> str | None:
+    """The job the stored GPU samples of ``node`` (and ``gpu``) were attributed to around
+    ``at`` (the collector's attribution from the platform's allocations and the hpc_job
+    mapping), the most frequent one; None when no sample there names a job."""
+    margin = timedelta(seconds=margin_seconds)
+    clauses = ["node = ?", "ts BETWEEN ? AND ?", "job_id IS NOT NULL"]
+    params: list[object] = [node, at - margin, at + margin]
+    if gpu is not None:
+        clauses.append("gpu = ?")
+        params.append(gpu)
+    rows = store.query(
+        f"SELECT job_id, count(*) AS n FROM gpu_samples WHERE {' AND '.join(clauses)} "
+        "GROUP BY job_id ORDER BY n DESC, job_id LIMIT 1",
+        params,
+    ).to_pylist()
+    return str(rows[0]["job_id"]) if rows else None

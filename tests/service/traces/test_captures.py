@@ -109,9 +109,7 @@ def test_a_window_waits_for_its_ranks_then_is_redone_when_a_late_one_comes(
     assert row.ranks == 8 and row.straggler_rank == 6
 
 
-def test_a_bad_meta_or_trace_is_reported_and_the_rest_goes_on(
-    tmp_path: Path, store: Store
-) -> None:
+def test_a_bad_meta_or_trace_is_reported_and_the_rest_goes_on(tmp_path: Path, store: Store) -> None:
     job = straggler_job()
     TraceSpool(tmp_path / "spool").write_window(job, 0, at=START + 10)
     directory = tmp_path / "spool" / "5001"

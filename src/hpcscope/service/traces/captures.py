@@ -48,7 +48,7 @@ from hpcscope.model.timeutil import from_epoch_seconds, parse_iso_utc, utcnow
 from hpcscope.service.traces.inputs import TraceInput, parse_ranks
 from hpcscope.service.traces.pipeline import analyze_timelines, to_json
 from hpcscope.store import slurm as slurm_store
-from hpcscope.store.captures import upsert_capture
+from hpcscope.store.captures import sampled_job, upsert_capture
 
 if TYPE_CHECKING:
     from hpcscope.store import Store
@@ -183,11 +183,13 @@ class CaptureSpool:
     # ------------------------------------------------------------------ attribution
 
     def _placement_from_store(self, node: str, gpu: int | None, at: datetime) -> str | None:
+        """The job holding (node, GPU) at ``at`` in the allocations (the prolog's mapping files
+        and Slurm's records), else the job its GPU samples were attributed to then."""
         rows = slurm_store.allocations_between(self.store, at, at).to_pylist()
         for row in rows:
             if row["node"] == node and (gpu is None or row["gpu"] == gpu):
                 return str(row["job_id"])
-        return None
+        return sampled_job(self.store, node, gpu, at)
 
     def _place(self, window: _Window) -> tuple[dict[int, Placed], str, str, list[str]]:
         """Each rank's placement, the job of the window, the attribution and notes."""
