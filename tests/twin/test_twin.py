@@ -69,14 +69,12 @@ def test_demo_scenario_fills_the_cluster_and_writes_the_mapping(tmp_path: Path) 
     scheduler.tick(1e9)
     assert all(job.state is JobState.RUNNING for job in jobs)
     straggler, starved = jobs[0], jobs[1]
-    # the straggler job spans both nodes (GPUs 4-7 of each): AllReduce over InfiniBand
-    assert straggler.allocation == [(n, g) for n in ("gpu01", "gpu02") for g in range(4, 8)]
-    assert straggler.allocation[straggler.straggler_gpu or 0] == ("gpu02", 6)
-    assert starved.allocation == [("gpu02", g) for g in range(4)]
+    # the straggler job spans both nodes (GPUs 0-3 of each): AllReduce over InfiniBand
+    assert straggler.allocation == [(n, g) for n in ("gpu01", "gpu02") for g in range(4)]
+    assert straggler.allocation[straggler.straggler_gpu or 0] == ("gpu02", 2)
+    assert starved.allocation == [("gpu02", g) for g in range(4, 8)]
     on_gpu01 = mapping.read_mapping(scheduler.mapping_dir("gpu01"))
-    assert {g: on_gpu01[str(g)] for g in range(4, 8)} == {
-        g: [str(straggler.job_id)] for g in range(4, 8)
-    }
+    assert {g: on_gpu01[str(g)] for g in range(4)} == {g: [str(straggler.job_id)] for g in range(4)}
     failed = jobs[4]
     scheduler.tick(1e9 + 121)
     assert failed.faulted(1e9 + 121) and failed.state is JobState.RUNNING  # hangs in NCCL
@@ -185,12 +183,12 @@ def test_twin_writes_what_the_prolog_writes(tmp_path: Path) -> None:
     scheduler.tick(1e9)
     snapshot = read_mapping_dir(scheduler.mapping_dir("gpu02"), node="gpu02")
     assert not snapshot.warnings
-    assert snapshot.jobs_by_gpu()[(0, None)] == [str(jobs[1].job_id)]
+    assert snapshot.jobs_by_gpu()[(4, None)] == [str(jobs[1].job_id)]
     records = read_job_records(scheduler.record_dir("gpu02"))
     assert not records.warnings
     by_id = {r.job_id: r for r in records.records}
     starved = by_id[str(jobs[1].job_id)]
-    assert (starved.user, starved.account, starved.gpus) == ("bob", "nlp", ("0", "1", "2", "3"))
+    assert (starved.user, starved.account, starved.gpus) == ("bob", "nlp", ("4", "5", "6", "7"))
     assert starved.end_time is None
     scheduler.tick(1e9 + 151)  # the failing job ends: the epilog completes its record
     failed = {r.job_id: r for r in read_job_records(scheduler.record_dir("gpu01")).records}[

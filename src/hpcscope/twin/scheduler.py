@@ -108,8 +108,8 @@ DEMO_SCENARIO: tuple[dict[str, Any], ...] = (
         "profile": Profile.STRAGGLER,
         "gpus": 8,
         "duration_seconds": 8 * _HOUR,
-        # two nodes, GPUs 4-7 of each (AllReduce over InfiniBand); the straggler is the 7th GPU
-        # of the job: GPU 6 of the second node
+        # two nodes, GPUs 0-3 of each (AllReduce over InfiniBand); the straggler is the 7th GPU
+        # of the job: GPU 2 of the second node
         "spread_nodes": 2,
         "straggler_gpu": 6,
     },
@@ -277,9 +277,9 @@ class Scheduler:
     def submit_demo_scenario(self) -> list[SimJob]:
         """The demo's opening jobs, one per workload profile, filling the 2 x 8 cluster.
 
-        An 8-GPU pretraining job over both nodes (GPUs 4-7 of each, AllReduce over
-        InfiniBand) whose GPU 6 of gpu02 is a thermally throttled straggler; on gpu02 GPUs 0-3
-        the seeds' data-starved job (87 % reported, 19 % real); on gpu01 GPUs 0-3 a healthy
+        An 8-GPU pretraining job over both nodes (GPUs 0-3 of each, AllReduce over
+        InfiniBand) whose GPU 2 of gpu02 is a thermally throttled straggler; on gpu02 GPUs 4-7
+        the seeds' data-starved job (87 % reported, 19 % real); on gpu01 GPUs 4-7 a healthy
         2-GPU job, an allocated-but-idle interactive job, and a job that will fail with an Xid.
         """
         return [self.submit(**spec) for spec in DEMO_SCENARIO]
@@ -363,13 +363,13 @@ class Scheduler:
         return True
 
     def _spread_gpus(self, count: int, nodes: int) -> list[tuple[str, int]] | None:
-        """``count // nodes`` GPUs on each of the first ``nodes`` nodes that have them (the
-        highest free indices: the low ones stay whole for single-node jobs)."""
+        """``count // nodes`` GPUs (the lowest free) on each of the first ``nodes`` nodes that
+        have them."""
         per = count // nodes
         fitting = [n for n in self.topology.nodes if len(self._free[n.name]) >= per]
         if len(fitting) < nodes:
             return None
-        return [(n.name, g) for n in fitting[:nodes] for g in sorted(self._free[n.name])[-per:]]
+        return [(n.name, g) for n in fitting[:nodes] for g in sorted(self._free[n.name])[:per]]
 
     def _find_gpus(
         self, count: int, nodelist: tuple[str, ...] = ()

@@ -1,7 +1,8 @@
 """Collecting capture spools: attribution against the platform, incremental windows, errors.
 
 The spool is the twin's (:mod:`hpcscope.twin.traces`: real-format Kineto traces and meta
-files of an 8-rank job over two nodes whose rank 6, gpu02 GPU 6, is slow in its backward).
+files of an 8-rank job over two nodes, GPUs 4-7 of each, whose rank 6, gpu02 GPU 6, is slow in
+its backward).
 """
 
 from __future__ import annotations
