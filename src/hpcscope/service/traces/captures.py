@@ -12,7 +12,8 @@ The ranks of a captured job write, per capture window, a Kineto trace and a meta
 3. a window is analysed when every rank of its world size is in, or ``grace_seconds`` after
    its first rank arrived (a rank that died, a world larger than the job said), by merging the
    summaries with the same cross-rank analysis as ``hpcscope traces merge`` (phases per rank
-   and step, stragglers, What-if); a window is analysed again when a late rank arrives;
+   and step, stragglers, What-if); a window is analysed again when a late rank arrives (for
+   :data:`RETAIN_SECONDS`; a complete window's summaries are dropped once it is stored);
 4. the result is upserted into ``trace_captures`` (one row per job and window).
 
 The NCCL debug logs and flight-recorder dumps the job wrote beside them are listed with the
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds after a window's first rank after which it is analysed with the ranks that came.
 DEFAULT_GRACE_SECONDS = 30.0
+#: Seconds an incomplete window's summaries are kept in memory waiting for late ranks.
+RETAIN_SECONDS = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,7 @@ class _Window:
     sources: dict[int, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     analysed_ranks: int = 0
+    closed: bool = False  # every rank analysed: its summaries are dropped, nothing more comes
 
 
 @dataclass
@@ -139,11 +143,16 @@ class CaptureSpool:
                 window = self._windows.get(key)
                 if window is None:
                     window = self._windows[key] = _Window(job_dir.name, key[1], self._clock())
+                if window.closed:  # a rank twice, or after the window was given up
+                    cycle.errors.append(f"{meta_path}: window {key[1]} already analysed")
+                    continue
                 if self._read_rank(window, meta_path, cycle):
                     cycle.ranks_read += 1
         now = self._clock()
         for _, window in sorted(self._windows.items()):
-            if len(window.summaries) <= window.analysed_ranks:
+            if not window.closed and now - window.first_seen > RETAIN_SECONDS:
+                window.closed, window.summaries = True, {}  # late ranks are not waited for
+            if window.closed or len(window.summaries) <= window.analysed_ranks:
                 continue
             world = max((m.world_size for m in window.metas.values()), default=0)
             complete = len(window.summaries) >= world
@@ -155,6 +164,8 @@ class CaptureSpool:
                     window.analysed_ranks = len(window.summaries)
                     continue
                 cycle.windows_analysed += 1
+                if complete:  # the summaries are not needed again
+                    window.closed, window.summaries = True, {}
         return cycle
 
     def _read_rank(self, window: _Window, meta_path: Path, cycle: CaptureCycle) -> bool:
