@@ -233,10 +233,14 @@ def test_the_straggler_jobs_page_shows_its_gpu_phase_and_per_node_phases(
     assert window["attribution"] == "verified"
     assert set(window["phases_per_node"]) == {"gpu01", "gpu02"}
     assert window["what_if_gain_seconds_per_step"] > 0.01
+    # beside it, the evidence from the job's telemetry: the throttled GPU's clock
+    hardware = [e for e in straggler["evidence"] if e["kind"] == "hardware" and e["supports"]]
+    assert hardware, straggler["evidence"]
     login(page, demo, *ADMIN)
     page.goto(f"{demo}/jobs/{jobs['job_id']}")
     card = page.locator("#job-straggler").inner_text()
     assert "gpu02 GPU 2" in card and "backward" in card and "What-if gain" in card
+    assert hardware[0]["summary"] in page.locator("#job-phase-evidence").inner_text()
     nodes = page.locator("#job-phase-nodes tbody tr").all_inner_texts()
     assert [row.split()[0] for row in nodes] == ["gpu01", "gpu02"]
     assert page.locator("#job-phase-ranks tbody tr").count() == 8
