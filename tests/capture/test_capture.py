@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from hpcscope.capture import Capture, CaptureSettings, install_from_env
 from hpcscope.ingest.traces.kineto import read_kineto
-from hpcscope.model.capture import META_PATTERN, CaptureMeta, parse_schedule
+from hpcscope.model.capture import META_PATTERN, CaptureMeta, CaptureMetaError, parse_schedule
+from hpcscope.model.errors import ConfigError
 from tests.support.paths import REPO_ROOT
 
 SITE = REPO_ROOT / "deploy" / "slurm" / "capture"
@@ -68,8 +69,10 @@ def test_settings_come_from_the_environment(tmp_path: Path) -> None:
     assert settings.job_dir == tmp_path / "4242"
     with pytest.raises(ValueError, match="HPCSCOPE_CAPTURE_SCHEDULE"):
         CaptureSettings.from_env({"HPCSCOPE_CAPTURE": "1", "HPCSCOPE_CAPTURE_SCHEDULE": "3,1"})
-    with pytest.raises(ValueError, match="HPCSCOPE_CAPTURE_EVERY_SECONDS"):
+    with pytest.raises(ConfigError, match="HPCSCOPE_CAPTURE_EVERY_SECONDS"):
         CaptureSettings.from_env({"HPCSCOPE_CAPTURE": "1", "HPCSCOPE_CAPTURE_EVERY_SECONDS": "x"})
+    with pytest.raises(ConfigError, match="HPCSCOPE_CAPTURE_FIRST_STEP"):
+        CaptureSettings.from_env({"HPCSCOPE_CAPTURE": "1", "HPCSCOPE_CAPTURE_FIRST_STEP": "2.5"})
 
 
 def test_a_bad_setting_leaves_capture_off_without_raising(
@@ -94,8 +97,9 @@ def test_schedule_round_trips(wait: int, warmup: int, active: int) -> None:
 def test_meta_round_trips(rank: int, gpu: int | None, ts: float) -> None:
     meta = CaptureMeta("7", "n1", gpu, rank, rank + 1, gpu, 3, 10, 13, ts, ts + 1, "t", (1, 1, 4))
     assert CaptureMeta.from_json(meta.to_json()) == meta
-    with pytest.raises(ValueError, match="missing field"):
-        CaptureMeta.from_json(json.dumps({"format": "hpcscope-capture/1", "rank": 1}))
+    with pytest.raises(CaptureMetaError, match="missing field") as raised:
+        CaptureMeta.from_json(json.dumps({"format": "hpcscope-capture/1"}), source="m.json")
+    assert (raised.value.source, raised.value.field) == ("m.json", "schedule")
 
 
 def test_windows_open_at_the_first_step_then_once_per_clock_slot(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ from hpcscope.model.capture import (
     parse_schedule,
     trace_name,
 )
+from hpcscope.model.errors import ConfigError
 
 DEFAULT_SPOOL = "/run/hpcscope/capture"
 
@@ -69,20 +70,20 @@ class CaptureSettings:
         """The settings, or None when ``HPCSCOPE_CAPTURE`` is not 1.
 
         Raises:
-            ValueError: a malformed setting, naming the variable.
+            ConfigError: a malformed setting, naming the variable (a ValueError).
         """
         env = os.environ if environ is None else environ
         if env.get(ENV_ENABLE, "").strip().lower() not in ("1", "true", "yes"):
             return None
         job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or "local"
         schedule = parse_schedule(env[ENV_SCHEDULE]) if env.get(ENV_SCHEDULE) else DEFAULT_SCHEDULE
-        try:
-            every = float(env.get(ENV_EVERY_SECONDS) or DEFAULT_EVERY_SECONDS)
-            first = int(env.get(ENV_FIRST_STEP) or DEFAULT_FIRST_STEP)
-        except ValueError as exc:
-            raise ValueError(f"{ENV_EVERY_SECONDS}/{ENV_FIRST_STEP}: {exc}") from None
-        if not every > 0 or first < 0:
-            raise ValueError(f"{ENV_EVERY_SECONDS} must be > 0 and {ENV_FIRST_STEP} >= 0")
+        every = _number(env, ENV_EVERY_SECONDS, DEFAULT_EVERY_SECONDS)
+        if not every > 0:
+            raise ConfigError(f"{every:g}: must be > 0 seconds", source=ENV_EVERY_SECONDS)
+        first_raw = _number(env, ENV_FIRST_STEP, DEFAULT_FIRST_STEP)
+        first = int(first_raw)
+        if first < 0 or first != first_raw:
+            raise ConfigError(f"{first_raw:g}: must be an integer >= 0", source=ENV_FIRST_STEP)
         return cls(
             spool=Path(env.get(ENV_SPOOL) or DEFAULT_SPOOL),
             job_id=job,
@@ -90,6 +91,14 @@ class CaptureSettings:
             every_seconds=every,
             first_step=first,
         )
+
+
+def _number(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise ConfigError(f"{raw!r}: not a number", source=name) from None
 
 
 def _int_env(name: str) -> int | None:

@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from hpcscope.model.errors import ConfigError, SourceError
+
 FORMAT = "hpcscope-capture/1"
 
 #: ``rank-00003.window-00000000`` (rank and window, zero-padded so names sort).
@@ -60,18 +62,23 @@ def meta_name(rank: int, window: int) -> str:
     return _STEM.format(rank=rank, window=window) + META_SUFFIX
 
 
-def parse_schedule(raw: str) -> tuple[int, int, int]:
+class CaptureMetaError(SourceError):
+    """A capture meta file that is not JSON, not this format, or has a bad field."""
+
+
+def parse_schedule(raw: str, *, source: str = ENV_SCHEDULE) -> tuple[int, int, int]:
     """``"3,1,4"`` -> (wait, warmup, active) steps.
 
     Raises:
-        ValueError: not three non-negative integers with ``active >= 1``.
+        ConfigError: not three non-negative integers with ``active >= 1`` (a ValueError),
+            naming ``source`` (the variable or config key).
     """
     parts = [p.strip() for p in raw.split(",")]
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise ValueError(f"{ENV_SCHEDULE}={raw!r}: want wait,warmup,active (three integers)")
+        raise ConfigError(f"{raw!r}: want wait,warmup,active (three integers)", source=source)
     wait, warmup, active = (int(p) for p in parts)
     if active < 1:
-        raise ValueError(f"{ENV_SCHEDULE}={raw!r}: active must be at least 1 step")
+        raise ConfigError(f"{raw!r}: active must be at least 1 step", source=source)
     return wait, warmup, active
 
 
@@ -112,40 +119,43 @@ class CaptureMeta:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> CaptureMeta:
+    def from_json(cls, text: str, *, source: str = "meta") -> CaptureMeta:
         """Parse one meta file.
 
         Raises:
-            ValueError: not JSON, another format, or a field of the wrong type.
+            CaptureMetaError: not JSON, another format, or a field missing or of the wrong
+                type (a ValueError), naming ``source`` and the field.
         """
-        data: Any = json.loads(text)
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"not a {FORMAT} object")
         try:
-            gpu = data["gpu"]
-            local = data["local_rank"]
+            data: Any = json.loads(text)
+        except ValueError as exc:
+            raise CaptureMetaError(f"not JSON: {exc}", source=source) from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise CaptureMetaError(f"not a {FORMAT} object", source=source, field="format")
+        name = "schedule"
+        try:
             schedule = tuple(int(x) for x in data["schedule"])
             if len(schedule) != 3:
-                raise ValueError("schedule: want three integers")
-            return cls(
-                job_id=str(data["job_id"]),
-                node=str(data["node"]),
-                gpu=None if gpu is None else int(gpu),
-                rank=int(data["rank"]),
-                world_size=int(data["world_size"]),
-                local_rank=None if local is None else int(local),
-                window=int(data["window"]),
-                first_step=int(data["first_step"]),
-                last_step=int(data["last_step"]),
-                start_ts=float(data["start_ts"]),
-                end_ts=float(data["end_ts"]),
-                trace=str(data["trace"]),
-                schedule=(schedule[0], schedule[1], schedule[2]),
-            )
+                raise ValueError("want three integers")
+            values: dict[str, Any] = {}
+            for name, kind in _FIELDS:
+                raw = data[name]
+                values[name] = None if raw is None and name in _OPTIONAL else kind(raw)
+            return cls(**values, schedule=(schedule[0], schedule[1], schedule[2]))
         except KeyError as exc:
-            raise ValueError(f"missing field {exc.args[0]!r}") from None
+            raise CaptureMetaError(
+                f"missing field {exc.args[0]!r}", source=source, field=str(exc.args[0])
+            ) from None
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"bad field: {exc}") from None
+            raise CaptureMetaError(f"bad value: {exc}", source=source, field=name) from None
+
+
+_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("job_id", str), ("node", str), ("gpu", int), ("rank", int), ("world_size", int),
+    ("local_rank", int), ("window", int), ("first_step", int), ("last_step", int),
+    ("start_ts", float), ("end_ts", float), ("trace", str),
+)  # fmt: skip
+_OPTIONAL = frozenset({"gpu", "local_rank"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,9 +170,11 @@ class CaptureSpool:
 
     def _read_rank(self, window: _Window, meta_path: Path, cycle: CaptureCycle) -> bool:
         try:
-            meta = CaptureMeta.from_json(meta_path.read_text(encoding="utf-8"))
+            meta = CaptureMeta.from_json(
+                meta_path.read_text(encoding="utf-8"), source=str(meta_path)
+            )
         except (OSError, ValueError) as exc:
-            message = f"{meta_path}: not a capture meta file: {exc}"
+            message = f"not a capture meta file: {exc}"
             cycle.errors.append(message)
             log.warning("%s", message)
             return False
