@@ -279,3 +279,35 @@ def test_without_integrity_dir_nothing_is_exported_or_created(site: Path) -> Non
     assert not (site / "integrity").exists()
     done = run_hook(TASK_PROLOG, site, "809")
     assert (done.returncode, done.stdout) == (0, "")
+
+
+def test_capture_dir_makes_the_spool_and_the_task_prolog_switches_capture_on(site: Path) -> None:
+    conf = site / "hpcscope.conf"
+    conf.write_text(
+        conf.read_text() + f"capture_dir={site}/capture\ncapture_schedule=1,1,6\n"
+        "capture_first_step=4\n"
+    )
+    assert run_hook(PROLOG, site, "810").returncode == 0
+    spool = site / "capture" / "810"
+    assert spool.is_dir() and (spool.stat().st_mode & 0o777) == 0o700
+    done = run_hook(TASK_PROLOG, site, "810", PYTHONPATH="/opt/job-libs", NCCL_DEBUG="WARN")
+    assert done.returncode == 0, done.stderr
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in done.stdout.splitlines())
+    site_dir = str(REPO_ROOT / "deploy" / "slurm" / "capture")
+    assert exports["HPCSCOPE_CAPTURE"] == "1"
+    assert exports["HPCSCOPE_CAPTURE_SPOOL"] == f"{site}/capture"
+    assert exports["HPCSCOPE_CAPTURE_SCHEDULE"] == "1,1,6"
+    assert exports["HPCSCOPE_CAPTURE_FIRST_STEP"] == "4"
+    assert exports["PYTHONPATH"] == f"{site_dir}:/opt/job-libs"  # the job's path is kept
+    assert (Path(site_dir) / "sitecustomize.py").is_file()
+    assert "NCCL_DEBUG" not in exports  # the job set its own: kept
+    assert exports["NCCL_DEBUG_FILE"] == f"{spool}/nccl-%h-%p.log"
+    assert exports["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == f"{spool}/flight-recorder-rank-"
+    assert exports["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+
+
+def test_the_task_prolog_exports_no_capture_for_an_odd_job_id(site: Path) -> None:
+    conf = site / "hpcscope.conf"
+    conf.write_text(conf.read_text() + f"capture_dir={site}/capture\n")
+    done = run_hook(TASK_PROLOG, site, "../../etc")
+    assert (done.returncode, done.stdout) == (0, "")

@@ -13,7 +13,12 @@ devices, slurmrestd; ``tests/support/slurm.py``) runs the shipped ``deploy/slurm
    hpcscope's parser and converter, runs the mapping and scheduler collectors, and checks every
    sample's job, user and account (and that nothing is attributed after the epilogs);
 4. ingests Slurm's records of those jobs (slurmrestd, squeue --json, sacct --parsable2 and
-   --json, sacctmgr) and checks states, exit codes and both queue waits.
+   --json, sacctmgr) and checks states, exit codes and both queue waits;
+5. (``test_capture_names_the_delayed_rank``) runs a real 4-rank PyTorch gloo job with one rank
+   delayed in its data loading, captured by the site's setting alone (TaskProlog +
+   ``sitecustomize``, ``docs/capture.md``), collects its spool, and checks that the job page,
+   ``GET /api/jobs/{id}`` and ``hpcscope job ID --json`` name the rank and the phase within
+   60 s of the capture window closing.
 
 Everything is torn down at the end, also on failure; the test checks that nothing is left.
 """
@@ -21,6 +26,7 @@ Everything is torn down at the end, also on failure; the test checks that nothin
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -53,6 +59,7 @@ from hpcscope.service.settings import bundled_topology
 from hpcscope.store import Store
 from hpcscope.twin.cluster import serve_routes
 from hpcscope.twin.dcgm import DcgmEndpoint
+from tests.support.capture_flow import check_capture_job
 from tests.support.slurm import slurm_cluster
 from tests.support.slurm_client import SlurmCluster
 from tests.support.slurm_config import NODE
@@ -296,3 +303,7 @@ def test_golden_path_on_real_slurm(cluster: SlurmCluster, tmp_path: Path) -> Non
         store.close()
     (tmp_path / "timings.json").write_text(json.dumps(timings, indent=1))
     print(f"golden path timings: {timings}; cluster start-up {cluster.startup_seconds}")
+
+
+def test_capture_names_the_delayed_rank(cluster: SlurmCluster, tmp_path: Path) -> None:
+    check_capture_job(cluster, tmp_path, python=sys.executable)

@@ -212,3 +212,36 @@ def test_the_demo_shows_an_open_alert_in_threats_mode(demo: str, page: Any) -> N
     screenshot(page, "diagram-demo-threats-alert")
     page.goto(f"{demo}/alerts")
     assert "ultralytics_runner" in page.locator("#alerts").inner_text()
+
+
+def _phases(base: str, job_id: str) -> dict[str, Any] | None:
+    body = httpx2.get(f"{base}/api/jobs/{job_id}/phases", auth=ADMIN, timeout=30).json()
+    return body if body["captured"] else None
+
+
+def test_the_straggler_jobs_page_shows_its_gpu_phase_and_per_node_phases(
+    demo: str, page: Any
+) -> None:
+    """Acceptance of issue 15 out of the box: the twin's training jobs are captured through the
+    golden path; the two-node straggler job's page names gpu02 GPU 2 and its backward, and
+    shows the phases of each node."""
+    jobs = _wait_for(lambda: _jobs(demo).get("llama-7b-pretrain"), "the straggler job", 60)
+    phases = _wait_for(lambda: _phases(demo, jobs["job_id"]), "the job's capture window", 90)
+    window = phases["windows"][0]
+    straggler = window["straggler"]
+    assert (straggler["node"], straggler["gpu"], straggler["phase"]) == ("gpu02", 2, "backward")
+    assert window["attribution"] == "verified"
+    assert set(window["phases_per_node"]) == {"gpu01", "gpu02"}
+    assert window["what_if_gain_seconds_per_step"] > 0.01
+    # beside it, the evidence from the job's telemetry: the throttled GPU's clock
+    hardware = [e for e in straggler["evidence"] if e["kind"] == "hardware" and e["supports"]]
+    assert hardware, straggler["evidence"]
+    login(page, demo, *ADMIN)
+    page.goto(f"{demo}/jobs/{jobs['job_id']}")
+    card = page.locator("#job-straggler").inner_text()
+    assert "gpu02 GPU 2" in card and "backward" in card and "What-if gain" in card
+    assert hardware[0]["summary"] in page.locator("#job-phase-evidence").inner_text()
+    nodes = page.locator("#job-phase-nodes tbody tr").all_inner_texts()
+    assert [row.split()[0] for row in nodes] == ["gpu01", "gpu02"]
+    assert page.locator("#job-phase-ranks tbody tr").count() == 8
+    screenshot(page, "job-phases-demo")

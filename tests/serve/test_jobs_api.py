@@ -37,7 +37,9 @@ def test_job_list_shows_exactly_the_visible_jobs(
 
 @pytest.mark.parametrize("user", sorted(VISIBLE))
 @pytest.mark.parametrize("job_id", sorted(JOBS))
-@pytest.mark.parametrize("path", ["/api/jobs/{id}", "/api/jobs/{id}/timeseries", "/jobs/{id}"])
+@pytest.mark.parametrize(
+    "path", ["/api/jobs/{id}", "/api/jobs/{id}/timeseries", "/api/jobs/{id}/phases", "/jobs/{id}"]
+)
 def test_every_job_endpoint_enforces_visibility(
     stored: Service, client_as: Callable[[str], TestClient], user: str, job_id: str, path: str
 ) -> None:

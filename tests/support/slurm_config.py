@@ -31,6 +31,11 @@ TEST_USERS: dict[str, tuple[str, ...]] = {
 }
 COORDINATORS: dict[str, tuple[str, ...]] = {"hpcs_carol": ("team-a", "team-b")}
 
+#: The site's capture setting in the test cluster: first window after 4 optimizer steps,
+#: 1 step waited, 1 warm-up step, 6 recorded.
+CAPTURE_FIRST_STEP = 4
+CAPTURE_SCHEDULE = "1,1,6"
+
 
 def write_configs(
     root: Path, *, ports: dict[str, int], accounting: bool, gpus: int, hostname: str
@@ -39,7 +44,8 @@ def write_configs(
 
     Args:
         root: the cluster's directory; ``state``, ``spool``, ``log``, ``run``, ``mapping``
-            and ``records`` are created under it.
+            ``records`` and ``capture`` (the trace-capture spool) are created under it,
+            and ``job-output`` (world-writable, sticky) for jobs' output files.
         ports: the TCP ports of ``slurmctld``, ``slurmd`` and ``slurmdbd``.
         accounting: write the slurmdbd accounting lines and ``slurmdbd.conf`` (otherwise
             jobs are recorded to a ``jobcomp/filetxt`` log).
@@ -52,8 +58,10 @@ def write_configs(
         # character devices with the NVIDIA major (195): slurmd rejects plain files in gres.conf.
         # Nothing opens them (no driver, ConstrainDevices=no).
         os.mknod(dev / f"nvidia{index}", 0o666 | stat.S_IFCHR, os.makedev(195, index))
-    for sub in ("state", "spool", "log", "run", "mapping", "records"):
+    for sub in ("state", "spool", "log", "run", "mapping", "records", "capture"):
         (root / sub).mkdir(exist_ok=True)
+    (root / "job-output").mkdir(mode=0o1777)  # jobs' stdout/stderr, written as the test users
+    (root / "job-output").chmod(0o1777)
     accounting_lines = (
         f"""
         AccountingStorageType=accounting_storage/slurmdbd
@@ -104,6 +112,7 @@ def write_configs(
         GresTypes=gpu
         Prolog={DEPLOY}/prolog
         Epilog={DEPLOY}/epilog
+        TaskProlog={DEPLOY}/task-prolog
         PrologFlags=Alloc
         PrologEpilogTimeout=30
         KillWait=2
@@ -129,6 +138,9 @@ def write_configs(
     (root / "hpcscope.conf").write_text(
         f"mapping_dir={root}/mapping\nrecord_dir={root}/records\nlog_file={root}/log/hooks.log\n"
         "log_level=info\n"
+        # the golden path's trace capture (docs/capture.md): short windows for a test job
+        f"capture_dir={root}/capture\ncapture_first_step={CAPTURE_FIRST_STEP}\n"
+        f"capture_schedule={CAPTURE_SCHEDULE}\ncapture_every_seconds=3600\n"
     )
     if accounting:
         (root / "slurmdbd.conf").write_text(

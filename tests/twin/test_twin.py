@@ -68,18 +68,21 @@ def test_demo_scenario_fills_the_cluster_and_writes_the_mapping(tmp_path: Path) 
     jobs = scheduler.submit_demo_scenario()
     scheduler.tick(1e9)
     assert all(job.state is JobState.RUNNING for job in jobs)
-    straggler = jobs[0]
-    assert straggler.allocation == [("gpu01", g) for g in range(8)]
-    assert mapping.read_mapping(scheduler.mapping_dir("gpu01")) == {
-        str(g): [str(straggler.job_id)] for g in range(8)
-    }
+    straggler, starved = jobs[0], jobs[1]
+    # the straggler job spans both nodes (GPUs 0-3 of each): AllReduce over InfiniBand
+    assert straggler.allocation == [(n, g) for n in ("gpu01", "gpu02") for g in range(4)]
+    assert straggler.allocation[straggler.straggler_gpu or 0] == ("gpu02", 2)
+    assert starved.allocation == [("gpu02", g) for g in range(4, 8)]
+    on_gpu01 = mapping.read_mapping(scheduler.mapping_dir("gpu01"))
+    assert {g: on_gpu01[str(g)] for g in range(4)} == {g: [str(straggler.job_id)] for g in range(4)}
     failed = jobs[4]
     scheduler.tick(1e9 + 121)
     assert failed.faulted(1e9 + 121) and failed.state is JobState.RUNNING  # hangs in NCCL
     scheduler.tick(1e9 + 151)
     failed = jobs[4]  # the same job, read again: tick() ended it (mypy keeps the narrowing above)
     assert failed.state is JobState.FAILED and failed.exit_code == 1
-    assert str(failed.allocation[0][1]) not in mapping.read_mapping(scheduler.mapping_dir("gpu02"))
+    node, gpu = failed.allocation[0]
+    assert str(gpu) not in mapping.read_mapping(scheduler.mapping_dir(node))
 
 
 def _steady(
@@ -160,12 +163,12 @@ def test_running_twin_serves_pages_and_slurmrestd_on_loopback(tmp_path: Path) ->
         text = urllib.request.urlopen(url).read().decode()
         samples = _samples(text)
         job_ids = {job for (_, _, job) in samples if job}
-        assert len(job_ids) == 1  # gpu01 runs the 8-GPU straggler job
+        assert len(job_ids) == 4  # gpu01: half the straggler job, the healthy, idle and failing
         body = urllib.request.urlopen(f"{twin.slurmrestd_url}/slurm/v0.0.40/jobs").read()
     snapshot = parse_slurmrestd_jobs(body, source="twin")
     jobs = {row["job_id"]: row for row in snapshot.jobs.to_pylist()}
     assert job_ids <= set(jobs)
-    straggler = jobs[next(iter(job_ids))]
+    straggler = next(jobs[j] for j in job_ids if jobs[j]["gpus"] == 8)
     assert (straggler["user"], straggler["account"], straggler["gpus"]) == ("alice", "vision", 8)
     assert straggler["state"] == "RUNNING"
     assert not snapshot.warnings
@@ -180,15 +183,15 @@ def test_twin_writes_what_the_prolog_writes(tmp_path: Path) -> None:
     scheduler.tick(1e9)
     snapshot = read_mapping_dir(scheduler.mapping_dir("gpu02"), node="gpu02")
     assert not snapshot.warnings
-    assert snapshot.jobs_by_gpu()[(0, None)] == [str(jobs[1].job_id)]
+    assert snapshot.jobs_by_gpu()[(4, None)] == [str(jobs[1].job_id)]
     records = read_job_records(scheduler.record_dir("gpu02"))
     assert not records.warnings
     by_id = {r.job_id: r for r in records.records}
     starved = by_id[str(jobs[1].job_id)]
-    assert (starved.user, starved.account, starved.gpus) == ("bob", "nlp", ("0", "1", "2", "3"))
+    assert (starved.user, starved.account, starved.gpus) == ("bob", "nlp", ("4", "5", "6", "7"))
     assert starved.end_time is None
     scheduler.tick(1e9 + 151)  # the failing job ends: the epilog completes its record
-    failed = {r.job_id: r for r in read_job_records(scheduler.record_dir("gpu02")).records}[
+    failed = {r.job_id: r for r in read_job_records(scheduler.record_dir("gpu01")).records}[
         str(jobs[4].job_id)
     ]
     assert failed.end_time == pytest.approx(1e9 + 150) and failed.exit_code == 1

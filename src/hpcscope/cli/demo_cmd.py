@@ -118,6 +118,7 @@ def demo(
         store_path.unlink(missing_ok=True)
         Path(f"{store_path}.wal").unlink(missing_ok=True)
         shutil.rmtree(twin_dir / "nodes", ignore_errors=True)
+        shutil.rmtree(twin_dir / "capture", ignore_errors=True)  # windows of the last run
     twin_dir.mkdir(parents=True, exist_ok=True)
     try:
         twin, info = _start_twin(twin_dir, seed=seed, speed=speed, topology=str(topology_path))
@@ -136,6 +137,8 @@ def demo(
             falco_events_path=(
                 Path(str(info["falco_events_path"])) if info.get("falco_events_path") else None
             ),
+            # the training jobs' capture windows (Kineto traces): phases on the job pages
+            capture_spool_dir=Path(str(info["capture_dir"])) if info.get("capture_dir") else None,
             slurmrestd_url=str(info["slurmrestd_url"]),
             scrape_interval_seconds=scrape_interval,
             scheduler_poll_seconds=scrape_interval,

@@ -45,6 +45,8 @@ def _offline(store: Path, job_id: str | None, as_json: bool, *, notes: bool = Fa
     from hpcscope.service.core import Service
     from hpcscope.service.jobs.contracts import JobList, JobReportDocument
     from hpcscope.service.settings import Settings
+    from hpcscope.service.traces.capture_contracts import JobReportWithPhases
+    from hpcscope.service.traces.job_phases import job_phases
     from hpcscope.store import StoreError
 
     try:
@@ -59,8 +61,10 @@ def _offline(store: Path, job_id: str | None, as_json: bool, *, notes: bool = Fa
         if report is None:
             fail(f"no job {job_id} in {store}", as_json=as_json)
         alerts = service.job_alerts(admin, job_id) or []
-        document = JobReportDocument.from_report(report)
-        joined = JobReportWithAlerts.of(document, alerts).model_dump(mode="json")
+        document = JobReportWithAlerts.of(JobReportDocument.from_report(report), alerts)
+        phases = job_phases(service, admin, job_id)
+        assert phases is not None  # the admin sees the job (its report is there)
+        joined = JobReportWithPhases.join(document, phases).model_dump(mode="json")
         if notes:
             from hpcscope.service.notify.access import notes_for_job
 
@@ -238,6 +242,7 @@ def job(
             ],
             numeric=["GPU", "step", "count"],
         )
+    _print_phases(data.get("phases"))
 
 
 def _gib(value: float | None) -> str:
@@ -300,3 +305,43 @@ def _print_full_report(data: dict[str, Any]) -> None:
         )
         console.print(f"  threshold: {note['threshold']}", highlight=False, markup=False)
         console.print(f"  what to do: {note['advice']}", highlight=False, markup=False)
+
+
+def _print_phases(phases: dict[str, Any] | None) -> None:
+    """The newest capture window: the straggler, the What-if gain, phases per rank."""
+    console = stdout_console()
+    if not phases:
+        return
+    if not phases["captured"]:
+        console.print(f"phases: {phases['reason']}", style="dim", highlight=False)
+        console.print(f"to enable: {phases['how_to_enable']}", style="dim", highlight=False)
+        return
+    window = phases["windows"][0]
+    straggler = window["straggler"]
+    if straggler is None:
+        console.print(f"phases (window {window['window']}): no straggler", highlight=False)
+    else:
+        where = straggler["node"] or "?"
+        if straggler["gpu"] is not None:
+            where += f" GPU {straggler['gpu']}"
+        console.print(
+            f"[bold]straggler[/]: rank {straggler['rank']} on {where}, phase "
+            f"{straggler['phase']}, +{straggler['delay_seconds_per_step'] * 1000:.1f} ms per "
+            f"step; what-if gain {(window['what_if_gain_seconds_per_step'] or 0) * 1000:.1f} "
+            f"ms per step (window {window['window']}, {window['attribution']})",
+            highlight=False,
+        )
+    names = ["data_load", "forward", "backward", "communication", "optimizer", "barrier_wait"]
+    print_table(
+        "Phases per rank (ms per step, mean over the window's steps)",
+        ["rank", "node", *names],
+        [
+            [
+                rank,
+                window["placement"].get(rank, {}).get("node", ""),
+                *(f"{values[p] * 1000:.1f}" for p in names),
+            ]
+            for rank, values in sorted(window["phases_per_rank"].items(), key=lambda kv: int(kv[0]))
+        ],
+        numeric=names,
+    )

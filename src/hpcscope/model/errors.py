@@ -26,6 +26,7 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      │    ├── TraceError             (Kineto traces)
      │    ├── SecurityEventError     (Falco and Tetragon JSON lines)
      │    ├── IntegrityRecordError   (gradient-integrity spool records)
+     │    ├── CaptureMetaError       (trace-capture meta files)
      │    ├── RuleFileError          (detection rule files, deploy/rules)
      │    ├── NotifyRuleError        (notification rule files, deploy/notify)
      │    └── NcclTableError         (the bundled NCCL latency table)

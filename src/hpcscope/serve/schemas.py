@@ -22,7 +22,6 @@ from hpcscope.service.alerts.contracts import (
     AlertDocument,
     AlertList,
     JobAlerts,
-    JobReportWithAlerts,
 )
 from hpcscope.service.diagram.cards import ElementCard
 from hpcscope.service.identity.contracts import CreatedTokenDocument, TokenList
@@ -41,6 +40,7 @@ from hpcscope.service.simulate.contracts import (
     WhatIfCurve,
 )
 from hpcscope.service.slo.contracts import SloReport
+from hpcscope.service.traces.capture_contracts import JobPhases, JobReportWithPhases
 from hpcscope.service.traces.contracts import (
     StoredTraceReport,
     TraceAnalysisDocument,
@@ -65,7 +65,6 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "diagram-page": DiagramPage,
     "diagram-state": DiagramState,
     "job-report": JobReportDocument,
-    "job-report-with-alerts": JobReportWithAlerts,
     "job-alerts": JobAlerts,
     "alert": AlertDocument,
     "alert-list": AlertList,
@@ -88,6 +87,8 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "notify-preferences": PreferencesDocument,
     "notify-audit": AuditLog,
     "slo-report": SloReport,
+    "job-report-with-phases": JobReportWithPhases,
+    "job-phases": JobPhases,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).

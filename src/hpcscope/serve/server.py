@@ -19,6 +19,7 @@ from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
 from hpcscope.service.slo.config import SloConfig
 from hpcscope.service.slo.engine import SloUpkeep
+from hpcscope.service.traces.captures import CaptureSpool
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +80,18 @@ def after_cycle_hooks(
 ) -> list[Callable[[], object]]:
     """What the collector runs after its cycles, in order: the jobs upkeep (summaries of
     finished jobs, retention), then the SLOs' burn-rate evaluation into the alert engine (it
-    reads the summaries just written), then the notifications (they read both)."""
+    reads the summaries just written), the golden path's trace captures when a spool is set,
+    then the notifications (they read all of it)."""
     slo = SloUpkeep(service.store, SloConfig.from_settings(service.settings))
     hooks: list[Callable[[], object]] = [service.upkeep().after_cycle, slo.after_cycle]
+    if service.settings.capture_spool_dir is not None:  # the golden path's trace captures
+        hooks.append(
+            CaptureSpool(
+                service.store,
+                service.settings.capture_spool_dir,
+                grace_seconds=service.settings.capture_grace_seconds,
+            ).collect_once
+        )
     if notifier is not None:
         hooks.append(notifier.after_cycle)
     return hooks

@@ -281,6 +281,18 @@ class Settings(BaseModel):
         description="Root of the gradient-integrity spool: one directory per job holding "
         "rank-<r>.jsonl files written by the opt-in DDP hook (hpcscope.integrity).",
     )
+    capture_spool_dir: Path | None = Field(
+        None,
+        description="Root of the trace-capture spool: one directory per job holding the Kineto "
+        "traces and meta files the golden path's capture writes (hpcscope.capture, "
+        "docs/capture.md); the same path as capture_dir= in the Slurm hooks' config.",
+    )
+    capture_grace_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds after a capture window's first rank arrives after which it is "
+        "analysed with the ranks that came (a rank that died).",
+    )
     rules_dir: Path | None = Field(
         None,
         description="Directory of detection rule files (*.yaml), validated at start; "

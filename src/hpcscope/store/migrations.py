@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRICS
+from hpcscope.store.capture_ddl import CAPTURES_DDL
 from hpcscope.store.notify_ddl import NOTIFY_DDL
 
 
@@ -348,5 +349,8 @@ CREATE TABLE api_tokens (
         11,
         "notifications: audit log, per-user preferences, warn-then-cancel state",
         NOTIFY_DDL,
+    ),
+    Migration(
+        12, "trace captures: per job and capture window, phases and stragglers", CAPTURES_DDL
     ),
 )

@@ -11,6 +11,8 @@ State directory layout::
     <state_dir>/targets.json            file_sd: dcgm endpoints (labels: node, exporter)
     <state_dir>/twin.json               ports, slurmrestd URL and settings of this run
     <state_dir>/nodes/<node>/hpc-job-mapping/<gpu>   what the Slurm prolog writes
+    <state_dir>/capture/<job>/                      the training jobs' capture windows: Kineto
+                                                    traces, meta, NCCL logs (twin/traces.py)
     <state_dir>/lustre/<server>.job_stats           ``lctl get_param`` job_stats of each Lustre
                                                     server (:mod:`hpcscope.twin.lustre`)
 """
@@ -33,6 +35,7 @@ from hpcscope.twin.lustre import LustreJobStats
 from hpcscope.twin.node_exporter import InfinibandEndpoint, PortTraffic
 from hpcscope.twin.scheduler import Scheduler
 from hpcscope.twin.slurmrestd import jobs_response
+from hpcscope.twin.traces import TraceSpool
 from hpcscope.twin.workloads import (
     RAIL_COLLECTIVE_BYTES_PER_SECOND,
     STORAGE_READ_BYTES_PER_SECOND,
@@ -162,6 +165,8 @@ class TwinCluster:
         self.slurmrestd_port: int | None = None
         # None when the topology's storage is not Lustre
         self.lustre = LustreJobStats.from_topology(topology, seed=seed)
+        # the golden path's trace capture of the training jobs (hpcscope.twin.traces)
+        self.traces = TraceSpool(state_dir / "capture", seed=seed)
 
     def now(self) -> float:
         """Simulated epoch seconds."""
@@ -211,6 +216,7 @@ class TwinCluster:
             now = self.now()
             self.scheduler.tick(now)
             self._tick_lustre(now)
+            self.traces.advance(now, self.scheduler.jobs.values())
             if self.scenario == "demo":
                 self._write_demo_attack(now)
         for offset, node in enumerate(self.topology.nodes):
@@ -278,6 +284,7 @@ class TwinCluster:
                 now = self.now()
                 self.scheduler.tick(now)
                 self._tick_lustre(now)
+                self.traces.advance(now, self.scheduler.jobs.values())
 
     def _tick_lustre(self, now: float) -> None:
         """Count the jobs' Lustre I/O up to now and rewrite the servers' job_stats files."""
@@ -378,6 +385,7 @@ class TwinCluster:
                     "started_at": self._start_wall,
                     "lustre_dir": None if self.lustre_dir is None else str(self.lustre_dir),
                     "falco_events_path": str(self.falco_events_path),
+                    "capture_dir": str(self.traces.root),
                 },
                 indent=2,
             )

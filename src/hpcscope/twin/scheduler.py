@@ -51,6 +51,8 @@ class SimJob:
     qos: str = "normal"
     time_limit_minutes: int = 24 * 60
     straggler_gpu: int | None = None  # index within the job's GPU list
+    spread_nodes: int = 1  # >1: gpus // spread_nodes GPUs on each of that many nodes
+    nodelist: tuple[str, ...] = ()  # ``sbatch --nodelist``: only these nodes (empty: any)
     fail_after_seconds: float | None = None
     xid: int | None = None
     user_exit_code: int = 0  # the program's own exit at its end: non-zero ends it FAILED
@@ -107,7 +109,10 @@ DEMO_SCENARIO: tuple[dict[str, Any], ...] = (
         "profile": Profile.STRAGGLER,
         "gpus": 8,
         "duration_seconds": 8 * _HOUR,
-        "straggler_gpu": 2,
+        # two nodes, GPUs 0-3 of each (AllReduce over InfiniBand); the straggler is the 7th GPU
+        # of the job: GPU 2 of the second node
+        "spread_nodes": 2,
+        "straggler_gpu": 6,
     },
     {
         "name": "bert-finetune",
@@ -116,6 +121,7 @@ DEMO_SCENARIO: tuple[dict[str, Any], ...] = (
         "profile": Profile.DATA_STARVED,
         "gpus": 4,
         "duration_seconds": 8 * _HOUR,
+        "nodelist": ("gpu02",),
     },
     {
         "name": "whisper-train",
@@ -249,6 +255,8 @@ class Scheduler:
         qos: str = "normal",
         time_limit_minutes: int = 24 * 60,
         user_exit_code: int = 0,
+        spread_nodes: int = 1,
+        nodelist: tuple[str, ...] = (),
     ) -> SimJob:
         """Queue a job; it starts on the next :meth:`tick` that finds free GPUs."""
         job = SimJob(
@@ -265,6 +273,8 @@ class Scheduler:
             qos=qos,
             time_limit_minutes=time_limit_minutes,
             user_exit_code=user_exit_code,
+            spread_nodes=spread_nodes,
+            nodelist=nodelist,
         )
         if profile is Profile.FAILED:
             job.xid = int(self.rng.choice(_XIDS))
@@ -277,8 +287,9 @@ class Scheduler:
     def submit_demo_scenario(self) -> list[SimJob]:
         """The demo's opening jobs, one per workload profile, filling the 2 x 8 cluster.
 
-        gpu01: an 8-GPU pretraining job whose GPU 2 is a thermally throttled straggler.
-        gpu02: the seeds' data-starved job (87 % reported, 19 % real) on 4 GPUs, a healthy
+        An 8-GPU pretraining job over both nodes (GPUs 0-3 of each, AllReduce over
+        InfiniBand) whose GPU 2 of gpu02 is a thermally throttled straggler; on gpu02 GPUs 4-7
+        the seeds' data-starved job (87 % reported, 19 % real); on gpu01 GPUs 4-7 a healthy
         2-GPU job, an allocated-but-idle interactive job, and a job that will fail with an Xid.
         """
         return [self.submit(**spec) for spec in DEMO_SCENARIO]
@@ -356,7 +367,11 @@ class Scheduler:
         return changed
 
     def _try_start(self, job: SimJob, now: float) -> bool:
-        allocation = self._find_gpus(job.gpus)
+        allocation = (
+            self._spread_gpus(job.gpus, job.spread_nodes)
+            if job.spread_nodes > 1
+            else self._find_gpus(job.gpus, job.nodelist)
+        )
         if allocation is None:
             return False
         job.allocation = allocation
@@ -375,10 +390,23 @@ class Scheduler:
         )
         return True
 
-    def _find_gpus(self, count: int) -> list[tuple[str, int]] | None:
+    def _spread_gpus(self, count: int, nodes: int) -> list[tuple[str, int]] | None:
+        """``count // nodes`` GPUs (the lowest free) on each of the first ``nodes`` nodes that
+        have them."""
+        per = count // nodes
+        fitting = [n for n in self.topology.nodes if len(self._free[n.name]) >= per]
+        if len(fitting) < nodes:
+            return None
+        return [(n.name, g) for n in fitting[:nodes] for g in sorted(self._free[n.name])[:per]]
+
+    def _find_gpus(
+        self, count: int, nodelist: tuple[str, ...] = ()
+    ) -> list[tuple[str, int]] | None:
         per_node = max(len(n.gpus) for n in self.topology.nodes)
         if count <= per_node:
             for node in self.topology.nodes:
+                if nodelist and node.name not in nodelist:
+                    continue
                 free = sorted(self._free[node.name])
                 if len(free) >= count:
                     return [(node.name, g) for g in free[:count]]

@@ -13,6 +13,8 @@ from hpcscope.serve.templating import render
 from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts, JobReportWithAlerts
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 from hpcscope.service.notify.access import notes_of_report
+from hpcscope.service.traces.capture_contracts import JobPhases, JobReportWithPhases
+from hpcscope.service.traces.job_phases import job_phases
 
 router = APIRouter()
 
@@ -51,23 +53,43 @@ def job_page(request: Request, job_id: str, principal: PrincipalDep) -> Response
         )
     alerts = service.job_alerts(principal, job_id) or []
     notes = notes_of_report(service, report)
+    phases = job_phases(service, principal, job_id)
     return render(
         request,
         "job.html",
-        {"report": report, "topology": service.topology, "alerts": alerts, "notes": notes},
+        {
+            "report": report,
+            "topology": service.topology,
+            "alerts": alerts,
+            "notes": notes,
+            "phases": phases,
+        },
         principal=principal,
     )
 
 
 @router.get("/api/jobs/{job_id}")
-def job_json(request: Request, job_id: str, principal: PrincipalDep) -> JobReportWithAlerts:
-    """One job's report, with its alerts; 404 when it does not exist or you may not see it."""
+def job_json(request: Request, job_id: str, principal: PrincipalDep) -> JobReportWithPhases:
+    """One job's report, with its alerts and captured phases; 404 when it does not exist or
+    you may not see it."""
     service = service_of(request)
     report = service.job_report(principal, job_id)
-    if report is None:
+    phases = job_phases(service, principal, job_id)
+    if report is None or phases is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
     alerts = service.job_alerts(principal, job_id) or []
-    return JobReportWithAlerts.of(JobReportDocument.from_report(report), alerts)
+    document = JobReportWithAlerts.of(JobReportDocument.from_report(report), alerts)
+    return JobReportWithPhases.join(document, phases)
+
+
+@router.get("/api/jobs/{job_id}/phases")
+def job_phases_json(request: Request, job_id: str, principal: PrincipalDep) -> JobPhases:
+    """The job's captured phases per rank and step, its straggler (rank, node, GPU, phase,
+    delay), the What-if gain and the evidence; 404 when you may not see the job."""
+    phases = job_phases(service_of(request), principal, job_id)
+    if phases is None:
+        raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
+    return phases
 
 
 @router.get("/api/jobs/{job_id}/alerts")

@@ -18,7 +18,7 @@ keeps its loop to itself). Each cycle:
    (``service/integrity/spool.py``);
 8. drains the Falco/Tetragon events into the alert engine (``service/alerts/engine.py``);
 9. runs its ``after_cycle`` hooks: the server passes the jobs upkeep (summaries, retention:
-   ``service/jobs/retention.py``), which the collector does not import.
+   ``service/jobs/retention.py``) and the trace captures (``service/traces/captures.py``).
 
 An exporter that hangs, returns 500 or garbage costs one failed scrape row; the collector keeps
 running, and nothing stored before is touched. Seams keep its tests off the wall clock and the
@@ -156,6 +156,7 @@ class CollectorConfig:
             and settings.job_mapping_dir is None
             and settings.lustre_job_stats_dir is None
             and settings.integrity_spool_dir is None
+            and settings.capture_spool_dir is None
             and security is None
         ):
             return None

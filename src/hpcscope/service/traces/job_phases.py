@@ -1,0 +1,121 @@
+"""The phase answer of one job: its captured windows, their stragglers, and the evidence.
+
+Reads ``trace_captures`` for a job the caller has already checked the principal may see,
+adds the telemetry evidence of the straggler's GPU, node and storage over each window
+(:func:`~hpcscope.service.traces.job_evidence.add_job_evidence`, recomputed on every read:
+samples may have arrived after the window was analysed), and shapes :class:`JobPhases`.
+A job without a window says why, and how to switch capture on.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from hpcscope.analysis.traces.rank_timeline import PHASES
+from hpcscope.model.capture import StoredCapture
+from hpcscope.model.timeutil import iso_z
+from hpcscope.service.traces.capture_contracts import (
+    CaptureWindowDocument,
+    JobPhases,
+    PhaseStraggler,
+    RankPlacement,
+)
+from hpcscope.service.traces.job_evidence import add_job_evidence
+from hpcscope.store.captures import job_captures
+
+if TYPE_CHECKING:
+    from hpcscope.model.access import Principal
+    from hpcscope.service.core import Service
+
+HOW_TO_ENABLE = (
+    "set capture_dir= (and capture_spool_dir in the server's settings to the same path) and "
+    "TaskProlog= in slurm.conf (deploy/slurm/README.md, docs/capture.md): every PyTorch job "
+    "then profiles a few steps every capture_every_seconds, with no change to its script"
+)
+
+
+def job_phases(service: Service, principal: Principal, job_id: str) -> JobPhases | None:
+    """The job's phases, or None when the job is not visible to ``principal``."""
+    if service.job_report(principal, job_id) is None:
+        return None
+    rows = job_captures(service.store, job_id)
+    if not rows:
+        configured = service.settings.capture_spool_dir is not None
+        reason = (
+            f"no capture window from job {job_id} yet: the capture profiles PyTorch jobs that "
+            "step an optimizer, the first window after the first steps (capture_first_step), "
+            "then one every capture_every_seconds; a job started before capture was switched "
+            "on, or that is not PyTorch, has none"
+            if configured
+            else "trace capture is not switched on for this site (no capture_spool_dir)"
+        )
+        return JobPhases(
+            job_id=job_id, captured=False, reason=reason, how_to_enable=HOW_TO_ENABLE, windows=[]
+        )
+    return JobPhases(
+        job_id=job_id,
+        captured=True,
+        reason=None,
+        how_to_enable=None,
+        windows=[window_document(service, job_id, row) for row in rows],
+    )
+
+
+def _mean_phases(values: list[dict[str, Any]]) -> dict[str, Any]:
+    return {p: sum(float(v[p] or 0.0) for v in values) / len(values) for p in PHASES}
+
+
+def window_document(service: Service, job_id: str, row: StoredCapture) -> CaptureWindowDocument:
+    """One stored window as its document, with the evidence from the job's telemetry."""
+    payload: dict[str, Any] = json.loads(row.result_json)
+    document: dict[str, Any] = payload["analysis"]
+    add_job_evidence(service, document, job_id)
+    placement = {
+        rank: RankPlacement(node=p["node"], gpu=p["gpu"], verified=p["job_id"] == job_id)
+        for rank, p in sorted(payload["placement"].items(), key=lambda kv: int(kv[0]))
+    }
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for rank, phases in document["phases"].items():
+        where = placement.get(rank)
+        by_node.setdefault(where.node if where is not None else "unknown", []).append(phases)
+    straggler = None
+    if document["stragglers"]:
+        top = max(document["stragglers"], key=lambda s: s["excess_seconds_per_step"] or 0)
+        where = placement.get(str(top["rank"]))
+        straggler = PhaseStraggler(
+            rank=int(top["rank"]),
+            node=where.node if where is not None else None,
+            gpu=where.gpu if where is not None else None,
+            phase=top["phase"],
+            delay_seconds_per_step=top["excess_seconds_per_step"],
+            phase_delay_seconds_per_step=top["phase_excess_seconds_per_step"].get(top["phase"]),
+            score=top["score"],
+            hint=top["hint"],
+            evidence=top["evidence"],
+        )
+    return CaptureWindowDocument.model_validate(
+        {
+            "window": row.capture_window,
+            "start_utc": iso_z(row.window_start) if row.window_start else None,
+            "end_utc": iso_z(row.window_end) if row.window_end else None,
+            "ranks": row.ranks,
+            "world_size": row.world_size,
+            "steps": row.steps,
+            "step_numbers": document["step_numbers"],
+            "nodes": list(row.nodes),
+            "attribution": row.attribution,
+            "notes": list(row.notes),
+            "straggler": straggler,
+            "what_if": document["what_if"],
+            "what_if_gain_seconds_per_step": row.what_if_gain_seconds_per_step,
+            "phases_per_rank": document["phases"],
+            "step_seconds_per_rank": document["step_seconds"],
+            "phases_per_node": {n: _mean_phases(v) for n, v in sorted(by_node.items())},
+            "per_step": document["per_step"],
+            "placement": placement,
+            "evidence_notes": document.get("evidence_notes", []),
+            "nccl_logs": payload.get("nccl_logs", []),
+            "flight_recorder": payload.get("flight_recorder", []),
+        }
+    )

@@ -1,0 +1,83 @@
+"""The phase answer on the job page, in ``GET /api/jobs/{id}`` and ``hpcscope job --json``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from hpcscope.cli.main import app
+from hpcscope.model.timeutil import utcnow
+from hpcscope.service.core import Service
+from hpcscope.service.traces.capture_contracts import JobPhases
+from hpcscope.service.traces.captures import CaptureSpool
+from hpcscope.twin.scheduler import JobState, SimJob
+from hpcscope.twin.traces import TraceSpool
+from hpcscope.twin.workloads import Profile
+from tests.support.data import JOBS, populate
+
+
+def capture_job_101(service: Service, spool: Path) -> None:
+    """Alice's job 101 (gpu01 GPUs 0-3) captured, its rank 2 slow in its backward."""
+    job = SimJob(101, "vit", "alice", "vision", Profile.STRAGGLER, 4, 3600.0, 0.0,
+                 straggler_gpu=2)  # fmt: skip
+    job.state, job.start_time = JobState.RUNNING, 0.0
+    _, _, node, gpus, _, _ = JOBS["101"]
+    job.allocation = [(node, g) for g in gpus]
+    at = utcnow().timestamp() - 30  # inside the samples populate() wrote
+    TraceSpool(spool).write_window(job, 0, at=at)
+    CaptureSpool(service.store, spool, grace_seconds=0).collect_once()
+
+
+def test_the_page_and_the_json_name_the_straggler_rank_gpu_and_phase(
+    service: Service, client_as: Callable[[str], TestClient], tmp_path: Path
+) -> None:
+    populate(service.store, now=utcnow())
+    capture_job_101(service, tmp_path / "spool")
+    body = client_as("alice").get("/api/jobs/101").json()
+    phases = JobPhases.model_validate(body["phases"])
+    assert phases.captured and len(phases.windows) == 1
+    window = phases.windows[0]
+    assert window.attribution == "verified"  # the store's allocations hold gpu01 GPU 2
+    straggler = window.straggler
+    assert straggler is not None
+    assert (straggler.rank, straggler.node, straggler.gpu, straggler.phase) == (
+        2, "gpu01", 2, "backward"
+    )  # fmt: skip
+    assert set(window.phases_per_node) == {"gpu01"} and len(window.phases_per_rank) == 4
+    assert window.what_if_gain_seconds_per_step is not None
+    assert window.what_if_gain_seconds_per_step > 0.01
+    assert window.evidence_notes  # the job's telemetry was looked at, and it says what it found
+    page = client_as("alice").get("/jobs/101").text
+    assert 'id="job-phases"' in page and "rank 2" in page and "backward" in page
+    assert "What-if gain" in page and "gpu01 GPU 2" in page
+    assert client_as("bob").get("/api/jobs/101/phases").status_code == 404
+
+
+def test_a_job_without_capture_says_why_and_how_to_enable(
+    service: Service, client_as: Callable[[str], TestClient]
+) -> None:
+    populate(service.store, now=utcnow())
+    phases = client_as("bob").get("/api/jobs/102/phases").json()
+    assert phases["captured"] is False and phases["windows"] == []
+    assert "not switched on" in phases["reason"]
+    assert "capture_dir=" in phases["how_to_enable"]
+    page = client_as("bob").get("/jobs/102").text
+    assert 'id="job-phases-none"' in page and "How to enable" in page
+
+
+def test_hpcscope_job_json_has_the_phases(service: Service, tmp_path: Path) -> None:
+    populate(service.store, now=utcnow())
+    capture_job_101(service, tmp_path / "spool")
+    path = Path(service.settings.store_path)
+    service.close()
+    result = CliRunner().invoke(app, ["job", "101", "--store", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    straggler = json.loads(result.stdout)["phases"]["windows"][0]["straggler"]
+    assert (straggler["rank"], straggler["phase"]) == (2, "backward")
+    text = CliRunner().invoke(app, ["job", "101", "--store", str(path)])
+    assert text.exit_code == 0, text.output
+    assert "straggler" in text.stdout and "rank 2" in text.stdout and "backward" in text.stdout
