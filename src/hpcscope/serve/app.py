@@ -22,6 +22,7 @@ from hpcscope.serve.edge import EdgeMiddleware
 from hpcscope.serve.routes import (
     alerts,
     auth_routes,
+    chargeback,
     cluster,
     diagram,
     health,
@@ -48,6 +49,7 @@ ROUTERS = [
     diagram.router,
     traces.router,
     ingest.router,
+    chargeback.router,
 ]
 
 

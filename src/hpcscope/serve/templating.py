@@ -29,6 +29,7 @@ NAV: list[tuple[str, str]] = [
     ("/step", "Training step"),
     ("/simulate", "Simulator"),
     ("/traces", "Traces"),
+    ("/chargeback", "Chargeback"),
 ]
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))

@@ -1,0 +1,129 @@
+"""Chargeback rows: jobs' charges inside a period, grouped by account, user or partition, and
+priced per GPU model.
+
+A row's figures are sums over its jobs of :func:`~hpcscope.analysis.chargeback.waste.
+attribute_waste` taken at each job's :func:`~hpcscope.analysis.chargeback.periods.
+overlap_share` of the period. Cost = GPU-hours x the rate of the job's GPU model (per GPU-hour,
+:class:`Rates`); the waste cost is the wasted GPU-hours at the same rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from hpcscope.analysis.chargeback.periods import Period, overlap_share
+from hpcscope.analysis.chargeback.waste import JobUse, WasteCause, attribute_waste
+
+#: The group of jobs with no value for the grouping column.
+NO_VALUE = "(none)"
+
+
+class GroupBy(StrEnum):
+    """What a chargeback row stands for."""
+
+    ACCOUNT = "account"
+    USER = "user"
+    PARTITION = "partition"
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """Price of one GPU-hour per GPU model name (``H100-SXM5-80GB``), and for any other."""
+
+    default_gpu_hour: float
+    currency: str
+    per_model: Mapping[str, float] = field(default_factory=dict)
+
+    def for_model(self, model: str | None) -> float:
+        if model is not None and model in self.per_model:
+            return self.per_model[model]
+        return self.default_gpu_hour
+
+
+@dataclass
+class ChargeRow:
+    """One group's charge in one period (GPU-seconds; cost in the rates' currency)."""
+
+    key: str
+    jobs: int = 0
+    allocated_gpu_seconds: float = 0.0
+    useful_gpu_seconds: float = 0.0
+    waste_gpu_seconds: dict[WasteCause, float] = field(
+        default_factory=lambda: dict.fromkeys(WasteCause, 0.0)
+    )
+    cost: float = 0.0
+    waste_cost: float = 0.0
+
+    @property
+    def lost_gpu_seconds(self) -> float:
+        """All waste causes together (= allocated - useful)."""
+        return sum(self.waste_gpu_seconds.values())
+
+    @property
+    def useful_ratio(self) -> float | None:
+        if self.allocated_gpu_seconds <= 0:
+            return None
+        return self.useful_gpu_seconds / self.allocated_gpu_seconds
+
+    def add(self, other: ChargeRow) -> None:
+        self.jobs += other.jobs
+        self.allocated_gpu_seconds += other.allocated_gpu_seconds
+        self.useful_gpu_seconds += other.useful_gpu_seconds
+        for cause, value in other.waste_gpu_seconds.items():
+            self.waste_gpu_seconds[cause] += value
+        self.cost += other.cost
+        self.waste_cost += other.waste_cost
+
+
+def group_key(job: JobUse, by: GroupBy) -> str:
+    value = {
+        GroupBy.ACCOUNT: job.account,
+        GroupBy.USER: job.user,
+        GroupBy.PARTITION: job.partition,
+    }[by]
+    return value if value else NO_VALUE
+
+
+def chargeback(
+    jobs: Iterable[JobUse], period: Period, *, by: GroupBy, rates: Rates
+) -> list[ChargeRow]:
+    """One row per group with jobs inside ``period``, most lost GPU-seconds first."""
+    rows: dict[str, ChargeRow] = {}
+    for job in jobs:
+        share = overlap_share(job.start_time, job.end_time, period)
+        if share <= 0.0:
+            continue
+        charge = attribute_waste(job).scaled(share)
+        rate_per_second = rates.for_model(job.gpu_model) / 3600.0
+        key = group_key(job, by)
+        row = rows.setdefault(key, ChargeRow(key))
+        row.jobs += 1
+        row.allocated_gpu_seconds += charge.allocated_gpu_seconds
+        row.useful_gpu_seconds += charge.useful_gpu_seconds
+        for cause, value in charge.waste_gpu_seconds.items():
+            row.waste_gpu_seconds[cause] += value
+        row.cost += charge.allocated_gpu_seconds * rate_per_second
+        row.waste_cost += sum(charge.waste_gpu_seconds.values()) * rate_per_second
+    return sorted(rows.values(), key=lambda r: (-r.lost_gpu_seconds, r.key))
+
+
+def totals(rows: Iterable[ChargeRow], *, key: str = "total") -> ChargeRow:
+    """The sum of ``rows``."""
+    total = ChargeRow(key)
+    for row in rows:
+        total.add(row)
+    return total
+
+
+def trend(
+    jobs: Iterable[JobUse], months: list[Period], *, by: GroupBy, rates: Rates
+) -> dict[str, list[ChargeRow]]:
+    """Per group, one row per period of ``months`` (an empty row where it had no job)."""
+    listed = list(jobs)
+    per_month = [
+        {row.key: row for row in chargeback(listed, month, by=by, rates=rates)} for month in months
+    ]
+    keys = sorted({key for month in per_month for key in month})
+    return {key: [month.get(key, ChargeRow(key)) for month in per_month] for key in keys}

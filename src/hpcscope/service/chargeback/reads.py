@@ -1,0 +1,200 @@
+"""Chargeback reads: kept summaries of the jobs a principal may see, turned into
+:class:`~hpcscope.analysis.chargeback.waste.JobUse` and aggregated by the analysis.
+
+The GPU model of a job (its rate) is the topology's model of the nodes its GPU rows name (the
+most common one when a job spans models); a job without GPU rows costs the default rate. The
+rates are the ``chargeback_gpu_hour_rates`` setting over the topology's ``gpu_hour_price``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from datetime import datetime
+
+from hpcscope.analysis.chargeback.aggregate import ChargeRow, GroupBy, Rates, chargeback, totals
+from hpcscope.analysis.chargeback.aggregate import trend as monthly_trend
+from hpcscope.analysis.chargeback.periods import Period, months_ending
+from hpcscope.analysis.chargeback.waste import CAUSE_LABELS, GpuUse, JobUse, WasteCause
+from hpcscope.model.access import Principal
+from hpcscope.model.timeutil import iso_z
+from hpcscope.model.topology import Topology
+from hpcscope.service.chargeback.contracts import (
+    ChargebackReport,
+    ChargebackTrend,
+    ChargeRowDocument,
+    RateDocument,
+    TrendSeriesDocument,
+    WasteCauseDocument,
+)
+from hpcscope.service.settings import Settings
+from hpcscope.store import Store
+from hpcscope.store import chargeback as queries
+
+
+def rates_of(settings: Settings, topology: Topology) -> Rates:
+    """The site's GPU-hour rates: per model from the settings, else the topology's price."""
+    return Rates(
+        default_gpu_hour=topology.gpu_hour_price,
+        currency=topology.currency,
+        per_model=dict(settings.chargeback_gpu_hour_rates),
+    )
+
+
+def node_models(topology: Topology) -> dict[str, str]:
+    """Node name -> the model name of its GPUs (nodes without GPUs are absent)."""
+    return {node.name: node.gpus[0].model.name for node in topology.nodes if node.gpus}
+
+
+def scope_text(principal: Principal) -> str:
+    """Whose jobs a principal's figures cover, in words."""
+    if principal.is_admin:
+        return "all jobs"
+    accounts = sorted(principal.job_scope().accounts)
+    if accounts:
+        return f"jobs of {principal.name} and of accounts {', '.join(accounts)}"
+    return f"jobs of {principal.name}"
+
+
+def job_uses(
+    store: Store,
+    principal: Principal,
+    topology: Topology,
+    *,
+    start: datetime,
+    end: datetime,
+    account: str | None = None,
+) -> list[JobUse]:
+    """The kept summaries ``principal`` may see of jobs overlapping ``[start, end)``."""
+    scope = principal.job_scope()
+    summaries = queries.summaries_overlapping(store, scope, start=start, end=end, account=account)
+    gpu_rows = queries.gpu_rows_overlapping(store, scope, start=start, end=end, account=account)
+    models = node_models(topology)
+    gpus: dict[str, list[GpuUse]] = {}
+    job_models: dict[str, Counter[str]] = {}
+    for row in gpu_rows.to_pylist():
+        job_id = str(row["job_id"])
+        gpus.setdefault(job_id, []).append(
+            GpuUse(
+                float(row["observed_seconds"] or 0.0),
+                float(row["useful_seconds"] or 0.0),
+                str(row["verdict"]),
+            )
+        )
+        model = models.get(str(row["node"]))
+        if model is not None:
+            job_models.setdefault(job_id, Counter())[model] += 1
+    uses: list[JobUse] = []
+    for row in summaries.to_pylist():
+        job_id = str(row["job_id"])
+        counted = job_models.get(job_id)
+        uses.append(
+            JobUse(
+                job_id=job_id,
+                user=row["user"],
+                account=row["account"],
+                partition=row["partition"],
+                gpu_model=counted.most_common(1)[0][0] if counted else None,
+                start_time=row["start_time"],
+                end_time=row["end_time"],
+                gpus_allocated=row["gpus_allocated"],
+                allocated_gpu_seconds=row["allocated_gpu_seconds"],
+                observed_gpu_seconds=float(row["observed_gpu_seconds"] or 0.0),
+                useful_gpu_seconds=float(row["useful_gpu_seconds"] or 0.0),
+                exit_cause=str(row["exit_cause"]),
+                gpus=tuple(gpus.get(job_id, ())),
+            )
+        )
+    return uses
+
+
+def row_document(row: ChargeRow) -> ChargeRowDocument:
+    """A charge row in GPU-hours."""
+    return ChargeRowDocument(
+        key=row.key,
+        jobs=row.jobs,
+        allocated_gpu_hours=row.allocated_gpu_seconds / 3600.0,
+        useful_gpu_hours=row.useful_gpu_seconds / 3600.0,
+        useful_ratio=row.useful_ratio,
+        lost_gpu_hours=row.lost_gpu_seconds / 3600.0,
+        waste_gpu_hours={c.value: v / 3600.0 for c, v in row.waste_gpu_seconds.items()},
+        cost=row.cost,
+        lost_cost=row.waste_cost,
+    )
+
+
+def _rates_documents(rates: Rates, topology: Topology) -> list[RateDocument]:
+    models = sorted({*node_models(topology).values(), *rates.per_model})
+    return [RateDocument(gpu_model=m, gpu_hour_rate=rates.for_model(m)) for m in models]
+
+
+def causes() -> list[WasteCauseDocument]:
+    """Every waste cause with its meaning, in display order."""
+    return [WasteCauseDocument(cause=c.value, meaning=CAUSE_LABELS[c]) for c in WasteCause]
+
+
+def report(
+    store: Store,
+    principal: Principal,
+    topology: Topology,
+    settings: Settings,
+    *,
+    period: Period,
+    by: GroupBy,
+    account: str | None = None,
+) -> ChargebackReport:
+    """Chargeback of ``period`` grouped ``by``, over the jobs ``principal`` may see."""
+    rates = rates_of(settings, topology)
+    uses = job_uses(store, principal, topology, start=period.start, end=period.end, account=account)
+    rows = chargeback(uses, period, by=by, rates=rates)
+    return ChargebackReport(
+        by=by.value,
+        period=period.label,
+        start=iso_z(period.start),
+        end=iso_z(period.end),
+        account=account,
+        scope=scope_text(principal),
+        currency=rates.currency,
+        default_gpu_hour_rate=rates.default_gpu_hour,
+        rates=_rates_documents(rates, topology),
+        causes=causes(),
+        rows=[row_document(r) for r in rows],
+        total=row_document(totals(rows)),
+    )
+
+
+def _series(key: str, rows: list[ChargeRow]) -> TrendSeriesDocument:
+    return TrendSeriesDocument(
+        key=key,
+        allocated_gpu_hours=[r.allocated_gpu_seconds / 3600.0 for r in rows],
+        useful_gpu_hours=[r.useful_gpu_seconds / 3600.0 for r in rows],
+        lost_gpu_hours=[r.lost_gpu_seconds / 3600.0 for r in rows],
+        lost_cost=[r.waste_cost for r in rows],
+    )
+
+
+def trend(
+    store: Store,
+    principal: Principal,
+    topology: Topology,
+    settings: Settings,
+    *,
+    period: Period,
+    months: int,
+    by: GroupBy,
+) -> ChargebackTrend:
+    """Lost GPU-hours and cost per group over the ``months`` months up to ``period``'s last."""
+    rates = rates_of(settings, topology)
+    spans = months_ending(period, months)
+    uses = job_uses(store, principal, topology, start=spans[0].start, end=spans[-1].end)
+    per_group: Mapping[str, list[ChargeRow]] = monthly_trend(uses, spans, by=by, rates=rates)
+    ordered = sorted(per_group.items(), key=lambda kv: -sum(r.lost_gpu_seconds for r in kv[1]))
+    total = [totals(rows[i] for rows in per_group.values()) for i in range(len(spans))]
+    return ChargebackTrend(
+        by=by.value,
+        months=[m.label for m in spans],
+        scope=scope_text(principal),
+        currency=rates.currency,
+        series=[_series(key, rows) for key, rows in ordered],
+        total=_series("total", total),
+    )
