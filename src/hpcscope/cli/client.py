@@ -29,6 +29,15 @@ JSON_OPTION = typer.Option(False, "--json", help="Print JSON (the API's schema).
 
 def api_get(url: str, path: str, user: str | None, password: str | None, as_json: bool) -> Any:
     """The JSON of ``GET url+path`` as ``user``; exits with one clear line on any failure."""
+    return _get(url, path, user, password, as_json).json()
+
+
+def api_get_text(url: str, path: str, user: str | None, password: str | None) -> str:
+    """The body of ``GET url+path`` as text (a CSV export); fails as :func:`api_get`."""
+    return str(_get(url, path, user, password, False).text)
+
+
+def _get(url: str, path: str, user: str | None, password: str | None, as_json: bool) -> Any:
     import httpx2  # only when a command talks to a server (hpcscope --help stays light)
 
     if user is None or password is None:
@@ -49,4 +58,4 @@ def api_get(url: str, path: str, user: str | None, password: str | None, as_json
         fail(response.json().get("detail", "not found"), as_json=as_json)
     if response.status_code != 200:
         fail(f"{url}{path}: HTTP {response.status_code}", as_json=as_json)
-    return response.json()
+    return response
