@@ -156,3 +156,20 @@ def test_anonymous_gets_nothing(client: TestClient, service: Service) -> None:
     assert page.status_code in (302, 303, 307) and "/login" in page.headers["location"]
     report = client.get("/chargeback/report?account=vision", follow_redirects=False)
     assert report.status_code in (302, 303, 307)
+
+
+def test_metrics_carry_allocated_and_useful_per_account(
+    as_user: Callable[[str], TestClient],
+) -> None:
+    text = as_user("admin").get("/metrics").text
+    found = dict(
+        re.findall(
+            r'^hpcscope_account_(allocated|useful)_gpu_seconds_total\{account="vision"\} (\S+)$',
+            text,
+            re.M,
+        )
+    )
+    whole = as_user("admin").get("/api/chargeback?by=account&period=2026").json()
+    vision = next(r for r in whole["rows"] if r["key"] == "vision")
+    assert math.isclose(float(found["allocated"]), vision["allocated_gpu_hours"] * 3600)
+    assert math.isclose(float(found["useful"]), vision["useful_gpu_hours"] * 3600)

@@ -17,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from hpcscope import __version__
 from hpcscope.model.access import system_principal
 from hpcscope.model.alerts import VECTOR_NAMES, Severity
 from hpcscope.model.timeutil import epoch_seconds
+from hpcscope.service.chargeback.reads import account_seconds
 from hpcscope.service.core import Service
 
 #: Window of the per-GPU "now" figures.
@@ -54,6 +55,7 @@ class HpcscopeCollector:
         yield from self._jobs()
         yield from self._scrapes()
         yield from self._alerts()
+        yield from self._chargeback()
 
     def _jobs(self) -> Iterator[Metric]:
         live = self.service.live_job_gpus(_SYSTEM, window=LIVE_WINDOW)
@@ -153,6 +155,24 @@ class HpcscopeCollector:
         for (severity, vector), count in sorted(counts.items()):
             family.add_metric([severity, vector], float(count))
         yield family
+
+    def _chargeback(self) -> Iterator[Metric]:
+        """Allocated and useful GPU-seconds of finished jobs per account, as chargeback counts
+        them (``docs/chargeback.md``): counters, since kept summaries are never deleted."""
+        allocated = CounterMetricFamily(
+            "hpcscope_account_allocated_gpu_seconds",
+            "Allocated GPU-seconds (GPUs x elapsed) of finished jobs, per Slurm account.",
+            labels=["account"],
+        )
+        useful = CounterMetricFamily(
+            "hpcscope_account_useful_gpu_seconds",
+            "Useful GPU-seconds (sample interval x SM active) of finished jobs, per account.",
+            labels=["account"],
+        )
+        for account, allocated_seconds, useful_seconds in account_seconds(self.service.store):
+            allocated.add_metric([account], allocated_seconds)
+            useful.add_metric([account], useful_seconds)
+        yield from (allocated, useful)
 
 
 def metrics_registry(service: Service) -> CollectorRegistry:

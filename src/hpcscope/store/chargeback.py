@@ -6,6 +6,7 @@ researcher's own jobs, a team lead's accounts, an admin all), like every job rea
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import pyarrow as pa
 
@@ -79,3 +80,17 @@ def gpu_rows_overlapping(
         "j ON j.job_id = g.job_id ORDER BY g.job_id, g.node, g.gpu",
         params,
     )
+
+
+def seconds_by_account(store: Store) -> list[dict[str, Any]]:
+    """Per account (null: no account), over every kept summary: ``allocated_gpu_seconds``
+    and ``useful_gpu_seconds`` as chargeback charges them (allocated, else observed; useful
+    capped at allocated: :func:`hpcscope.analysis.chargeback.waste.charged_seconds`). Unscoped:
+    for ``/metrics``, which requires an admin."""
+    rows: list[dict[str, Any]] = store.query(
+        "SELECT account, sum(a) AS allocated_gpu_seconds, sum(least(u, a)) AS useful_gpu_seconds "
+        "FROM (SELECT account, greatest(0, coalesce(allocated_gpu_seconds, observed_gpu_seconds)) "
+        "AS a, greatest(0, useful_gpu_seconds) AS u FROM job_summaries) GROUP BY account "
+        "ORDER BY account NULLS LAST"
+    ).to_pylist()
+    return rows

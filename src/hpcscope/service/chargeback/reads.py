@@ -198,3 +198,16 @@ def trend(
         series=[_series(key, rows) for key, rows in ordered],
         total=_series("total", total),
     )
+
+
+def account_seconds(store: Store) -> list[tuple[str, float, float]]:
+    """``(account, allocated, useful)`` GPU-seconds of every finished job per account (``""``
+    for jobs without one), unscoped: for ``/metrics``, which requires an admin."""
+    return [
+        (
+            str(row["account"] or ""),
+            float(row["allocated_gpu_seconds"] or 0.0),
+            float(row["useful_gpu_seconds"] or 0.0),
+        )
+        for row in queries.seconds_by_account(store)
+    ]
