@@ -173,3 +173,17 @@ def test_metrics_carry_allocated_and_useful_per_account(
     vision = next(r for r in whole["rows"] if r["key"] == "vision")
     assert math.isclose(float(found["allocated"]), vision["allocated_gpu_hours"] * 3600)
     assert math.isclose(float(found["useful"]), vision["useful_gpu_hours"] * 3600)
+
+
+def test_top_jobs_are_the_largest_losses_in_scope(as_user: Callable[[str], TestClient]) -> None:
+    body = as_user("admin").get("/api/chargeback?period=2026-11").json()
+    top = [(j["job_id"], j["main_cause"]) for j in body["top_jobs"]]
+    # 204: 16 GPU-h x 30 % lost in November; 202: 4 x 81 %; 203: 2 idle; 201: 8 x 20 %
+    assert top == [
+        ("204", "failed_job"),
+        ("202", "data_starved"),
+        ("203", "idle_allocation"),
+        ("201", "low_efficiency"),
+    ]
+    page = as_user("carol").get("/chargeback/report?account=vision&period=2026-11").text
+    assert '<a href="/jobs/204">204</a>' in page and "/jobs/202" not in page

@@ -127,3 +127,34 @@ def trend(
     ]
     keys = sorted({key for month in per_month for key in month})
     return {key: [month.get(key, ChargeRow(key)) for month in per_month] for key in keys}
+
+
+@dataclass(frozen=True, slots=True)
+class JobLoss:
+    """One job's lost GPU-seconds inside a period, its largest cause and their cost."""
+
+    job_id: str
+    user: str | None
+    account: str | None
+    lost_gpu_seconds: float
+    main_cause: WasteCause
+    lost_cost: float
+
+
+def top_losses(
+    jobs: Iterable[JobUse], period: Period, *, rates: Rates, limit: int = 10
+) -> list[JobLoss]:
+    """The ``limit`` jobs that lost the most GPU-seconds inside ``period`` (ties by job id)."""
+    losses: list[JobLoss] = []
+    for job in jobs:
+        share = overlap_share(job.start_time, job.end_time, period)
+        if share <= 0.0:
+            continue
+        waste = attribute_waste(job).scaled(share).waste_gpu_seconds
+        lost = sum(waste.values())
+        if lost <= 0.0:
+            continue
+        main = max(WasteCause, key=lambda c: waste[c])
+        cost = lost * rates.for_model(job.gpu_model) / 3600.0
+        losses.append(JobLoss(job.job_id, job.user, job.account, lost, main, cost))
+    return sorted(losses, key=lambda j: (-j.lost_gpu_seconds, j.job_id))[:limit]

@@ -38,6 +38,17 @@ class RateDocument(Contract):
     gpu_hour_rate: float
 
 
+class JobLossDocument(Contract):
+    """One of the jobs that lost the most GPU-hours in the period."""
+
+    job_id: str
+    user: str | None
+    account: str | None
+    lost_gpu_hours: float
+    main_cause: str
+    lost_cost: float
+
+
 class ChargebackReport(Contract):
     """Chargeback of one period grouped by account, user or partition (``GET
     /api/chargeback``, ``hpcscope chargeback --json``)."""
@@ -56,6 +67,8 @@ class ChargebackReport(Contract):
     causes: list[WasteCauseDocument]
     rows: list[ChargeRowDocument]
     total: ChargeRowDocument
+    top_jobs: list[JobLossDocument]
+    """The jobs that lost the most GPU-hours inside the period, most first (at most 10)."""
 
 
 class TrendSeriesDocument(Contract):

@@ -12,7 +12,14 @@ from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime
 
-from hpcscope.analysis.chargeback.aggregate import ChargeRow, GroupBy, Rates, chargeback, totals
+from hpcscope.analysis.chargeback.aggregate import (
+    ChargeRow,
+    GroupBy,
+    Rates,
+    chargeback,
+    top_losses,
+    totals,
+)
 from hpcscope.analysis.chargeback.aggregate import trend as monthly_trend
 from hpcscope.analysis.chargeback.periods import Period, months_ending
 from hpcscope.analysis.chargeback.waste import CAUSE_LABELS, GpuUse, JobUse, WasteCause
@@ -23,6 +30,7 @@ from hpcscope.service.chargeback.contracts import (
     ChargebackReport,
     ChargebackTrend,
     ChargeRowDocument,
+    JobLossDocument,
     RateDocument,
     TrendSeriesDocument,
     WasteCauseDocument,
@@ -160,6 +168,17 @@ def report(
         causes=causes(),
         rows=[row_document(r) for r in rows],
         total=row_document(totals(rows)),
+        top_jobs=[
+            JobLossDocument(
+                job_id=j.job_id,
+                user=j.user,
+                account=j.account,
+                lost_gpu_hours=j.lost_gpu_seconds / 3600.0,
+                main_cause=j.main_cause.value,
+                lost_cost=j.lost_cost,
+            )
+            for j in top_losses(uses, period, rates=rates)
+        ],
     )
 
 
