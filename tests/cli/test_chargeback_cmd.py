@@ -52,7 +52,7 @@ def test_chargeback_through_a_server(tmp_path: Path) -> None:
             assert alice["scope"] == "jobs of alice"
             text = _invoke(url, "alice", "--period", "2026-11", "--csv").stdout  # type: ignore[attr-defined]
             lines = list(csv.DictReader(io.StringIO(text)))
-            assert [line["key"] for line in lines] == ["vision", "total"]
+            assert [line["key"] for line in lines] == ["vision", "(total)"]
             assert lines[-1]["allocated_gpu_hours"] == "24.000000"
             table = _invoke(url, "carol", "--period", "2026-11")
             assert table.exit_code == 0, table.output  # type: ignore[attr-defined]

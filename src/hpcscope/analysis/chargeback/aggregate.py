@@ -19,6 +19,9 @@ from hpcscope.analysis.chargeback.waste import JobUse, WasteCause, attribute_was
 #: The group of jobs with no value for the grouping column.
 NO_VALUE = "(none)"
 
+#: The key of the row that sums all groups (in brackets: no account, user or partition name).
+TOTAL = "(total)"
+
 
 class GroupBy(StrEnum):
     """What a chargeback row stands for."""
@@ -109,7 +112,7 @@ def chargeback(
     return sorted(rows.values(), key=lambda r: (-r.lost_gpu_seconds, r.key))
 
 
-def totals(rows: Iterable[ChargeRow], *, key: str = "total") -> ChargeRow:
+def totals(rows: Iterable[ChargeRow], *, key: str = TOTAL) -> ChargeRow:
     """The sum of ``rows``."""
     total = ChargeRow(key)
     for row in rows:

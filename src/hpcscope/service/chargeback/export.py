@@ -1,4 +1,4 @@
-"""CSV export of a chargeback report: one line per group and a last ``total`` line, GPU-hours
+"""CSV export of a chargeback report: one line per group and a last ``(total)`` line, GPU-hours
 to the second (6 decimals), money to the cent. Columns are fixed (:data:`CSV_COLUMNS`): a
 spreadsheet or a billing script can rely on them."""
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from hpcscope.analysis.chargeback.aggregate import (
+    TOTAL,
     ChargeRow,
     GroupBy,
     Rates,
@@ -215,7 +216,7 @@ def trend(
         scope=scope_text(principal),
         currency=rates.currency,
         series=[_series(key, rows) for key, rows in ordered],
-        total=_series("total", total),
+        total=_series(TOTAL, total),
     )
 
 
