@@ -25,12 +25,13 @@ import pyarrow as pa
 
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, JOB_SCHEMA
 from hpcscope.model.timeutil import epoch_seconds, from_epoch_seconds
-from hpcscope.model.topology import Topology, load_topology
+from hpcscope.model.topology import load_topology
 from hpcscope.service.jobs.summaries import summarise_finished_jobs
 from hpcscope.service.settings import bundled_topology
 from hpcscope.store import Store
+from hpcscope.twin.cluster import job_gpu_shares
 from hpcscope.twin.scheduler import REPAIR_SECONDS, JobState, Scheduler, SimJob
-from hpcscope.twin.workloads import GpuCounters, GpuPhysics, TimeShares, shares_for
+from hpcscope.twin.workloads import GpuCounters, GpuPhysics
 
 FIRST = datetime(2026, 10, 28)
 LAST = datetime(2026, 12, 3)
@@ -43,19 +44,6 @@ class TwinMonth:
     jobs: list[SimJob]
     samples: int
     summaries: int
-
-
-def _shares(job: SimJob, node: str, gpu: int, now: float, topology: Topology) -> TimeShares:
-    """The twin cluster's rule (``TwinCluster._shares_source``) for one GPU of a running job."""
-    memory = topology.node(node).gpus[gpu].model.memory_bytes
-    if job.faulted(now):
-        if job.allocation[0] == (node, gpu):  # the faulty GPU stops
-            return TimeShares(0.0, 0.0, 0.0, 0.0, 0.3 * memory, 0.0, 0.0)
-        return TimeShares(0.0, 1.0, 0.0, 0.0, 0.8 * memory, 0.0, 0.0)  # peers hang in NCCL
-    position = job.allocation.index((node, gpu))
-    return shares_for(
-        job.profile, gpu_index=position, straggler_gpu=job.straggler_gpu, memory_bytes=memory
-    )
 
 
 def _row(ts: datetime, node: str, gpu: int, job_id: str, c: GpuCounters) -> dict[str, Any]:
@@ -140,7 +128,7 @@ def write_twin_month(
                     continue  # an idle GPU's counters belong to no job: not needed here
                 state.xid_last = scheduler.xid_of(node.name, gpu.index, now)
                 counters = state.step(
-                    _shares(job, node.name, gpu.index, now, topology),
+                    job_gpu_shares(topology, scheduler, job, node.name, gpu.index, now),
                     dt_seconds=step_seconds,
                     rng=rng,
                 )
