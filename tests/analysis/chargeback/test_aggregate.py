@@ -13,6 +13,7 @@ from hpcscope.analysis.chargeback.aggregate import (
     GroupBy,
     Rates,
     chargeback,
+    charge_jobs,
     totals,
     trend,
 )
@@ -59,7 +60,8 @@ def test_rows_group_price_and_split() -> None:
         job("3", start=datetime(2026, 10, 31, 20), hours=8, account=None),  # half in November
         job("4", start=datetime(2026, 12, 1), hours=5),  # outside
     ]
-    rows = {r.key: r for r in chargeback(jobs, november, by=GroupBy.ACCOUNT, rates=RATES)}
+    charged = charge_jobs(jobs)
+    rows = {r.key: r for r in chargeback(charged, november, by=GroupBy.ACCOUNT, rates=RATES)}
     assert set(rows) == {"vision", "nlp", NO_VALUE}
     assert rows["vision"].allocated_gpu_seconds == 2 * 10 * 3600
     assert math.isclose(rows["vision"].cost, 20 * 2.0)
@@ -73,7 +75,7 @@ def test_rows_group_price_and_split() -> None:
         total.lost_gpu_seconds, total.allocated_gpu_seconds - total.useful_gpu_seconds
     )
     assert math.isclose(total.useful_ratio or 0, 0.5)
-    users = {r.key for r in chargeback(jobs, november, by=GroupBy.USER, rates=RATES)}
+    users = {r.key for r in chargeback(charged, november, by=GroupBy.USER, rates=RATES)}
     assert users == {"alice", "bob"}
 
 
@@ -83,7 +85,7 @@ def test_trend_has_a_row_per_month_for_every_group() -> None:
         job("2", start=datetime(2026, 11, 3), hours=10, account="nlp"),
     ]
     months = months_ending(parse_period("2026-11"), 3)
-    series = trend(jobs, months, by=GroupBy.ACCOUNT, rates=RATES)
+    series = trend(charge_jobs(jobs), months, by=GroupBy.ACCOUNT, rates=RATES)
     assert [r.jobs for r in series["vision"]] == [0, 1, 0]
     assert [r.jobs for r in series["nlp"]] == [0, 0, 1]
 
@@ -100,11 +102,12 @@ def test_months_sum_to_the_quarter(starts: list[int], hours: float, sm: float) -
         job(str(i), start=datetime(2026, 7, 1) + timedelta(hours=h), hours=hours, sm=sm)
         for i, h in enumerate(starts)
     ]
+    charged = charge_jobs(jobs)
     whole = totals(
-        chargeback(jobs, parse_period("2026-07-01..2027-12-31"), by=GroupBy.USER, rates=RATES)
+        chargeback(charged, parse_period("2026-07-01..2027-12-31"), by=GroupBy.USER, rates=RATES)
     )
     months = months_ending(parse_period("2027-12"), 18)
-    parts = [totals(chargeback(jobs, m, by=GroupBy.USER, rates=RATES)) for m in months]
+    parts = [totals(chargeback(charged, m, by=GroupBy.USER, rates=RATES)) for m in months]
     for name in ("allocated_gpu_seconds", "useful_gpu_seconds", "lost_gpu_seconds", "cost"):
         split = sum(getattr(p, name) for p in parts)
         assert math.isclose(split, getattr(whole, name), rel_tol=1e-9, abs_tol=1e-6), name

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from hpcscope.analysis.chargeback.periods import Period, overlap_share
-from hpcscope.analysis.chargeback.waste import JobUse, WasteCause, attribute_waste
+from hpcscope.analysis.chargeback.waste import JobCharge, JobUse, WasteCause, attribute_waste
 
 #: The group of jobs with no value for the grouping column.
 NO_VALUE = "(none)"
@@ -80,6 +80,20 @@ class ChargeRow:
         self.waste_cost += other.waste_cost
 
 
+@dataclass(frozen=True, slots=True)
+class ChargedJob:
+    """A job with its whole charge (:func:`attribute_waste`), computed once for every period
+    and view that reads it."""
+
+    job: JobUse
+    charge: JobCharge
+
+
+def charge_jobs(jobs: Iterable[JobUse]) -> list[ChargedJob]:
+    """Each job with its charge."""
+    return [ChargedJob(job, attribute_waste(job)) for job in jobs]
+
+
 def group_key(job: JobUse, by: GroupBy) -> str:
     value = {
         GroupBy.ACCOUNT: job.account,
@@ -90,25 +104,30 @@ def group_key(job: JobUse, by: GroupBy) -> str:
 
 
 def chargeback(
-    jobs: Iterable[JobUse], period: Period, *, by: GroupBy, rates: Rates
+    jobs: Iterable[ChargedJob], period: Period, *, by: GroupBy, rates: Rates
 ) -> list[ChargeRow]:
     """One row per group with jobs inside ``period``, most lost GPU-seconds first."""
     rows: dict[str, ChargeRow] = {}
-    for job in jobs:
+    for charged in jobs:
+        job = charged.job
         share = overlap_share(job.start_time, job.end_time, period)
         if share <= 0.0:
             continue
-        charge = attribute_waste(job).scaled(share)
+        charge = charged.charge.scaled(share)
         rate_per_second = rates.for_model(job.gpu_model) / 3600.0
         key = group_key(job, by)
-        row = rows.setdefault(key, ChargeRow(key))
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = ChargeRow(key)
         row.jobs += 1
         row.allocated_gpu_seconds += charge.allocated_gpu_seconds
         row.useful_gpu_seconds += charge.useful_gpu_seconds
+        lost = 0.0
         for cause, value in charge.waste_gpu_seconds.items():
             row.waste_gpu_seconds[cause] += value
+            lost += value
         row.cost += charge.allocated_gpu_seconds * rate_per_second
-        row.waste_cost += sum(charge.waste_gpu_seconds.values()) * rate_per_second
+        row.waste_cost += lost * rate_per_second
     return sorted(rows.values(), key=lambda r: (-r.lost_gpu_seconds, r.key))
 
 
@@ -121,7 +140,7 @@ def totals(rows: Iterable[ChargeRow], *, key: str = TOTAL) -> ChargeRow:
 
 
 def trend(
-    jobs: Iterable[JobUse], months: list[Period], *, by: GroupBy, rates: Rates
+    jobs: Iterable[ChargedJob], months: list[Period], *, by: GroupBy, rates: Rates
 ) -> dict[str, list[ChargeRow]]:
     """Per group, one row per period of ``months`` (an empty row where it had no job)."""
     listed = list(jobs)
@@ -145,19 +164,20 @@ class JobLoss:
 
 
 def top_losses(
-    jobs: Iterable[JobUse], period: Period, *, rates: Rates, limit: int = 10
+    jobs: Iterable[ChargedJob], period: Period, *, rates: Rates, limit: int = 10
 ) -> list[JobLoss]:
     """The ``limit`` jobs that lost the most GPU-seconds inside ``period`` (ties by job id)."""
     losses: list[JobLoss] = []
-    for job in jobs:
+    for charged in jobs:
+        job = charged.job
         share = overlap_share(job.start_time, job.end_time, period)
         if share <= 0.0:
             continue
-        waste = attribute_waste(job).scaled(share).waste_gpu_seconds
-        lost = sum(waste.values())
+        waste = charged.charge.waste_gpu_seconds
+        lost = sum(waste.values()) * share
         if lost <= 0.0:
             continue
-        main = max(WasteCause, key=lambda c: waste[c])
+        main = max(waste, key=waste.__getitem__)
         cost = lost * rates.for_model(job.gpu_model) / 3600.0
         losses.append(JobLoss(job.job_id, job.user, job.account, lost, main, cost))
     return sorted(losses, key=lambda j: (-j.lost_gpu_seconds, j.job_id))[:limit]

@@ -120,9 +120,12 @@ def charged_seconds(job: JobUse) -> tuple[float, float]:
     return allocated, useful
 
 
+_CAUSES = tuple(WasteCause)
+
+
 def _parts(job: JobUse, allocated: float) -> dict[WasteCause, float]:
     """Unscaled waste per cause from the GPU rows."""
-    parts = dict.fromkeys(WasteCause, 0.0)
+    parts = dict.fromkeys(_CAUSES, 0.0)
     if job.exit_cause in FAILED_EXIT_CAUSES:
         parts[WasteCause.FAILED_JOB] = 1.0  # all of W, whatever the GPUs did
         return parts
@@ -132,16 +135,20 @@ def _parts(job: JobUse, allocated: float) -> dict[WasteCause, float]:
         return parts
     share = allocated / count
     all_idle = bool(job.gpus) and all(g.verdict == IDLE_VERDICT for g in job.gpus)
+    idle_cause = WasteCause.IDLE_ALLOCATION if all_idle else WasteCause.OVER_REQUESTED
+    unmeasured = 0.0
     for gpu in job.gpus:
-        observed = min(max(0.0, gpu.observed_seconds), share)
-        measured = max(0.0, observed - max(0.0, gpu.useful_seconds))
+        observed = gpu.observed_seconds
+        observed = 0.0 if observed < 0.0 else share if observed > share else observed
+        useful = gpu.useful_seconds if gpu.useful_seconds > 0.0 else 0.0
         if gpu.verdict == IDLE_VERDICT:
-            cause = WasteCause.IDLE_ALLOCATION if all_idle else WasteCause.OVER_REQUESTED
+            cause = idle_cause
         else:
             cause = VERDICT_CAUSES.get(gpu.verdict, WasteCause.UNMEASURED)
-        parts[cause] += measured
-        parts[WasteCause.UNMEASURED] += share - observed
-    parts[WasteCause.UNMEASURED] += max(0, count - len(job.gpus)) * share
+        if observed > useful:
+            parts[cause] += observed - useful
+        unmeasured += share - observed
+    parts[WasteCause.UNMEASURED] += unmeasured + max(0, count - len(job.gpus)) * share
     return parts
 
 
@@ -154,14 +161,15 @@ def attribute_waste(job: JobUse) -> JobCharge:
     waste = allocated - useful
     parts = _parts(job, allocated)
     total = sum(parts.values())
-    result = dict.fromkeys(WasteCause, 0.0)
+    result = dict.fromkeys(_CAUSES, 0.0)
     if waste <= 0.0:
         return JobCharge(allocated, useful, result)
     if total <= 0.0:  # nothing measured explains it
         result[WasteCause.UNMEASURED] = waste
         return JobCharge(allocated, useful, result)
+    scale = waste / total
     for cause, part in parts.items():
-        result[cause] = waste * part / total
-    largest = max(result, key=lambda c: result[c])
+        result[cause] = part * scale
+    largest = max(result, key=result.__getitem__)
     result[largest] = max(0.0, result[largest] + waste - sum(result.values()))
     return JobCharge(allocated, useful, result)

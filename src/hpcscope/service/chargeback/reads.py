@@ -8,7 +8,6 @@ rates are the ``chargeback_gpu_hour_rates`` setting over the topology's ``gpu_ho
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime
 
@@ -17,6 +16,7 @@ from hpcscope.analysis.chargeback.aggregate import (
     ChargeRow,
     GroupBy,
     Rates,
+    charge_jobs,
     chargeback,
     top_losses,
     totals,
@@ -80,37 +80,36 @@ def job_uses(
     gpu_rows = queries.gpu_rows_overlapping(store, scope, start=start, end=end, account=account)
     models = node_models(topology)
     gpus: dict[str, list[GpuUse]] = {}
-    job_models: dict[str, Counter[str]] = {}
-    for row in gpu_rows.to_pylist():
-        job_id = str(row["job_id"])
-        gpus.setdefault(job_id, []).append(
-            GpuUse(
-                float(row["observed_seconds"] or 0.0),
-                float(row["useful_seconds"] or 0.0),
-                str(row["verdict"]),
-            )
-        )
-        model = models.get(str(row["node"]))
+    job_models: dict[str, dict[str, int]] = {}
+    g = gpu_rows.to_pydict()
+    for job_id, node, observed, useful, verdict in zip(
+        g["job_id"], g["node"], g["observed_seconds"], g["useful_seconds"], g["verdict"],
+        strict=True,
+    ):  # fmt: skip
+        gpus.setdefault(job_id, []).append(GpuUse(observed or 0.0, useful or 0.0, verdict))
+        model = models.get(node)
         if model is not None:
-            job_models.setdefault(job_id, Counter())[model] += 1
+            counts = job_models.setdefault(job_id, {})
+            counts[model] = counts.get(model, 0) + 1
     uses: list[JobUse] = []
-    for row in summaries.to_pylist():
-        job_id = str(row["job_id"])
+    c = summaries.to_pydict()
+    for i, job_id in enumerate(c["job_id"]):
         counted = job_models.get(job_id)
         uses.append(
             JobUse(
                 job_id=job_id,
-                user=row["user"],
-                account=row["account"],
-                partition=row["partition"],
-                gpu_model=counted.most_common(1)[0][0] if counted else None,
-                start_time=row["start_time"],
-                end_time=row["end_time"],
-                gpus_allocated=row["gpus_allocated"],
-                allocated_gpu_seconds=row["allocated_gpu_seconds"],
-                observed_gpu_seconds=float(row["observed_gpu_seconds"] or 0.0),
-                useful_gpu_seconds=float(row["useful_gpu_seconds"] or 0.0),
-                exit_cause=str(row["exit_cause"]),
+                user=c["user"][i],
+                account=c["account"][i],
+                partition=c["partition"][i],
+                # the most common model of its GPU rows (the first seen on a tie)
+                gpu_model=max(counted, key=counted.__getitem__) if counted else None,
+                start_time=c["start_time"][i],
+                end_time=c["end_time"][i],
+                gpus_allocated=c["gpus_allocated"][i],
+                allocated_gpu_seconds=c["allocated_gpu_seconds"][i],
+                observed_gpu_seconds=c["observed_gpu_seconds"][i] or 0.0,
+                useful_gpu_seconds=c["useful_gpu_seconds"][i] or 0.0,
+                exit_cause=c["exit_cause"][i],
                 gpus=tuple(gpus.get(job_id, ())),
             )
         )
@@ -155,7 +154,8 @@ def report(
     """Chargeback of ``period`` grouped ``by``, over the jobs ``principal`` may see."""
     rates = rates_of(settings, topology)
     uses = job_uses(store, principal, topology, start=period.start, end=period.end, account=account)
-    rows = chargeback(uses, period, by=by, rates=rates)
+    charged = charge_jobs(uses)
+    rows = chargeback(charged, period, by=by, rates=rates)
     return ChargebackReport(
         by=by.value,
         period=period.label,
@@ -178,7 +178,7 @@ def report(
                 main_cause=j.main_cause.value,
                 lost_cost=j.lost_cost,
             )
-            for j in top_losses(uses, period, rates=rates)
+            for j in top_losses(charged, period, rates=rates)
         ],
     )
 
@@ -207,7 +207,9 @@ def trend(
     rates = rates_of(settings, topology)
     spans = months_ending(period, months)
     uses = job_uses(store, principal, topology, start=spans[0].start, end=spans[-1].end)
-    per_group: Mapping[str, list[ChargeRow]] = monthly_trend(uses, spans, by=by, rates=rates)
+    per_group: Mapping[str, list[ChargeRow]] = monthly_trend(
+        charge_jobs(uses), spans, by=by, rates=rates
+    )
     ordered = sorted(per_group.items(), key=lambda kv: -sum(r.lost_gpu_seconds for r in kv[1]))
     total = [totals(rows[i] for rows in per_group.values()) for i in range(len(spans))]
     return ChargebackTrend(
