@@ -12,8 +12,8 @@ from hpcscope.analysis.chargeback.aggregate import (
     NO_VALUE,
     GroupBy,
     Rates,
-    chargeback,
     charge_jobs,
+    chargeback,
     totals,
     trend,
 )

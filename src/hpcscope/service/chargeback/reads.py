@@ -11,19 +11,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+import polars as pl
+import pyarrow as pa
+
 from hpcscope.analysis.chargeback.aggregate import (
     TOTAL,
+    ChargedJob,
     ChargeRow,
     GroupBy,
     Rates,
-    charge_jobs,
     chargeback,
     top_losses,
     totals,
 )
 from hpcscope.analysis.chargeback.aggregate import trend as monthly_trend
+from hpcscope.analysis.chargeback.frames import job_charges
 from hpcscope.analysis.chargeback.periods import Period, months_ending
-from hpcscope.analysis.chargeback.waste import CAUSE_LABELS, GpuUse, JobUse, WasteCause
+from hpcscope.analysis.chargeback.waste import CAUSE_LABELS, JobUse, WasteCause
 from hpcscope.model.access import Principal
 from hpcscope.model.timeutil import iso_z
 from hpcscope.model.topology import Topology
@@ -65,7 +69,7 @@ def scope_text(principal: Principal) -> str:
     return f"jobs of {principal.name}"
 
 
-def job_uses(
+def charged_jobs(
     store: Store,
     principal: Principal,
     topology: Topology,
@@ -73,47 +77,49 @@ def job_uses(
     start: datetime,
     end: datetime,
     account: str | None = None,
-) -> list[JobUse]:
-    """The kept summaries ``principal`` may see of jobs overlapping ``[start, end)``."""
+) -> list[ChargedJob]:
+    """The kept summaries ``principal`` may see of jobs overlapping ``[start, end)``, each with
+    its charge (attributed over the GPU rows at once: :func:`~hpcscope.analysis.chargeback.
+    frames.job_charges`; the jobs carry no GPU rows of their own)."""
     scope = principal.job_scope()
     summaries = queries.summaries_overlapping(store, scope, start=start, end=end, account=account)
     gpu_rows = queries.gpu_rows_overlapping(store, scope, start=start, end=end, account=account)
+    charges = job_charges(_frame(summaries), _frame(gpu_rows))
     models = node_models(topology)
-    gpus: dict[str, list[GpuUse]] = {}
     job_models: dict[str, dict[str, int]] = {}
-    g = gpu_rows.to_pydict()
-    for job_id, node, observed, useful, verdict in zip(
-        g["job_id"], g["node"], g["observed_seconds"], g["useful_seconds"], g["verdict"],
-        strict=True,
-    ):  # fmt: skip
-        gpus.setdefault(job_id, []).append(GpuUse(observed or 0.0, useful or 0.0, verdict))
+    g = gpu_rows.select(["job_id", "node"]).to_pydict()
+    for job_id, node in zip(g["job_id"], g["node"], strict=True):
         model = models.get(node)
         if model is not None:
             counts = job_models.setdefault(job_id, {})
             counts[model] = counts.get(model, 0) + 1
-    uses: list[JobUse] = []
+    charged: list[ChargedJob] = []
     c = summaries.to_pydict()
     for i, job_id in enumerate(c["job_id"]):
         counted = job_models.get(job_id)
-        uses.append(
-            JobUse(
-                job_id=job_id,
-                user=c["user"][i],
-                account=c["account"][i],
-                partition=c["partition"][i],
-                # the most common model of its GPU rows (the first seen on a tie)
-                gpu_model=max(counted, key=counted.__getitem__) if counted else None,
-                start_time=c["start_time"][i],
-                end_time=c["end_time"][i],
-                gpus_allocated=c["gpus_allocated"][i],
-                allocated_gpu_seconds=c["allocated_gpu_seconds"][i],
-                observed_gpu_seconds=c["observed_gpu_seconds"][i] or 0.0,
-                useful_gpu_seconds=c["useful_gpu_seconds"][i] or 0.0,
-                exit_cause=c["exit_cause"][i],
-                gpus=tuple(gpus.get(job_id, ())),
-            )
+        use = JobUse(
+            job_id=job_id,
+            user=c["user"][i],
+            account=c["account"][i],
+            partition=c["partition"][i],
+            # the most common model of its GPU rows (the first seen on a tie)
+            gpu_model=max(counted, key=counted.__getitem__) if counted else None,
+            start_time=c["start_time"][i],
+            end_time=c["end_time"][i],
+            gpus_allocated=c["gpus_allocated"][i],
+            allocated_gpu_seconds=c["allocated_gpu_seconds"][i],
+            observed_gpu_seconds=c["observed_gpu_seconds"][i] or 0.0,
+            useful_gpu_seconds=c["useful_gpu_seconds"][i] or 0.0,
+            exit_cause=c["exit_cause"][i],
         )
-    return uses
+        charged.append(ChargedJob(use, charges[job_id]))
+    return charged
+
+
+def _frame(table: pa.Table) -> pl.DataFrame:
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def row_document(row: ChargeRow) -> ChargeRowDocument:
@@ -153,8 +159,9 @@ def report(
 ) -> ChargebackReport:
     """Chargeback of ``period`` grouped ``by``, over the jobs ``principal`` may see."""
     rates = rates_of(settings, topology)
-    uses = job_uses(store, principal, topology, start=period.start, end=period.end, account=account)
-    charged = charge_jobs(uses)
+    charged = charged_jobs(
+        store, principal, topology, start=period.start, end=period.end, account=account
+    )
     rows = chargeback(charged, period, by=by, rates=rates)
     return ChargebackReport(
         by=by.value,
@@ -206,10 +213,8 @@ def trend(
     """Lost GPU-hours and cost per group over the ``months`` months up to ``period``'s last."""
     rates = rates_of(settings, topology)
     spans = months_ending(period, months)
-    uses = job_uses(store, principal, topology, start=spans[0].start, end=spans[-1].end)
-    per_group: Mapping[str, list[ChargeRow]] = monthly_trend(
-        charge_jobs(uses), spans, by=by, rates=rates
-    )
+    charged = charged_jobs(store, principal, topology, start=spans[0].start, end=spans[-1].end)
+    per_group: Mapping[str, list[ChargeRow]] = monthly_trend(charged, spans, by=by, rates=rates)
     ordered = sorted(per_group.items(), key=lambda kv: -sum(r.lost_gpu_seconds for r in kv[1]))
     total = [totals(rows[i] for rows in per_group.values()) for i in range(len(spans))]
     return ChargebackTrend(
