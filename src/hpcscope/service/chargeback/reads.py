@@ -85,25 +85,16 @@ def charged_jobs(
     summaries = queries.summaries_overlapping(store, scope, start=start, end=end, account=account)
     gpu_rows = queries.gpu_rows_overlapping(store, scope, start=start, end=end, account=account)
     charges = job_charges(_frame(summaries), _frame(gpu_rows))
-    models = node_models(topology)
-    job_models: dict[str, dict[str, int]] = {}
-    g = gpu_rows.select(["job_id", "node"]).to_pydict()
-    for job_id, node in zip(g["job_id"], g["node"], strict=True):
-        model = models.get(node)
-        if model is not None:
-            counts = job_models.setdefault(job_id, {})
-            counts[model] = counts.get(model, 0) + 1
+    job_models = _job_models(_frame(gpu_rows.select(["job_id", "node"])), topology)
     charged: list[ChargedJob] = []
     c = summaries.to_pydict()
     for i, job_id in enumerate(c["job_id"]):
-        counted = job_models.get(job_id)
         use = JobUse(
             job_id=job_id,
             user=c["user"][i],
             account=c["account"][i],
             partition=c["partition"][i],
-            # the most common model of its GPU rows (the first seen on a tie)
-            gpu_model=max(counted, key=counted.__getitem__) if counted else None,
+            gpu_model=job_models.get(job_id),
             start_time=c["start_time"][i],
             end_time=c["end_time"][i],
             gpus_allocated=c["gpus_allocated"][i],
@@ -114,6 +105,22 @@ def charged_jobs(
         )
         charged.append(ChargedJob(use, charges[job_id]))
     return charged
+
+
+def _job_models(gpu_nodes: pl.DataFrame, topology: Topology) -> dict[str, str]:
+    """Job id -> the most common GPU model of its GPU rows' nodes (by name on a tie)."""
+    models = node_models(topology)
+    counted = (
+        gpu_nodes.with_columns(
+            pl.col("node").replace_strict(models, default=None, return_dtype=pl.String).alias("m")
+        )
+        .drop_nulls("m")
+        .group_by("job_id", "m")
+        .agg(pl.len().alias("n"))
+        .sort(["job_id", "n", "m"], descending=[False, True, False])
+        .unique("job_id", keep="first", maintain_order=True)
+    )
+    return dict(zip(counted["job_id"].to_list(), counted["m"].to_list(), strict=True))
 
 
 def _frame(table: pa.Table) -> pl.DataFrame:
