@@ -47,6 +47,7 @@ def api_request(
     as_json: bool,
     body: dict[str, Any] | None = None,
     expect: tuple[int, ...] = (200,),
+    text: bool = False,
 ) -> Any:
     """The JSON answer of ``method url+path``; exits with one clear line on any failure.
 
@@ -55,6 +56,7 @@ def api_request(
             HTTP Basic (both needed).
         body: a JSON body (POST).
         expect: the statuses that are success.
+        text: return the body as text (a CSV export) instead of its JSON.
     """
     import httpx2  # only when a command talks to a server (hpcscope --help stays light)
 
@@ -78,7 +80,7 @@ def api_request(
     except httpx2.HTTPError as exc:
         fail(f"cannot reach {url}: {exc}", as_json=as_json)
     if response.status_code in expect:
-        return response.json()
+        return str(response.text) if text else response.json()
     if response.status_code == 401:
         fail("authentication failed" + (" (token)" if token else ""), as_json=as_json)
     detail = _detail(response)
@@ -110,3 +112,14 @@ def api_get(
     """The JSON of ``GET url+path`` as ``user`` or with ``token``; exits with one clear line on
     any failure."""
     return api_request("GET", url, path, user=user, password=password, token=token, as_json=as_json)
+
+
+def api_get_text(
+    url: str, path: str, user: str | None, password: str | None, *, token: str | None = None
+) -> str:
+    """The body of ``GET url+path`` as text (a CSV export); fails as :func:`api_get`."""
+    return str(
+        api_request(
+            "GET", url, path, user=user, password=password, token=token, as_json=False, text=True
+        )
+    )

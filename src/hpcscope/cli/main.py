@@ -61,6 +61,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "Simulate how stragglers, jitter and hiccups cost a training job as it scales.",
     ),
     "version": LazyCommand("hpcscope.cli.version_cmd", "Print the hpcscope version."),
+    "chargeback": LazyCommand(
+        "hpcscope.cli.chargeback_cmd",
+        "Chargeback and waste: GPU-hours allocated, useful and lost by cause, and cost.",
+    ),
     "twin": LazyCommand(
         "hpcscope.cli.twin_cmd",
         "The digital twin: a simulated cluster emitting the real formats.",

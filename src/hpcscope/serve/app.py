@@ -28,6 +28,7 @@ from hpcscope.serve.edge import EdgeMiddleware
 from hpcscope.serve.routes import (
     alerts,
     auth_routes,
+    chargeback,
     cluster,
     diagram,
     health,
@@ -61,6 +62,7 @@ ROUTERS = [
     tokens.router,
     notify.router,
     slo.router,
+    chargeback.router,
 ]
 
 

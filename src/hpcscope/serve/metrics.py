@@ -24,6 +24,7 @@ from hpcscope import __version__
 from hpcscope.model.access import system_principal
 from hpcscope.model.alerts import VECTOR_NAMES, Severity
 from hpcscope.model.timeutil import epoch_seconds, utcnow
+from hpcscope.service.chargeback.reads import account_seconds
 from hpcscope.service.core import Service
 from hpcscope.service.slo.config import SloConfig
 from hpcscope.service.slo.engine import slo_counters
@@ -57,6 +58,7 @@ class HpcscopeCollector:
         yield from self._scrapes()
         yield from self._alerts()
         yield from self._slo()
+        yield from self._chargeback()
 
     def _jobs(self) -> Iterator[Metric]:
         live = self.service.live_job_gpus(_SYSTEM, window=LIVE_WINDOW)
@@ -189,6 +191,24 @@ class HpcscopeCollector:
             objective.add_metric([counter.slo], counter.objective_ratio)
             remaining.add_metric([counter.slo], counter.budget_remaining_ratio)
         yield from (jobs, gpu, objective, remaining)
+
+    def _chargeback(self) -> Iterator[Metric]:
+        """Allocated and useful GPU-seconds of finished jobs per account, as chargeback counts
+        them (``docs/chargeback.md``): counters, since kept summaries are never deleted."""
+        allocated = CounterMetricFamily(
+            "hpcscope_account_allocated_gpu_seconds",
+            "Allocated GPU-seconds (GPUs x elapsed) of finished jobs, per Slurm account.",
+            labels=["account"],
+        )
+        useful = CounterMetricFamily(
+            "hpcscope_account_useful_gpu_seconds",
+            "Useful GPU-seconds (sample interval x SM active) of finished jobs, per account.",
+            labels=["account"],
+        )
+        for account, allocated_seconds, useful_seconds in account_seconds(self.service.store):
+            allocated.add_metric([account], allocated_seconds)
+            useful.add_metric([account], useful_seconds)
+        yield from (allocated, useful)
 
 
 def metrics_registry(service: Service) -> CollectorRegistry:

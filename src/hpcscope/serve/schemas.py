@@ -23,6 +23,7 @@ from hpcscope.service.alerts.contracts import (
     AlertList,
     JobAlerts,
 )
+from hpcscope.service.chargeback.contracts import ChargebackReport, ChargebackTrend
 from hpcscope.service.diagram.cards import ElementCard
 from hpcscope.service.identity.contracts import CreatedTokenDocument, TokenList
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
@@ -89,6 +90,8 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "slo-report": SloReport,
     "job-report-with-phases": JobReportWithPhases,
     "job-phases": JobPhases,
+    "chargeback": ChargebackReport,
+    "chargeback-trend": ChargebackTrend,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).

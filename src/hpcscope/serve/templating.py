@@ -32,6 +32,7 @@ NAV: list[tuple[str, str]] = [
     ("/tokens", "API tokens"),
     ("/notify", "Notifications"),
     ("/slo", "SLOs"),
+    ("/chargeback", "Chargeback"),
 ]
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))

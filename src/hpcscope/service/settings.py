@@ -401,6 +401,34 @@ class Settings(BaseModel):
         description="The collector evaluates the SLOs' burn-rate alerts into the alert engine "
         "on its first cycle and then once per this many cycles.",
     )
+    chargeback_gpu_hour_rates: dict[str, float] = Field(
+        default_factory=dict,
+        description="Chargeback price of one GPU-hour per GPU model name (the topology's "
+        "model, e.g. H100-SXM5-80GB); models not named cost the topology's gpu_hour_price. "
+        "Environment: MODEL=RATE,MODEL=RATE.",
+    )
+
+    @field_validator("chargeback_gpu_hour_rates", mode="before")
+    @classmethod
+    def _rates_list(cls, value: object) -> object:
+        # HPCSCOPE_CHARGEBACK_GPU_HOUR_RATES=H100-SXM5-80GB=2.5,A100-SXM4-80GB=1.6
+        if isinstance(value, str):
+            rates: dict[str, str] = {}
+            for part in filter(None, (p.strip() for p in value.split(","))):
+                model, sep, rate = part.rpartition("=")
+                if not sep or not model.strip():
+                    raise ValueError(f"not MODEL=RATE: {part!r}")
+                rates[model.strip()] = rate.strip()
+            return {k: float(v) for k, v in rates.items()}
+        return value
+
+    @field_validator("chargeback_gpu_hour_rates")
+    @classmethod
+    def _rates_positive(cls, value: dict[str, float]) -> dict[str, float]:
+        for model, rate in value.items():
+            if not rate >= 0:
+                raise ValueError(f"rate of {model!r} must be >= 0, not {rate}")
+        return value
 
     @field_validator("lustre_jobid_pattern")
     @classmethod

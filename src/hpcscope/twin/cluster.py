@@ -33,7 +33,7 @@ from hpcscope.model.topology import Hca, Topology
 from hpcscope.twin.dcgm import DcgmEndpoint
 from hpcscope.twin.lustre import LustreJobStats
 from hpcscope.twin.node_exporter import InfinibandEndpoint, PortTraffic
-from hpcscope.twin.scheduler import Scheduler
+from hpcscope.twin.scheduler import Scheduler, SimJob
 from hpcscope.twin.slurmrestd import jobs_response
 from hpcscope.twin.traces import TraceSpool
 from hpcscope.twin.workloads import (
@@ -110,6 +110,24 @@ def metrics_route(endpoint: Collectable) -> Route:
         return 200, "text/plain; version=0.0.4; charset=utf-8", endpoint.collect().encode()
 
     return route
+
+
+def job_gpu_shares(
+    topology: Topology, scheduler: Scheduler, job: SimJob, node: str, gpu_index: int, now: float
+) -> TimeShares:
+    """The time budget of one GPU of a running job at ``now``: its profile's, or, once the
+    job's Xid fired, a stopped faulty GPU and peers hanging in NCCL until the job is killed."""
+    memory = topology.node(node).gpus[gpu_index].model.memory_bytes
+    if job.faulted(now):
+        if scheduler.failing_gpu(job) == (node, gpu_index):
+            return TimeShares(0.0, 0.0, 0.0, 0.0, 0.3 * memory, 0.0, 0.0)
+        return TimeShares(0.0, 1.0, 0.0, 0.0, 0.8 * memory, 0.0, 0.0)
+    return shares_for(
+        job.profile,
+        gpu_index=job.allocation.index((node, gpu_index)),
+        straggler_gpu=job.straggler_gpu,
+        memory_bytes=memory,
+    )
 
 
 class TwinCluster:
@@ -302,18 +320,8 @@ class TwinCluster:
                 job = self.scheduler.running_on(node).get(gpu_index)
                 if job is None:
                     return None
-                position = job.allocation.index((node, gpu_index))
-                memory = self.topology.node(node).gpus[gpu_index].model.memory_bytes
-                if job.faulted(self.now()):
-                    # the faulty GPU stops; its peers hang in NCCL until the job is killed
-                    if self.scheduler.failing_gpu(job) == (node, gpu_index):
-                        return TimeShares(0.0, 0.0, 0.0, 0.0, 0.3 * memory, 0.0, 0.0)
-                    return TimeShares(0.0, 1.0, 0.0, 0.0, 0.8 * memory, 0.0, 0.0)
-                return shares_for(
-                    job.profile,
-                    gpu_index=position,
-                    straggler_gpu=job.straggler_gpu,
-                    memory_bytes=memory,
+                return job_gpu_shares(
+                    self.topology, self.scheduler, job, node, gpu_index, self.now()
                 )
 
         return shares
