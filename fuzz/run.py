@@ -60,6 +60,8 @@ def fuzz_one(target: Target, libfuzzer_args: list[str], *, keep: bool) -> None:
     corpus = CORPUS / target.name
     scratch = corpus if keep else Path(tempfile.mkdtemp(prefix=f"fuzz-{target.name}-"))
     dirs = [str(scratch)] if keep else [str(scratch), str(corpus)]
+    if any(Path(arg).is_file() for arg in libfuzzer_args):  # reproduce: run just those inputs
+        dirs = []
     argv = [
         sys.argv[0],
         *dirs,
