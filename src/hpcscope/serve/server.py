@@ -15,6 +15,8 @@ from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
+from hpcscope.service.telemetry_rules.engine import TelemetryRules
+from hpcscope.service.telemetry_rules.engine import port_gpus as telemetry_port_gpus
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +89,15 @@ def run_server(
         service, SecurityEventBuffer(max_rows=service.settings.security_buffer_rows)
     )
     config = CollectorConfig.from_settings(service.settings, rules=service.rules, security=security)
+    telemetry = TelemetryRules(
+        service.store, service.rules, port_gpus=telemetry_port_gpus(service.topology)
+    )  # the telemetry rules run after each cycle (service/telemetry_rules/engine.py)
     collector = (
-        Collector(service.store, config, after_cycle=[service.upkeep().after_cycle])
+        Collector(
+            service.store,
+            config,
+            after_cycle=[service.upkeep().after_cycle, telemetry.after_cycle],
+        )
         if config is not None
         else None
     )

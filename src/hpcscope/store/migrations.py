@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRICS
+from hpcscope.store.telemetry_rules import TELEMETRY_RULES_DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,5 +322,10 @@ CREATE TABLE alerts (
     state_at TIMESTAMP
 );
 """,
+    ),
+    Migration(
+        13,
+        "lustre_changelog, gpu_processes: what the telemetry rules read (DP-1/2, GM-1/2)",
+        TELEMETRY_RULES_DDL,
     ),
 )
