@@ -210,3 +210,19 @@ def enabled(rules: Mapping[str, RuleSpec], rule_id: str) -> RuleSpec | None:
     """The rule when the site has it and it is enabled."""
     spec = rules.get(rule_id)
     return spec if spec is not None and spec.enabled else None
+
+
+def port_subject(port: tuple[str, int]) -> str:
+    """``"port mlx5_3/1"``: the subject of a port's alert."""
+    return f"port {port[0]}/{port[1]}"
+
+
+def port_gpu(port_gpus: Mapping[PortKey, int], node: str, port: tuple[str, int]) -> int | None:
+    """The GPU beside ``port`` of ``node`` (None when the map does not know it)."""
+    return port_gpus.get((node, port[0], port[1]))
+
+
+def job_at(jobs: Sequence[JobSpan], node: str, ts: datetime) -> JobSpan | None:
+    """The job holding ``node`` at ``ts`` (the first by id), or None."""
+    held = jobs_on(jobs, node, ts)
+    return held[0] if held else None

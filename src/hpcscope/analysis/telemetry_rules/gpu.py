@@ -30,6 +30,7 @@ import polars as pl
 from hpcscope.analysis.telemetry_rules.common import (
     JobSpan,
     enabled,
+    merge,
     runs,
     span_text,
     telemetry_alert,
@@ -229,4 +230,4 @@ def gpu_alerts(
         out += gm1_memory_after_epilog(spec, samples, allocations, jobs, processes)
     if (spec := enabled(rules, "GM-2")) is not None:
         out += gm2_foreign_process(spec, processes, allocations, jobs)
-    return out
+    return merge(out)

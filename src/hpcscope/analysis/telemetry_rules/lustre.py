@@ -29,7 +29,13 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from hpcscope.analysis.counters import counter_increase
-from hpcscope.analysis.telemetry_rules.common import JobSpan, enabled, megabytes, telemetry_alert
+from hpcscope.analysis.telemetry_rules.common import (
+    JobSpan,
+    enabled,
+    megabytes,
+    merge,
+    telemetry_alert,
+)
 from hpcscope.analysis.telemetry_rules.residual import LustreInterval
 from hpcscope.model.alerts import Alert, RuleSpec, Severity
 
@@ -75,7 +81,10 @@ def job_stats_increases(job_stats: pl.DataFrame, operations: Sequence[str]) -> p
         0 then) and ``bytes`` the increase since (across a restart of the entry: the new
         value, :func:`~hpcscope.analysis.counters.counter_increase`).
     """
-    frame = job_stats.filter(pl.col("operation").is_in(list(operations))).sort([*_SERIES, "ts"])
+    if job_stats.height == 0:
+        frame = job_stats
+    else:
+        frame = job_stats.filter(pl.col("operation").is_in(list(operations))).sort([*_SERIES, "ts"])
     if frame.height == 0:
         return pl.DataFrame(
             schema={"server": pl.String, "target": pl.String, "job_id": pl.String,
@@ -292,4 +301,4 @@ def lustre_alerts(
         out += dp4_training_writes(
             spec, job_stats_increases(job_stats, ("write_bytes",)), jobs, datasets
         )
-    return out
+    return merge(out)
