@@ -126,10 +126,12 @@ def parse_changelog(
             "source": source,
             "line": number,
         }
-        tokens = line[head.end() :].split()
         last_key: str | None = None
         bad: str | None = None
-        for token in tokens:
+        bad_column = head.end() + 1
+        for found_token in re.finditer(r"\S+", line[head.end() :]):
+            token = found_token.group()
+            bad_column = head.end() + found_token.start() + 1
             key, eq, value = token.partition("=")
             if eq and key in {"t", "p", "s", "sp"}:
                 if not _FID.fullmatch(value):
@@ -163,9 +165,7 @@ def parse_changelog(
             else:
                 last_key = None  # an unknown field of a newer Lustre: ignored
         if bad is not None:
-            errors.append(
-                ChangelogFormatError(bad, source=source, line=number, column=head.end() + 1)
-            )
+            errors.append(ChangelogFormatError(bad, source=source, line=number, column=bad_column))
             continue
         if resolve is not None:
             parent = row["parent_fid"]
