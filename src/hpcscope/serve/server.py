@@ -15,7 +15,7 @@ from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
-from hpcscope.service.telemetry_rules.engine import TelemetryRules
+from hpcscope.service.telemetry_rules.engine import TelemetryRules, spools_from_settings
 from hpcscope.service.telemetry_rules.engine import port_gpus as telemetry_port_gpus
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,10 @@ def run_server(
     )
     config = CollectorConfig.from_settings(service.settings, rules=service.rules, security=security)
     telemetry = TelemetryRules(
-        service.store, service.rules, port_gpus=telemetry_port_gpus(service.topology)
+        service.store,
+        service.rules,
+        port_gpus=telemetry_port_gpus(service.topology),
+        spools=spools_from_settings(service.store, service.settings),
     )  # the telemetry rules run after each cycle (service/telemetry_rules/engine.py)
     collector = (
         Collector(

@@ -114,3 +114,34 @@ def test_with_lists_replaces_only_the_named_lists(rules: dict[str, RuleSpec]) ->
     changed = with_lists(rules, {"DP-1": {"datasets": ["/d vision OST1"]}})
     assert changed["DP-1"].items("datasets") == ("/d vision OST1",)
     assert changed["DP-1"].items("write_types") == rules["DP-1"].items("write_types")
+
+
+def test_shipped_thresholds_are_the_reference_starting_values(rules: dict[str, RuleSpec]) -> None:
+    assert rules["RD-1"].threshold("floor_bytes_per_second") == 50e6
+    assert rules["RD-1"].threshold("idle_factor") == 10
+    assert rules["RD-2"].threshold("floor_bytes_per_second") == 100e6
+    assert rules["RD-2"].threshold("consecutive_scrapes") == 3
+    assert rules["RD-2b"].threshold("integral_bytes") == 50e9
+    assert rules["RD-3"].threshold("ratio_to_median") == 1.5
+    assert rules["RD-7"].threshold("correlation") == 0.9
+    assert rules["SC-4"].threshold("min_seconds") == 120
+    assert rules["GM-1"].threshold("fb_used_bytes") == 1024 * 2**20
+    assert (rules["SC-4"].severity, rules["GM-2"].severity) == (Severity.CRITICAL,) * 2
+
+
+def test_spools_from_settings(tmp_path: Path, rules: dict[str, RuleSpec]) -> None:
+    from hpcscope.service.settings import Settings
+    from hpcscope.service.telemetry_rules.engine import spools_from_settings
+
+    (tmp_path / "changelog").mkdir()
+    (tmp_path / "changelog" / "fs-MDT0000.changelog").write_text(
+        "1 01CREAT 12:00:00.000000000 2026.12.01 0x0 t=[0x1:0x2:0x0] j=7:0:n1 ef=0xf "
+        "u=1:1 nid=0@lo p=[0x1:0x1:0x0] a\n2 01CREAT 12:00:01"  # the second line is incomplete
+    )
+    settings = Settings(lustre_changelog_dir=tmp_path / "changelog",
+                        gpu_processes_dir=tmp_path / "procs")  # fmt: skip
+    with Store(tmp_path / "s.duckdb") as store:
+        spools = spools_from_settings(store, settings)
+        assert len(spools) == 2
+        TelemetryRules(store, rules, spools=spools).evaluate_once()
+        assert queries.changelog(store).num_rows == 1

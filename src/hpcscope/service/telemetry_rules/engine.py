@@ -18,7 +18,7 @@ old episode).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -32,6 +32,8 @@ from hpcscope.model.alerts import Alert, RuleSpec
 from hpcscope.model.hostlist import HostlistError, expand_hostlist
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology
+from hpcscope.service.settings import Settings
+from hpcscope.service.telemetry_rules.spool import ChangelogSpool, ProcessSpool, fid2path
 from hpcscope.store import Store
 from hpcscope.store import alerts as alert_store
 from hpcscope.store import telemetry_rules as queries
@@ -104,6 +106,8 @@ class TelemetryRules:
         rules: the site's rules by id (telemetry ones are picked by id).
         port_gpus: (node, device, port) -> GPU (:func:`port_gpus` of the topology).
         now: the clock (the collector's; tests pass simulated time).
+        spools: the changelog and process spools read before each run
+            (:mod:`hpcscope.service.telemetry_rules.spool`).
     """
 
     def __init__(
@@ -113,8 +117,10 @@ class TelemetryRules:
         *,
         port_gpus: Mapping[PortKey, int] | None = None,
         now: Callable[[], datetime] = utcnow,
+        spools: Sequence[ChangelogSpool | ProcessSpool] = (),
     ) -> None:
         self.store = store
+        self.spools = tuple(spools)
         self.rules = dict(rules)
         self.port_gpus = dict(port_gpus or {})
         self._now = now
@@ -213,6 +219,10 @@ class TelemetryRules:
     def evaluate_once(self, *, now: datetime | None = None) -> TelemetryCycle:
         """Read, evaluate, store (module docstring)."""
         at = now or self._now()
+        for spool in self.spools:
+            read = spool.collect_once()
+            for error in read.errors[:5]:
+                log.warning("telemetry spool: %s", error)
         inputs = self.read(at)
         alerts = self._fresh(evaluate(inputs, self.rules))
         written = alert_store.upsert_alerts(self.store, alerts).result() if alerts else 0
@@ -238,3 +248,21 @@ class TelemetryRules:
         except Exception:  # the rules must never stop collection
             log.exception("telemetry rules failed")
             return None
+
+
+def spools_from_settings(store: Store, settings: Settings) -> list[ChangelogSpool | ProcessSpool]:
+    """The spools a site configured (``lustre_changelog_dir``, ``gpu_processes_dir``)."""
+    spools: list[ChangelogSpool | ProcessSpool] = []
+    if settings.lustre_changelog_dir is not None:
+        mount = settings.lustre_fid2path_mount
+        spools.append(
+            ChangelogSpool(
+                store,
+                settings.lustre_changelog_dir,
+                resolve=fid2path(mount) if mount else None,
+                jobid_pattern=settings.lustre_jobid_pattern,
+            )
+        )
+    if settings.gpu_processes_dir is not None:
+        spools.append(ProcessSpool(store, settings.gpu_processes_dir))
+    return spools
