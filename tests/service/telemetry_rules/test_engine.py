@@ -145,3 +145,24 @@ def test_spools_from_settings(tmp_path: Path, rules: dict[str, RuleSpec]) -> Non
         assert len(spools) == 2
         TelemetryRules(store, rules, spools=spools).evaluate_once()
         assert queries.changelog(store).num_rows == 1
+
+
+def test_telemetry_alerts_are_scoped_like_every_alert(
+    rules: dict[str, RuleSpec], tmp_path: Path
+) -> None:
+    """G3: a researcher sees alerts on their own jobs, a coordinator their account's, alerts on
+    no job (an idle node's RD-1/RD-6, SC-4) are the admins' only."""
+    store, _ = replay(attacks_telemetry.foreign_process(T0), tmp_path / "a", rules)
+    idle, _ = replay(attacks_telemetry.counter_reset(T0), tmp_path / "b", rules)
+    try:
+        bob = JobScope(all_jobs=False, users=frozenset({"bob"}))
+        alice = JobScope(all_jobs=False, users=frozenset({"alice"}))
+        nlp = JobScope(all_jobs=False, accounts=frozenset({"nlp"}))
+        assert [a.rule_id for a in alerts(store, bob)] == ["GM-2"]
+        assert [a.rule_id for a in alerts(store, nlp)] == ["GM-2"]
+        assert alerts(store, alice) == []
+        assert alerts(idle, bob) == [] and alerts(idle, alice) == []
+        assert [a.rule_id for a in alerts(idle, JobScope(all_jobs=True))] == ["RD-6"]
+    finally:
+        store.close()
+        idle.close()
