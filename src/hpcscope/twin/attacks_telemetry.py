@@ -43,13 +43,13 @@ from hpcscope.twin.telemetry_scenery import (
     MDT,
     MINUTE,
     TRAIN_FID,
-    _allocations,
-    _at,
-    _dp,
-    _job,
-    _plus,
-    _quiet,
+    allocation_rows,
+    at_seconds,
+    data_parallel,
+    job_row,
+    quiet,
     spread,
+    with_extra,
 )
 from hpcscope.twin.telemetry_traces import (
     SCRAPE_SECONDS,
@@ -91,15 +91,15 @@ def dp_node_over_median(t0: int) -> Scenario:
 
     def attacker(t: float) -> PortTraffic:
         traffic = spread(base, base)
-        return _plus(traffic, 5, tx=0.8 * base) if 10 * MINUTE < t <= 14 * MINUTE else traffic
+        return with_extra(traffic, 5, tx=0.8 * base) if 10 * MINUTE < t <= 14 * MINUTE else traffic
 
     s.pages = ib_pages(
         t0,
-        [IbNode(n, attacker if n == "gpu02" else _dp(base)) for n in nodes],
+        [IbNode(n, attacker if n == "gpu02" else data_parallel(base)) for n in nodes],
         duration_seconds=16 * MINUTE,
         seed=2,
     )
-    s.slurm_jobs = [_job(t0, "4410001", nodes)]
+    s.slurm_jobs = [job_row(t0, "4410001", nodes)]
     s.expected = {"RD-3": 1, "RD-2": 1}
     s.evaluate_at_ns = t0 + int(16 * MINUTE * SECOND_NS)
     return s
@@ -113,15 +113,15 @@ def low_and_slow(t0: int) -> Scenario:
 
     def leaking(t: float) -> PortTraffic:
         traffic = spread(base, base)
-        return _plus(traffic, 1, tx=60 * MB) if t > 6 * MINUTE else traffic
+        return with_extra(traffic, 1, tx=60 * MB) if t > 6 * MINUTE else traffic
 
     s.pages = ib_pages(
         t0,
-        [IbNode(n, leaking if n == "gpu06" else _dp(base)) for n in nodes],
+        [IbNode(n, leaking if n == "gpu06" else data_parallel(base)) for n in nodes],
         duration_seconds=66 * MINUTE,
         seed=3,
     )
-    s.slurm_jobs = [_job(t0, "4410002", nodes)]
+    s.slurm_jobs = [job_row(t0, "4410002", nodes)]
     s.expected = {"RD-2b": 1}
     s.severities = {"RD-2b": "MEDIUM"}
     s.evaluate_at_ns = t0 + int(66 * MINUTE * SECOND_NS)
@@ -148,11 +148,11 @@ def pkey_probing(t0: int) -> Scenario:
     s = Scenario("ib-pkey-probing", benign=False, node="gpu01", gpu=3)
     probe = IbNode(
         "gpu01",
-        _quiet,
+        quiet,
         constraint_errors={6 * MINUTE + k * SCRAPE_SECONDS: (3, 10.0) for k in range(4)},
     )
     s.pages = ib_pages(t0, [probe], duration_seconds=8 * MINUTE, seed=5)
-    s.slurm_jobs = [_job(t0, "4410001", ["gpu01"])]
+    s.slurm_jobs = [job_row(t0, "4410001", ["gpu01"])]
     s.expected = {"RD-5": 1}
     s.evaluate_at_ns = t0 + int(8 * MINUTE * SECOND_NS)
     return s
@@ -175,7 +175,7 @@ def correlated_pair(t0: int) -> Scenario:
         duration_seconds=14 * MINUTE,
         seed=6,
     )  # fmt: skip
-    s.slurm_jobs = [_job(t0, "4410001", ["gpu01"]), _job(t0, "4410002", ["gpu02"])]
+    s.slurm_jobs = [job_row(t0, "4410001", ["gpu01"]), job_row(t0, "4410002", ["gpu02"])]
     s.expected = {"RD-7": 1}
     s.evaluate_at_ns = t0 + int(14 * MINUTE * SECOND_NS)
     return s
@@ -207,8 +207,8 @@ def _after_epilog(t0: int, s: Scenario, gpu: int, held_mib: float) -> None:
         return GpuState(fb_used_mib=held_mib if g == gpu else 400.0)
 
     s.pages = dcgm_pages(t0, "gpu01", state, duration_seconds=14 * MINUTE)
-    s.slurm_jobs = [_job(t0, "4410006", ["gpu01"], end=10 * MINUTE)]
-    s.allocations = _allocations(t0, "4410006", "gpu01", range(8), end=10 * MINUTE)
+    s.slurm_jobs = [job_row(t0, "4410006", ["gpu01"], end=10 * MINUTE)]
+    s.allocations = allocation_rows(t0, "4410006", "gpu01", range(8), end=10 * MINUTE)
     s.evaluate_at_ns = t0 + int(14 * MINUTE * SECOND_NS)
 
 
@@ -241,8 +241,8 @@ def orphan_after_epilog(t0: int) -> Scenario:
 def foreign_process(t0: int) -> Scenario:
     """bob's job (GPUs 4-7) starts a process on GPU 1, which alice's job holds: GM-2."""
     s = Scenario("gpu-foreign-process", benign=False, job_id="4410002", gpu=1)
-    s.slurm_jobs = [_job(t0, "4410001", ["gpu01"]), _job(t0, "4410002", ["gpu01"])]
-    s.allocations = _allocations(t0, "4410001", "gpu01", range(4)) + _allocations(
+    s.slurm_jobs = [job_row(t0, "4410001", ["gpu01"]), job_row(t0, "4410002", ["gpu01"])]
+    s.allocations = allocation_rows(t0, "4410001", "gpu01", range(4)) + allocation_rows(
         t0, "4410002", "gpu01", range(4, 8)
     )
     node_gpus = gpus("gpu01")
@@ -274,10 +274,10 @@ def foreign_rename(t0: int) -> Scenario:
     """bob's job renames a shard of vision's dataset while alice's training reads it: DP-1
     CRITICAL."""
     s = Scenario("lustre-foreign-rename", benign=False, node="gpu02", job_id="4410002")
-    s.slurm_jobs = [_job(t0, "4410001", ["gpu01"]), _job(t0, "4410002", ["gpu02"])]
+    s.slurm_jobs = [job_row(t0, "4410001", ["gpu01"]), job_row(t0, "4410002", ["gpu02"])]
     s.job_stats = _reads(t0, "4410001", "gpu01", 2 * GB, 10)
     record = changelog_record(
-        7, "RENME", _at(t0, 6 * MINUTE), target_fid="[0:0x0:0x0]", jobid="4410002:0:gpu02",
+        7, "RENME", at_seconds(t0, 6 * MINUTE), target_fid="[0:0x0:0x0]", jobid="4410002:0:gpu02",
         uid=1001, nid="10.1.0.12@o2ib", parent_fid=TRAIN_FID, name="shard-0042.tar",
         source=("[0x200000402:0x42:0x0]", TRAIN_FID, "shard-0042.tar.orig"),
     )  # fmt: skip
@@ -293,9 +293,9 @@ def foreign_rename(t0: int) -> Scenario:
 def manifest_overwrite(t0: int) -> Scenario:
     """bob's job truncates the dataset's manifest (to hide swapped shards): DP-2, DP-1."""
     s = Scenario("lustre-manifest-overwrite", benign=False, node="gpu02", job_id="4410002")
-    s.slurm_jobs = [_job(t0, "4410002", ["gpu02"])]
+    s.slurm_jobs = [job_row(t0, "4410002", ["gpu02"])]
     s.changelog = [(MDT, changelog_record(
-        9, "TRUNC", _at(t0, 3 * MINUTE), target_fid=MANIFEST_FID, jobid="4410002:0:gpu02",
+        9, "TRUNC", at_seconds(t0, 3 * MINUTE), target_fid=MANIFEST_FID, jobid="4410002:0:gpu02",
         uid=1001, nid="10.1.0.12@o2ib") + "\n")]  # fmt: skip
     s.fids = dict(FIDS)
     s.rule_lists = DATASET_LISTS
@@ -308,7 +308,7 @@ def manifest_overwrite(t0: int) -> Scenario:
 def training_writes_dataset(t0: int) -> Scenario:
     """alice's training job writes 200 MB/s to the dataset's OST for 2 minutes: DP-4."""
     s = Scenario("lustre-training-writes-dataset", benign=False)
-    s.slurm_jobs = [_job(t0, "4410001", ["gpu01"])]
+    s.slurm_jobs = [job_row(t0, "4410001", ["gpu01"])]
     flow = LustreFlow("4410001:0:gpu01", DATASET_OSTS[1], "write_bytes",
                       lambda t: 200 * MB if 2 * MINUTE < t <= 4 * MINUTE else 0.0)  # fmt: skip
     s.job_stats = job_stats_snapshots(t0, [flow], duration_seconds=5 * MINUTE)

@@ -17,10 +17,10 @@ from hpcscope.twin.telemetry_scenery import (
     MDT,
     MINUTE,
     TRAIN_FID,
-    _allocations,
-    _at,
-    _job,
-    _quiet,
+    allocation_rows,
+    at_seconds,
+    job_row,
+    quiet,
     spread,
 )
 from hpcscope.twin.telemetry_traces import (
@@ -54,7 +54,7 @@ def benign_nccl_tests(t0: int) -> Scenario:
 
     s.pages = ib_pages(t0, [IbNode(n, sweep) for n in nodes], duration_seconds=16 * MINUTE,
                        seed=11)  # fmt: skip
-    s.slurm_jobs = [_job(t0, "4410001", nodes)]
+    s.slurm_jobs = [job_row(t0, "4410001", nodes)]
     s.evaluate_at_ns = t0 + int(16 * MINUTE * SECOND_NS)
     return s
 
@@ -84,13 +84,13 @@ def benign_training_checkpoints(t0: int) -> Scenario:
                          lambda t: write if checkpointing(t) else 0.0) for n in nodes]  # fmt: skip
     s.job_stats = job_stats_snapshots(t0, flows, duration_seconds=120 * MINUTE)
     s.changelog = [(MDT, "".join(
-        changelog_record(100 + i, "CREAT", _at(t0, (30 * (i // 4) + 30) * MINUTE),
+        changelog_record(100 + i, "CREAT", at_seconds(t0, (30 * (i // 4) + 30) * MINUTE),
                          target_fid=f"[0x200000403:0x{16 + i:x}:0x0]", jobid=f"4410006:0:{n}",
                          uid=1000, nid="10.1.0.11@o2ib", parent_fid=CHECKPOINT_FID,
                          name=f"step-{i // 4}-rank-{i % 4}.pt") + "\n"
         for i, n in enumerate(nodes * 3)))]  # fmt: skip
     s.fids = dict(FIDS)
-    s.slurm_jobs = [_job(t0, "4410006", nodes)]
+    s.slurm_jobs = [job_row(t0, "4410006", nodes)]
     s.rule_lists = DATASET_LISTS
     s.evaluate_at_ns = t0 + int(120 * MINUTE * SECOND_NS)
     return s
@@ -108,7 +108,7 @@ def benign_heavy_reads(t0: int) -> Scenario:
     flows = [LustreFlow("4410006:0:gpu03", ost, "read_bytes", lambda t: rate(t) / 2)
              for ost in DATASET_OSTS]  # fmt: skip
     s.job_stats = job_stats_snapshots(t0, flows, duration_seconds=20 * MINUTE)
-    s.slurm_jobs = [_job(t0, "4410006", ["gpu03"])]
+    s.slurm_jobs = [job_row(t0, "4410006", ["gpu03"])]
     s.rule_lists = DATASET_LISTS
     s.evaluate_at_ns = t0 + int(20 * MINUTE * SECOND_NS)
     return s
@@ -118,9 +118,9 @@ def benign_maintenance_reset(t0: int) -> Scenario:
     """An admin clears every port of an idle node with ``perfquery -R`` in a maintenance
     window the site registered (RD-6's ``maintenance_windows``)."""
     s = Scenario("benign-ib-maintenance-reset", benign=True, node="gpu08", job_id=None)
-    node = IbNode("gpu08", _quiet, resets={3 * MINUTE: tuple(range(PORTS_PER_NODE))})
+    node = IbNode("gpu08", quiet, resets={3 * MINUTE: tuple(range(PORTS_PER_NODE))})
     s.pages = ib_pages(t0, [node], duration_seconds=6 * MINUTE, seed=14)
-    start, end = _at(t0, 2 * MINUTE), _at(t0, 4 * MINUTE)
+    start, end = at_seconds(t0, 2 * MINUTE), at_seconds(t0, 4 * MINUTE)
     s.rule_lists = {"RD-6": {"maintenance_windows": [
         f"gpu0[78] {start.isoformat()}Z {end.isoformat()}Z"]}}  # fmt: skip
     s.evaluate_at_ns = t0 + int(6 * MINUTE * SECOND_NS)
@@ -140,10 +140,10 @@ def benign_gpu_lifecycle(t0: int) -> Scenario:
         return GpuState(fb_used_mib=400.0 if t > 6 * MINUTE + 15 else 61000.0)
 
     s.pages = dcgm_pages(t0, "gpu04", state, duration_seconds=13 * MINUTE)
-    s.slurm_jobs = [_job(t0, "4410001", ["gpu04"], end=6 * MINUTE),
-                    _job(t0, "4410002", ["gpu04"], start=8 * MINUTE)]  # fmt: skip
-    s.allocations = _allocations(t0, "4410001", "gpu04", range(8), end=6 * MINUTE)
-    s.allocations += _allocations(t0, "4410002", "gpu04", range(8), start=8 * MINUTE)
+    s.slurm_jobs = [job_row(t0, "4410001", ["gpu04"], end=6 * MINUTE),
+                    job_row(t0, "4410002", ["gpu04"], start=8 * MINUTE)]  # fmt: skip
+    s.allocations = allocation_rows(t0, "4410001", "gpu04", range(8), end=6 * MINUTE)
+    s.allocations += allocation_rows(t0, "4410002", "gpu04", range(8), start=8 * MINUTE)
     node_gpus = gpus("gpu04")
     for g in range(8):
         s.proc.add(Proc("gpu04", 6000 + g, 1001, "/usr/bin/python3", "train.py", t0), "4410002")
@@ -158,10 +158,11 @@ def benign_gpu_lifecycle(t0: int) -> Scenario:
 def benign_curation(t0: int) -> Scenario:
     """vision's curation job adds shards to its own dataset (CREAT records, OST writes)."""
     s = Scenario("benign-lustre-curation", benign=True, node="gpu03", job_id="4410006")
-    s.slurm_jobs = [_job(t0, "4410006", ["gpu03"], partition="curation")]
+    s.slurm_jobs = [job_row(t0, "4410006", ["gpu03"], partition="curation")]
     records = [
         changelog_record(
-            200 + i, "CREAT", _at(t0, MINUTE + i), target_fid=f"[0x200000402:0x{0x100 + i:x}:0x0]",
+            200 + i, "CREAT", at_seconds(t0, MINUTE + i),
+            target_fid=f"[0x200000402:0x{0x100 + i:x}:0x0]",
             jobid="4410006:0:gpu03", uid=1000, nid="10.1.0.13@o2ib", parent_fid=TRAIN_FID,
             name=f"shard-{1000 + i}.tar",
         )

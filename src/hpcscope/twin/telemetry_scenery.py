@@ -40,30 +40,34 @@ FIDS = {
 }
 
 
-def _at(t0: int, seconds: float) -> datetime:
+def at_seconds(t0: int, seconds: float) -> datetime:
+    """``seconds`` after ``t0`` (ns since the epoch), naive UTC."""
     return from_epoch_seconds(t0 / SECOND_NS + seconds)
 
 
-def _job(
+def job_row(
     t0: int, job_id: str, nodes: Sequence[str], *, start: float = 0.0, end: float | None = None,
     partition: str = "gpu",
 ) -> dict[str, object]:  # fmt: skip
+    """Slurm's record of one of the twin's jobs (``jobs`` columns), times from ``t0``."""
     user, account = JOBS[job_id]
     return {
         "job_id": job_id, "user": user, "account": account, "partition": partition,
-        "state": "RUNNING" if end is None else "COMPLETED", "start_time": _at(t0, start),
-        "end_time": None if end is None else _at(t0, end), "nodes": ",".join(nodes),
+        "state": "RUNNING" if end is None else "COMPLETED", "start_time": at_seconds(t0, start),
+        "end_time": None if end is None else at_seconds(t0, end), "nodes": ",".join(nodes),
         "gpus": PORTS_PER_NODE * len(nodes), "source": "twin",
     }  # fmt: skip
 
 
-def _allocations(
+def allocation_rows(
     t0: int, job_id: str, node: str, gpu_indexes: Sequence[int], *, start: float = 0.0,
     end: float | None = None,
 ) -> list[dict[str, object]]:  # fmt: skip
+    """The job mapping's allocation of some GPUs of ``node`` (``job_allocations`` columns)."""
     return [
         {"job_id": job_id, "node": node, "gpu": g, "gpu_instance_id": None,
-         "start_time": _at(t0, start), "end_time": None if end is None else _at(t0, end)}
+         "start_time": at_seconds(t0, start),
+         "end_time": None if end is None else at_seconds(t0, end)}
         for g in gpu_indexes
     ]  # fmt: skip
 
@@ -73,16 +77,19 @@ def spread(rx: float, tx: float) -> PortTraffic:
     return dict.fromkeys(range(PORTS_PER_NODE), (rx / PORTS_PER_NODE, tx / PORTS_PER_NODE))
 
 
-def _plus(base: PortTraffic, port: int, rx: float = 0.0, tx: float = 0.0) -> PortTraffic:
+def with_extra(base: PortTraffic, port: int, rx: float = 0.0, tx: float = 0.0) -> PortTraffic:
     out = dict(base)
     r, t = out.get(port, (0.0, 0.0))
     out[port] = (r + rx, t + tx)
     return out
 
 
-def _quiet(_: float) -> PortTraffic:
+def quiet(_: float) -> PortTraffic:
+    """No traffic beyond the idle keep-alives."""
     return {}
 
 
-def _dp(rate: float, start: float = 0.0, end: float = math.inf) -> Callable[[float], PortTraffic]:
+def data_parallel(
+    rate: float, start: float = 0.0, end: float = math.inf
+) -> Callable[[float], PortTraffic]:
     return lambda t: spread(rate, rate) if start < t <= end else {}
