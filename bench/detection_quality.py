@@ -21,7 +21,10 @@ Prints one line per scenario (expected and found per rule), then one JSON line l
 
 recall: expected alerts found over expected alerts, a rule counting min(found, expected) per
 scenario (and an attack scenario with a rule found more often than expected is reported as
-``exact: false``); benign_high / benign_medium: alerts of benign scenarios at HIGH or above /
+``exact: false``); mttd_seconds: per telemetry rule with a detection-time target, the
+seconds from an attack's onset to the first after-cycle run (every 15 s) that raises it
+(``service/telemetry_rules/replay.py``: ``detection_delays``);
+benign_high / benign_medium: alerts of benign scenarios at HIGH or above /
 at MEDIUM; attribution_ok: share of alerts whose node, job, user and account are the
 scenario's (GPU: null for every syscall event, and the evidence says so); rules_covered: rule
 ids of the reference (GI- excepted) with at least one attack scenario, listed with those not
@@ -47,6 +50,7 @@ from hpcscope.model.schemas import JOB_SCHEMA  # noqa: E402
 from hpcscope.service.alerts.engine import SecurityCollection  # noqa: E402
 from hpcscope.service.alerts.rules import load_site_rules  # noqa: E402
 from hpcscope.service.security.buffer import SecurityEventBuffer  # noqa: E402
+from hpcscope.service.telemetry_rules.replay import detection_delays  # noqa: E402
 from hpcscope.service.telemetry_rules.replay import replay as replay_telemetry  # noqa: E402
 from hpcscope.store import Store  # noqa: E402
 from hpcscope.store.alerts import alerts  # noqa: E402
@@ -70,12 +74,15 @@ REFERENCE_RULES = (
 )  # fmt: skip
 
 
-def replay(s: Scenario, root: Path) -> list[Alert]:
+def replay(s: Scenario, root: Path, delays: dict[str, float | None] | None = None) -> list[Alert]:
     """One scenario through tails, buffer, engine and store; the stored alerts (a telemetry
     scenario through parsers, spools, store and the telemetry rules)."""
     if s.evaluate_at_ns is not None:
-        store, _ = replay_telemetry(s, root, load_site_rules(None))
+        rules = load_site_rules(None)
+        store, _ = replay_telemetry(s, root, rules)
         try:
+            if delays is not None:
+                delays.update(detection_delays(store, s, rules))
             return alerts(store, JobScope(all_jobs=True))
         finally:
             store.close()
@@ -126,9 +133,13 @@ def main() -> None:
     exact = True
     covered: set[str] = set()
     per_rule: Counter[str] = Counter()
+    mttd: dict[str, list[float | None]] = {}
     for s in played:
+        delays: dict[str, float | None] = {}
         with tempfile.TemporaryDirectory() as directory:
-            found = replay(s, Path(directory))
+            found = replay(s, Path(directory), delays)
+        for rule, delay in delays.items():
+            mttd.setdefault(rule, []).append(delay)
         counts = Counter(a.rule_id for a in found)
         alerts_total += len(found)
         attributed_ok += sum(attributed(s, a) for a in found)
@@ -162,6 +173,10 @@ def main() -> None:
         "rules_total": len(REFERENCE_RULES),
         "exact_counts": exact,
         "covered": sorted(covered),
+        "mttd_seconds": {
+            rule: max(v) if None not in v else None  # type: ignore[type-var]
+            for rule, v in sorted(mttd.items())
+        },
     }
     print(json.dumps(result))
 

@@ -70,6 +70,8 @@ class Scenario:
     """The GPU the scenario's alerts must name (None: a syscall or node-level scenario)."""
     evaluate_at_ns: int | None = None
     """When the rules run (ns since the epoch); None for event scenarios."""
+    onset_ns: int | None = None
+    """When the attack starts (ns since the epoch): the bench measures detection delays from it."""
 
 
 def _python(s: Scenario, t0: int, job: str = "4410001", pid: int = 2000) -> Proc:

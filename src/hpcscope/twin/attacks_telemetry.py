@@ -79,6 +79,7 @@ def idle_node_exfiltration(t0: int) -> Scenario:
         seed=1,
     )
     s.expected = {"RD-1": 1}
+    s.onset_ns = t0 + int(5 * MINUTE * SECOND_NS)
     s.evaluate_at_ns = t0 + int(10 * MINUTE * SECOND_NS)
     return s
 
@@ -101,6 +102,7 @@ def dp_node_over_median(t0: int) -> Scenario:
     )
     s.slurm_jobs = [job_row(t0, "4410001", nodes)]
     s.expected = {"RD-3": 1, "RD-2": 1}
+    s.onset_ns = t0 + int(10 * MINUTE * SECOND_NS)
     s.evaluate_at_ns = t0 + int(16 * MINUTE * SECOND_NS)
     return s
 
@@ -195,6 +197,7 @@ def busy_gpu_without_job(t0: int) -> Scenario:
 
     s.pages = dcgm_pages(t0, "gpu03", state, duration_seconds=8 * MINUTE)
     s.expected = {"SC-4": 1}
+    s.onset_ns = t0 + int(3 * MINUTE * SECOND_NS)
     s.evaluate_at_ns = t0 + int(8 * MINUTE * SECOND_NS)
     return s
 
@@ -218,6 +221,7 @@ def memory_after_epilog(t0: int) -> Scenario:
     _after_epilog(t0, s, 2, 30 * 1024.0)
     s.expected = {"GM-1": 1}
     s.severities = {"GM-1": "HIGH"}
+    s.onset_ns = t0 + int(10 * MINUTE * SECOND_NS)
     return s
 
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
 
+from hpcscope.analysis.telemetry_rules.rules import evaluate
 from hpcscope.ingest.exporters.dcgm import DcgmConverter
 from hpcscope.ingest.exporters.infiniband import infiniband_rows
 from hpcscope.ingest.exporters.lustre_jobstats import parse_job_stats
@@ -45,6 +47,17 @@ def with_lists(
         merged = dict(spec.lists) | {k: tuple(v) for k, v in items.items()}
         out[rule_id] = replace(spec, lists=merged)
     return out
+
+
+def port_gpus(s: Scenario) -> dict[tuple[str, str, int], int]:
+    """The HCA -> GPU map of the scenario's nodes (the twin's rail-optimised nodes)."""
+    nodes = {node for _, _, node, _ in s.pages} | {node for node, _ in s.compute_apps}
+    return {
+        (h.node, h.device, h.port): h.gpu_index
+        for node in sorted(nodes)
+        for h in hcas(node)
+        if h.gpu_index is not None
+    }
 
 
 def load_scenario(store: Store, s: Scenario, spool: Path) -> None:
@@ -101,13 +114,34 @@ def replay(s: Scenario, root: Path, rules: Mapping[str, RuleSpec]) -> tuple[Stor
         (spool / "gpu-processes" / node / "compute-apps.csv").write_text(text, encoding="utf-8")
         processes.collect_once()
     store.flush()
-    nodes |= {node for _, _, node, _ in s.pages}
-    port_gpus = {
-        (h.node, h.device, h.port): h.gpu_index
-        for node in sorted(nodes)
-        for h in hcas(node)
-        if h.gpu_index is not None
-    }
-    engine = TelemetryRules(store, with_lists(rules, s.rule_lists), port_gpus=port_gpus)
+    engine = TelemetryRules(store, with_lists(rules, s.rule_lists), port_gpus=port_gpus(s))
     at = None if s.evaluate_at_ns is None else from_epoch_seconds(s.evaluate_at_ns / SECOND_NS)
     return store, engine.evaluate_once(now=at)
+
+
+def detection_delays(
+    store: Store,
+    s: Scenario,
+    rules: Mapping[str, RuleSpec],
+    *,
+    step_seconds: float = 15.0,
+    max_seconds: float = 600.0,
+) -> dict[str, float | None]:
+    """Seconds from the scenario's onset to the first run (one every ``step_seconds``, as
+    after each collector cycle) whose alerts include each expected rule; None when not within
+    ``max_seconds``. Runs read only what the store held by then, and write nothing."""
+    if s.onset_ns is None:
+        return {}
+    engine = TelemetryRules(store, with_lists(rules, s.rule_lists), port_gpus=port_gpus(s))
+    onset = from_epoch_seconds(s.onset_ns / SECOND_NS)
+    pending = set(s.expected)
+    delays: dict[str, float | None] = {}
+    waited = 0.0
+    while pending and waited <= max_seconds:
+        found = {a.rule_id for a in evaluate(engine.read(onset + timedelta(seconds=waited)),
+                                             engine.rules)}  # fmt: skip
+        for rule in pending & found:
+            delays[rule] = waited
+        pending -= found
+        waited += step_seconds
+    return delays | dict.fromkeys(pending)
