@@ -73,3 +73,14 @@ def test_round_trip_with_the_twin(index: int, kind: str, micros: int, job: int, 
     row = parse_changelog(line, mdt="m", source="s").table.to_pylist()[0]
     assert (row["record_index"], row["record_type"], row["ts"], row["job_id"], row["uid"],
             row["name"]) == (index, kind, when, str(job), uid, name)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(max_size=120), max_size=6))
+def test_any_text_gives_records_or_typed_errors(lines: list[str]) -> None:
+    """Bad input never raises: every non-blank line is a record or a named error."""
+    text = "\n".join(line.replace("\n", " ").replace("\r", " ") for line in lines)
+    parsed = parse_changelog(text, mdt="m", source="s", resolve=lambda fid: None)
+    blank = sum(1 for line in text.splitlines() if not line.strip())
+    assert parsed.table.num_rows + len(parsed.errors) == len(text.splitlines()) - blank
+    assert all(e.source == "s" and e.line is not None for e in parsed.errors)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hpcscope.ingest.exporters.nvidia_smi_apps import (
     ComputeAppsFormatError,
@@ -47,3 +49,12 @@ def test_gpu_index() -> None:
     with pytest.raises(ComputeAppsFormatError) as err:
         parse_gpu_index("index, name\n0, H100\n", source="g.csv")
     assert err.value.line == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(max_size=80), max_size=6))
+def test_any_rows_give_processes_or_typed_errors(lines: list[str]) -> None:
+    text = APPS.splitlines()[0] + "\n" + "\n".join(x.replace("\r", "") for x in lines)
+    parsed = parse_compute_apps(text, node="n", source="s", gpu_index={UUID: 0})
+    assert all(isinstance(e, ComputeAppsFormatError) for e in parsed.errors)
+    assert all(r["gpu"] == 0 and r["pid"] >= 0 for r in parsed.table.to_pylist())

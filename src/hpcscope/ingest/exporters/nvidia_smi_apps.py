@@ -79,9 +79,13 @@ def parse_compute_apps(
     """
     rows: list[dict[str, object]] = []
     errors: list[ComputeAppsFormatError] = []
-    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
     names = [_name(f) for f in fields] if fields is not None else None
-    for number, record in enumerate(reader, start=1):
+    try:
+        records = list(csv.reader(io.StringIO(text), skipinitialspace=True))
+    except csv.Error as exc:  # a NUL byte: nvidia-smi never writes one
+        errors.append(ComputeAppsFormatError(f"not CSV: {exc}", source=source))
+        return ComputeApps(pa.Table.from_pylist([], schema=GPU_PROCESS_SCHEMA), errors)
+    for number, record in enumerate(records, start=1):
         if not record or all(not c.strip() for c in record):
             continue
         if names is None:
