@@ -12,8 +12,11 @@ RD-1      a node no job holds moves more than max(idle_factor × idle p99.9, flo
           so the attack cannot raise its own threshold
 RD-2      residual ``R`` (:mod:`~hpcscope.analysis.telemetry_rules.residual`) above
           max(sigma_factor × σ_R, floor) on ``consecutive_scrapes`` scrapes in a row
-RD-2b     ∫ max(R, 0) over the last ``window_seconds`` above ``integral_bytes`` (HIGH above
-          ``high_integral_bytes``); intervals RD-2 already flagged are not counted again
+RD-2b     ∫ max(R − dead_band_sigmas × σ_R, 0) over the last ``window_seconds`` above
+          ``integral_bytes`` (HIGH above ``high_integral_bytes``); intervals RD-2 already
+          flagged are not counted again. The dead band keeps the residual's own noise out:
+          ∫ max(N, 0) of zero-mean noise grows by 0.4 σ per second (15 GB an hour at σ 10 MB/s)
+          and would page every busy job; with one σ it grows by 0.08 σ
 RD-3      in a multi-node job: node transmit / job median > ``ratio_to_median`` or
           (transmit − receive) / receive > ``asymmetry_ratio`` (LNet removed) for
           ``min_seconds``; a node asymmetric through its calibration window is asymmetric by
@@ -201,8 +204,10 @@ def rd2b_low_and_slow(
             window = [
                 (i, p) for i, p in enumerate(s.points) if p.ts > since and (i, way) not in flagged
             ]
+            band = spec.threshold("dead_band_sigmas") * (s.sigma_tx if way == "tx" else s.sigma_rx)
             moved = sum(
-                max(p.tx if way == "tx" else p.rx, 0.0) * p.interval_seconds for _, p in window
+                max((p.tx if way == "tx" else p.rx) - band, 0.0) * p.interval_seconds
+                for _, p in window
             )
             if moved <= spec.threshold("integral_bytes"):
                 continue

@@ -36,7 +36,7 @@ REQUIRED_THRESHOLDS: Mapping[str, tuple[str, ...]] = {
         "sigma_factor", "floor_bytes_per_second", "consecutive_scrapes", "calibration_seconds",
         "min_calibration_points", "bucket_seconds", "background_bytes_per_second",
     ),
-    "RD-2b": ("integral_bytes", "high_integral_bytes", "window_seconds"),
+    "RD-2b": ("integral_bytes", "high_integral_bytes", "window_seconds", "dead_band_sigmas"),
     "RD-3": ("ratio_to_median", "asymmetry_ratio", "min_seconds", "min_rate_bytes_per_second"),
     "RD-7": ("correlation", "window_seconds", "min_points", "min_residual_bytes_per_second"),
     "SC-4": ("util_ratio", "sm_active_ratio", "min_seconds"),
