@@ -1,5 +1,10 @@
-"""Detection quality of the event rules: the twin's attack and benign scenarios replayed through
-the production pipeline (issue 12 acceptance, T1 tier of the security reference).
+"""Detection quality of the event and telemetry rules: the twin's attack and benign scenarios
+replayed through the production pipeline (issue 12 acceptance, T1 tier of the security reference).
+
+Telemetry scenarios (``hpcscope.twin.attacks_telemetry``: InfiniBand counters, DCGM pages,
+NVML process lists, Lustre job_stats and changelog) go through the collector's parsers, the
+spools and the telemetry rules of ``service/telemetry_rules`` instead
+(``service/telemetry_rules/replay.py``); their alerts must name the scenario's GPU too.
 
 Each scenario of ``hpcscope.twin.attacks`` is written as the real tools write it (a Falco
 ``file_output`` and a Tetragon export, the processes' ``/proc/<pid>/cgroup``), tailed by
@@ -16,7 +21,10 @@ Prints one line per scenario (expected and found per rule), then one JSON line l
 
 recall: expected alerts found over expected alerts, a rule counting min(found, expected) per
 scenario (and an attack scenario with a rule found more often than expected is reported as
-``exact: false``); benign_high / benign_medium: alerts of benign scenarios at HIGH or above /
+``exact: false``); mttd_seconds: per telemetry rule with a detection-time target, the
+seconds from an attack's onset to the first after-cycle run (every 15 s) that raises it
+(``service/telemetry_rules/replay.py``: ``detection_delays``);
+benign_high / benign_medium: alerts of benign scenarios at HIGH or above /
 at MEDIUM; attribution_ok: share of alerts whose node, job, user and account are the
 scenario's (GPU: null for every syscall event, and the evidence says so); rules_covered: rule
 ids of the reference (GI- excepted) with at least one attack scenario, listed with those not
@@ -42,11 +50,19 @@ from hpcscope.model.schemas import JOB_SCHEMA  # noqa: E402
 from hpcscope.service.alerts.engine import SecurityCollection  # noqa: E402
 from hpcscope.service.alerts.rules import load_site_rules  # noqa: E402
 from hpcscope.service.security.buffer import SecurityEventBuffer  # noqa: E402
+from hpcscope.service.telemetry_rules.replay import detection_delays  # noqa: E402
+from hpcscope.service.telemetry_rules.replay import replay as replay_telemetry  # noqa: E402
 from hpcscope.store import Store  # noqa: E402
 from hpcscope.store.alerts import alerts  # noqa: E402
-from hpcscope.twin.attacks import CHECKPOINTS, JOBS, Scenario, scenarios  # noqa: E402
+from hpcscope.twin import attacks, attacks_telemetry  # noqa: E402
+from hpcscope.twin.attacks import CHECKPOINTS, JOBS, Scenario  # noqa: E402
 
 T0 = 1_796_126_400 * 1_000_000_000  # 2026-12-01T12:00:00Z
+#: The scenario lists replayed: syscall events, telemetry (one line per list).
+PLAYED = (
+    attacks.scenarios,
+    attacks_telemetry.scenarios,
+)
 #: Every rule id of the security reference except GI- (gradient injection has its own issue).
 REFERENCE_RULES = (
     "SC-1", "SC-2", "SC-3", "SC-4", "SC-5", "SC-6", "SC-7",
@@ -58,8 +74,18 @@ REFERENCE_RULES = (
 )  # fmt: skip
 
 
-def replay(s: Scenario, root: Path) -> list[Alert]:
-    """One scenario through tails, buffer, engine and store; the stored alerts."""
+def replay(s: Scenario, root: Path, delays: dict[str, float | None] | None = None) -> list[Alert]:
+    """One scenario through tails, buffer, engine and store; the stored alerts (a telemetry
+    scenario through parsers, spools, store and the telemetry rules)."""
+    if s.evaluate_at_ns is not None:
+        rules = load_site_rules(None)
+        store, _ = replay_telemetry(s, root, rules)
+        try:
+            if delays is not None:
+                delays.update(detection_delays(store, s, rules))
+            return alerts(store, JobScope(all_jobs=True))
+        finally:
+            store.close()
     store = Store(root / "store.duckdb")
     try:
         rows = [
@@ -89,9 +115,10 @@ def replay(s: Scenario, root: Path) -> list[Alert]:
 
 
 def attributed(s: Scenario, alert: Alert) -> bool:
-    if alert.node != s.node or alert.job_id != s.job_id or alert.gpu is not None:
+    if alert.node != s.node or alert.job_id != s.job_id or alert.gpu != s.gpu:
         return False
-    if not any("GPU not known" in e.summary for e in alert.evidence):
+    syscall = s.evaluate_at_ns is None  # events name a process, and say the GPU is not known
+    if syscall and not any("GPU not known" in e.summary for e in alert.evidence):
         return False
     if s.job_id is None:
         return alert.account is None
@@ -99,16 +126,20 @@ def attributed(s: Scenario, alert: Alert) -> bool:
 
 
 def main() -> None:
-    played = scenarios(T0)
+    played = [s for scenarios in PLAYED for s in scenarios(T0)]
     expected_total = found_total = 0
     benign_high = benign_medium = 0
     attributed_ok = alerts_total = 0
     exact = True
     covered: set[str] = set()
     per_rule: Counter[str] = Counter()
+    mttd: dict[str, list[float | None]] = {}
     for s in played:
+        delays: dict[str, float | None] = {}
         with tempfile.TemporaryDirectory() as directory:
-            found = replay(s, Path(directory))
+            found = replay(s, Path(directory), delays)
+        for rule, delay in delays.items():
+            mttd.setdefault(rule, []).append(delay)
         counts = Counter(a.rule_id for a in found)
         alerts_total += len(found)
         attributed_ok += sum(attributed(s, a) for a in found)
@@ -128,7 +159,7 @@ def main() -> None:
         want_text = ", ".join(f"{k} x{v}" for k, v in sorted(s.expected.items())) or "quiet"
         got_text = ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) or "quiet"
         kind = "benign" if s.benign else "attack"
-        print(f"{kind:6s} {s.name:26s} expected {want_text:28s} found {got_text}")
+        print(f"{kind:6s} {s.name:30s} expected {want_text:28s} found {got_text}")
     not_covered = [r for r in REFERENCE_RULES if r not in covered]
     print(f"rules covered: {', '.join(sorted(covered))}")
     print(f"rules not covered yet: {', '.join(not_covered)}")
@@ -142,6 +173,10 @@ def main() -> None:
         "rules_total": len(REFERENCE_RULES),
         "exact_counts": exact,
         "covered": sorted(covered),
+        "mttd_seconds": {
+            rule: max(v) if None not in v else None  # type: ignore[type-var]
+            for rule, v in sorted(mttd.items())
+        },
     }
     print(json.dumps(result))
 

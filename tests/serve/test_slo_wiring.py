@@ -19,15 +19,16 @@ def test_a_bad_hour_reaches_the_alert_engine_through_the_collector_hooks(
     service: Service,
 ) -> None:
     service.store.upsert_jobs(bad_hour(end=utcnow() - timedelta(seconds=30))).result()
-    upkeep, slo = after_cycle_hooks(service)
+    upkeep, telemetry, slo = after_cycle_hooks(service)
     upkeep()  # summaries and retention first
+    telemetry()
     assert slo() == 1
     (alert,) = alerts(service.store, JobScope(all_jobs=True))
     assert (alert.rule_id, alert.subject) == ("SLO-PAGE", "job_success")
 
 
 def test_an_empty_store_has_quiet_slos(service: Service) -> None:
-    _, slo = after_cycle_hooks(service)
+    *_, slo = after_cycle_hooks(service)
     assert slo() == 0
     assert alerts(service.store, JobScope(all_jobs=True)) == []
 

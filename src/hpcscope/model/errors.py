@@ -20,6 +20,8 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      │    ├── JobMapError            (dcgm-exporter job-mapping files)
      │    ├── InfinibandFormatError  (IB sysfs counters, perfquery)
      │    ├── JobStatsFormatError    (Lustre job_stats)
+     │    ├── ChangelogFormatError   (Lustre changelog records, lfs changelog)
+     │    ├── ComputeAppsFormatError (nvidia-smi --query-compute-apps output)
      │    ├── NcclLogError           (NCCL and watchdog logs)
      │    ├── FlightRecorderError    (flight-recorder dumps)
      │    ├── UnsafePickleError      (a pickle that would run code)

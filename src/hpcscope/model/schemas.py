@@ -418,3 +418,54 @@ GPU_ROLLUP_SCHEMA = pa.schema(
 """One minute of one GPU (and job): min/mean/max and the count of known values per metric.
 
 ``final`` is set once no later sample can land in the minute (``store/rollups.py``)."""
+
+LUSTRE_CHANGELOG_SCHEMA = pa.schema(
+    [
+        pa.field("ts", TS, nullable=False),
+        pa.field("mdt", pa.string(), nullable=False),
+        pa.field("record_index", pa.int64(), nullable=False),
+        pa.field("record_type", pa.string(), nullable=False),
+        pa.field("flags", pa.string()),
+        pa.field("target_fid", pa.string()),
+        pa.field("parent_fid", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("source_fid", pa.string()),
+        pa.field("source_parent_fid", pa.string()),
+        pa.field("source_name", pa.string()),
+        pa.field("job_id_raw", pa.string()),
+        pa.field("job_id", pa.string()),
+        pa.field("host", pa.string()),
+        pa.field("uid", pa.int64()),
+        pa.field("gid", pa.int64()),
+        pa.field("nid", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("line", pa.int64(), nullable=False),
+    ]
+)
+"""One Lustre MDT changelog record (``lfs changelog <mdt>``, ``security.md`` §2).
+
+``mdt`` and ``record_index`` identify it (the store keeps it once). ``record_type`` is the name
+without its number (``CREAT`` for ``01CREAT``); ``target_fid`` ``t=``, ``parent_fid`` ``p=``,
+``name`` the entry's name; a rename carries the old entry in ``source_fid`` (``s=``),
+``source_parent_fid`` (``sp=``) and ``source_name``. ``job_id_raw`` is ``j=`` as Lustre wrote it
+(``jobid_var``/``jobid_name``), ``job_id``/``host`` extracted by the site's pattern; ``uid``,
+``gid`` from ``u=``, ``nid`` the client NID. ``path`` is the parent resolved
+(``lfs fid2path``) joined with ``name``, null when it could not be resolved."""
+
+GPU_PROCESS_SCHEMA = pa.schema(
+    [
+        pa.field("ts", TS, nullable=False),
+        pa.field("node", pa.string(), nullable=False),
+        pa.field("gpu", pa.int16(), nullable=False),
+        pa.field("gpu_uuid", pa.string()),
+        pa.field("pid", pa.int64(), nullable=False),
+        pa.field("process_name", pa.string()),
+        pa.field("used_memory_bytes", pa.float64()),
+        pa.field("job_id", pa.string()),
+    ]
+)
+"""One compute process NVML lists on a GPU at one read (``nvidia-smi --query-compute-apps``).
+
+``gpu`` is the index of ``gpu_uuid`` on the node; ``job_id`` the Slurm job of the PID from its
+``/proc/<pid>/cgroup`` (null outside every job)."""

@@ -19,6 +19,8 @@ from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
 from hpcscope.service.slo.config import SloConfig
 from hpcscope.service.slo.engine import SloUpkeep
+from hpcscope.service.telemetry_rules.engine import TelemetryRules, spools_from_settings
+from hpcscope.service.telemetry_rules.engine import port_gpus as telemetry_port_gpus
 from hpcscope.service.traces.captures import CaptureSpool
 
 log = logging.getLogger(__name__)
@@ -79,11 +81,22 @@ def after_cycle_hooks(
     service: Service, notifier: Notifier | None = None
 ) -> list[Callable[[], object]]:
     """What the collector runs after its cycles, in order: the jobs upkeep (summaries of
-    finished jobs, retention), then the SLOs' burn-rate evaluation into the alert engine (it
-    reads the summaries just written), the golden path's trace captures when a spool is set,
-    then the notifications (they read all of it)."""
+    finished jobs, retention), the telemetry rules (RD-, SC-4, GM-1/2, DP-), the SLOs'
+    burn-rate evaluation into the alert engine (it reads the summaries just written), the
+    golden path's trace captures when a spool is set, then the notifications (they read all
+    of it)."""
     slo = SloUpkeep(service.store, SloConfig.from_settings(service.settings))
-    hooks: list[Callable[[], object]] = [service.upkeep().after_cycle, slo.after_cycle]
+    telemetry = TelemetryRules(
+        service.store,
+        service.rules,
+        port_gpus=telemetry_port_gpus(service.topology),
+        spools=spools_from_settings(service.store, service.settings),
+    )  # the telemetry rules (RD-, SC-4, GM-1/2, DP-; service/telemetry_rules/engine.py)
+    hooks: list[Callable[[], object]] = [
+        service.upkeep().after_cycle,
+        telemetry.after_cycle,
+        slo.after_cycle,
+    ]
     if service.settings.capture_spool_dir is not None:  # the golden path's trace captures
         hooks.append(
             CaptureSpool(

@@ -145,6 +145,21 @@ class Settings(BaseModel):
         description="Tetragon's JSON export (/var/log/tetragon/tetragon.log), tailed by "
         "hpcscope serve into the alert engine, jobs from /proc/<pid>/cgroup; unset: not read.",
     )
+    lustre_changelog_dir: Path | None = Field(
+        None,
+        description="Spool of Lustre changelog records (<mdt>.changelog, appended by the MDS's "
+        "changelog user) read for DP-1/DP-2 each cycle; unset: not read.",
+    )
+    lustre_fid2path_mount: str | None = Field(
+        None,
+        description="Lustre mount point on the server for 'lfs fid2path' (changelog paths); "
+        "unset: records keep no path and DP-1/DP-2 cannot place them.",
+    )
+    gpu_processes_dir: Path | None = Field(
+        None,
+        description="Spool of per-node NVML process lists (<node>/compute-apps.csv, gpus.csv, "
+        "proc/<pid>/cgroup) read for GM-1/GM-2 each cycle; unset: not read.",
+    )
     security_buffer_rows: int = Field(
         100_000,
         ge=1,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRICS
 from hpcscope.store.capture_ddl import CAPTURES_DDL
 from hpcscope.store.notify_ddl import NOTIFY_DDL
+from hpcscope.store.telemetry_rules import TELEMETRY_RULES_DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,5 +353,10 @@ CREATE TABLE api_tokens (
     ),
     Migration(
         12, "trace captures: per job and capture window, phases and stragglers", CAPTURES_DDL
+    ),
+    Migration(
+        13,
+        "lustre_changelog, gpu_processes: what the telemetry rules read (DP-1/2, GM-1/2)",
+        TELEMETRY_RULES_DDL,
     ),
 )

@@ -49,6 +49,29 @@ class Scenario:
     severities: dict[str, str] = field(default_factory=dict)
     node: str = NODE
     job_id: str | None = "4410001"
+    # telemetry scenarios (twin/attacks_telemetry.py): what the collectors read, as they read it
+    pages: list[tuple[int, str, str, str]] = field(default_factory=list)
+    """Scrapes ``(ts_ns, exporter, node, page)``: ``infiniband`` (node_exporter), ``dcgm``."""
+    job_stats: list[tuple[str, str]] = field(default_factory=list)
+    """``(server, lctl get_param *.job_stats output)`` snapshots, in time order."""
+    changelog: list[tuple[str, str]] = field(default_factory=list)
+    """``(mdt, lfs changelog output)``."""
+    fids: dict[str, str] = field(default_factory=dict)
+    """FID -> path (what ``lfs fid2path`` answers)."""
+    compute_apps: list[tuple[str, str]] = field(default_factory=list)
+    """``(node, nvidia-smi --query-compute-apps --format=csv output)``; PIDs' jobs in ``proc``."""
+    slurm_jobs: list[dict[str, object]] = field(default_factory=list)
+    """Slurm's records of the scenario's jobs (``jobs`` columns: nodes, times, partition)."""
+    allocations: list[dict[str, object]] = field(default_factory=list)
+    """The job mapping's GPU allocations (``job_allocations`` columns)."""
+    rule_lists: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    """The site's rule-file lists for this scenario (rule id -> list name -> items)."""
+    gpu: int | None = None
+    """The GPU the scenario's alerts must name (None: a syscall or node-level scenario)."""
+    evaluate_at_ns: int | None = None
+    """When the rules run (ns since the epoch); None for event scenarios."""
+    onset_ns: int | None = None
+    """When the attack starts (ns since the epoch): the bench measures detection delays from it."""
 
 
 def _python(s: Scenario, t0: int, job: str = "4410001", pid: int = 2000) -> Proc:

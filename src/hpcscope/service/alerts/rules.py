@@ -38,7 +38,7 @@ class RuleFileError(SourceError):
 class _Rule(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=r"^[A-Z]{1,4}-[A-Z0-9]{1,6}$")
+    id: str = Field(pattern=r"^[A-Z]{1,4}-[A-Z0-9]{1,6}[a-z]?$")
     vector: int = Field(ge=1, le=6)
     severity: str
     title: str = Field(min_length=1)
@@ -234,12 +234,17 @@ def load_site_rules(directory: Path | None) -> dict[str, RuleSpec]:
     """
     from hpcscope.analysis.alerts import events
     from hpcscope.analysis.integrity.rules import REQUIRED_THRESHOLDS
+    from hpcscope.analysis.telemetry_rules import rules as telemetry
 
     rules = load_rules(
         directory or bundled_rules_dir(),
-        required_thresholds={**REQUIRED_THRESHOLDS, **events.REQUIRED_THRESHOLDS},
-        required_lists=events.REQUIRED_LISTS,
+        required_thresholds={
+            **REQUIRED_THRESHOLDS,
+            **events.REQUIRED_THRESHOLDS,
+            **telemetry.REQUIRED_THRESHOLDS,
+        },
+        required_lists={**events.REQUIRED_LISTS, **telemetry.REQUIRED_LISTS},
     )
-    for spec, message in events.list_errors(rules):
+    for spec, message in [*events.list_errors(rules), *telemetry.list_errors(rules)]:
         raise RuleFileError(message, source=spec.source, line=spec.line, field="lists")
     return rules

@@ -1,0 +1,228 @@
+"""What the telemetry rules share: jobs and their owners, time windows, runs, the alert builder.
+
+Attribution (``security.md`` §0): telemetry names a node (IB counters, Lustre ``host``), a
+GPU (DCGM's ``gpu`` label, the HCA beside it) or a job (``hpc_job``, Lustre's jobid); the job's
+user and account are Slurm's (the store's ``jobs``), and a node's job at a time is the job whose
+allocation holds the node then (:class:`JobSpan`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from hpcscope.model.alerts import Alert, Evidence, RuleSpec, Severity
+from hpcscope.model.timeutil import as_naive_utc, iso_z, parse_iso_utc
+
+#: Evidence items kept per merged alert.
+MAX_EVIDENCE = 5
+
+PortKey = tuple[str, str, int]
+"""(node, device, port) of one HCA port."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpan:
+    """A Slurm job as the rules need it: owner, placement and life.
+
+    Attributes:
+        job_id: hpcscope's job id.
+        user / account: Slurm's (None when unknown).
+        nodes: the nodes the job holds (expanded hostlist).
+        start / end: naive UTC; ``end`` None while it runs.
+        partition / qos: what the job was submitted to (training vs curation, DP-1/DP-4).
+    """
+
+    job_id: str
+    user: str | None
+    account: str | None
+    nodes: tuple[str, ...]
+    start: datetime | None
+    end: datetime | None = None
+    partition: str | None = None
+    qos: str | None = None
+
+    def running(self, ts: datetime) -> bool:
+        """Whether the job held its nodes at ``ts``."""
+        if self.start is None or ts < self.start:
+            return False
+        return self.end is None or ts <= self.end
+
+
+def jobs_on(jobs: Iterable[JobSpan], node: str, ts: datetime) -> list[JobSpan]:
+    """The jobs holding ``node`` at ``ts``, by job id."""
+    return sorted((j for j in jobs if node in j.nodes and j.running(ts)), key=lambda j: j.job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeWindow:
+    """A maintenance or known-faulty window: nodes matching ``node_pattern`` (shell glob)
+    between ``start`` and ``end`` (naive UTC, inclusive)."""
+
+    node_pattern: str
+    start: datetime
+    end: datetime
+
+    def covers(self, node: str, ts: datetime) -> bool:
+        return self.start <= ts <= self.end and fnmatch.fnmatchcase(node, self.node_pattern)
+
+
+def parse_windows(items: Iterable[str]) -> tuple[TimeWindow, ...]:
+    """Windows written ``"<node glob> <start RFC 3339> <end RFC 3339>"`` (a rule-file list).
+
+    Raises:
+        ValueError: an item that is not three fields, a time that does not parse, or an end
+            before its start (the message quotes the item).
+    """
+    windows: list[TimeWindow] = []
+    for item in items:
+        parts = item.split()
+        if len(parts) != 3:
+            raise ValueError(f"window {item!r}: want '<node glob> <start> <end>'")
+        try:
+            start, end = parse_iso_utc(parts[1]), parse_iso_utc(parts[2])
+        except ValueError as exc:
+            raise ValueError(f"window {item!r}: {exc}") from None
+        if end < start:
+            raise ValueError(f"window {item!r}: ends before it starts")
+        windows.append(TimeWindow(parts[0], as_naive_utc(start), as_naive_utc(end)))
+    return tuple(windows)
+
+
+def covered(windows: Iterable[TimeWindow], node: str, ts: datetime) -> bool:
+    """Whether one of ``windows`` covers ``node`` at ``ts``."""
+    return any(w.covers(node, ts) for w in windows)
+
+
+def runs(flags: Sequence[bool]) -> list[tuple[int, int]]:
+    """Maximal runs of consecutive true flags, as ``(first, last)`` indexes (inclusive)."""
+    found: list[tuple[int, int]] = []
+    start: int | None = None
+    for i, flag in enumerate(flags):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            found.append((start, i - 1))
+            start = None
+    if start is not None:
+        found.append((start, len(flags) - 1))
+    return found
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (nearest rank) of ``values``; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
+
+
+def median(values: Sequence[float]) -> float | None:
+    """The median of ``values`` (mean of the middle two); None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def robust_sigma(values: Sequence[float]) -> float:
+    """1.4826 x the median absolute deviation (the standard deviation of normal noise)."""
+    centre = median(values)
+    if centre is None:
+        return 0.0
+    mad = median([abs(v - centre) for v in values])
+    return 1.4826 * (mad or 0.0)
+
+
+def megabytes(value: float) -> str:
+    """``"123.4 MB"`` (10^6 bytes), for evidence lines."""
+    return f"{value / 1e6:.1f} MB"
+
+
+def telemetry_alert(
+    spec: RuleSpec,
+    *,
+    first_seen: datetime,
+    last_seen: datetime,
+    node: str | None,
+    job: JobSpan | None,
+    gpu: int | None,
+    subject: str | None,
+    summary: str,
+    source: str,
+    position: str | None = None,
+    severity: Severity | None = None,
+    link: str | None = None,
+) -> Alert:
+    """One firing of a telemetry rule, attributed (job owner from Slurm) with its evidence."""
+    return Alert(
+        rule_id=spec.rule_id,
+        vector=spec.vector,
+        severity=severity or spec.severity,
+        title=spec.title,
+        first_seen=first_seen,
+        last_seen=last_seen,
+        node=node,
+        job_id=None if job is None else job.job_id,
+        user=None if job is None else job.user,
+        account=None if job is None else job.account,
+        gpu=gpu,
+        subject=subject,
+        evidence=(Evidence(summary=summary, source=source, position=position, link=link),),
+    )
+
+
+def span_text(first: datetime, last: datetime) -> str:
+    """``"2026-12-01T12:00:00Z..12:05:00Z (300 s)"`` for evidence."""
+    seconds = (last - first).total_seconds()
+    return f"{iso_z(first)}..{iso_z(last)} ({seconds:.0f} s)"
+
+
+def merge(alerts: Iterable[Alert]) -> list[Alert]:
+    """One alert per deduplication key: counts added, first/last seen widened, the highest
+    severity kept, the newest evidence first (at most :data:`MAX_EVIDENCE`)."""
+    merged: dict[str, Alert] = {}
+    for alert in alerts:
+        old = merged.get(alert.key)
+        if old is None:
+            merged[alert.key] = alert
+            continue
+        newer, older = (alert, old) if alert.last_seen >= old.last_seen else (old, alert)
+        merged[alert.key] = replace(
+            newer,
+            count=old.count + alert.count,
+            first_seen=min(old.first_seen, alert.first_seen),
+            severity=max(old.severity, alert.severity),
+            evidence=(newer.evidence + older.evidence)[:MAX_EVIDENCE],
+        )
+    return sorted(merged.values(), key=lambda a: (a.rule_id, a.first_seen, a.key))
+
+
+def seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)
+
+
+def enabled(rules: Mapping[str, RuleSpec], rule_id: str) -> RuleSpec | None:
+    """The rule when the site has it and it is enabled."""
+    spec = rules.get(rule_id)
+    return spec if spec is not None and spec.enabled else None
+
+
+def port_subject(port: tuple[str, int]) -> str:
+    """``"port mlx5_3/1"``: the subject of a port's alert."""
+    return f"port {port[0]}/{port[1]}"
+
+
+def port_gpu(port_gpus: Mapping[PortKey, int], node: str, port: tuple[str, int]) -> int | None:
+    """The GPU beside ``port`` of ``node`` (None when the map does not know it)."""
+    return port_gpus.get((node, port[0], port[1]))
+
+
+def job_at(jobs: Sequence[JobSpan], node: str, ts: datetime) -> JobSpan | None:
+    """The job holding ``node`` at ``ts`` (the first by id), or None."""
+    held = jobs_on(jobs, node, ts)
+    return held[0] if held else None

@@ -1,0 +1,282 @@
+"""Per-node InfiniBand traffic, and its residual against the traffic the node's job explains.
+
+Expected-traffic model (``security.md`` §3): a node's observed bytes per second ``O(t)`` (sum
+over its ports, from the counters' increase across resets) is explained by
+
+    E(t) = k · C(t) + L(t) + background
+
+* ``C(t)`` is the job's collective traffic: in a data-parallel job every node's ring or tree
+  AllReduce moves the same bytes, so ``C(t)`` is the median over the job's nodes of
+  ``O − L − background`` at the same scrape (a single-node job has no inter-node collective:
+  ``C = 1`` and ``k`` is its calibrated rate);
+* ``k`` is calibrated per node in the job's first ``calibration_seconds`` (``k = Σ(O − L − bg)
+  / Σ C``), never taken from the analytic ring constant ``2(n−1)/n · S``: it absorbs protocol
+  overhead, the node's rail share and, for pipeline or tensor parallel jobs, its asymmetry;
+* ``L(t)`` is the node's Lustre traffic over LNet when storage shares the HCA (job_stats
+  ``read_bytes`` arrive as receive, ``write_bytes`` leave as transmit);
+* ``background`` is subnet management and keep-alives of an idle port.
+
+The residual is ``R(t) = O(t) − E(t)``, its noise ``σ_R`` the robust deviation (1.4826 MAD) of
+``R`` over the calibration window. Nodes are assumed held by one job at a time (exclusive
+nodes, ``security.md`` G5); on a node shared by two jobs the first job by id explains it.
+Limit: traffic present from the job's first scrape is learned as the job's own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import polars as pl
+
+from hpcscope.analysis.telemetry_rules.common import JobSpan, jobs_on, median, robust_sigma
+from hpcscope.model.timeutil import epoch_seconds
+
+TX = "port_data_transmitted_bytes_per_second"
+RX = "port_data_received_bytes_per_second"
+
+
+@dataclass(frozen=True, slots=True)
+class NodePoint:
+    """One scrape interval of one node: bytes per second summed over its ports.
+
+    ``top_tx`` / ``top_rx`` name the port (device, port) that carried the most of each way.
+    """
+
+    ts: datetime
+    interval_seconds: float
+    tx: float
+    rx: float
+    top_tx: tuple[str, int]
+    top_rx: tuple[str, int]
+
+
+def node_series(rates: pl.DataFrame) -> dict[str, list[NodePoint]]:
+    """Node -> its intervals, oldest first, from :func:`hpcscope.analysis.infiniband.port_rates`
+    output (``node, device, port, ts, interval_seconds`` and the data rates). Intervals whose
+    data rate is unknown (a saturated narrow counter) are left out."""
+    out: dict[str, list[NodePoint]] = {}
+    if rates.height == 0:
+        return out
+    frame = rates.select("node", "device", "port", "ts", "interval_seconds", TX, RX).sort(
+        "node", "ts", "device", "port"
+    )
+    grouped: dict[tuple[str, datetime], list[tuple[str, int, float, float | None, float | None]]]
+    grouped = {}
+    for node, device, port, ts, interval, tx, rx in frame.iter_rows():
+        grouped.setdefault((str(node), ts), []).append(
+            (str(device), int(port), float(interval), tx, rx)
+        )
+    for (node, ts), ports in grouped.items():
+        known = [(d, p, i, float(t), float(r)) for d, p, i, t, r in ports
+                 if t is not None and r is not None]  # fmt: skip
+        if len(known) < len(ports):
+            continue
+        tx_top = max(known, key=lambda k: (k[3], k[0]))
+        rx_top = max(known, key=lambda k: (k[4], k[0]))
+        out.setdefault(node, []).append(
+            NodePoint(
+                ts=ts,
+                interval_seconds=max(k[2] for k in known),
+                tx=sum(k[3] for k in known),
+                rx=sum(k[4] for k in known),
+                top_tx=(tx_top[0], tx_top[1]),
+                top_rx=(rx_top[0], rx_top[1]),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LustreInterval:
+    """A node's Lustre traffic between two job_stats snapshots (bytes per second)."""
+
+    start: datetime
+    end: datetime
+    read_bytes_per_second: float
+    write_bytes_per_second: float
+
+
+LustreRates = Mapping[str, Sequence[LustreInterval]]
+"""Node -> its Lustre intervals (``telemetry_rules.lustre.node_lustre_rates``)."""
+
+
+def lustre_at(intervals: Sequence[LustreInterval], ts: datetime) -> tuple[float, float]:
+    """(receive, transmit) LNet bytes per second of a node at ``ts``: its job_stats reads
+    arrive, its writes leave."""
+    rx = tx = 0.0
+    for item in intervals:
+        if item.start < ts <= item.end:
+            rx += item.read_bytes_per_second
+            tx += item.write_bytes_per_second
+    return rx, tx
+
+
+@dataclass(frozen=True, slots=True)
+class ResidualPoint:
+    """``R(t)`` each way for one interval, with what ``E(t)`` was made of."""
+
+    ts: datetime
+    interval_seconds: float
+    tx: float
+    rx: float
+    expected_tx: float
+    expected_rx: float
+    top_tx: tuple[str, int]
+    top_rx: tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ResidualSeries:
+    """The residual of one node while one job held it (``job`` None: the node was idle and
+    its residual is ``O − background``), after the job's calibration window.
+
+    Attributes:
+        k_tx / k_rx: the calibrated factors (None for idle stretches).
+        sigma_tx / sigma_rx: the residual's noise over the calibration window.
+        calibrated: whether the job had a full calibration window in the data.
+    """
+
+    node: str
+    job: JobSpan | None
+    points: tuple[ResidualPoint, ...]
+    k_tx: float | None = None
+    k_rx: float | None = None
+    sigma_tx: float = 0.0
+    sigma_rx: float = 0.0
+
+
+def bucket(ts: datetime, bucket_seconds: float) -> int:
+    """The scrape slot of ``ts`` (scrapes of one cycle land in the same slot)."""
+    return int(epoch_seconds(ts) // bucket_seconds)
+
+
+def residual_series(
+    series: Mapping[str, Sequence[NodePoint]],
+    jobs: Iterable[JobSpan],
+    *,
+    lustre: LustreRates,
+    background_bytes_per_second: float,
+    calibration_seconds: float,
+    min_calibration_points: int,
+    bucket_seconds: float,
+) -> list[ResidualSeries]:
+    """The residual of every node (module docstring), per job and for idle stretches.
+
+    Returns:
+        One series per (job, node) whose job had ``min_calibration_points`` intervals in its
+        calibration window (points after that window only), and one per idle node (points
+        while no job held it).
+    """
+    jobs = list(jobs)
+    out: list[ResidualSeries] = []
+
+    def net(node: str, p: NodePoint) -> tuple[float, float]:
+        lrx, ltx = lustre_at(lustre.get(node, ()), p.ts)
+        return (
+            p.tx - ltx - background_bytes_per_second,
+            p.rx - lrx - background_bytes_per_second,
+        )
+
+    owner: dict[tuple[str, datetime], JobSpan | None] = {}
+    for node, points in series.items():
+        for p in points:
+            held = jobs_on(jobs, node, p.ts)
+            owner[node, p.ts] = held[0] if held else None
+    for job in sorted(jobs, key=lambda j: j.job_id):
+        if job.start is None:
+            continue
+        nodes = [n for n in job.nodes if n in series]
+        mine = {n: [p for p in series[n] if owner.get((n, p.ts)) == job] for n in nodes}
+        slots: dict[int, list[tuple[float, float]]] = {}
+        for n in nodes:
+            for p in mine[n]:
+                slots.setdefault(bucket(p.ts, bucket_seconds), []).append(net(n, p))
+        collective: dict[int, tuple[float, float]] = {}
+        for key, values in slots.items():
+            if len(job.nodes) < 2:
+                collective[key] = (1.0, 1.0)
+            else:
+                collective[key] = (
+                    median([v[0] for v in values]) or 0.0,
+                    median([v[1] for v in values]) or 0.0,
+                )
+        calibration_end = job.start + timedelta(seconds=calibration_seconds)
+        for n in nodes:
+            calib = [p for p in mine[n] if p.ts <= calibration_end]
+            if len(calib) < min_calibration_points:
+                continue
+            sums = [0.0, 0.0, 0.0, 0.0]
+            for p in calib:
+                ntx, nrx = net(n, p)
+                ctx, crx = collective[bucket(p.ts, bucket_seconds)]
+                sums[0] += ntx
+                sums[1] += nrx
+                sums[2] += ctx
+                sums[3] += crx
+            k_tx = sums[0] / sums[2] if sums[2] > 0 else 0.0
+            k_rx = sums[1] / sums[3] if sums[3] > 0 else 0.0
+
+            def residual(
+                p: NodePoint,
+                n: str = n,
+                k_tx: float = k_tx,
+                k_rx: float = k_rx,
+                collective: dict[int, tuple[float, float]] = collective,
+            ) -> ResidualPoint:
+                ntx, nrx = net(n, p)
+                ctx, crx = collective[bucket(p.ts, bucket_seconds)]
+                return ResidualPoint(
+                    ts=p.ts,
+                    interval_seconds=p.interval_seconds,
+                    tx=ntx - k_tx * ctx,
+                    rx=nrx - k_rx * crx,
+                    expected_tx=p.tx - ntx + k_tx * ctx,
+                    expected_rx=p.rx - nrx + k_rx * crx,
+                    top_tx=p.top_tx,
+                    top_rx=p.top_rx,
+                )
+
+            calib_r = [residual(p) for p in calib]
+            out.append(
+                ResidualSeries(
+                    node=n,
+                    job=job,
+                    points=tuple(residual(p) for p in mine[n] if p.ts > calibration_end),
+                    k_tx=k_tx,
+                    k_rx=k_rx,
+                    sigma_tx=robust_sigma([r.tx for r in calib_r]),
+                    sigma_rx=robust_sigma([r.rx for r in calib_r]),
+                )
+            )
+    for node, points in sorted(series.items()):
+        idle = [p for p in points if owner.get((node, p.ts)) is None]
+        if idle:
+            out.append(
+                ResidualSeries(
+                    node=node,
+                    job=None,
+                    points=tuple(
+                        ResidualPoint(
+                            ts=p.ts,
+                            interval_seconds=p.interval_seconds,
+                            tx=p.tx - background_bytes_per_second,
+                            rx=p.rx - background_bytes_per_second,
+                            expected_tx=background_bytes_per_second,
+                            expected_rx=background_bytes_per_second,
+                            top_tx=p.top_tx,
+                            top_rx=p.top_rx,
+                        )
+                        for p in idle
+                    ),
+                )
+            )
+    return out
+
+
+def top_port(ports: Iterable[tuple[str, int]]) -> tuple[str, int]:
+    """The port named most often (ties: the first device by name)."""
+    counts = Counter(ports)
+    return min(counts, key=lambda p: (-counts[p], p))

@@ -1,0 +1,268 @@
+"""The telemetry rules after each collector cycle: store reads -> pure rules -> alerts.
+
+Wiring (``docs/security.md``): the collector stores InfiniBand port counters, DCGM samples
+with the job mapping, Lustre job_stats, and (from the spools of
+:mod:`hpcscope.service.telemetry_rules.spool`) changelog records and NVML process lists. The
+server hands :meth:`TelemetryRules.after_cycle` to the collector as an after-cycle hook (like
+the jobs upkeep, ``service/jobs/retention.py``). Each run reads the window the rules judge
+(the longest rule window, plus each running job's calibration minutes, however long ago it
+started), evaluates :func:`hpcscope.analysis.telemetry_rules.rules.evaluate`, and upserts the
+alerts into the one ``alerts`` table (deduplicated by key; state kept).
+
+The rules see the whole window every run, so an episode is found again on the next run: an
+alert is written only when its ``last_seen`` moved past what this engine wrote before (a
+condition that goes on grows the stored alert's ``count`` by one per run, never re-counts an
+old episode).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+import polars as pl
+import pyarrow as pa
+
+from hpcscope.analysis.telemetry_rules.common import JobSpan, PortKey
+from hpcscope.analysis.telemetry_rules.gpu import GpuAllocation
+from hpcscope.analysis.telemetry_rules.rules import TelemetryInputs, evaluate
+from hpcscope.model.alerts import Alert, RuleSpec
+from hpcscope.model.hostlist import HostlistError, expand_hostlist
+from hpcscope.model.timeutil import utcnow
+from hpcscope.model.topology import Topology
+from hpcscope.service.settings import Settings
+from hpcscope.service.telemetry_rules.spool import ChangelogSpool, ProcessSpool, fid2path
+from hpcscope.store import Store
+from hpcscope.store import alerts as alert_store
+from hpcscope.store import telemetry_rules as queries
+from hpcscope.store.infiniband import ib_counters
+from hpcscope.store.lustre import job_stats
+from hpcscope.store.slurm import allocations_between
+
+log = logging.getLogger(__name__)
+
+#: How far back the GPU rules look (SC-4's 2 minutes and GM-1's grace, with room).
+GPU_LOOKBACK_SECONDS = 900.0
+
+
+def port_gpus(topology: Topology) -> dict[PortKey, int]:
+    """(node, device, port) -> the GPU beside that HCA (the topology's PCI affinity)."""
+    return {
+        (hca.node, hca.device, hca.port): hca.gpu_index
+        for node in topology.nodes
+        for hca in node.hcas
+        if hca.gpu_index is not None
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryCycle:
+    """What one run read and wrote.
+
+    Attributes:
+        at: the run's time.
+        ib_rows / gpu_rows / process_rows / job_stats_rows / changelog_rows: rows read.
+        jobs: jobs overlapping the window.
+        alerts: alerts written (new or merged into a stored one).
+    """
+
+    at: datetime
+    ib_rows: int = 0
+    gpu_rows: int = 0
+    process_rows: int = 0
+    job_stats_rows: int = 0
+    changelog_rows: int = 0
+    jobs: int = 0
+    alerts: int = 0
+
+
+def _frame(table: pa.Table) -> pl.DataFrame:
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _nodes(row: Mapping[str, object], allocated: Mapping[str, list[str]]) -> tuple[str, ...]:
+    job_id = str(row["job_id"])
+    if job_id in allocated:
+        return tuple(allocated[job_id])
+    text = row.get("nodes")
+    if not text:
+        return ()
+    try:
+        return tuple(expand_hostlist(str(text)))
+    except HostlistError:
+        log.debug("job %s: nodes %r is not a hostlist", job_id, text)
+        return ()
+
+
+class TelemetryRules:
+    """Evaluates the telemetry rules over the store.
+
+    Args:
+        store: the store (read and written).
+        rules: the site's rules by id (telemetry ones are picked by id).
+        port_gpus: (node, device, port) -> GPU (:func:`port_gpus` of the topology).
+        now: the clock (the collector's; tests pass simulated time).
+        spools: the changelog and process spools read before each run
+            (:mod:`hpcscope.service.telemetry_rules.spool`).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        rules: Mapping[str, RuleSpec],
+        *,
+        port_gpus: Mapping[PortKey, int] | None = None,
+        now: Callable[[], datetime] = utcnow,
+        spools: Sequence[ChangelogSpool | ProcessSpool] = (),
+    ) -> None:
+        self.store = store
+        self.spools = tuple(spools)
+        self.rules = dict(rules)
+        self.port_gpus = dict(port_gpus or {})
+        self._now = now
+        self._written: dict[str, datetime] = {}
+        self.last: TelemetryCycle | None = None
+
+    def _threshold(self, rule_id: str, name: str, default: float) -> float:
+        spec = self.rules.get(rule_id)
+        return spec.threshold(name) if spec is not None and name in spec.thresholds else default
+
+    def lookback_seconds(self) -> float:
+        """The longest window a telemetry rule judges, plus two scrape slots."""
+        windows = [
+            self._threshold("RD-2b", "window_seconds", 3600.0),
+            self._threshold("RD-7", "window_seconds", 300.0),
+            self._threshold("RD-3", "min_seconds", 120.0),
+            self._threshold("RD-1", "min_seconds", 60.0),
+        ]
+        return max(windows) + 2 * self._threshold("RD-2", "bucket_seconds", 15.0)
+
+    def read(self, now: datetime) -> TelemetryInputs:
+        """What the rules judge at ``now``, from the store."""
+        since = now - timedelta(seconds=self.lookback_seconds())
+        calibration = timedelta(seconds=self._threshold("RD-2", "calibration_seconds", 300.0))
+        slot = timedelta(seconds=self._threshold("RD-2", "bucket_seconds", 15.0))
+        job_rows = queries.jobs_overlapping(self.store, since=since, until=now).to_pylist()
+        allocated = queries.allocation_nodes(self.store, [str(r["job_id"]) for r in job_rows])
+        jobs = tuple(
+            JobSpan(
+                job_id=str(r["job_id"]),
+                user=r["user"],
+                account=r["account"],
+                nodes=_nodes(r, allocated),
+                start=r["start_time"],
+                end=r["end_time"],
+                partition=r["partition"],
+                qos=r["qos"],
+            )
+            for r in job_rows
+        )
+        tables = [ib_counters(self.store, since=since, until=now)]
+        for job in jobs:  # calibration minutes of jobs that started before the window
+            if job.start is not None and job.start < since and job.nodes:
+                tables.append(
+                    ib_counters(
+                        self.store,
+                        nodes=list(job.nodes),
+                        since=job.start - slot,
+                        until=min(job.start + calibration + slot, since),
+                    )
+                )
+        ib = _frame(pa.concat_tables(tables)).unique(
+            subset=["ts", "node", "device", "port"], keep="first"
+        )
+        gpu_since = now - timedelta(seconds=GPU_LOOKBACK_SECONDS)
+        allocations = tuple(
+            GpuAllocation(
+                job_id=str(r["job_id"]),
+                node=str(r["node"]),
+                gpu=int(r["gpu"]),
+                start=r["start_time"],
+                end=r["end_time"],
+            )
+            for r in allocations_between(self.store, gpu_since - timedelta(days=1), now)
+            .to_pylist()
+        )  # fmt: skip
+        known = {j.job_id for j in jobs}
+        extra = sorted({a.job_id for a in allocations} - known)
+        if extra:  # GM-1 names the job whose epilog it was: it may have ended before `since`
+            owners = alert_store.job_owners(self.store, extra)
+            jobs += tuple(
+                JobSpan(job_id=j, user=u, account=a, nodes=(), start=None)
+                for j, (u, a) in owners.items()
+            )
+        return TelemetryInputs(
+            ib_counters=ib,
+            gpu_samples=_frame(queries.gpu_samples(self.store, since=gpu_since, until=now)),
+            gpu_processes=_frame(queries.gpu_processes(self.store, since=gpu_since, until=now)),
+            job_stats=_frame(job_stats(self.store, since=since, until=now)),
+            changelog=_frame(queries.changelog(self.store, since=since, until=now)),
+            jobs=jobs,
+            allocations=allocations,
+            port_gpus=self.port_gpus,
+        )
+
+    def _fresh(self, alerts: list[Alert]) -> list[Alert]:
+        fresh: list[Alert] = []
+        for alert in alerts:
+            before = self._written.get(alert.key)
+            if before is not None and alert.last_seen <= before:
+                continue
+            fresh.append(alert if before is None else replace(alert, count=1))
+            self._written[alert.key] = alert.last_seen
+        return fresh
+
+    def evaluate_once(self, *, now: datetime | None = None) -> TelemetryCycle:
+        """Read, evaluate, store (module docstring)."""
+        at = now or self._now()
+        for spool in self.spools:
+            read = spool.collect_once()
+            for error in read.errors[:5]:
+                log.warning("telemetry spool: %s", error)
+        inputs = self.read(at)
+        alerts = self._fresh(evaluate(inputs, self.rules))
+        written = alert_store.upsert_alerts(self.store, alerts).result() if alerts else 0
+        self.last = TelemetryCycle(
+            at=at,
+            ib_rows=inputs.ib_counters.height,
+            gpu_rows=inputs.gpu_samples.height,
+            process_rows=inputs.gpu_processes.height,
+            job_stats_rows=inputs.job_stats.height,
+            changelog_rows=inputs.changelog.height,
+            jobs=len(inputs.jobs),
+            alerts=written,
+        )
+        if written:
+            log.info("telemetry rules: %d alerts written", written)
+        return self.last
+
+    def after_cycle(self) -> TelemetryCycle | None:
+        """The collector's hook: one run; a failure is logged, never raised (collection goes
+        on, the next cycle tries again)."""
+        try:
+            return self.evaluate_once()
+        except Exception:  # the rules must never stop collection
+            log.exception("telemetry rules failed")
+            return None
+
+
+def spools_from_settings(store: Store, settings: Settings) -> list[ChangelogSpool | ProcessSpool]:
+    """The spools a site configured (``lustre_changelog_dir``, ``gpu_processes_dir``)."""
+    spools: list[ChangelogSpool | ProcessSpool] = []
+    if settings.lustre_changelog_dir is not None:
+        mount = settings.lustre_fid2path_mount
+        spools.append(
+            ChangelogSpool(
+                store,
+                settings.lustre_changelog_dir,
+                resolve=fid2path(mount) if mount else None,
+                jobid_pattern=settings.lustre_jobid_pattern,
+            )
+        )
+    if settings.gpu_processes_dir is not None:
+        spools.append(ProcessSpool(store, settings.gpu_processes_dir))
+    return spools
