@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import settings
+
 
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
@@ -15,6 +17,11 @@ from hpcscope.service.identity.users import DEMO_LOGINS, UserDirectory
 from hpcscope.service.settings import Settings
 
 pytest_plugins = ["tests.support.browser"]
+
+# No per-example deadline: it is a timing assertion, and speed belongs in bench/ (a loaded CI
+# machine made Hypothesis report correct examples as failures).
+settings.register_profile("hpcscope", deadline=None)
+settings.load_profile("hpcscope")
 
 DEMO_PASSWORDS = {login.name: login.password for login in DEMO_LOGINS}
 
