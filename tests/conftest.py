@@ -10,7 +10,6 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import settings
 
-
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
 from hpcscope.service.identity.users import DEMO_LOGINS, UserDirectory
