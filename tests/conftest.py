@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import settings
+from hypothesis import settings as hypothesis_settings
 
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
@@ -19,8 +19,8 @@ pytest_plugins = ["tests.support.browser"]
 
 # No per-example deadline: it is a timing assertion, and speed belongs in bench/ (a loaded CI
 # machine made Hypothesis report correct examples as failures).
-settings.register_profile("hpcscope", deadline=None)
-settings.load_profile("hpcscope")
+hypothesis_settings.register_profile("hpcscope", deadline=None)
+hypothesis_settings.load_profile("hpcscope")
 
 DEMO_PASSWORDS = {login.name: login.password for login in DEMO_LOGINS}
 
