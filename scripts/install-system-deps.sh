@@ -11,7 +11,8 @@
 set -euo pipefail
 
 packages=(slurm-wlm slurmdbd slurmrestd munge mariadb-server prometheus victoria-metrics
-          prometheus-node-exporter chromium openssl)
+          prometheus-node-exporter chromium openssl
+          bpftrace)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -44,12 +44,8 @@ from hpcscope.analysis.alerts.common import (
     under,
 )
 from hpcscope.model.alerts import Alert, RuleSpec, Severity
-from hpcscope.model.security_events import MAY_READ, MAY_WRITE
+from hpcscope.model.file_access import FILE_HOOKS, TRUNCATE_HOOKS, file_access_kind
 
-FILE_HOOKS = frozenset(
-    {"security_file_permission", "security_mmap_file", "fd_install", "security_file_open"}
-)
-TRUNCATE_HOOKS = frozenset({"security_path_truncate", "security_file_truncate"})
 READING_MODULE = 2  # enum kernel_read_file_id: security_kernel_read_file's second argument
 MAX_EXECS = 65_536
 
@@ -240,11 +236,10 @@ class TetragonRules:
 
     def _file(self, row: dict[str, Any], function: str) -> None:
         path = row.get("file_path") or ""
-        mask = row.get("access_mask")
-        write = function in TRUNCATE_HOOKS or (mask is not None and bool(mask & MAY_WRITE))
-        read = function in ("security_mmap_file", "fd_install", "security_file_open") or (
-            mask is not None and bool(mask & MAY_READ)
+        kind = file_access_kind(
+            function, access_mask=row.get("access_mask"), int_args=row.get("int_args")
         )
+        read, write = (kind.read, kind.write) if kind is not None else (False, False)
         job = row.get("job_id")
         access = "write" if write else "read"
         what = f"{access} of {path} by {row.get('binary')} ({function})"
