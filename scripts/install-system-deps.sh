@@ -6,6 +6,7 @@
 #   prometheus-node-exporter                           real node metrics, InfiniBand collector
 #   chromium                                           browser tests (Playwright, executablePath)
 #   openssl                                            a self-signed certificate (tests/security)
+#   bpftrace                                           hpcscope sensor and its tests (root)
 # Idempotent: installs only what is missing. Services are not left running by the install;
 # the tests start and stop what they need.
 set -euo pipefail

@@ -52,6 +52,14 @@ COMMANDS: dict[str, LazyCommand] = {
     "alerts": LazyCommand(
         "hpcscope.cli.alerts_cmd", "List the alerts you may see, most severe and most recent first."
     ),
+    "access": LazyCommand(
+        "hpcscope.cli.access_cmd",
+        "Who opened, read, mapped or wrote a protected path: jobs, users, processes, bytes.",
+    ),
+    "sensor": LazyCommand(
+        "hpcscope.cli.sensor_cmd",
+        "Run the eBPF sensor (bpftrace) and write Tetragon-style JSON events.",
+    ),
     "simulate": LazyCommand(
         "hpcscope.cli.simulate_cmd",
         "Simulate how stragglers, jitter and hiccups cost a training job as it scales.",

@@ -20,6 +20,12 @@ class Role(StrEnum):
     ADMIN = "admin"
 
 
+#: Roles that see every access record of every protected path ("who read my weights"), not
+#: only those of their own paths and jobs. The one place that decides it
+#: (:attr:`Principal.sees_all_access_records`): a security or auditor role joins here.
+ACCESS_RECORD_ROLES: frozenset[Role] = frozenset({Role.ADMIN})
+
+
 @dataclass(frozen=True, slots=True)
 class JobScope:
     """A data-layer constraint: ``all_jobs``, or jobs of these users or these accounts.
@@ -58,6 +64,17 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return self.role is Role.ADMIN
+
+    @property
+    def sees_all_access_records(self) -> bool:
+        """Whether this principal sees every access record of every protected path (else:
+        the records of paths their jobs created and of accesses by their jobs)."""
+        return self.role in ACCESS_RECORD_ROLES
+
+    def access_record_scope(self) -> JobScope:
+        """The jobs whose paths and accesses this principal sees in access records: all when
+        :attr:`sees_all_access_records`, else their :meth:`job_scope`."""
+        return JobScope(all_jobs=True) if self.sees_all_access_records else self.job_scope()
 
     def job_scope(self) -> JobScope:
         """The jobs this principal may see, as a constraint the store applies."""

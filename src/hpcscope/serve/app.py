@@ -20,6 +20,7 @@ from hpcscope import __version__
 from hpcscope.serve.auth import LoginRequired, LoginThrottled, Unauthorized, sent_basic
 from hpcscope.serve.edge import EdgeMiddleware
 from hpcscope.serve.routes import (
+    access,
     alerts,
     auth_routes,
     cluster,
@@ -48,6 +49,7 @@ ROUTERS = [
     diagram.router,
     traces.router,
     ingest.router,
+    access.router,
 ]
 
 

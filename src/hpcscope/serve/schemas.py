@@ -24,6 +24,7 @@ from hpcscope.service.alerts.contracts import (
     JobAlerts,
     JobReportWithAlerts,
 )
+from hpcscope.service.alerts.file_access import AccessReport
 from hpcscope.service.diagram.cards import ElementCard
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 from hpcscope.service.nccl.contracts import NcclReport
@@ -73,6 +74,7 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "traces-summary": TraceSummary,
     "traces-report": TraceReport,
     "traces-report-stored": StoredTraceReport,
+    "access-report": AccessReport,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).

@@ -14,6 +14,7 @@ from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
 from hpcscope.service.security.buffer import SecurityEventBuffer
+from hpcscope.service.security.tetragon_policy import protected_roots
 from hpcscope.service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ def security_collection(service: Service, buffer: SecurityEventBuffer) -> Securi
         buffer,
         service.rules,
         checkpoint_roots=[service.topology.checkpoint_root],
+        protected_roots=protected_roots(service.topology),
         falco_path=settings.falco_events_path,
         tetragon_path=settings.tetragon_events_path,
     )

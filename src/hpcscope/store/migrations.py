@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRICS
+from hpcscope.store.file_access import FILE_ACCESS_DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,5 +322,10 @@ CREATE TABLE alerts (
     state_at TIMESTAMP
 );
 """,
+    ),
+    Migration(
+        14,
+        "file_access: who opened, read, mmapped or wrote a protected path (who read my weights)",
+        FILE_ACCESS_DDL,
     ),
 )

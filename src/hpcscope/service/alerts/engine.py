@@ -7,7 +7,8 @@ and Tetragon files a site names (``falco_events_path``, ``tetragon_events_path``
 :class:`~hpcscope.service.security.buffer.SecurityEventBuffer`. Each collector cycle,
 :meth:`SecurityCollection.collect_once` polls the tails, drains the buffer into
 :class:`~hpcscope.analysis.alerts.events.EventRules` with the jobs' owners from the store,
-and upserts the alerts (deduplicated by key: a repeated firing grows ``count``).
+and upserts the alerts (deduplicated by key: a repeated firing grows ``count``); the events
+that touched a protected path become access records (``file_access``: who read my weights).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pyarrow as pa
 
 from hpcscope.analysis.alerts.common import JobOwner
 from hpcscope.analysis.alerts.events import EventRules, EventVerdict
+from hpcscope.analysis.alerts.file_access import access_records
 from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 from hpcscope.model.timeutil import utcnow
@@ -30,6 +32,7 @@ from hpcscope.service.security.buffer import DrainedEvents, SecurityEventBuffer
 from hpcscope.service.security.sources import FalcoSource, TetragonSource
 from hpcscope.store import Store
 from hpcscope.store import alerts as alert_store
+from hpcscope.store.file_access import append_file_access
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,7 @@ class SecurityCycle:
     Attributes:
         falco_rows / tetragon_rows: events evaluated.
         alerts: alerts written (new or merged).
+        access_records: accesses to protected paths stored ("who read my weights").
         errors: lines that did not parse (``source:line: message``), the first few.
         dropped_rows: events the buffer dropped since the last drain (it was full).
     """
@@ -48,6 +52,7 @@ class SecurityCycle:
     falco_rows: int = 0
     tetragon_rows: int = 0
     alerts: int = 0
+    access_records: int = 0
     errors: tuple[str, ...] = ()
     dropped_rows: int = 0
 
@@ -84,6 +89,8 @@ class SecurityCollection:
         buffer: the app's security event buffer (shared with ``POST /api/ingest/falco``).
         rules: the site's rules by id.
         checkpoint_roots: what W-1/W-3 watch (the topology's checkpoint root).
+        protected_roots: whose accesses are recorded (checkpoints, weights, datasets: the
+            topology's protected roots); empty: the checkpoint roots.
         falco_path / tetragon_path: files to tail (Falco ``file_output``, Tetragon export).
         proc_root: where Tetragon processes' cgroups are read (``/proc``; tests pass a tree).
     """
@@ -92,6 +99,7 @@ class SecurityCollection:
     buffer: SecurityEventBuffer
     rules: Mapping[str, RuleSpec]
     checkpoint_roots: Sequence[str] = ()
+    protected_roots: Sequence[str] = ()
     falco_path: Path | None = None
     tetragon_path: Path | None = None
     proc_root: Path = Path("/proc")
@@ -137,10 +145,17 @@ class SecurityCollection:
         if drained.dropped_rows:
             log.warning("security event buffer was full: %d events dropped", drained.dropped_rows)
         verdict, written = evaluate_drained(self.store, self.engine, drained)
+        records = access_records(
+            drained.tetragon.to_pylist(),
+            drained.falco.to_pylist(),
+            protected=self.protected_roots or self.checkpoint_roots,
+        )
+        stored = append_file_access(self.store, records).result() if records.num_rows else 0
         return SecurityCycle(
             falco_rows=verdict.falco_rows,
             tetragon_rows=verdict.tetragon_rows,
             alerts=written,
+            access_records=stored,
             errors=tuple(str(e) for e in drained.errors[:20]),
             dropped_rows=drained.dropped_rows,
         )
