@@ -29,7 +29,9 @@ SHARD = "/lustre/checkpoints/run-a/step-1/model.pt"
 DATA = "/lustre/datasets/speech/shard-0.tar"
 
 
-def _record(n: int, path: str, access: str, job: str | None, size: int | None, args: str):
+def _record(
+    n: int, path: str, access: str, job: str | None, size: int | None, args: str
+) -> dict[str, object]:
     return {
         "ts": NOW - timedelta(seconds=60 - n), "path": path, "access": access, "bytes": size,
         "node": "gpu01", "job_id": job, "pid": 1000 + n, "uid": 1000, "binary": "/usr/bin/python3",
@@ -68,15 +70,15 @@ def clients(service: Service) -> Iterator[dict[str | None, TestClient]]:
 
 
 def _key(record: dict[str, object]) -> str:
-    return next(k for k, v in RECORDS.items() if v["source_line"] == record["position"][5:]
-                or v["source_line"] == int(str(record["position"]).split()[-1]))  # fmt: skip
+    line = int(str(record["position"]).removeprefix("line "))
+    return next(k for k, v in RECORDS.items() if v["source_line"] == line)
 
 
 def test_the_matrix_of_who_sees_which_access(clients: dict[str | None, TestClient]) -> None:
     leaks = checked = 0
     for user, (sees, redacted) in SEES.items():
         client = clients[user]
-        for url in (f"/api/access?path=/lustre/checkpoints/run-a", f"/api/access?path={SHARD}",
+        for url in ("/api/access?path=/lustre/checkpoints/run-a", f"/api/access?path={SHARD}",
                     "/api/access?path=/lustre/checkpoints/"):  # fmt: skip
             body = client.get(url).json()
             seen = {_key(r) for r in body["records"]}
@@ -123,7 +125,7 @@ def test_bad_paths_and_anonymous_visitors(clients: dict[str | None, TestClient])
 
 
 def test_one_predicate_decides_who_sees_all_records() -> None:
-    assert ACCESS_RECORD_ROLES == {Role.ADMIN}
+    assert {Role.ADMIN} == ACCESS_RECORD_ROLES
     for role in Role:
         principal = Principal("x", role, frozenset({"vision"}))
         assert principal.sees_all_access_records is (role in ACCESS_RECORD_ROLES)

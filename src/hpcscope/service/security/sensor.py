@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 PROGRAM_NAME = "hpcscope-sensor.bt"
 #: bpftrace's string size: the BPF stack (512 bytes) of the open and exec probes holds one
 #: path of this size; longer paths are cut in the kernel and read back whole from /proc.
-STRLEN = 100
+STRLEN = 64
 UVERBS_PREFIX = "/dev/infiniband/uverbs"
 DEFAULT_TEMP_PREFIXES: tuple[str, ...] = ("/tmp/", "/var/tmp/", "/dev/shm/")
 TRACEFS = Path("/sys/kernel/tracing")
@@ -65,23 +65,40 @@ def bundled_program_path() -> Path:
     raise FileNotFoundError(f"no bundled {PROGRAM_NAME}")
 
 
-def _predicate(prefixes: Sequence[str], what: str) -> str:
-    clauses: list[str] = []
+def _checked(prefixes: Sequence[str], what: str) -> list[str]:
+    """The prefixes, validated, without those a shorter one already covers (each prefix is
+    its own probe: an overlap would report an open twice)."""
     for prefix in prefixes:
         if not prefix.startswith("/"):
             raise SensorConfigError(f"{what} {prefix!r} is not absolute", source="sensor")
-        if any(c in prefix for c in '"\\') or not prefix.isprintable():
-            raise SensorConfigError(f"{what} {prefix!r}: quotes, backslashes and control "
+        if any(c in prefix for c in '"\\@') or not prefix.isprintable():
+            raise SensorConfigError(f"{what} {prefix!r}: quotes, backslashes, @ and control "
                                     "characters cannot be matched", source="sensor")  # fmt: skip
         if len(prefix.encode()) >= STRLEN:
             raise SensorConfigError(
                 f"{what} {prefix!r} is longer than the program's {STRLEN - 1} bytes",
                 source="sensor",
             )
-        clauses.append(f'strncmp($f, "{prefix}", {len(prefix.encode())}) == 0')
-    if not clauses:
+    kept: list[str] = []
+    for prefix in sorted(set(prefixes), key=lambda p: (len(p), p)):
+        if not any(prefix.startswith(shorter) for shorter in kept):
+            kept.append(prefix)
+    if not kept:
         raise SensorConfigError(f"no {what}", source="sensor")
-    return " || ".join(clauses)
+    return sorted(kept)
+
+
+def _repeat(template: str, name: str, prefixes: Sequence[str]) -> str:
+    begin, end = f"// @FOR_EACH {name}\n", f"// @END {name}\n"
+    if begin not in template or end not in template:
+        raise SensorConfigError(f"the program has no {name} block", source="sensor")
+    head, _, rest = template.partition(begin)
+    block, _, tail = rest.partition(end)
+    copies = [
+        block.replace("@PREFIX@", prefix).replace("@LENGTH@", str(len(prefix.encode())))
+        for prefix in prefixes
+    ]
+    return head + "".join(copies) + tail
 
 
 def render_program(
@@ -91,7 +108,7 @@ def render_program(
     temp_prefixes: Sequence[str] = DEFAULT_TEMP_PREFIXES,
     watch_uverbs: bool = True,
 ) -> str:
-    """The program with its predicates filled (pure).
+    """The program with one copy of each prefix block per prefix (pure).
 
     Args:
         template: the text of ``hpcscope-sensor.bt``.
@@ -103,10 +120,9 @@ def render_program(
     Raises:
         SensorConfigError: a prefix the program cannot match.
     """
-    prefixes = sorted({*protected, *((UVERBS_PREFIX,) if watch_uverbs else ())})
-    return template.replace("@PROTECTED@", _predicate(prefixes, "protected prefix")).replace(
-        "@TEMP_EXEC@", _predicate(sorted(set(temp_prefixes)), "temp directory")
-    )
+    roots = _checked([*protected, *((UVERBS_PREFIX,) if watch_uverbs else ())], "protected prefix")
+    temps = _checked(temp_prefixes, "temp directory")
+    return _repeat(_repeat(template, "protected", roots), "temp", temps)
 
 
 def monotonic_to_wall_ns() -> int:
@@ -147,6 +163,7 @@ class Sensor:
         bpftrace: the executable.
         proc_root: where processes are read (``/proc``).
         on_error: called with each output line that could not be read.
+        connect_jobs_only: write connects of job processes only (the default).
     """
 
     program: str
@@ -155,12 +172,14 @@ class Sensor:
     bpftrace: str = "bpftrace"
     proc_root: Path = Path("/proc")
     on_error: Callable[[SecurityEventError], None] | None = None
+    connect_jobs_only: bool = True
 
     def __post_init__(self) -> None:
         self.translator = SensorTranslator(
             ProcReader(node=self.node, proc_root=self.proc_root),
             node=self.node,
             monotonic_to_wall_ns=monotonic_to_wall_ns(),
+            connect_jobs_only=self.connect_jobs_only,
         )
         self.attached = threading.Event()
         self._process: subprocess.Popen[bytes] | None = None
@@ -205,6 +224,10 @@ class Sensor:
                 timer.cancel()
         finally:
             path.unlink(missing_ok=True)
+            if self._process is not None:
+                for pipe in (self._process.stdout, self._process.stderr):
+                    if pipe is not None:
+                        pipe.close()
         if not self.attached.is_set():
             errors = [line for line in self._stderr if "RLIMIT_MEMLOCK" not in line]
             raise SensorUnavailable(
