@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,7 +64,7 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     base = tmp_path_factory.mktemp("sensor")
     root = base / "ckpt"
     root.mkdir()
@@ -117,7 +116,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             and e["process_kprobe"]["args"][0].get("file_arg", {}).get("path", "").endswith(
                 "model.pt")}  # fmt: skip
     assert len(pids) == 1
-    yield Run(events, result.table.to_pylist(), root, pids.pop(), found["read_total"])
+    return Run(events, result.table.to_pylist(), root, pids.pop(), found["read_total"])
 
 
 def _mine(run: Run) -> list[dict[str, Any]]:
