@@ -25,15 +25,19 @@ from hpcscope.ingest.security.lines import SecurityEventError
 #: printf kinds -> (record kind, field names after the kind). ``ns`` is CLOCK_MONOTONIC.
 PRINTF_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "o": ("opening", ("tid", "path")),
-    "O": ("open", ("ns", "pid", "tid", "uid", "fd", "flags", "comm")),
-    "M": ("mmap", ("ns", "pid", "tid", "uid", "fd", "length", "prot", "map_flags", "comm")),
-    "X": ("close", ("ns", "pid", "tid", "uid", "fd", "read_bytes", "written_bytes", "comm")),
+    "O": ("open", ("ns", "pid", "tid", "uid", "ppid", "fd", "flags", "comm")),
+    "M": ("mmap", ("ns", "pid", "tid", "uid", "ppid", "fd", "length", "prot", "map_flags", "comm")),
+    "X": (
+        "close",
+        ("ns", "pid", "tid", "uid", "ppid", "fd", "read_bytes", "written_bytes", "comm"),
+    ),
+    "D": ("dup", ("ns", "pid", "tid", "uid", "ppid", "fd", "target_fd")),
     "e": ("executing", ("tid", "path")),
-    "E": ("exec", ("ns", "pid", "tid", "uid")),
-    "C": ("connect", ("ns", "pid", "tid", "uid", "family", "port", "comm", "address")),
-    "P": ("ptrace", ("ns", "pid", "tid", "uid", "request", "target_pid", "comm")),
-    "V": ("vm_read", ("ns", "pid", "tid", "uid", "target_pid", "comm")),
-    "S": ("setns", ("ns", "pid", "tid", "uid", "fd", "nstype", "comm")),
+    "E": ("exec", ("ns", "pid", "tid", "uid", "ppid")),
+    "C": ("connect", ("ns", "pid", "tid", "uid", "ppid", "family", "port", "comm", "address")),
+    "P": ("ptrace", ("ns", "pid", "tid", "uid", "ppid", "request", "target_pid", "comm")),
+    "V": ("vm_read", ("ns", "pid", "tid", "uid", "ppid", "target_pid", "comm")),
+    "S": ("setns", ("ns", "pid", "tid", "uid", "ppid", "fd", "nstype", "comm")),
     "Q": ("exit", ("ns", "pid")),
 }
 _TEXT_FIELDS = frozenset({"comm", "path", "address"})
@@ -46,13 +50,16 @@ class SensorRecord:
     """One event of the sensor program (fields absent from its kind are None).
 
     Attributes:
-        kind: ``opening``, ``open``, ``mmap``, ``close``, ``executing``, ``exec``, ``connect``,
-            ``ptrace``, ``vm_read``, ``setns``, ``exit``; ``bytes`` (one (pid, fd) entry of a
-            flushed byte map: ``read_bytes`` or ``written_bytes`` set); ``attached`` (the
+        kind: ``opening``, ``open``, ``dup``, ``mmap``, ``close``, ``executing``, ``exec``,
+            ``connect``, ``ptrace``, ``vm_read``, ``setns``, ``exit``; ``bytes`` (one (pid,
+            fd) entry of a flushed byte map: ``read_bytes`` or ``written_bytes`` set);
+            ``attached`` (the
             probes are live: ``count`` probes) or ``lost`` (``count`` events the kernel's
             buffer dropped).
         ns: kernel CLOCK_MONOTONIC time in ns.
-        fd: the file descriptor (``open``: the return value, negative when the open failed).
+        ppid: the parent's pid when the event happened (the job of a process already gone).
+        fd: the file descriptor (``open``: the return value, negative when the open failed;
+            ``dup``: the old one, ``target_fd`` the copy).
         flags: open(2) flags; ``map_flags`` and ``prot`` are mmap(2)'s.
         length: mmap length in bytes.
         read_bytes / written_bytes: bytes since the last flush (``close``, ``bytes``).
@@ -66,7 +73,9 @@ class SensorRecord:
     pid: int | None = None
     tid: int | None = None
     uid: int | None = None
+    ppid: int | None = None
     fd: int | None = None
+    target_fd: int | None = None
     flags: int | None = None
     comm: str | None = None
     path: str | None = None

@@ -17,7 +17,8 @@ hpcscope's rules and Tetragon's example policies use:
   fd, nstype).
 
 One extension: the ``process`` object carries ``slurm_job`` (``job_id``, ``job_sluid``,
-``step``, ``source``: ``cgroup`` or ``stepd``), the job the sensor resolved while the process
+``step``, ``source``: ``cgroup``, ``stepd``, or ``parent cgroup``/``parent stepd`` for a
+process gone before it was read), the job the sensor resolved while the process
 was alive; a real Tetragon never writes it, and the parser uses it only when its own
 ``/proc/<pid>/cgroup`` lookup finds nothing. ``size_arg`` is a string, as protojson writes
 64-bit integers.
@@ -212,10 +213,18 @@ class SensorTranslator:
         if path is None or record.pid is None or record.fd is None or record.fd < 0:
             return ()
         full = self.reader.path_of_fd(record.pid, record.fd) or path
-        info = self.reader.process(record.pid, uid=record.uid, comm=record.comm)
+        info = self.reader.process(record.pid, uid=record.uid, comm=record.comm, ppid=record.ppid)
         self._files[(record.pid, record.fd)] = _OpenFile(full, record.flags or 0, info)
         args = [self._file_arg(full), {"int_arg": record.flags or 0}]
         return [self._kprobe(info, record, "security_file_open", args)]
+
+    def _on_dup(self, record: SensorRecord) -> Sequence[dict[str, Any]]:
+        opened = self._files.get((record.pid or -1, record.fd if record.fd is not None else -1))
+        if opened is not None and record.pid is not None and record.target_fd is not None:
+            self._files[(record.pid, record.target_fd)] = _OpenFile(
+                opened.path, opened.flags, opened.process
+            )
+        return ()
 
     def _on_bytes(self, record: SensorRecord) -> Sequence[dict[str, Any]]:
         opened = self._files.get((record.pid or -1, record.fd if record.fd is not None else -1))
@@ -251,7 +260,9 @@ class SensorTranslator:
         path = self._executing.pop(record.tid or -1, None)
         if path is None or record.pid is None:
             return ()
-        info = self.reader.process(record.pid, uid=record.uid, comm=path, fresh=True)
+        info = self.reader.process(
+            record.pid, uid=record.uid, comm=path, ppid=record.ppid, fresh=True
+        )
         process = self._process_json(info, record.tid)
         if not info.alive or not process.get("binary"):
             process["binary"] = path
@@ -267,7 +278,7 @@ class SensorTranslator:
     def _on_connect(self, record: SensorRecord) -> Sequence[dict[str, Any]]:
         if record.pid is None:
             return ()
-        info = self.reader.process(record.pid, uid=record.uid, comm=record.comm)
+        info = self.reader.process(record.pid, uid=record.uid, comm=record.comm, ppid=record.ppid)
         if self.connect_jobs_only and info.job is None:
             self.stats.skipped_connects += 1
             return ()
@@ -281,21 +292,21 @@ class SensorTranslator:
     def _on_ptrace(self, record: SensorRecord) -> Sequence[dict[str, Any]]:
         if record.pid is None:
             return ()
-        info = self.reader.process(record.pid, uid=record.uid, comm=record.comm)
+        info = self.reader.process(record.pid, uid=record.uid, comm=record.comm, ppid=record.ppid)
         args = [{"int_arg": record.request}, {"int_arg": record.target_pid}]
         return [self._kprobe(info, record, "__x64_sys_ptrace", args)]
 
     def _on_vm_read(self, record: SensorRecord) -> Sequence[dict[str, Any]]:
         if record.pid is None:
             return ()
-        info = self.reader.process(record.pid, uid=record.uid, comm=record.comm)
+        info = self.reader.process(record.pid, uid=record.uid, comm=record.comm, ppid=record.ppid)
         args = [{"int_arg": record.target_pid}]
         return [self._kprobe(info, record, "__x64_sys_process_vm_readv", args)]
 
     def _on_setns(self, record: SensorRecord) -> Sequence[dict[str, Any]]:
         if record.pid is None:
             return ()
-        info = self.reader.process(record.pid, uid=record.uid, comm=record.comm)
+        info = self.reader.process(record.pid, uid=record.uid, comm=record.comm, ppid=record.ppid)
         args = [{"int_arg": record.fd}, {"int_arg": record.nstype}]
         return [self._kprobe(info, record, "__x64_sys_setns", args)]
 

@@ -107,12 +107,20 @@ class ProcReader:
         return None if found is None else found[2] * 1_000_000_000 // CLOCK_TICKS
 
     def process(
-        self, pid: int, *, uid: int | None = None, comm: str | None = None, fresh: bool = False
+        self,
+        pid: int,
+        *,
+        uid: int | None = None,
+        comm: str | None = None,
+        ppid: int | None = None,
+        fresh: bool = False,
     ) -> ProcessInfo:
         """The process ``pid`` now (``fresh``: re-read, after an exec replaced its image).
 
-        A process already gone is described by the event alone (``alive`` False): its last
-        known facts when it was seen before, else ``comm`` as binary and no job.
+        A process already gone (a ``dd`` that read a checkpoint and exited before its event
+        was read) is described by the event: its last known facts when it was seen before,
+        else ``comm`` as binary and the job of its parent ``ppid`` (the event's), which Slurm's
+        confinement makes the same job (source ``parent <how>``).
         """
         base = self.proc_root / str(pid)
         stat = _stat(_read(base / "stat"))
@@ -120,8 +128,11 @@ class ProcReader:
             known = self._gone.get(pid)
             if known is not None:
                 return known
-            return ProcessInfo(pid, self.exec_id(pid, 0), 0, None, uid, None, comm or "",
-                               "", "", None, alive=False)  # fmt: skip
+            job = self.job(ppid) if ppid is not None else None
+            if job is not None:
+                job = ProcessJob(job.job_id, job.job_sluid, job.step, f"parent {job.source}")
+            return ProcessInfo(pid, self.exec_id(pid, 0), 0, ppid, uid, None, comm or "",
+                               "", "", job, alive=False)  # fmt: skip
         _, ppid, ticks = stat
         key = (pid, ticks)
         cached = self._cache.get(key)
