@@ -45,6 +45,7 @@ from hpcscope.service.security.buffer import SecurityEventBuffer  # noqa: E402
 from hpcscope.store import Store  # noqa: E402
 from hpcscope.store.alerts import alerts  # noqa: E402
 from hpcscope.twin.attacks import CHECKPOINTS, JOBS, Scenario, scenarios  # noqa: E402
+from hpcscope.twin.attacks_sensor import sensor_scenarios  # noqa: E402
 
 T0 = 1_796_126_400 * 1_000_000_000  # 2026-12-01T12:00:00Z
 #: Every rule id of the security reference except GI- (gradient injection has its own issue).
@@ -99,7 +100,7 @@ def attributed(s: Scenario, alert: Alert) -> bool:
 
 
 def main() -> None:
-    played = scenarios(T0)
+    played = [*scenarios(T0), *sensor_scenarios(T0)]
     expected_total = found_total = 0
     benign_high = benign_medium = 0
     attributed_ok = alerts_total = 0

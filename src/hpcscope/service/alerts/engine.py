@@ -17,13 +17,14 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 
 from hpcscope.analysis.alerts.common import JobOwner
-from hpcscope.analysis.alerts.events import EventRules, EventVerdict
+from hpcscope.analysis.alerts.correlation import CorrelationRules, Egress
+from hpcscope.analysis.alerts.events import EVENT_RULE_IDS, EventRules, EventVerdict
 from hpcscope.analysis.alerts.file_access import access_records
 from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.schemas import SCRAPE_SCHEMA
@@ -107,12 +108,30 @@ class SecurityCollection:
 
     def __post_init__(self) -> None:
         self.engine = EventRules(self.rules, checkpoint_roots=self.checkpoint_roots)
+        self.correlation = CorrelationRules(self.rules)
         if self.falco_path is not None:
             self.sources.append(FalcoSource(self.falco_path, self.buffer))
         if self.tetragon_path is not None:
             self.sources.append(
                 TetragonSource(self.tetragon_path, self.buffer, proc_root=self.proc_root)
             )
+
+    def _correlate(self, records: pa.Table, verdict: EventVerdict) -> int:
+        """W-2 over the batch's access records and alerts, and egress alerts other engines
+        stored (RD-2); returns the alerts written."""
+        if self.correlation.spec is None or (records.num_rows == 0 and not verdict.alerts):
+            return 0
+        rows = records.to_pylist()
+        times = [r["ts"] for r in rows] + [a.first_seen for a in verdict.alerts]
+        within = timedelta(seconds=self.correlation.spec.threshold("egress_within_seconds"))
+        foreign = [r for r in self.correlation.egress_rules if r not in EVENT_RULE_IDS]
+        stored = alert_store.recent_alerts(self.store, foreign, since=min(times) - within)
+        egress = [Egress(a.rule_id, a.job_id, a.node, a.first_seen, a.title) for a in stored]
+        jobs = [str(r["job_id"]) for r in rows if r["job_id"] is not None]
+        found = self.correlation.evaluate(
+            rows, verdict.alerts, owners=owners_of(self.store, jobs), egress=egress
+        )
+        return alert_store.upsert_alerts(self.store, found).result() if found else 0
 
     def collect_once(self, *, now: datetime | None = None) -> SecurityCycle:
         """Poll the tails, drain the buffer, evaluate, store.
@@ -151,6 +170,7 @@ class SecurityCollection:
             protected=self.protected_roots or self.checkpoint_roots,
         )
         stored = append_file_access(self.store, records).result() if records.num_rows else 0
+        written += self._correlate(records, verdict)
         return SecurityCycle(
             falco_rows=verdict.falco_rows,
             tetragon_rows=verdict.tetragon_rows,

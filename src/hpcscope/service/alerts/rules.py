@@ -228,14 +228,22 @@ def load_site_rules(directory: Path | None) -> dict[str, RuleSpec]:
     Raises:
         RuleFileError: a bad rule file (file and line named).
     """
-    from hpcscope.analysis.alerts import events
+    from hpcscope.analysis.alerts import correlation, events, posture
     from hpcscope.analysis.integrity.rules import REQUIRED_THRESHOLDS
 
     rules = load_rules(
         directory or bundled_rules_dir(),
-        required_thresholds={**REQUIRED_THRESHOLDS, **events.REQUIRED_THRESHOLDS},
-        required_lists=events.REQUIRED_LISTS,
+        required_thresholds={
+            **REQUIRED_THRESHOLDS,
+            **events.REQUIRED_THRESHOLDS,
+            **correlation.REQUIRED_THRESHOLDS,
+        },
+        required_lists={
+            **events.REQUIRED_LISTS,
+            **correlation.REQUIRED_LISTS,
+            **posture.REQUIRED_LISTS,
+        },
     )
-    for spec, message in events.list_errors(rules):
+    for spec, message in [*events.list_errors(rules), *posture.entry_errors(rules)]:
         raise RuleFileError(message, source=spec.source, line=spec.line, field="lists")
     return rules
