@@ -61,6 +61,7 @@ class Run:
     root: Path
     workload_pid: int
     read_total: int
+    lost_events: int
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
             and e["process_kprobe"]["args"][0].get("file_arg", {}).get("path", "").endswith(
                 "model.pt")}  # fmt: skip
     assert len(pids) == 1
-    return Run(events, result.table.to_pylist(), root, pids.pop(), found["read_total"])
+    return Run(events, result.table.to_pylist(), root, pids.pop(), found["read_total"],
+               sensor.stats.lost_events)  # fmt: skip
 
 
 def _mine(run: Run) -> list[dict[str, Any]]:
@@ -146,7 +148,8 @@ def test_writes_are_counted_and_unprotected_files_are_silent(run: Run) -> None:
         if r["file_path"] == f"{run.root}/optimizer.bin"
         and r["function_name"] == "security_file_permission"
     ]
-    assert written == [WRITTEN]
+    seen = [(r["function_name"], r["file_path"], r["int_args"]) for r in _mine(run)]
+    assert written == [WRITTEN], (seen, f"{run.lost_events} events lost in the kernel")
     assert not any("other.txt" in (r["file_path"] or "") for r in run.rows)
     records = access_records(run.rows, protected=[str(run.root)]).to_pylist()
     by_access: dict[str, int] = {}

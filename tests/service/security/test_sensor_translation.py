@@ -47,11 +47,11 @@ def test_jobs_from_cgroup_stepd_ancestor_and_parent_of_a_gone_process(tmp_path: 
     reader = ProcReader(node="n1", proc_root=_tree(tmp_path))
     translator = SensorTranslator(reader, node="n1", monotonic_to_wall_ns=1_796_126_400 * 10**9)
     events = translator.feed_all([
-        SensorRecord("opening", tid=20, path="/ckpt/a/model.pt"),
-        SensorRecord("open", ns=1, pid=20, tid=20, uid=1000, ppid=1, fd=3, flags=0, comm="python3"),
-        SensorRecord("opening", tid=99, path="/ckpt/a/model.pt"),
+        SensorRecord("open", ns=1, pid=20, tid=20, uid=1000, ppid=1, fd=3, flags=0, comm="python3",
+                     path="/ckpt/a/model.pt"),
         # pid 99 (a dd of the job script, pid 11) is gone before /proc is read
-        SensorRecord("open", ns=2, pid=99, tid=99, uid=1000, ppid=11, fd=4, flags=0, comm="dd"),
+        SensorRecord("open", ns=2, pid=99, tid=99, uid=1000, ppid=11, fd=4, flags=0, comm="dd",
+                     path="/ckpt/a/model.pt"),
         SensorRecord("dup", ns=3, pid=99, tid=99, uid=1000, ppid=11, fd=4, target_fd=0),
         SensorRecord("bytes", pid=99, fd=0, read_bytes=1000),
         SensorRecord("close", ns=4, pid=99, tid=99, uid=1000, ppid=11, fd=0, read_bytes=24,

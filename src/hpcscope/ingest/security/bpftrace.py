@@ -24,16 +24,14 @@ from hpcscope.ingest.security.lines import SecurityEventError
 
 #: printf kinds -> (record kind, field names after the kind). ``ns`` is CLOCK_MONOTONIC.
 PRINTF_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "o": ("opening", ("tid", "path")),
-    "O": ("open", ("ns", "pid", "tid", "uid", "ppid", "fd", "flags", "comm")),
+    "O": ("open", ("ns", "pid", "tid", "uid", "ppid", "fd", "flags", "comm", "path")),
     "M": ("mmap", ("ns", "pid", "tid", "uid", "ppid", "fd", "length", "prot", "map_flags", "comm")),
     "X": (
         "close",
         ("ns", "pid", "tid", "uid", "ppid", "fd", "read_bytes", "written_bytes", "comm"),
     ),
     "D": ("dup", ("ns", "pid", "tid", "uid", "ppid", "fd", "target_fd")),
-    "e": ("executing", ("tid", "path")),
-    "E": ("exec", ("ns", "pid", "tid", "uid", "ppid")),
+    "E": ("exec", ("ns", "pid", "tid", "uid", "ppid", "path")),
     "C": ("connect", ("ns", "pid", "tid", "uid", "ppid", "family", "port", "comm", "address")),
     "P": ("ptrace", ("ns", "pid", "tid", "uid", "ppid", "request", "target_pid", "comm")),
     "V": ("vm_read", ("ns", "pid", "tid", "uid", "ppid", "target_pid", "comm")),
@@ -50,7 +48,7 @@ class SensorRecord:
     """One event of the sensor program (fields absent from its kind are None).
 
     Attributes:
-        kind: ``opening``, ``open``, ``dup``, ``mmap``, ``close``, ``executing``, ``exec``,
+        kind: ``open``, ``dup``, ``mmap``, ``close``, ``exec``,
             ``connect``, ``ptrace``, ``vm_read``, ``setns``, ``exit``; ``bytes`` (one (pid,
             fd) entry of a flushed byte map: ``read_bytes`` or ``written_bytes`` set);
             ``attached`` (the

@@ -31,7 +31,11 @@ import orjson
 from hpcscope.ingest.security.bpftrace import parse_sensor_line
 from hpcscope.ingest.security.lines import SecurityEventError
 from hpcscope.model.errors import ConfigError, HpcscopeError
-from hpcscope.service.security.sensor_events import SensorStats, SensorTranslator
+from hpcscope.service.security.sensor_events import (
+    KERNEL_STRLEN,
+    SensorStats,
+    SensorTranslator,
+)
 from hpcscope.service.security.sensor_procs import ProcReader
 from hpcscope.service.settings import REPO_ROOT
 
@@ -40,7 +44,7 @@ log = logging.getLogger(__name__)
 PROGRAM_NAME = "hpcscope-sensor.bt"
 #: bpftrace's string size: the BPF stack (512 bytes) of the open and exec probes holds one
 #: path of this size; longer paths are cut in the kernel and read back whole from /proc.
-STRLEN = 64
+STRLEN = KERNEL_STRLEN
 UVERBS_PREFIX = "/dev/infiniband/uverbs"
 DEFAULT_TEMP_PREFIXES: tuple[str, ...] = ("/tmp/", "/var/tmp/", "/dev/shm/")
 TRACEFS = Path("/sys/kernel/tracing")
@@ -202,7 +206,9 @@ class Sensor:
         directory = program_dir or Path(os.environ.get("TMPDIR", "/tmp"))
         path = directory / f"hpcscope-sensor-{os.getpid()}.bt"
         path.write_text(self.program, encoding="utf-8")
-        env = {**os.environ, "BPFTRACE_STRLEN": str(STRLEN)}
+        # 4 MiB of perf ring per CPU (bpftrace's default is 256 KiB): a busy node's connects
+        # and exits must not push out the events of a checkpoint read
+        env = {**os.environ, "BPFTRACE_STRLEN": str(STRLEN), "BPFTRACE_PERF_RB_PAGES": "1024"}
         try:
             self._process = subprocess.Popen(
                 [executable, "-f", "json", "-B", "line", str(path)],

@@ -40,6 +40,8 @@ from hpcscope.model.security_events import MAY_READ, MAY_WRITE
 from hpcscope.service.security.sensor_procs import ProcessInfo, ProcReader
 
 POLICY = "hpcscope-sensor"
+#: bpftrace's string size (``BPFTRACE_STRLEN``): a path this long was cut in the kernel.
+KERNEL_STRLEN = 64
 ACTION = "KPROBE_ACTION_POST"
 _FAMILIES = {2: "AF_INET", 10: "AF_INET6"}
 _KEPT_AFTER_EXIT_NS = 3_000_000_000  # an exited process's bytes arrive with the next flush
@@ -73,7 +75,7 @@ class SensorStats:
 
 
 class SensorTranslator:
-    """Sensor records in, Tetragon export events out (stateful: opens, pending paths).
+    """Sensor records in, Tetragon export events out (stateful: the open files).
 
     Args:
         reader: process facts by pid.
@@ -96,8 +98,6 @@ class SensorTranslator:
         self.offset_ns = monotonic_to_wall_ns
         self.connect_jobs_only = connect_jobs_only
         self.stats = SensorStats()
-        self._opening: dict[int, str] = {}
-        self._executing: dict[int, str] = {}
         self._files: dict[tuple[int, int], _OpenFile] = {}
         self._exited: dict[int, int] = {}
         self._last_ns = 0
@@ -203,16 +203,17 @@ class SensorTranslator:
         self.stats.lost_events += record.count or 0
         return ()
 
-    def _on_opening(self, record: SensorRecord) -> Sequence[dict[str, Any]]:
-        if record.tid is not None and record.path is not None:
-            self._opening[record.tid] = record.path
-        return ()
-
     def _on_open(self, record: SensorRecord) -> Sequence[dict[str, Any]]:
-        path = self._opening.pop(record.tid or -1, None)
+        path = record.path
         if path is None or record.pid is None or record.fd is None or record.fd < 0:
             return ()
-        full = self.reader.path_of_fd(record.pid, record.fd) or path
+        full = path
+        if len(path.encode()) >= KERNEL_STRLEN - 1:
+            # cut in the kernel: the whole path from /proc, if the descriptor is still that
+            # file (the process may have closed it and reused the number since)
+            linked = self.reader.path_of_fd(record.pid, record.fd)
+            if linked is not None and linked.startswith(path):
+                full = linked
         info = self.reader.process(record.pid, uid=record.uid, comm=record.comm, ppid=record.ppid)
         self._files[(record.pid, record.fd)] = _OpenFile(full, record.flags or 0, info)
         args = [self._file_arg(full), {"int_arg": record.flags or 0}]
@@ -251,13 +252,8 @@ class SensorTranslator:
         ]
         return [self._kprobe(opened.process, record, "security_mmap_file", args)]
 
-    def _on_executing(self, record: SensorRecord) -> Sequence[dict[str, Any]]:
-        if record.tid is not None and record.path is not None:
-            self._executing[record.tid] = record.path
-        return ()
-
     def _on_exec(self, record: SensorRecord) -> Sequence[dict[str, Any]]:
-        path = self._executing.pop(record.tid or -1, None)
+        path = record.path
         if path is None or record.pid is None:
             return ()
         info = self.reader.process(
