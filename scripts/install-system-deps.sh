@@ -7,12 +7,14 @@
 #   prometheus-alertmanager (amtool)                   alert delivery over the v2 API, config check
 #   chromium                                           browser tests (Playwright, executablePath)
 #   openssl                                            a self-signed certificate (tests/security)
+#   bpftrace                                           hpcscope sensor and its tests (root)
 # Idempotent: installs only what is missing. Services are not left running by the install;
 # the tests start and stop what they need.
 set -euo pipefail
 
 packages=(slurm-wlm slurmdbd slurmrestd munge mariadb-server prometheus victoria-metrics
-          prometheus-node-exporter chromium openssl prometheus-alertmanager)
+          prometheus-node-exporter chromium openssl prometheus-alertmanager
+          bpftrace)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -56,6 +56,14 @@ COMMANDS: dict[str, LazyCommand] = {
         "hpcscope.cli.slo_cmd",
         "Show the SLOs: SLI, error budget left, burn rates and firing burn-rate alerts.",
     ),
+    "access": LazyCommand(
+        "hpcscope.cli.access_cmd",
+        "Who opened, read, mapped or wrote a protected path: jobs, users, processes, bytes.",
+    ),
+    "sensor": LazyCommand(
+        "hpcscope.cli.sensor_cmd",
+        "Run the eBPF sensor (bpftrace) and write Tetragon-style JSON events.",
+    ),
     "simulate": LazyCommand(
         "hpcscope.cli.simulate_cmd",
         "Simulate how stragglers, jitter and hiccups cost a training job as it scales.",

@@ -55,6 +55,13 @@ _ALL_JOBS_ROLES = frozenset({Role.ADMIN, Role.AUDITOR})
 _ALL_ALERTS_ROLES = frozenset({Role.ADMIN, Role.SECURITY, Role.AUDITOR})
 
 
+#: Roles that see every access record of every protected path ("who read my weights"), not
+#: only those of their own paths and jobs. The one place that decides it
+#: (:attr:`Principal.sees_all_access_records`). Not the auditor: access records are file paths
+#: of weights and checkpoints, which auditors never see (:attr:`redacts_weight_paths`).
+ACCESS_RECORD_ROLES: frozenset[Role] = frozenset({Role.ADMIN, Role.SECURITY})
+
+
 @dataclass(frozen=True, slots=True)
 class JobScope:
     """A data-layer constraint: ``all_jobs``, or jobs of these users or these accounts.
@@ -115,9 +122,10 @@ class Principal:
 
     @property
     def sees_all_access_records(self) -> bool:
-        """Who reads every access record (who opened which weights): admin, security,
-        auditor. Everyone else sees the records of their own jobs' files only."""
-        return self.role in _ALL_ALERTS_ROLES
+        """Whether this principal sees every access record of every protected path (else:
+        the records of paths their jobs created and of accesses by their jobs): admin and
+        security (:data:`ACCESS_RECORD_ROLES`)."""
+        return self.role in ACCESS_RECORD_ROLES
 
     @property
     def redacts_weight_paths(self) -> bool:
@@ -135,6 +143,11 @@ class Principal:
         if self.read_only:
             return False
         return scope is TokenScope.READ or self.role is Role.ADMIN
+
+    def access_record_scope(self) -> JobScope:
+        """The jobs whose paths and accesses this principal sees in access records: all when
+        :attr:`sees_all_access_records`, else their :meth:`job_scope`."""
+        return JobScope(all_jobs=True) if self.sees_all_access_records else self.job_scope()
 
     def job_scope(self) -> JobScope:
         """The jobs this principal may see, as a constraint the store applies."""

@@ -161,4 +161,5 @@ TETRAGON_EVENT_SCHEMA = pa.schema(
 ``path_arg`` (``file_mode`` is Tetragon's ``permission`` string, e.g. ``-rw-r--r--``);
 ``access_mask`` is the ``int`` argument of ``security_file_permission`` (:data:`MAY_READ` 4,
 :data:`MAY_WRITE` 2). ``job_source`` says how the job was found: ``cgroup`` (read from
-``/proc/<pid>/cgroup``), ``parent`` (the process was gone: its parent's job), or null."""
+``/proc/<pid>/cgroup``), ``parent`` (the process was gone: its parent's job), ``sensor cgroup``
+or ``sensor stepd`` (resolved by ``hpcscope sensor`` while the process was alive), or null."""

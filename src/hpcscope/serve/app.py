@@ -26,6 +26,7 @@ from hpcscope.serve.auth import (
 )
 from hpcscope.serve.edge import EdgeMiddleware
 from hpcscope.serve.routes import (
+    access,
     alerts,
     auth_routes,
     chargeback,
@@ -63,6 +64,7 @@ ROUTERS = [
     notify.router,
     slo.router,
     chargeback.router,
+    access.router,
 ]
 
 

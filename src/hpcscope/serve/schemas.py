@@ -23,6 +23,7 @@ from hpcscope.service.alerts.contracts import (
     AlertList,
     JobAlerts,
 )
+from hpcscope.service.alerts.file_access import AccessReport
 from hpcscope.service.chargeback.contracts import ChargebackReport, ChargebackTrend
 from hpcscope.service.diagram.cards import ElementCard
 from hpcscope.service.identity.contracts import CreatedTokenDocument, TokenList
@@ -92,6 +93,7 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "job-phases": JobPhases,
     "chargeback": ChargebackReport,
     "chargeback-trend": ChargebackTrend,
+    "access-report": AccessReport,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).

@@ -16,6 +16,7 @@ from hpcscope.service.core import Service
 from hpcscope.service.notify.engine import Notifier
 from hpcscope.service.notify.wiring import notifier_from_settings
 from hpcscope.service.security.buffer import SecurityEventBuffer
+from hpcscope.service.security.tetragon_policy import protected_roots
 from hpcscope.service.settings import Settings
 from hpcscope.service.slo.config import SloConfig
 from hpcscope.service.slo.engine import SloUpkeep
@@ -72,6 +73,7 @@ def security_collection(service: Service, buffer: SecurityEventBuffer) -> Securi
         buffer,
         service.rules,
         checkpoint_roots=[service.topology.checkpoint_root],
+        protected_roots=protected_roots(service.topology),
         falco_path=settings.falco_events_path,
         tetragon_path=settings.tetragon_events_path,
     )

@@ -25,6 +25,7 @@ NAV: list[tuple[str, str]] = [
     ("/", "Cluster"),
     ("/jobs", "Jobs"),
     ("/alerts", "Alerts"),
+    ("/access", "Access"),
     ("/diagram", "Diagram"),
     ("/step", "Training step"),
     ("/simulate", "Simulator"),

@@ -184,3 +184,17 @@ def job_owners(store: Store, job_ids: Sequence[str]) -> dict[str, tuple[str | No
         f'SELECT job_id, "user", account FROM jobs WHERE job_id IN ({marks})', wanted
     )
     return {str(r["job_id"]): (r["user"], r["account"]) for r in table.to_pylist()}
+
+
+def recent_alerts(store: Store, rule_ids: Sequence[str], *, since: datetime) -> list[Alert]:
+    """Stored alerts of ``rule_ids`` last seen at or after ``since`` (for correlation rules:
+    every job, the engine's own read; never served to a person)."""
+    if not rule_ids:
+        return []
+    marks = ", ".join("?" for _ in rule_ids)
+    table = store.query(
+        f"SELECT * FROM alerts WHERE rule_id IN ({marks}) AND last_seen >= ? "
+        "ORDER BY last_seen LIMIT 10000",
+        [*rule_ids, since],
+    )
+    return [_alert(row) for row in table.to_pylist()]

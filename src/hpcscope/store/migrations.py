@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRICS
 from hpcscope.store.capture_ddl import CAPTURES_DDL
+from hpcscope.store.file_access import FILE_ACCESS_DDL
 from hpcscope.store.notify_ddl import NOTIFY_DDL
 from hpcscope.store.telemetry_rules import TELEMETRY_RULES_DDL
 
@@ -358,5 +359,10 @@ CREATE TABLE api_tokens (
         13,
         "lustre_changelog, gpu_processes: what the telemetry rules read (DP-1/2, GM-1/2)",
         TELEMETRY_RULES_DDL,
+    ),
+    Migration(
+        14,
+        "file_access: who opened, read, mmapped or wrote a protected path (who read my weights)",
+        FILE_ACCESS_DDL,
     ),
 )

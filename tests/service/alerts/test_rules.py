@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from hpcscope.analysis.alerts.correlation import CORRELATION_RULE_IDS
 from hpcscope.analysis.alerts.events import EVENT_RULE_IDS, REQUIRED_LISTS
+from hpcscope.analysis.alerts.posture import POSTURE_RULE_IDS
 from hpcscope.analysis.integrity.rules import REQUIRED_THRESHOLDS
 from hpcscope.analysis.telemetry_rules.rules import TELEMETRY_RULE_IDS
 from hpcscope.model.alerts import Severity
@@ -33,8 +35,12 @@ rules:
 def test_bundled_rules_load_with_the_reference_thresholds() -> None:
     rules = load_site_rules(None)
     assert set(rules) >= {"GI-1", "GI-2", "GI-3", "GI-4", "GI-ATTR"}
-    others = set(rules) - {"GI-1", "GI-2", "GI-3", "GI-4", "GI-ATTR"}
-    assert others == set(EVENT_RULE_IDS) | set(TELEMETRY_RULE_IDS)
+    assert set(rules) - {"GI-1", "GI-2", "GI-3", "GI-4", "GI-ATTR"} == {
+        *EVENT_RULE_IDS,
+        *TELEMETRY_RULE_IDS,
+        *CORRELATION_RULE_IDS,
+        *POSTURE_RULE_IDS,
+    }
     gi1 = rules["GI-1"]
     assert (gi1.severity, gi1.window_steps, gi1.min_hits) == (Severity.HIGH, 10, 3)
     assert gi1.threshold("norm_z") == 6.0 and gi1.threshold("cosine_z") == 6.0

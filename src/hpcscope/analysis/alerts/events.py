@@ -1,6 +1,6 @@
 """The event rules over Falco and Tetragon rows: one engine, its state, merged alerts.
 
-Rules as data (``deploy/rules/security-events.yaml``): SC-1, SC-2, SC-3, CE-1, CE-2, CE-3,
+Rules as data (``deploy/rules/security-events.yaml``): SC-1, SC-2, SC-3, SC-6, CE-1, CE-2, CE-3,
 CE-4, GM-3, RD-4, W-1, W-3 (``security.md``). Falco alerts are mapped
 (:mod:`hpcscope.analysis.alerts.falco`), Tetragon events evaluated
 (:mod:`hpcscope.analysis.alerts.tetragon`). Pure: no I/O, no clock (times are the events'),
@@ -28,6 +28,7 @@ REQUIRED_LISTS: Mapping[str, tuple[str, ...]] = {
     "SC-1": ("python_names", "shells", "network_tools", "jit_toolchain"),
     "SC-2": ("temp_prefixes", "temp_substrings", "known_temp_substrings"),
     "SC-3": ("cluster_cidrs", "approved_proxies", "resolvers", "miner_ports"),
+    "SC-6": ("weight_suffixes", "world_writable_prefixes"),
     "CE-1": ("module_functions",),
     "CE-2": ("toolkit_binaries", "env_vars"),
     "CE-3": ("setns_functions", "container_starters"),
@@ -38,11 +39,14 @@ REQUIRED_LISTS: Mapping[str, tuple[str, ...]] = {
 }
 
 #: Thresholds each event rule needs.
-REQUIRED_THRESHOLDS: Mapping[str, tuple[str, ...]] = {"SC-2": ("connect_window_seconds",)}
+REQUIRED_THRESHOLDS: Mapping[str, tuple[str, ...]] = {
+    "SC-2": ("connect_window_seconds",),
+    "SC-6": ("follow_seconds",),
+}
 
 #: The rule ids this engine raises.
 EVENT_RULE_IDS: tuple[str, ...] = (
-    "SC-1", "SC-2", "SC-3", "CE-1", "CE-2", "CE-3", "CE-4", "GM-3", "RD-4", "W-1", "W-3",
+    "SC-1", "SC-2", "SC-3", "SC-6", "CE-1", "CE-2", "CE-3", "CE-4", "GM-3", "RD-4", "W-1", "W-3",
 )  # fmt: skip
 
 

@@ -3,6 +3,8 @@
 Tetragon posts what its TracingPolicies hook (``deploy/tetragon/``); hpcscope decides. Per
 event type:
 
+- SC-6 on every event type: a process that read weights from a world-writable path spawns a
+  child (``process_exec`` whose parent is it) or connects out within ``follow_seconds``;
 - ``process_exec``: SC-1 (a shell or network tool with a Python ancestor; the JIT toolchain
   allowed), SC-2 (a binary under a temp directory), CE-2 (an NVIDIA container hook with
   ``LD_PRELOAD``/``LD_LIBRARY_PATH`` in its arguments: Tetragon's exec carries no environment
@@ -44,12 +46,8 @@ from hpcscope.analysis.alerts.common import (
     under,
 )
 from hpcscope.model.alerts import Alert, RuleSpec, Severity
-from hpcscope.model.security_events import MAY_READ, MAY_WRITE
+from hpcscope.model.file_access import FILE_HOOKS, TRUNCATE_HOOKS, file_access_kind
 
-FILE_HOOKS = frozenset(
-    {"security_file_permission", "security_mmap_file", "fd_install", "security_file_open"}
-)
-TRUNCATE_HOOKS = frozenset({"security_path_truncate", "security_file_truncate"})
 READING_MODULE = 2  # enum kernel_read_file_id: security_kernel_read_file's second argument
 MAX_EXECS = 65_536
 
@@ -71,11 +69,14 @@ class TetragonState:
         lineage: exec_id -> (binary name, parent exec_id), the newest :data:`MAX_EXECS`.
         temp_execs: exec_id -> (exec time, binary path) of SC-2 execs, for the CRITICAL step.
         creators: checkpoint directory -> its creator.
+        weight_opens: exec_id -> (time, path) of SC-6 loads (weights from a world-writable
+            path), the newest :data:`MAX_EXECS`.
     """
 
     lineage: OrderedDict[str, tuple[str, str | None]] = field(default_factory=OrderedDict)
     temp_execs: dict[str, tuple[datetime, str]] = field(default_factory=dict)
     creators: dict[str, Creator] = field(default_factory=dict)
+    weight_opens: OrderedDict[str, tuple[datetime, str]] = field(default_factory=OrderedDict)
 
     def remember(self, exec_id: str, binary: str, parent: str | None) -> None:
         self.lineage[exec_id] = (binary, parent)
@@ -165,6 +166,7 @@ class TetragonRules:
         name, in_job = basename(binary), row.get("job_id") is not None
         if row.get("exec_id"):
             self.state.remember(row["exec_id"], name, row.get("parent_exec_id"))
+        self._after_weights(row, row.get("parent_exec_id"), f"spawned {binary} {args}".strip())
         if not in_job:
             return
         command = f"{binary} {args}".strip()
@@ -223,6 +225,7 @@ class TetragonRules:
         target = f"{daddr}:{dport}" if dport is not None else daddr
         who = f"{row.get('binary')} ({row.get('function_name')})"
         exec_id = row.get("exec_id")
+        self._after_weights(row, exec_id, f"connected to {target}")
         if exec_id in self.state.temp_execs:
             started, binary = self.state.temp_execs[exec_id]
             window = self.rules["SC-2"].threshold("connect_window_seconds")
@@ -240,12 +243,13 @@ class TetragonRules:
 
     def _file(self, row: dict[str, Any], function: str) -> None:
         path = row.get("file_path") or ""
-        mask = row.get("access_mask")
-        write = function in TRUNCATE_HOOKS or (mask is not None and bool(mask & MAY_WRITE))
-        read = function in ("security_mmap_file", "fd_install", "security_file_open") or (
-            mask is not None and bool(mask & MAY_READ)
+        kind = file_access_kind(
+            function, access_mask=row.get("access_mask"), int_args=row.get("int_args")
         )
+        read, write = (kind.read, kind.write) if kind is not None else (False, False)
         job = row.get("job_id")
+        if read and not write:
+            self._weights_opened(row, path)
         access = "write" if write else "read"
         what = f"{access} of {path} by {row.get('binary')} ({function})"
         if job is None:
@@ -262,6 +266,34 @@ class TetragonRules:
             read and path in self._items("CE-4", "secret_paths")
         ):
             self._fire("CE-4", row, path, what)
+
+    def _weights_opened(self, row: dict[str, Any], path: str) -> None:
+        """SC-6's first half: weights read from a world-writable path (a temp directory, or a
+        file whose mode lets anyone write it)."""
+        exec_id = row.get("exec_id")
+        if "SC-6" not in self.rules or not exec_id:
+            return
+        if not any(path.endswith(suffix) for suffix in self._items("SC-6", "weight_suffixes")):
+            return
+        mode = row.get("file_mode") or ""
+        world_writable = len(mode) >= 9 and mode[8] == "w"
+        if world_writable or under(path, self._items("SC-6", "world_writable_prefixes")):
+            opens = self.state.weight_opens
+            opens[exec_id] = (row["ts"], path)
+            opens.move_to_end(exec_id)
+            while len(opens) > MAX_EXECS:
+                opens.popitem(last=False)
+
+    def _after_weights(self, row: dict[str, Any], exec_id: str | None, what: str) -> None:
+        """SC-6's second half: the loading process spawns a child or connects out soon."""
+        if exec_id is None or exec_id not in self.state.weight_opens:
+            return
+        opened, path = self.state.weight_opens[exec_id]
+        follow = timedelta(seconds=self.rules["SC-6"].threshold("follow_seconds"))
+        if timedelta(0) <= row["ts"] - opened <= follow:
+            delay = row["ts"] - opened
+            self._fire("SC-6", row, path, f"loaded {path}, then {what} {delay} later")
+            del self.state.weight_opens[exec_id]
 
     def _checkpoint(self, row: dict[str, Any], path: str, *, write: bool, what: str) -> None:
         directory = path.rsplit("/", 1)[0]

@@ -10,7 +10,9 @@ Kprobe events add ``parent``, ``function_name``, typed ``args[]`` (``file_arg``/
 ``policy_name``. protojson writes 64-bit integers (``size_arg``, ``long_arg``) as strings.
 
 Other event types (``process_uprobe``, ``process_loader``, ``rate_limit_info``...) keep their
-type, node, time and raw line. The job comes from an :class:`ExecJobCache` when one is given.
+type, node, time and raw line. The job comes from an :class:`ExecJobCache` when one is given;
+else from ``process.slurm_job``, the extension ``hpcscope sensor`` writes (``job_source``
+``sensor cgroup`` or ``sensor stepd``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,15 @@ class _Pod(msgspec.Struct, gc=False):
     container: _Container | None = None
 
 
+class _SlurmJob(msgspec.Struct, gc=False):
+    """hpcscope's sensor extension: the job it resolved while the process was alive."""
+
+    job_id: str | None = None
+    job_sluid: str | None = None
+    step: str | None = None
+    source: str | None = None
+
+
 class _Process(msgspec.Struct, gc=False):
     exec_id: str | None = None
     pid: int | str | None = None
@@ -63,6 +74,7 @@ class _Process(msgspec.Struct, gc=False):
     parent_exec_id: str | None = None
     docker: str | None = None
     pod: _Pod | None = None
+    slurm_job: _SlurmJob | None = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -193,6 +205,10 @@ def tetragon_event_row(
         row["return_int"] = as_int(event.return_.get("int_arg"))
     if jobs is not None:
         _attribute(row, event_type, jobs)
+    job = process.slurm_job
+    if job is not None and row["job_id"] is None and row["job_sluid"] is None:
+        row["job_id"], row["job_sluid"], row["job_step"] = job.job_id, job.job_sluid, job.step
+        row["job_source"] = f"sensor {job.source}" if job.source else "sensor"
     return row
 
 

@@ -7,7 +7,8 @@ and Tetragon files a site names (``falco_events_path``, ``tetragon_events_path``
 :class:`~hpcscope.service.security.buffer.SecurityEventBuffer`. Each collector cycle,
 :meth:`SecurityCollection.collect_once` polls the tails, drains the buffer into
 :class:`~hpcscope.analysis.alerts.events.EventRules` with the jobs' owners from the store,
-and upserts the alerts (deduplicated by key: a repeated firing grows ``count``).
+and upserts the alerts (deduplicated by key: a repeated firing grows ``count``); the events
+that touched a protected path become access records (``file_access``: who read my weights).
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 
 from hpcscope.analysis.alerts.common import JobOwner
-from hpcscope.analysis.alerts.events import EventRules, EventVerdict
+from hpcscope.analysis.alerts.correlation import CorrelationRules, Egress
+from hpcscope.analysis.alerts.events import EVENT_RULE_IDS, EventRules, EventVerdict
+from hpcscope.analysis.alerts.file_access import access_records
 from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 from hpcscope.model.timeutil import utcnow
@@ -30,6 +33,7 @@ from hpcscope.service.security.buffer import DrainedEvents, SecurityEventBuffer
 from hpcscope.service.security.sources import FalcoSource, TetragonSource
 from hpcscope.store import Store
 from hpcscope.store import alerts as alert_store
+from hpcscope.store.file_access import append_file_access
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,7 @@ class SecurityCycle:
     Attributes:
         falco_rows / tetragon_rows: events evaluated.
         alerts: alerts written (new or merged).
+        access_records: accesses to protected paths stored ("who read my weights").
         errors: lines that did not parse (``source:line: message``), the first few.
         dropped_rows: events the buffer dropped since the last drain (it was full).
     """
@@ -48,6 +53,7 @@ class SecurityCycle:
     falco_rows: int = 0
     tetragon_rows: int = 0
     alerts: int = 0
+    access_records: int = 0
     errors: tuple[str, ...] = ()
     dropped_rows: int = 0
 
@@ -84,6 +90,8 @@ class SecurityCollection:
         buffer: the app's security event buffer (shared with ``POST /api/ingest/falco``).
         rules: the site's rules by id.
         checkpoint_roots: what W-1/W-3 watch (the topology's checkpoint root).
+        protected_roots: whose accesses are recorded (checkpoints, weights, datasets: the
+            topology's protected roots); empty: the checkpoint roots.
         falco_path / tetragon_path: files to tail (Falco ``file_output``, Tetragon export).
         proc_root: where Tetragon processes' cgroups are read (``/proc``; tests pass a tree).
     """
@@ -92,6 +100,7 @@ class SecurityCollection:
     buffer: SecurityEventBuffer
     rules: Mapping[str, RuleSpec]
     checkpoint_roots: Sequence[str] = ()
+    protected_roots: Sequence[str] = ()
     falco_path: Path | None = None
     tetragon_path: Path | None = None
     proc_root: Path = Path("/proc")
@@ -99,12 +108,30 @@ class SecurityCollection:
 
     def __post_init__(self) -> None:
         self.engine = EventRules(self.rules, checkpoint_roots=self.checkpoint_roots)
+        self.correlation = CorrelationRules(self.rules)
         if self.falco_path is not None:
             self.sources.append(FalcoSource(self.falco_path, self.buffer))
         if self.tetragon_path is not None:
             self.sources.append(
                 TetragonSource(self.tetragon_path, self.buffer, proc_root=self.proc_root)
             )
+
+    def _correlate(self, records: pa.Table, verdict: EventVerdict) -> int:
+        """W-2 over the batch's access records and alerts, and egress alerts other engines
+        stored (RD-2); returns the alerts written."""
+        if self.correlation.spec is None or (records.num_rows == 0 and not verdict.alerts):
+            return 0
+        rows = records.to_pylist()
+        times = [r["ts"] for r in rows] + [a.first_seen for a in verdict.alerts]
+        within = timedelta(seconds=self.correlation.spec.threshold("egress_within_seconds"))
+        foreign = [r for r in self.correlation.egress_rules if r not in EVENT_RULE_IDS]
+        stored = alert_store.recent_alerts(self.store, foreign, since=min(times) - within)
+        egress = [Egress(a.rule_id, a.job_id, a.node, a.first_seen, a.title) for a in stored]
+        jobs = [str(r["job_id"]) for r in rows if r["job_id"] is not None]
+        found = self.correlation.evaluate(
+            rows, verdict.alerts, owners=owners_of(self.store, jobs), egress=egress
+        )
+        return alert_store.upsert_alerts(self.store, found).result() if found else 0
 
     def collect_once(self, *, now: datetime | None = None) -> SecurityCycle:
         """Poll the tails, drain the buffer, evaluate, store.
@@ -137,10 +164,18 @@ class SecurityCollection:
         if drained.dropped_rows:
             log.warning("security event buffer was full: %d events dropped", drained.dropped_rows)
         verdict, written = evaluate_drained(self.store, self.engine, drained)
+        records = access_records(
+            drained.tetragon.to_pylist(),
+            drained.falco.to_pylist(),
+            protected=self.protected_roots or self.checkpoint_roots,
+        )
+        stored = append_file_access(self.store, records).result() if records.num_rows else 0
+        written += self._correlate(records, verdict)
         return SecurityCycle(
             falco_rows=verdict.falco_rows,
             tetragon_rows=verdict.tetragon_rows,
             alerts=written,
+            access_records=stored,
             errors=tuple(str(e) for e in drained.errors[:20]),
             dropped_rows=drained.dropped_rows,
         )

@@ -232,7 +232,7 @@ def load_site_rules(directory: Path | None) -> dict[str, RuleSpec]:
     Raises:
         RuleFileError: a bad rule file (file and line named).
     """
-    from hpcscope.analysis.alerts import events
+    from hpcscope.analysis.alerts import correlation, events, posture
     from hpcscope.analysis.integrity.rules import REQUIRED_THRESHOLDS
     from hpcscope.analysis.telemetry_rules import rules as telemetry
 
@@ -242,9 +242,19 @@ def load_site_rules(directory: Path | None) -> dict[str, RuleSpec]:
             **REQUIRED_THRESHOLDS,
             **events.REQUIRED_THRESHOLDS,
             **telemetry.REQUIRED_THRESHOLDS,
+            **correlation.REQUIRED_THRESHOLDS,
         },
-        required_lists={**events.REQUIRED_LISTS, **telemetry.REQUIRED_LISTS},
+        required_lists={
+            **events.REQUIRED_LISTS,
+            **telemetry.REQUIRED_LISTS,
+            **correlation.REQUIRED_LISTS,
+            **posture.REQUIRED_LISTS,
+        },
     )
-    for spec, message in [*events.list_errors(rules), *telemetry.list_errors(rules)]:
+    for spec, message in [
+        *events.list_errors(rules),
+        *telemetry.list_errors(rules),
+        *posture.entry_errors(rules),
+    ]:
         raise RuleFileError(message, source=spec.source, line=spec.line, field="lists")
     return rules
