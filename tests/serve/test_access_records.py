@@ -125,7 +125,7 @@ def test_bad_paths_and_anonymous_visitors(clients: dict[str | None, TestClient])
 
 
 def test_one_predicate_decides_who_sees_all_records() -> None:
-    assert {Role.ADMIN} == ACCESS_RECORD_ROLES
+    assert {Role.ADMIN, Role.SECURITY} == ACCESS_RECORD_ROLES
     for role in Role:
         principal = Principal("x", role, frozenset({"vision"}))
         assert principal.sees_all_access_records is (role in ACCESS_RECORD_ROLES)
