@@ -130,3 +130,5 @@ def test_one_predicate_decides_who_sees_all_records() -> None:
         principal = Principal("x", role, frozenset({"vision"}))
         assert principal.sees_all_access_records is (role in ACCESS_RECORD_ROLES)
         assert principal.access_record_scope().all_jobs is (role in ACCESS_RECORD_ROLES)
+    auditor = Principal("audrey", Role.AUDITOR).access_record_scope()  # weight paths: never
+    assert not auditor.all_jobs and not auditor.users and not auditor.accounts

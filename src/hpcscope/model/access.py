@@ -146,8 +146,13 @@ class Principal:
 
     def access_record_scope(self) -> JobScope:
         """The jobs whose paths and accesses this principal sees in access records: all when
-        :attr:`sees_all_access_records`, else their :meth:`job_scope`."""
-        return JobScope(all_jobs=True) if self.sees_all_access_records else self.job_scope()
+        :attr:`sees_all_access_records`, none for an auditor (every record is a weight path,
+        which auditors never see), else their :meth:`job_scope`."""
+        if self.sees_all_access_records:
+            return JobScope(all_jobs=True)
+        if self.redacts_weight_paths:
+            return JobScope(all_jobs=False)
+        return self.job_scope()
 
     def job_scope(self) -> JobScope:
         """The jobs this principal may see, as a constraint the store applies."""

@@ -4,7 +4,8 @@
 that opened, read, mapped or wrote a protected path (and what is under it), with bytes and
 time. Scoped in SQL: a researcher sees the accesses by their own jobs and every access to
 the paths their jobs created (team lead: their accounts'), with other users' command lines
-redacted; an admin or the security role everything (``Principal.sees_all_access_records``). 400 on a relative path.
+redacted; an admin or the security role everything
+(``Principal.sees_all_access_records``). 400 on a relative path.
 """
 
 from __future__ import annotations
