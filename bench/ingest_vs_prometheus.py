@@ -137,8 +137,10 @@ def twin_load(workdir: Path, *, nodes: int, jobs_per_gpu: int) -> Iterator[Path]
     state = workdir / "twin"
     state.mkdir()
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.ingest_vs_prometheus", "--twin-only", str(state)]
-        + [f"--nodes={nodes}", f"--jobs-per-gpu={jobs_per_gpu}"],
+        [
+            *(sys.executable, "-m", "bench.ingest_vs_prometheus", "--twin-only", str(state)),
+            *(f"--nodes={nodes}", f"--jobs-per-gpu={jobs_per_gpu}"),
+        ],
         cwd=REPO,
         env=_python_env(),
         stderr=(workdir / "twin.log").open("wb"),
@@ -226,9 +228,8 @@ def run_hpcscope(
         _stop(process)
         log.close()
     if not store.exists():
-        raise RuntimeError(
-            f"hpcscope serve failed ({process.returncode}): {(workdir / 'hpcscope.log').read_text()}"
-        )
+        log_text = (workdir / "hpcscope.log").read_text()
+        raise RuntimeError(f"hpcscope serve failed ({process.returncode}): {log_text}")
     stats = _store_figures(store, empty, start=started + warmup, end=window_end)
     pages = len(json.loads(targets.read_text()))
     return Side(
