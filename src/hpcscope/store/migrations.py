@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRICS
+from hpcscope.store import readings
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,5 +322,10 @@ CREATE TABLE alerts (
     state_at TIMESTAMP
 );
 """,
+    ),
+    Migration(
+        17,
+        "one gpu_readings row per GPU and time with its job(s); gpu_samples becomes its view",
+        readings.MIGRATION_SQL,
     ),
 )

@@ -5,8 +5,9 @@ keeps its loop to itself). Each cycle:
 
 1. re-reads the Prometheus ``file_sd`` targets file when it changed;
 2. scrapes every dcgm-exporter and node-exporter target concurrently (timeouts per target);
-3. converts dcgm pages into ``gpu_samples`` rows (attributed to jobs by the platform's
-   allocations, ``service/collect/attribution.py``) and node-exporter pages into InfiniBand port
+3. converts dcgm pages into one ``gpu_readings`` row per GPU and time (its jobs decided by the
+   platform's allocations, ``service/collect/attribution.py``; ``gpu_samples`` is the view
+   with one row per job) and node-exporter pages into InfiniBand port
    counters, and appends them through the store's writer;
 4. records one ``scrapes`` row per attempt, and a ``collection_gaps`` row when a target comes
    back after failing (the gap is data: analysis never reads it as an idle GPU);
@@ -40,7 +41,7 @@ from typing import Protocol
 import httpx2
 import pyarrow as pa
 
-from hpcscope.ingest.exporters.dcgm import DcgmConversion, DcgmConverter, samples_table
+from hpcscope.ingest.exporters.dcgm import DcgmConversion, DcgmConverter, readings_table
 from hpcscope.ingest.exporters.infiniband import infiniband_rows
 from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN
 from hpcscope.ingest.exposition.scrape import Scraper, ScrapeResult, Target, load_file_sd
@@ -49,7 +50,7 @@ from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.model.timeutil import epoch_seconds, utcnow
 from hpcscope.service.alerts.engine import SecurityCollection
-from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_samples
+from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_readings
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
 from hpcscope.service.collect.scheduler import (
     AssociationSource,
@@ -365,12 +366,13 @@ class Collector:
         conversions: list[DcgmConversion] = []
         for result in results:
             self._record(result, scrape_rows, gap_rows, conversions, report)
-        if any(conversion.rows for conversion in conversions):
-            table = samples_table(conversions)  # one table per round, not one per page
+        if any(conversion.gpu_rows for conversion in conversions):
+            table = readings_table(conversions)  # one table per round, not one per page
             report.samples_written = table.num_rows
-            # the job of each sample is decided from the platform's allocations; the page's
-            # hpc_job label is only the fallback (service/collect/attribution.py)
-            await asyncio.to_thread(store_dcgm_samples, self.store, table)
+            # one row per GPU and time; its job(s) are decided from the platform's
+            # allocations, the page's hpc_job labels are only the fallback
+            # (service/collect/attribution.py)
+            await asyncio.to_thread(store_dcgm_readings, self.store, table)
         if scrape_rows:
             self.store.append("scrapes", pa.Table.from_pylist(scrape_rows, schema=SCRAPE_SCHEMA))
         if gap_rows:
@@ -462,7 +464,7 @@ class Collector:
                 ok, error = False, exc.describe()
             else:
                 conversions.append(conversion)
-                samples = conversion.rows
+                samples = conversion.gpu_rows
         if ok:
             report.ok += 1
             if target.url in self._failing_since:
