@@ -13,8 +13,10 @@ copies of every series of the GPU, as it does for a shared GPU. Both scrapers re
 1. ``hpcscope serve`` (the collector as deployed: targets file, 1 s interval, the web server
    idle) runs for ``--warmup`` + ``--seconds``; its CPU time (``/proc/<pid>/stat`` utime +
    stime, children included) over the ``--seconds`` window divided by the window is its core
-   share; VmHWM is its peak RSS. After it stops, the store is checkpointed: bytes per sample =
-   (file size - the size of an empty store) / metric values stored in ``gpu_samples``.
+   share; VmHWM is its peak RSS. After it stops, the store is brought to rest (every minute's
+   partial rollup rows compacted, as the grace period would, then CHECKPOINT): bytes per
+   sample = (file size - the size of an empty store) / metric values stored in
+   ``gpu_samples``, one per GPU, field and scrape (a shared GPU's values count once).
 2. Prometheus (``/usr/bin/prometheus``, 1 s scrape interval, same timeout) the same way; its
    TSDB size (head WAL, uncompacted) is informative only.
 
@@ -254,6 +256,10 @@ def _store_figures(store: Path, empty: Path, *, start: float, end: float) -> dic
     from hpcscope.store import Store
 
     Store(empty).close()  # every migration, no rows: the fixed cost of a store
+    with Store(store) as opened:  # at rest: every minute's partial rollup rows compacted
+        newest = opened.query("SELECT max(ts) AS ts FROM gpu_samples").to_pylist()[0]["ts"]
+        if newest is not None:
+            opened.finalise_rollups(newest).result()
     for path in (store, empty):
         with contextlib.closing(duckdb.connect(str(path))) as con:
             con.execute("CHECKPOINT")
@@ -266,7 +272,7 @@ def _store_figures(store: Path, empty: Path, *, start: float, end: float) -> dic
             "FROM scrapes WHERE exporter = 'dcgm'",
             [begin, finish],
         ).fetchall()[0]
-        rows, samples = con.execute(f"SELECT count(*), {values} FROM gpu_samples").fetchall()[0]
+        rows, samples = con.execute(f"SELECT count(*), {values} FROM gpu_readings").fetchall()[0]
     return {
         "scrapes_ok": int(ok[0]),
         "all_scrapes_ok": int(ok[1]),

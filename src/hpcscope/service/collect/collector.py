@@ -31,12 +31,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 import httpx2
 import pyarrow as pa
@@ -48,9 +47,10 @@ from hpcscope.ingest.exposition.scrape import Scraper, ScrapeResult, Target, loa
 from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
-from hpcscope.model.timeutil import epoch_seconds, utcnow
+from hpcscope.model.timeutil import epoch_seconds
 from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_readings
+from hpcscope.service.collect.clock import Clock, SystemClock
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
 from hpcscope.service.collect.scheduler import (
     AssociationSource,
@@ -66,35 +66,6 @@ from hpcscope.store import Store
 from hpcscope.store.infiniband import append_ib_counters
 
 log = logging.getLogger(__name__)
-
-
-class Clock(Protocol):
-    """Where the collector's time comes from."""
-
-    def now(self) -> datetime:
-        """Wall-clock time, naive UTC (the store's timestamps)."""
-        ...
-
-    def monotonic(self) -> float:
-        """Seconds on a clock that never goes back (intervals, scheduler polls)."""
-        ...
-
-    async def sleep(self, seconds: float) -> None:
-        """Wait ``seconds`` between cycles."""
-        ...
-
-
-class SystemClock:
-    """The real clock: ``datetime.now``, ``time.monotonic``, ``asyncio.sleep``."""
-
-    def now(self) -> datetime:
-        return utcnow()
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
 
 
 @dataclass
@@ -252,6 +223,7 @@ class Collector:
             if config.integrity_spool_dir is not None
             else None
         )
+        self._pending: asyncio.Future[Any] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.cycles = 0
@@ -285,7 +257,7 @@ class Collector:
         done = 0
         while not self._stop.is_set() and (cycles is None or done < cycles):
             try:
-                self.last_report = await self.collect_once()
+                self.last_report = await self.collect_once(overlap=True)
             except Exception:  # a bug in one cycle must not end collection
                 log.exception("collection cycle failed")
             else:
@@ -298,6 +270,7 @@ class Collector:
                 next_tick = clock.monotonic()
                 delay = 0.0
             await clock.sleep(min(delay, interval))
+        await self._stored()
         await self.aclose()
 
     def _log_cycle(self, report: CycleReport) -> None:
@@ -349,8 +322,25 @@ class Collector:
                     log.info("collector: %d targets from %s", len(loaded), path)
         return self._targets
 
-    async def collect_once(self) -> CycleReport:
-        """Scrape every target once, store what came back, poll the scheduler if due."""
+    async def _stored(self) -> None:
+        """Wait for the GPU rows of the previous round to be stored (see ``overlap``)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            await pending
+        except Exception:  # a bad round must not end collection
+            log.exception("storing the GPU rows of a round failed")
+
+    async def collect_once(self, *, overlap: bool = False) -> CycleReport:
+        """Scrape every target once, store what came back, poll the scheduler if due.
+
+        Args:
+            overlap: return before this round's GPU rows are stored (attributing and appending
+                them then overlaps the next round's scrapes, which wait for the HTTP answers;
+                the next round waits for them before it stores its own). :meth:`run` overlaps;
+                by default the rows are stored when this returns.
+        """
         report = CycleReport(started_at=self._clock.now())
         if self._mapping is not None:  # allocations first: the samples below are judged by them
             try:
@@ -372,7 +362,14 @@ class Collector:
             # one row per GPU and time; its job(s) are decided from the platform's
             # allocations, the page's hpc_job labels are only the fallback
             # (service/collect/attribution.py)
-            await asyncio.to_thread(store_dcgm_readings, self.store, table)
+            await self._stored()  # one round in flight at most, stored in order
+            storing = asyncio.ensure_future(
+                asyncio.to_thread(store_dcgm_readings, self.store, table)
+            )
+            if overlap:
+                self._pending = storing
+            else:
+                await storing
         if scrape_rows:
             self.store.append("scrapes", pa.Table.from_pylist(scrape_rows, schema=SCRAPE_SCHEMA))
         if gap_rows:
