@@ -22,7 +22,9 @@ from hpcscope.store.readings import by_job
 T0 = datetime(2026, 11, 1)
 
 
-def _reading(seconds: int, job: str | None, shared: list[str] | None, watts: float) -> dict[str, object]:
+def _reading(
+    seconds: int, job: str | None, shared: list[str] | None, watts: float
+) -> dict[str, object]:
     row: dict[str, object] = {f.name: None for f in GPU_READING_SCHEMA}
     row.update(
         ts=T0 + timedelta(seconds=seconds),

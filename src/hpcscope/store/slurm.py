@@ -167,10 +167,11 @@ def job_id_for_labels(store: Store, labels: list[str]) -> dict[str, str]:
     if not labels:
         return {}
     unique = sorted(set(labels))
+    # one list parameter, not one per label: binding 256 markers costs ~3x the query
     rows = store.query(
-        f"SELECT raw_job_id, job_id FROM job_aliases WHERE raw_job_id IN "
-        f"({', '.join('?' for _ in unique)})",
-        unique,
+        "SELECT raw_job_id, job_id FROM job_aliases "
+        "WHERE raw_job_id IN (SELECT unnest(?::VARCHAR[]))",
+        [unique],
     ).to_pylist()
     resolved = {str(r["raw_job_id"]): str(r["job_id"]) for r in rows}
     return {label: resolved.get(label, label) for label in unique}
@@ -185,9 +186,8 @@ def allocations_between(
     extra = ""
     params: list[object] = [end, start]
     if job_ids:
-        unique = sorted(set(job_ids))
-        extra = f" OR a.job_id IN ({', '.join('?' for _ in unique)})"
-        params.extend(unique)
+        extra = " OR a.job_id IN (SELECT unnest(?::VARCHAR[]))"  # one list parameter
+        params.append(sorted(set(job_ids)))
     return store.query(
         "SELECT a.job_id, a.node, a.gpu, a.gpu_instance_id, a.start_time, a.end_time, "
         'j."user", j.account FROM job_allocations a LEFT JOIN jobs j ON j.job_id = a.job_id '

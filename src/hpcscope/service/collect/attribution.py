@@ -276,9 +276,10 @@ def attribute_readings(store: Store, readings: pa.Table) -> tuple[pa.Table, Attr
         jobs = frame.group_by(_KEYS, maintain_order=True).agg(
             pl.col("job_id").drop_nulls().unique().sort().alias("_jobs")
         )
-        jobs = cast(pl.DataFrame, pl.from_arrow(base.select(_KEYS))).join(
-            jobs, on=_KEYS, how="left", maintain_order="left"
-        )
+        if jobs.height != base.num_rows:  # readings that share a key: one row per key
+            jobs = cast(pl.DataFrame, pl.from_arrow(base.select(_KEYS))).join(
+                jobs, on=_KEYS, how="left", maintain_order="left", nulls_equal=True
+            )
         column = jobs.get_column("_jobs")
         job_id = column.list.first().to_arrow()
         shared = (
