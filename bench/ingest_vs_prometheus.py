@@ -5,9 +5,10 @@
 
 The load: the twin's 128-node topology (``128x8-h100``, 1,024 H100) serving one dcgm-exporter
 page per node on loopback, in its own process (``--twin-only``: its CPU counts for neither
-side). Every GPU's mapping file holds ``--jobs-per-gpu`` job lines (default 2: the twin's demo
-job, where one runs, plus a shared job per node), so dcgm-exporter writes that many ``hpc_job``
-copies of every series of the GPU, as it does for a shared GPU. Both scrapers read the same
+side), started afresh for each side. Every GPU's mapping file holds ``--jobs-per-gpu`` job
+lines (default 2: the twin's demo job, where one runs, plus a shared job per node), so
+dcgm-exporter writes that many ``hpc_job`` copies of every series of the GPU, as it does for a
+shared GPU. Both scrapers read the same
 ``file_sd`` file of the 128 dcgm targets every second.
 
 1. ``hpcscope serve`` (the collector as deployed: targets file, 1 s interval, the web server
@@ -155,6 +156,8 @@ def twin_load(workdir: Path, *, nodes: int, jobs_per_gpu: int) -> Iterator[Path]
                 raise RuntimeError(f"twin did not start: {(workdir / 'twin.log').read_text()}")
             time.sleep(0.2)
         yield targets
+        if process.poll() is not None:
+            raise RuntimeError(f"the twin died: {(workdir / 'twin.log').read_text()[-3000:]}")
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -380,31 +383,33 @@ def measure(args: argparse.Namespace) -> list[tuple[Side, Side]]:
     runs: list[tuple[Side, Side]] = []
     with tempfile.TemporaryDirectory(prefix="ingest-bench-") as tmp:
         work = Path(tmp)
-        with twin_load(work, nodes=args.nodes, jobs_per_gpu=args.jobs_per_gpu) as targets:
-            pages, samples = page_samples(targets)
-            print(f"load: {pages} dcgm-exporter pages x {samples} samples, every 1 s", flush=True)
-            for attempt in range(args.repeat):
-                run_dir = work / f"run{attempt}"
-                run_dir.mkdir()
-                ours = run_hpcscope(
-                    run_dir,
-                    targets,
-                    warmup=args.warmup,
-                    seconds=args.seconds,
-                    timeout=args.timeout,
-                )
-                theirs = run_prometheus(
-                    run_dir,
-                    targets,
-                    warmup=args.warmup,
-                    seconds=args.seconds,
-                    timeout=args.timeout,
-                )
-                for side in (ours, theirs):
-                    print(json.dumps(asdict(side)), flush=True)
-                runs.append((ours, theirs))
-                if args.keep:
-                    shutil.copytree(run_dir, Path(args.keep) / run_dir.name, dirs_exist_ok=True)
+        for attempt in range(args.repeat):
+            run_dir = work / f"run{attempt}"
+            run_dir.mkdir()
+            sides: list[Side] = []
+            # a fresh load for each side: the twin's state (its simulated jobs, its threads
+            # under a long run on a loaded machine) is the same for both
+            for run_side in (run_hpcscope, run_prometheus):
+                load_dir = run_dir / f"load-{run_side.__name__}"
+                load_dir.mkdir()
+                with twin_load(
+                    load_dir, nodes=args.nodes, jobs_per_gpu=args.jobs_per_gpu
+                ) as targets:
+                    pages, samples = page_samples(targets)
+                    print(f"load: {pages} pages x {samples} samples, every 1 s", flush=True)
+                    side = run_side(
+                        run_dir,
+                        targets,
+                        warmup=args.warmup,
+                        seconds=args.seconds,
+                        timeout=args.timeout,
+                    )
+                    page_samples(targets)  # a load that stopped answering invalidates the run
+                print(json.dumps(asdict(side)), flush=True)
+                sides.append(side)
+            runs.append((sides[0], sides[1]))
+            if args.keep:
+                shutil.copytree(run_dir, Path(args.keep) / run_dir.name, dirs_exist_ok=True)
     return runs
 
 
