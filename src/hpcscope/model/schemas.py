@@ -134,6 +134,13 @@ GPU_SAMPLE_SCHEMA = pa.schema(
 ``job_id`` is null when no job holds the GPU. A GPU shared by two jobs yields two rows with the
 same counters, as dcgm-exporter's job mapping does."""
 
+GPU_READING_SCHEMA = pa.schema(
+    [*GPU_SAMPLE_SCHEMA, pa.field("shared_job_ids", pa.list_(pa.string()))]
+)
+"""One stored row per GPU (or MIG instance) per scrape (``gpu_readings``): ``job_id`` is its
+job (null: none), ``shared_job_ids`` the further jobs of a shared GPU (null when there are
+none). The ``gpu_samples`` view shows it as GPU_SAMPLE_SCHEMA rows, one per job."""
+
 SCRAPE_SCHEMA = pa.schema(
     [
         pa.field("ts", TS, nullable=False),

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.errors import StoreError
-from hpcscope.store import rollups
+from hpcscope.store import readings, rollups
 from hpcscope.store.migrations import DEFAULT_ROLLUP_GRACE_SECONDS, MIGRATIONS, Migration
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,10 @@ JOB_MERGE_COLUMNS = (
 
 #: The migration that creates ``gpu_rollups_1m``: appends maintain it once it exists.
 ROLLUP_MIGRATION = 8
+
+#: The migration after which ``gpu_samples`` rows are stored in ``gpu_readings``
+#: (:mod:`hpcscope.store.readings`).
+READINGS_MIGRATION = 17
 
 
 class StoreClosedError(StoreError):
@@ -98,6 +102,7 @@ class Store:
         self.rollup_grace_seconds = rollup_grace_seconds
         self._rollup_boundary: Any = None
         self._has_rollups = False
+        self._has_readings = False
         if self.path != ":memory:" and not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -112,6 +117,7 @@ class Store:
         if not read_only:
             self._migrate(migrations)
             self._has_rollups = any(m.version == ROLLUP_MIGRATION for m in migrations)
+            self._has_readings = any(m.version == READINGS_MIGRATION for m in migrations)
             if self._has_rollups:
                 self._rollup_boundary = rollups.initial_boundary(self._con)
             self._writer = threading.Thread(
@@ -227,12 +233,22 @@ class Store:
     def append(self, table: str, data: pa.Table | pa.RecordBatch) -> Future[int]:
         """Append rows to an append-only table (matched by column name).
 
+        ``gpu_samples`` rows go to ``gpu_readings`` (:mod:`hpcscope.store.readings`): one row
+        per GPU and time, ``shared_job_ids`` holding the jobs beyond ``job_id`` of a shared GPU
+        (a table without that column is one row per job, as before).
+
         Returns:
             A future with the number of rows written.
         """
         if table not in APPEND_TABLES:
             raise StoreError(f"{table!r} is not an append table ({sorted(APPEND_TABLES)})")
         arrow = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+        target = table
+        if table == "gpu_samples":
+            if self._has_readings:
+                target = readings.READINGS
+            else:  # a store before migration 15 keeps one row per job
+                arrow = readings.by_job(arrow)
 
         def write(con: duckdb.DuckDBPyConnection) -> int:
             if arrow.num_rows == 0:
@@ -240,11 +256,11 @@ class Store:
             # DuckDB's replacement scan reads the local Arrow table by its variable name:
             # no register/unregister pair that could fail inside an aborted transaction.
             incoming = arrow  # noqa: F841
-            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM incoming")
+            con.execute(f"INSERT INTO {target} BY NAME SELECT * FROM incoming")
             if table == "gpu_samples" and self._has_rollups:
                 self._rollup_boundary = rollups.update_minutes(
                     con,
-                    arrow,
+                    readings.by_job(arrow),
                     grace_seconds=self.rollup_grace_seconds,
                     boundary=self._rollup_boundary,
                 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRICS
+from hpcscope.store import readings
 from hpcscope.store.capture_ddl import CAPTURES_DDL
 from hpcscope.store.file_access import FILE_ACCESS_DDL
 from hpcscope.store.notify_ddl import NOTIFY_DDL
@@ -364,5 +365,10 @@ CREATE TABLE api_tokens (
         14,
         "file_access: who opened, read, mmapped or wrote a protected path (who read my weights)",
         FILE_ACCESS_DDL,
+    ),
+    Migration(
+        15,
+        "one gpu_readings row per GPU and time with its job(s); gpu_samples becomes its view",
+        readings.MIGRATION_SQL,
     ),
 )

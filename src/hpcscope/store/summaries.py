@@ -19,6 +19,7 @@ import pyarrow as pa
 from hpcscope.model.access import JobScope
 from hpcscope.model.schemas import JOB_GPU_SUMMARY_SCHEMA, JOB_SUMMARY_SCHEMA
 from hpcscope.store.duck import Store
+from hpcscope.store.readings import READINGS, SHARED_JOB_IDS, raw_table
 
 #: Scheduler states of a job that will not run again (Slurm's terminal states).
 FINISHED_STATES = (
@@ -122,10 +123,18 @@ def delete_raw_samples(store: Store, *, before: datetime) -> Future[int]:
     Returns the number of rows deleted."""
 
     def write(con: duckdb.DuckDBPyConnection) -> int:
+        samples = raw_table(con)
+        # a shared GPU's reading goes only when every one of its jobs is summarised
+        shared = (
+            f"AND ({SHARED_JOB_IDS} IS NULL OR list_has_all("
+            f"(SELECT list(job_id) FROM job_summaries), {SHARED_JOB_IDS}))"
+            if samples == READINGS
+            else ""
+        )
         rows = con.execute(
-            "DELETE FROM gpu_samples WHERE ts < least(?, coalesce("
+            f"DELETE FROM {samples} WHERE ts < least(?, coalesce("
             "(SELECT min(minute) FROM gpu_rollups_1m WHERE NOT final), ?)) "
-            "AND job_id IN (SELECT job_id FROM job_summaries)",
+            f"AND job_id IN (SELECT job_id FROM job_summaries) {shared}",
             [before, before],
         ).fetchall()
         return int(rows[0][0]) if rows else 0

@@ -9,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcscope.ingest.exporters.dcgm import (
+    PLATFORM_JOB_IDS,
     DcgmConversion,
     DcgmConverter,
     dcgm_page_to_samples,
+    readings_table,
     samples_table,
 )
 from hpcscope.ingest.exporters.dcgm_fields import FIELDS_BY_EXPORTED_NAME, is_blank
@@ -246,21 +248,37 @@ def test_rows_equal_the_samples_they_come_from(
         host_label=host_label,
     )
     column_of = {metric.source_field: metric.column for metric in GPU_METRICS}
-    expected: dict[RowKey, dict[str, float]] = {}
+    per_gpu: dict[tuple[str, int, int | None], dict[str, float]] = {}
+    jobs_of: dict[tuple[str, int, int | None], set[str]] = {}
     samples, _ = parse_exposition(text)
     for name, labels, value, _ts in samples:
         field = FIELDS_BY_EXPORTED_NAME[name]
         if field.name not in column_of:
             continue
         job = labels.get("hpc_job")
-        key = (
+        gpu_key = (
             "gpu01",
             int(labels["gpu"]),
             int(labels["GPU_I_ID"]) if "GPU_I_ID" in labels else None,
-            None if job in (None, "", "0") else job,
         )
-        expected.setdefault(key, {})[column_of[field.name]] = value * field.factor
-    rows = _rows(_convert(text).table)
+        per_gpu.setdefault(gpu_key, {})[column_of[field.name]] = value * field.factor
+        if job not in (None, "", "0"):
+            jobs_of.setdefault(gpu_key, set()).add(job)
+    # one row per GPU and job: the hpc_job copies carry the same counters, and a copy with a
+    # no-job label next to a job's copy is the same GPU held by that job
+    expected: dict[RowKey, dict[str, float]] = {
+        (*gpu_key, job): columns
+        for gpu_key, columns in per_gpu.items()
+        for job in _sorted_or_none(jobs_of.get(gpu_key, set()))
+    }
+    conversion = _convert(text)
+    readings = readings_table([conversion])
+    assert readings.num_rows == conversion.gpu_rows == len(per_gpu)
+    assert {
+        (row["node"], row["gpu"], row["gpu_instance_id"]): sorted(row[PLATFORM_JOB_IDS])
+        for row in readings.to_pylist()
+    } == {gpu_key: sorted(jobs_of.get(gpu_key, set())) for gpu_key in per_gpu}
+    rows = _rows(conversion.table)
     assert set(rows) == set(expected)
     for key, columns in expected.items():
         for column in (metric.column for metric in GPU_METRICS):
@@ -269,6 +287,10 @@ def test_rows_equal_the_samples_they_come_from(
                 assert got == columns[column], (key, column)
             else:
                 assert got is None, (key, column)
+
+
+def _sorted_or_none(jobs: set[str]) -> list[str | None]:
+    return [*sorted(jobs)] if jobs else [None]
 
 
 def test_generated_fields_are_all_known() -> None:

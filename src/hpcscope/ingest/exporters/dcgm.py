@@ -1,14 +1,17 @@
-"""dcgm-exporter ``/metrics`` page -> one Arrow row per GPU (or MIG instance) per job.
+"""dcgm-exporter ``/metrics`` page -> one Arrow row per GPU (or MIG instance), with its job(s).
 
 A dcgm-exporter page has one series per (field, GPU[, MIG instance][, job]):
 ``DCGM_FI_DEV_GPU_UTIL{gpu="3",UUID=...,GPU_I_PROFILE=...,GPU_I_ID=...,hostname=...,hpc_job=...}``.
 This module turns a parsed page into rows of :data:`hpcscope.model.schemas.GPU_SAMPLE_SCHEMA`:
-one row per (node, ``gpu``, ``GPU_I_ID``, ``hpc_job``) with every mapped field in its column, in
-base units (the factors live in :mod:`hpcscope.ingest.exporters.dcgm_fields`, nowhere else).
+one row per (node, ``gpu``, ``GPU_I_ID``) with every mapped field in its column, in base units
+(the factors live in :mod:`hpcscope.ingest.exporters.dcgm_fields`, nowhere else).
 
 - ``hpc_job``: with ``--hpc-job-mapping-dir`` the exporter writes a copy of every series of a GPU
-  per line of that GPU's mapping file, so a GPU shared by two jobs yields two rows with the same
-  counters. ``hpc_job`` of ``""`` or ``"0"`` means no job: ``job_id`` is null.
+  per line of that GPU's mapping file. The copies carry the same counters, so they make one
+  row of the GPU with the list of their ``hpc_job`` labels (:func:`readings_table`: what the
+  collector stores); :func:`samples_table` (and :attr:`DcgmConversion.table`) still gives one
+  row per (GPU, job), a GPU shared by two jobs twice. ``hpc_job`` of ``""`` or ``"0"`` means no
+  job.
 - Host: ``Hostname`` (exporters before NVIDIA/dcgm-exporter PR #655) or ``hostname``; the
   ``node`` argument (the topology's node name) wins over it, and the values seen are reported
   so the collector can flag a target that serves another host's page.
@@ -31,6 +34,7 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hpcscope.ingest.exporters.dcgm_fields import (
     COLUMN_OF_FIELD,
@@ -45,7 +49,14 @@ from hpcscope.model.sampling import job_id_from_label
 from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA, TS
 from hpcscope.model.timeutil import epoch_micros
 
-__all__ = ["DcgmConversion", "DcgmConverter", "dcgm_page_to_samples", "samples_table"]
+__all__ = [
+    "PLATFORM_JOB_IDS",
+    "DcgmConversion",
+    "DcgmConverter",
+    "dcgm_page_to_samples",
+    "readings_table",
+    "samples_table",
+]
 
 _COLUMNS = [metric.column for metric in GPU_METRICS]
 _COLUMN_INDEX = {column: index for index, column in enumerate(_COLUMNS)}
@@ -64,7 +75,13 @@ _UNMAPPED = -1  # a field with no column
 _UNPLACED = -2  # a mapped field that cannot be put on a GPU row
 
 RowKey = tuple[str | None, int, int | None, str | None]
-"""(host label value, gpu, MIG instance id, job id)."""
+"""(host label value, gpu, MIG instance id, job id): what one series belongs to."""
+
+GpuKey = tuple[str, int, int | None]
+"""(node, gpu, MIG instance id): one output row."""
+
+#: The column of :func:`readings_table` with the ``hpc_job`` labels of each GPU row.
+PLATFORM_JOB_IDS = "platform_job_ids"
 
 
 class DcgmConversion:
@@ -76,6 +93,7 @@ class DcgmConversion:
     """
 
     __slots__ = (
+        "_jobs",
         "_key_columns",
         "_keys",
         "_matrix",
@@ -92,7 +110,8 @@ class DcgmConversion:
     def __init__(
         self,
         *,
-        keys: Sequence[RowKey],
+        keys: Sequence[GpuKey],
+        jobs: Sequence[tuple[str, ...]],
         key_columns: list[pa.Array] | None,
         matrix: npt.NDArray[np.float64],
         present: npt.NDArray[np.bool_],
@@ -104,6 +123,7 @@ class DcgmConversion:
         errors: tuple[SourceError, ...],
     ) -> None:
         self._keys = keys
+        self._jobs = jobs
         self._key_columns = key_columns
         self._matrix = matrix
         self._present = present
@@ -123,14 +143,20 @@ class DcgmConversion:
 
     @property
     def table(self) -> pa.Table:
-        """Rows of GPU_SAMPLE_SCHEMA, sorted by (node, gpu, gpu_instance_id, job_id)."""
+        """Rows of GPU_SAMPLE_SCHEMA, one per (GPU, job), sorted by (node, gpu,
+        gpu_instance_id, job_id)."""
         if self._table is None:
             self._table = samples_table([self])
         return self._table
 
     @property
     def rows(self) -> int:
-        """Number of rows in :attr:`table`."""
+        """Number of rows in :attr:`table` (a GPU with two ``hpc_job`` copies counts twice)."""
+        return sum(max(1, len(jobs)) for jobs in self._jobs)
+
+    @property
+    def gpu_rows(self) -> int:
+        """Number of GPU (or MIG instance) rows: the rows of :func:`readings_table`."""
         return len(self._keys)
 
 
@@ -140,7 +166,9 @@ class _Plan:
 
     series_ids: list[int]
     node: str | None
-    keys: tuple[RowKey, ...]
+    keys: tuple[GpuKey, ...]
+    jobs: tuple[tuple[str, ...], ...]
+    """Per row, its ``hpc_job`` labels (sorted, no-job labels left out)."""
     key_columns: list[pa.Array]
     take: npt.NDArray[np.intp]
     """Positions in the page of the samples that land in a cell (the last one per cell)."""
@@ -212,7 +240,8 @@ class DcgmConverter:
         dropped = int(np.count_nonzero(blank))
         matrix = np.zeros((len(plan.keys), len(_COLUMNS)), dtype=np.float64)
         present = np.zeros((len(plan.keys), len(_COLUMNS)), dtype=bool)
-        keys: Sequence[RowKey] = plan.keys
+        keys: Sequence[GpuKey] = plan.keys
+        jobs: Sequence[tuple[str, ...]] = plan.jobs
         key_columns: list[pa.Array] | None = plan.key_columns
         if dropped:
             keep = ~blank
@@ -222,12 +251,14 @@ class DcgmConverter:
             if not filled.all():  # a row of nothing but blanks is no row, as for a gap
                 matrix, present = matrix[filled], present[filled]
                 keys = [key for key, kept in zip(plan.keys, filled, strict=True) if kept]
+                jobs = [job for job, kept in zip(plan.jobs, filled, strict=True) if kept]
                 key_columns = None
         else:
             matrix[plan.row, plan.column] = values * plan.factor
             present[plan.row, plan.column] = True
         return DcgmConversion(
             keys=keys,
+            jobs=jobs,
             key_columns=key_columns,
             matrix=matrix,
             present=present,
@@ -255,25 +286,28 @@ class DcgmConverter:
         keys = [self._keys[k] for k in key_ids]
         rows = self._rows(keys, node)
         row_of_key = np.full(len(self._keys), -1, dtype=np.intp)
-        for row, ids in enumerate(rows.values()):
+        for row, (ids, _) in enumerate(rows.values()):
             row_of_key[ids] = row
         row_index = row_of_key[row_keys]
         placed = row_index >= 0
         unattributed += int(np.count_nonzero(~placed))
         sids, positions = sids[placed], positions[placed]
         row_index, columns = row_index[placed], columns[placed]
-        # One sample per cell: the page's last (a repeated series, or several hosts' pages
-        # served by one target and attributed to one node).
+        # One sample per cell: the page's last (the hpc_job copies of a GPU, which carry the
+        # same counters, a repeated series, or several hosts' pages served by one target and
+        # attributed to one node).
         cells = row_index * len(_COLUMNS) + columns
         _, last_reversed = np.unique(cells[::-1], return_index=True)
         last = np.sort(len(cells) - 1 - last_reversed)
         sids = sids[last]
         ordered_keys = tuple(rows)
+        ordered_jobs = tuple(jobs for _, jobs in rows.values())
         return _Plan(
             series_ids=list(series_ids),
             node=node,
             keys=ordered_keys,
-            key_columns=_key_columns(list(ordered_keys)),
+            jobs=ordered_jobs,
+            key_columns=_key_columns(list(ordered_keys), list(ordered_jobs)),
             take=positions[last],
             row=row_index[last],
             column=columns[last],
@@ -285,26 +319,26 @@ class DcgmConverter:
             unattributed=unattributed,
         )
 
-    def _rows(self, keys: list[RowKey], node: str | None) -> dict[RowKey, list[int]]:
-        """Output rows (node, gpu, instance, job) in order, each with the key ids it gathers."""
-        rows: dict[RowKey, list[int]] = {}
+    def _rows(
+        self, keys: list[RowKey], node: str | None
+    ) -> dict[GpuKey, tuple[list[int], tuple[str, ...]]]:
+        """Output rows (node, gpu, instance) in order, each with the key ids it gathers and
+        the job labels of those keys."""
+        gathered: dict[GpuKey, tuple[list[int], set[str]]] = {}
         for key in keys:
             host, gpu, instance, job = key
             row_node = node if node is not None else host
             if row_node is None:
                 continue
-            rows.setdefault((row_node, gpu, instance, job), []).append(self._key_index[key])
+            ids, jobs = gathered.setdefault((row_node, gpu, instance), ([], set()))
+            ids.append(self._key_index[key])
+            if job is not None:
+                jobs.add(job)
         ordered = sorted(
-            rows.items(),
-            key=lambda item: (
-                item[0][0] or "",
-                item[0][1],
-                item[0][2] is not None,
-                item[0][2] or 0,
-                item[0][3] or "",
-            ),
+            gathered.items(),
+            key=lambda item: (item[0][0], item[0][1], item[0][2] is not None, item[0][2] or 0),
         )
-        return dict(ordered)
+        return {key: (ids, tuple(sorted(jobs))) for key, (ids, jobs) in ordered}
 
     # -- per-series decisions ---------------------------------------------------------------
 
@@ -396,27 +430,39 @@ def _small_int(text: str) -> int | None:
     return number if number <= _INT16_MAX else None
 
 
-def _key_columns(keys: list[RowKey]) -> list[pa.Array]:
+def _key_columns(keys: list[GpuKey], jobs: list[tuple[str, ...]]) -> list[pa.Array]:
+    """node, gpu, gpu_instance_id and the job labels (a list per row) of GPU rows."""
     return [
         pa.array([key[0] for key in keys], type=pa.string()),
         pa.array([key[1] for key in keys], type=pa.int16()),
         pa.array([key[2] for key in keys], type=pa.int16()),
-        pa.array([key[3] for key in keys], type=pa.string()),
+        pa.array(jobs, type=pa.list_(pa.string())),
     ]
 
 
-def samples_table(conversions: Sequence[DcgmConversion]) -> pa.Table:
-    """One GPU_SAMPLE_SCHEMA table with the rows of several pages, in their order.
+_READINGS_SCHEMA = pa.schema(
+    [*GPU_SAMPLE_SCHEMA, pa.field(PLATFORM_JOB_IDS, pa.list_(pa.string()))]
+)
 
+
+def readings_table(conversions: Sequence[DcgmConversion]) -> pa.Table:
+    """One row per GPU (or MIG instance) of several pages, in their order.
+
+    Columns: GPU_SAMPLE_SCHEMA with ``job_id`` null, then :data:`PLATFORM_JOB_IDS`, the
+    ``hpc_job`` labels of the GPU's copies (empty: no job). The job is decided by the
+    platform's allocations when the rows are stored (``service/collect/attribution.py``).
     Assembling one table for a whole scrape round (128 pages for 1,024 GPUs) instead of one
     per page saves the fixed cost of building small Arrow tables.
     """
-    parts = [conversion for conversion in conversions if conversion.rows]
+    parts = [conversion for conversion in conversions if conversion.gpu_rows]
     if len(parts) == 1 and parts[0]._key_columns is not None:
         key_columns = parts[0]._key_columns
     else:
-        key_columns = _key_columns([key for part in parts for key in part._keys])
-    count = sum(part.rows for part in parts)
+        key_columns = _key_columns(
+            [key for part in parts for key in part._keys],
+            [jobs for part in parts for jobs in part._jobs],
+        )
+    count = sum(part.gpu_rows for part in parts)
     width = len(_COLUMNS)
     matrix = np.concatenate([part._matrix for part in parts]) if parts else np.zeros((0, width))
     present = (
@@ -426,9 +472,16 @@ def samples_table(conversions: Sequence[DcgmConversion]) -> pa.Table:
     )
     stamps = np.repeat(
         np.array([part._ts_micros for part in parts], dtype=np.int64),
-        [part.rows for part in parts],
+        [part.gpu_rows for part in parts],
     )
-    arrays: list[pa.Array] = [pa.array(stamps, type=TS), *key_columns]
+    node, gpu, instance, labels = key_columns
+    arrays: list[pa.Array] = [
+        pa.array(stamps, type=TS),
+        node,
+        gpu,
+        instance,
+        pa.nulls(count, pa.string()),
+    ]
     # One Arrow array per type for all metric columns (column-major), sliced per column:
     # two conversions instead of one per column.
     missing = ~present.T.ravel()
@@ -437,8 +490,28 @@ def samples_table(conversions: Sequence[DcgmConversion]) -> pa.Table:
     for index in range(width):
         source = ints if index in _INTEGER_COLUMNS else floats
         arrays.append(source.slice(index * count, count))
-    batch = pa.RecordBatch.from_arrays(arrays, schema=GPU_SAMPLE_SCHEMA)
+    arrays.append(labels)
+    batch = pa.RecordBatch.from_arrays(arrays, schema=_READINGS_SCHEMA)
     return pa.Table.from_batches([batch])
+
+
+def samples_table(conversions: Sequence[DcgmConversion]) -> pa.Table:
+    """GPU_SAMPLE_SCHEMA rows of several pages, one per (GPU, ``hpc_job`` label), in order.
+
+    A GPU with no label is one row with a null ``job_id``; a GPU shared by two jobs is two
+    rows with the same counters (the shape of the exporter's copies).
+    """
+    readings = readings_table(conversions)
+    labels = readings.column(PLATFORM_JOB_IDS).combine_chunks()
+    assert isinstance(labels, pa.ListArray)
+    lengths = pc.list_value_length(labels).to_numpy(zero_copy_only=False)
+    taken = np.repeat(np.arange(len(labels)), np.maximum(lengths, 1))
+    out = readings.drop_columns([PLATFORM_JOB_IDS]).take(pa.array(taken, type=pa.int64()))
+    jobs: list[str | None] = []
+    for row in labels.to_pylist():
+        jobs.extend(row or [None])
+    index = out.schema.get_field_index("job_id")
+    return out.set_column(index, out.schema.field(index), pa.array(jobs, type=pa.string()))
 
 
 def dcgm_page_to_samples(

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 import httpx2
 import pyarrow as pa
 
+from hpcscope.ingest.exposition.http1 import FastClient, HttpFailure
 from hpcscope.ingest.exposition.parser import ExpositionParser, ParsedPage, Series
 from hpcscope.ingest.exposition.targets import Target, TargetsError, load_file_sd, parse_file_sd
 from hpcscope.model.errors import ScrapeError
@@ -138,6 +139,9 @@ class Scraper:
         self._client: httpx2.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._closer: AsyncGenerator[None, None] | None = None
+        self._fast: FastClient | None = None
+        self._fast_loop: asyncio.AbstractEventLoop | None = None
+        self._fast_closer: AsyncGenerator[None, None] | None = None
         self._parsers: dict[str, ExpositionParser] = {}
         self._targets: dict[str, Target] = {}
         self._last_success: dict[str, datetime] = {}
@@ -154,6 +158,10 @@ class Scraper:
         self._client = None
         if closer is not None and self._client_loop is asyncio.get_running_loop():
             await closer.aclose()
+        fast_closer, self._fast_closer = self._fast_closer, None
+        self._fast = None
+        if fast_closer is not None and self._fast_loop is asyncio.get_running_loop():
+            await fast_closer.aclose()
 
     async def _http(self) -> httpx2.AsyncClient:
         """The HTTP client of the running event loop (connections belong to one loop).
@@ -168,9 +176,8 @@ class Scraper:
             return self._client
         client = httpx2.AsyncClient(
             timeout=httpx2.Timeout(self.timeout_seconds),
-            limits=httpx2.Limits(
-                max_connections=self.concurrency, max_keepalive_connections=self.concurrency
-            ),
+            # one kept-alive connection per target: scrapes are bounded by the semaphore
+            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=None),
             headers={"Accept": ACCEPT, "User-Agent": _USER_AGENT},
             follow_redirects=True,
             max_redirects=5,
@@ -181,6 +188,19 @@ class Scraper:
         await anext(closer)
         self._client, self._client_loop, self._closer = client, loop, closer
         return client
+
+    async def _fast_client(self) -> FastClient:
+        """The plain-HTTP client of the running event loop (see :meth:`_http`)."""
+        loop = asyncio.get_running_loop()
+        if self._fast is not None and self._fast_loop is loop:
+            return self._fast
+        fast = FastClient(
+            {"Accept": ACCEPT, "User-Agent": _USER_AGENT}, max_body_bytes=self.max_body_bytes
+        )
+        closer = _close_fast_at_loop_end(fast)
+        await anext(closer)
+        self._fast, self._fast_loop, self._fast_closer = fast, loop, closer
+        return fast
 
     async def scrape(self, targets: Sequence[Target]) -> list[ScrapeResult]:
         """Scrape every target once, concurrently; results in the order of ``targets``."""
@@ -235,6 +255,8 @@ class Scraper:
         )
 
     async def _fetch(self, target: Target, seen_status: list[int]) -> bytes:
+        if self._transport is None and FastClient.handles(target.url):
+            return await self._fetch_fast(target, seen_status)
         client = await self._http()
         async with client.stream("GET", target.url) as response:
             status = response.status_code
@@ -263,6 +285,26 @@ class Scraper:
                     raise _Failed(f"body too large: more than {self.max_body_bytes} bytes", size)
                 chunks.append(chunk)
             return b"".join(chunks)
+
+    async def _fetch_fast(self, target: Target, seen_status: list[int]) -> bytes:
+        """:meth:`_fetch` through :class:`~hpcscope.ingest.exposition.http1.FastClient`."""
+        client = await self._fast_client()
+        try:
+            response = await client.get(target.url, seen_status.append)
+        except HttpFailure as failure:
+            raise _Failed(str(failure), failure.body_bytes) from None
+        if response.status != 200:
+            text = " ".join(response.body[:200].decode("utf-8", "replace").split())
+            reason = f"HTTP {response.status} {response.reason}".rstrip()
+            raise _Failed(reason + (f": {text}" if text else ""))
+        content_type = response.headers.get("content-type", "")
+        media_type = content_type.split(";", 1)[0].strip().lower()
+        if media_type and media_type not in _TEXT_TYPES:
+            raise _Failed(
+                f"wrong content type {content_type!r}: expected text/plain "
+                "(Prometheus text format 0.0.4)"
+            )
+        return response.body
 
     def series(self, target: Target) -> Sequence[Series]:
         """The series table of ``target``'s parser: what its pages' ``series_ids`` index.
@@ -305,6 +347,14 @@ async def _close_at_loop_end(client: httpx2.AsyncClient) -> AsyncGenerator[None,
     finally:
         if not client.is_closed:
             await client.aclose()
+
+
+async def _close_fast_at_loop_end(client: FastClient) -> AsyncGenerator[None, None]:
+    """As :func:`_close_at_loop_end`, for the plain-HTTP client."""
+    try:
+        yield
+    finally:
+        client.close()
 
 
 def _judge(page: ParsedPage) -> tuple[bool, str | None]:

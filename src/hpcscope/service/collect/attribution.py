@@ -22,16 +22,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
+import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpcscope.analysis.jobs.attribution import Attribution, attribute_gpu_samples
+from hpcscope.ingest.exporters.dcgm import PLATFORM_JOB_IDS
 from hpcscope.ingest.slurm.jobmap import read_job_records, read_mapping_dir, records_snapshot
-from hpcscope.model.schemas import JOB_ALLOCATION_SCHEMA
+from hpcscope.model.schemas import GPU_READING_SCHEMA, JOB_ALLOCATION_SCHEMA
 from hpcscope.model.timeutil import from_epoch_seconds
 from hpcscope.store import Store
 from hpcscope.store import slurm as slurm_store
+from hpcscope.store.readings import SHARED_JOB_IDS
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +205,11 @@ def store_attributed(store: Store, samples: pa.Table) -> Attribution:
     """Attribute and append to ``gpu_samples``; log label mismatches (possible spoofing)."""
     result = attribute_samples(store, samples)
     store.append("gpu_samples", result.samples).result()
+    _log_mismatches(result)
+    return result
+
+
+def _log_mismatches(result: Attribution) -> None:
     for mismatch in result.mismatches.to_pylist()[:20]:
         log.warning(
             "job label mismatch on %s gpu %s at %s: %s says %r, the allocation says %r",
@@ -210,11 +220,11 @@ def store_attributed(store: Store, samples: pa.Table) -> Attribution:
             mismatch["claimed_job_id"],
             mismatch["job_id"] or "no job",
         )
-    return result
 
 
 def store_dcgm_samples(store: Store, samples: pa.Table) -> Attribution:
-    """Store rows converted from dcgm-exporter pages (:mod:`hpcscope.ingest.exporters.dcgm`).
+    """Store rows converted from dcgm-exporter pages, one per (GPU, ``hpc_job`` label)
+    (:func:`hpcscope.ingest.exporters.dcgm.samples_table`).
 
     The converter puts the page's ``hpc_job`` label in ``job_id``; that label comes from the
     platform's mapping files through dcgm-exporter, so it is kept as ``platform_job_id`` (the
@@ -226,6 +236,72 @@ def store_dcgm_samples(store: Store, samples: pa.Table) -> Attribution:
         index, samples.schema.field(index), pa.nulls(samples.num_rows, pa.string())
     ).append_column("platform_job_id", labels)
     return store_attributed(store, relabelled)
+
+
+_KEYS = ["ts", "node", "gpu", "gpu_instance_id"]
+
+
+def attribute_readings(store: Store, readings: pa.Table) -> tuple[pa.Table, Attribution]:
+    """Give each GPU reading its job(s): ``job_id`` and ``shared_job_ids`` of
+    :data:`~hpcscope.model.schemas.GPU_READING_SCHEMA`.
+
+    Args:
+        readings: :func:`hpcscope.ingest.exporters.dcgm.readings_table` rows, one per GPU and
+            time, with the ``hpc_job`` labels of the GPU's copies in ``platform_job_ids``.
+
+    Returns:
+        The readings (GPU_READING_SCHEMA), and the attribution of their (GPU, label) keys (one
+        row per GPU and job, with the label mismatches).
+    """
+    labels = readings.column(PLATFORM_JOB_IDS).combine_chunks()
+    assert isinstance(labels, pa.ListArray)
+    lengths = pc.fill_null(pc.list_value_length(labels), 0).to_numpy()
+    keys = readings.select(_KEYS)
+    if bool((lengths == 1).all()):  # one label per GPU: no copies to spread
+        label = pc.list_flatten(labels)
+    else:  # one key per (GPU, label); a GPU without a label is one key without one
+        keys = keys.take(pa.array(np.repeat(np.arange(len(labels)), np.maximum(lengths, 1))))
+        flat: list[str | None] = []
+        for row in labels.to_pylist():
+            flat.extend(row or [None])
+        label = pa.array(flat, type=pa.string())
+    result = attribute_samples(store, keys.append_column("platform_job_id", label))
+    attributed = result.samples
+    base = readings.drop_columns([PLATFORM_JOB_IDS])
+    if attributed.num_rows == base.num_rows:  # one job (or none) per reading: the usual case
+        job_id = attributed.column("job_id")
+        shared = pa.nulls(base.num_rows, pa.list_(pa.string()))
+    else:  # attribution rows come in reading order, several per shared GPU
+        frame = cast(pl.DataFrame, pl.from_arrow(attributed.select([*_KEYS, "job_id"])))
+        jobs = frame.group_by(_KEYS, maintain_order=True).agg(
+            pl.col("job_id").drop_nulls().unique().sort().alias("_jobs")
+        )
+        if jobs.height != base.num_rows:  # readings that share a key: one row per key
+            jobs = cast(pl.DataFrame, pl.from_arrow(base.select(_KEYS))).join(
+                jobs, on=_KEYS, how="left", maintain_order="left", nulls_equal=True
+            )
+        column = jobs.get_column("_jobs")
+        job_id = column.list.first().to_arrow()
+        shared = (
+            pl.when(column.list.len() > 1)
+            .then(column.list.slice(1))
+            .otherwise(None)
+            .alias("_shared")
+        )
+        shared = jobs.select(shared).get_column("_shared").to_arrow()
+    index = base.schema.get_field_index("job_id")
+    base = base.set_column(index, base.schema.field(index), pc.cast(job_id, pa.string()))
+    base = base.append_column(SHARED_JOB_IDS, pc.cast(shared, pa.list_(pa.string())))
+    return base.cast(GPU_READING_SCHEMA), result
+
+
+def store_dcgm_readings(store: Store, readings: pa.Table) -> Attribution:
+    """Attribute GPU readings (:func:`attribute_readings`) and append them: one stored row
+    per GPU and time with its job(s); log label mismatches (possible spoofing)."""
+    stored, result = attribute_readings(store, readings)
+    store.append("gpu_samples", stored).result()
+    _log_mismatches(result)
+    return result
 
 
 def attributed_samples(store: Store, *, since: datetime | None = None) -> pa.Table:

@@ -5,8 +5,9 @@ keeps its loop to itself). Each cycle:
 
 1. re-reads the Prometheus ``file_sd`` targets file when it changed;
 2. scrapes every dcgm-exporter and node-exporter target concurrently (timeouts per target);
-3. converts dcgm pages into ``gpu_samples`` rows (attributed to jobs by the platform's
-   allocations, ``service/collect/attribution.py``) and node-exporter pages into InfiniBand port
+3. converts dcgm pages into one ``gpu_readings`` row per GPU and time (its jobs decided by the
+   platform's allocations, ``service/collect/attribution.py``; ``gpu_samples`` is the view
+   with one row per job) and node-exporter pages into InfiniBand port
    counters, and appends them through the store's writer;
 4. records one ``scrapes`` row per attempt, and a ``collection_gaps`` row when a target comes
    back after failing (the gap is data: analysis never reads it as an idle GPU);
@@ -30,26 +31,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 import httpx2
 import pyarrow as pa
 
-from hpcscope.ingest.exporters.dcgm import DcgmConversion, DcgmConverter, samples_table
+from hpcscope.ingest.exporters.dcgm import DcgmConversion, DcgmConverter, readings_table
 from hpcscope.ingest.exporters.infiniband import infiniband_rows
 from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN
 from hpcscope.ingest.exposition.scrape import Scraper, ScrapeResult, Target, load_file_sd
 from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
-from hpcscope.model.timeutil import epoch_seconds, utcnow
+from hpcscope.model.timeutil import epoch_seconds
 from hpcscope.service.alerts.engine import SecurityCollection
-from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_samples
+from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_readings
+from hpcscope.service.collect.clock import Clock, SystemClock
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
 from hpcscope.service.collect.scheduler import (
     AssociationSource,
@@ -65,35 +66,6 @@ from hpcscope.store import Store
 from hpcscope.store.infiniband import append_ib_counters
 
 log = logging.getLogger(__name__)
-
-
-class Clock(Protocol):
-    """Where the collector's time comes from."""
-
-    def now(self) -> datetime:
-        """Wall-clock time, naive UTC (the store's timestamps)."""
-        ...
-
-    def monotonic(self) -> float:
-        """Seconds on a clock that never goes back (intervals, scheduler polls)."""
-        ...
-
-    async def sleep(self, seconds: float) -> None:
-        """Wait ``seconds`` between cycles."""
-        ...
-
-
-class SystemClock:
-    """The real clock: ``datetime.now``, ``time.monotonic``, ``asyncio.sleep``."""
-
-    def now(self) -> datetime:
-        return utcnow()
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
 
 
 @dataclass
@@ -252,6 +224,7 @@ class Collector:
             if config.integrity_spool_dir is not None
             else None
         )
+        self._pending: asyncio.Future[Any] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.cycles = 0
@@ -285,7 +258,7 @@ class Collector:
         done = 0
         while not self._stop.is_set() and (cycles is None or done < cycles):
             try:
-                self.last_report = await self.collect_once()
+                self.last_report = await self.collect_once(overlap=True)
             except Exception:  # a bug in one cycle must not end collection
                 log.exception("collection cycle failed")
             else:
@@ -298,6 +271,7 @@ class Collector:
                 next_tick = clock.monotonic()
                 delay = 0.0
             await clock.sleep(min(delay, interval))
+        await self._stored()
         await self.aclose()
 
     def _log_cycle(self, report: CycleReport) -> None:
@@ -349,8 +323,25 @@ class Collector:
                     log.info("collector: %d targets from %s", len(loaded), path)
         return self._targets
 
-    async def collect_once(self) -> CycleReport:
-        """Scrape every target once, store what came back, poll the scheduler if due."""
+    async def _stored(self) -> None:
+        """Wait for the GPU rows of the previous round to be stored (see ``overlap``)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            await pending
+        except Exception:  # a bad round must not end collection
+            log.exception("storing the GPU rows of a round failed")
+
+    async def collect_once(self, *, overlap: bool = False) -> CycleReport:
+        """Scrape every target once, store what came back, poll the scheduler if due.
+
+        Args:
+            overlap: return before this round's GPU rows are stored (attributing and appending
+                them then overlaps the next round's scrapes, which wait for the HTTP answers;
+                the next round waits for them before it stores its own). :meth:`run` overlaps;
+                by default the rows are stored when this returns.
+        """
         report = CycleReport(started_at=self._clock.now())
         if self._mapping is not None:  # allocations first: the samples below are judged by them
             try:
@@ -366,12 +357,20 @@ class Collector:
         conversions: list[DcgmConversion] = []
         for result in results:
             self._record(result, scrape_rows, gap_rows, conversions, report)
-        if any(conversion.rows for conversion in conversions):
-            table = samples_table(conversions)  # one table per round, not one per page
+        if any(conversion.gpu_rows for conversion in conversions):
+            table = readings_table(conversions)  # one table per round, not one per page
             report.samples_written = table.num_rows
-            # the job of each sample is decided from the platform's allocations; the page's
-            # hpc_job label is only the fallback (service/collect/attribution.py)
-            await asyncio.to_thread(store_dcgm_samples, self.store, table)
+            # one row per GPU and time; its job(s) are decided from the platform's
+            # allocations, the page's hpc_job labels are only the fallback
+            # (service/collect/attribution.py)
+            await self._stored()  # one round in flight at most, stored in order
+            storing = asyncio.ensure_future(
+                asyncio.to_thread(store_dcgm_readings, self.store, table)
+            )
+            if overlap:
+                self._pending = storing
+            else:
+                await storing
         if scrape_rows:
             self.store.append("scrapes", pa.Table.from_pylist(scrape_rows, schema=SCRAPE_SCHEMA))
         if gap_rows:
@@ -463,7 +462,7 @@ class Collector:
                 ok, error = False, exc.describe()
             else:
                 conversions.append(conversion)
-                samples = conversion.rows
+                samples = conversion.gpu_rows
         if ok:
             report.ok += 1
             if target.url in self._failing_since:
