@@ -58,10 +58,6 @@ JOB_MERGE_COLUMNS = (
 #: The migration that creates ``gpu_rollups_1m``: appends maintain it once it exists.
 ROLLUP_MIGRATION = 8
 
-#: The migration after which ``gpu_samples`` rows are stored in ``gpu_readings``
-#: (:mod:`hpcscope.store.readings`).
-READINGS_MIGRATION = 17
-
 
 class StoreClosedError(StoreError):
     """A write was submitted after :meth:`Store.close`."""
@@ -117,7 +113,8 @@ class Store:
         if not read_only:
             self._migrate(migrations)
             self._has_rollups = any(m.version == ROLLUP_MIGRATION for m in migrations)
-            self._has_readings = any(m.version == READINGS_MIGRATION for m in migrations)
+            # whether the rename happened, from the catalog (migration numbers move on merges)
+            self._has_readings = readings.raw_table(self._con) == readings.READINGS
             if self._has_rollups:
                 self._rollup_boundary = rollups.initial_boundary(self._con)
             self._writer = threading.Thread(
