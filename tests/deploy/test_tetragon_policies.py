@@ -56,12 +56,16 @@ def test_rendered_policy_covers_the_roots_and_weight_formats(name: str) -> None:
     }
     permission = kprobes["security_file_permission"]
     assert [a["type"] for a in permission["args"]] == ["file", "int"]
-    [selector] = permission["selectors"]
+    selector, installs = permission["selectors"]
     [prefix] = selector["matchArgs"]
     assert prefix["operator"] == "Prefix"
     roots = {topology.checkpoint_root, topology.storage["datasets_root"]}
     assert set(prefix["values"]) == {root.rstrip("/") + "/" for root in roots}
     assert selector["matchActions"] == [{"action": "Post", "rateLimit": "1m"}]
+    # SC-5: writes (mask 2) of what an installer leaves in a site-packages, anywhere
+    postfix, mask = installs["matchArgs"]
+    assert (postfix["operator"], mask["operator"], mask["values"]) == ("Postfix", "Mask", ["2"])
+    assert set(postfix["values"]) == {".dist-info/METADATA", ".dist-info/RECORD", ".pth"}
     [mmap] = kprobes["security_mmap_file"]["selectors"]
     suffixes = mmap["matchArgs"][0]["values"]
     assert mmap["matchArgs"][0]["operator"] == "Postfix"

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from hpcscope.analysis.alerts.common import JobOwner, merge_alerts, networks
 from hpcscope.analysis.alerts.falco import falco_alerts
+from hpcscope.analysis.alerts.packages import lock_entry
 from hpcscope.analysis.alerts.tetragon import TetragonRules
 from hpcscope.model.alerts import Alert, RuleSpec
 
@@ -28,6 +29,7 @@ REQUIRED_LISTS: Mapping[str, tuple[str, ...]] = {
     "SC-1": ("python_names", "shells", "network_tools", "jit_toolchain"),
     "SC-2": ("temp_prefixes", "temp_substrings", "known_temp_substrings"),
     "SC-3": ("cluster_cidrs", "approved_proxies", "resolvers", "miner_ports"),
+    "SC-5": ("lockfile", "known_bad"),
     "SC-6": ("weight_suffixes", "world_writable_prefixes"),
     "CE-1": ("module_functions",),
     "CE-2": ("toolkit_binaries", "env_vars"),
@@ -46,7 +48,8 @@ REQUIRED_THRESHOLDS: Mapping[str, tuple[str, ...]] = {
 
 #: The rule ids this engine raises.
 EVENT_RULE_IDS: tuple[str, ...] = (
-    "SC-1", "SC-2", "SC-3", "SC-6", "CE-1", "CE-2", "CE-3", "CE-4", "GM-3", "RD-4", "W-1", "W-3",
+    "SC-1", "SC-2", "SC-3", "SC-5", "SC-6", "CE-1", "CE-2", "CE-3", "CE-4", "GM-3", "RD-4",
+    "W-1", "W-3",
 )  # fmt: skip
 
 
@@ -54,6 +57,14 @@ def list_errors(rules: Mapping[str, RuleSpec]) -> list[tuple[RuleSpec, str]]:
     """Values of the event rules' lists that cannot be used (a CIDR or port that does not
     parse), with the rule they are in; empty when all are good."""
     errors: list[tuple[RuleSpec, str]] = []
+    sc5 = rules.get("SC-5")
+    if sc5 is not None:
+        errors += [
+            (sc5, f"SC-5: {name} entry {entry!r} is not name==version")
+            for name in ("lockfile", "known_bad")
+            for entry in sc5.items(name)
+            if lock_entry(entry) is None
+        ]
     sc3 = rules.get("SC-3")
     if sc3 is None:
         return errors

@@ -11,7 +11,8 @@ event type:
   unless the policy asks, so ``env LD_PRELOAD=... nvidia-ctk`` is what it sees), CE-3
   (``nsenter --target 1``);
 - ``process_kprobe`` on a file hook (``security_file_permission``, ``security_mmap_file``,
-  ``fd_install``, the truncate hooks): W-1/W-3 under the checkpoint roots, CE-1
+  ``fd_install``, the truncate hooks): W-1/W-3 under the checkpoint roots, SC-5 (a
+  ``site-packages`` ``*.dist-info`` or ``.pth`` written by a job: ``packages.py``), CE-1
   (``release_agent`` written), CE-4 (host-only paths written, the munge key read), RD-4
   (``/dev/infiniband/uverbs*`` opened outside every job);
 - ``process_kprobe`` on a socket hook (a ``sock_arg``): SC-3 (outside the cluster CIDRs,
@@ -45,6 +46,7 @@ from hpcscope.analysis.alerts.common import (
     networks,
     under,
 )
+from hpcscope.analysis.alerts.packages import installed_file, lock_set, why_high
 from hpcscope.model.alerts import Alert, RuleSpec, Severity
 from hpcscope.model.file_access import FILE_HOOKS, TRUNCATE_HOOKS, file_access_kind
 
@@ -108,6 +110,8 @@ class TetragonRules:
         self._cluster = networks(sc3.items("cluster_cidrs")) if sc3 else ()
         self._proxies = set(sc3.items("approved_proxies")) if sc3 else set()
         self._resolvers = set(sc3.items("resolvers")) if sc3 else set()
+        self._lockfile = lock_set(self._items("SC-5", "lockfile"))
+        self._known_bad = lock_set(self._items("SC-5", "known_bad"))
         self._owners: Mapping[str, JobOwner] = {}
         self._found: list[Alert] = []
 
@@ -260,12 +264,25 @@ class TetragonRules:
             return
         if under(path, self.checkpoint_roots):
             self._checkpoint(row, path, write=write, what=what)
+        if write and "SC-5" in self.rules:
+            self._installed(row, path, what)
         if write and path.endswith("/release_agent"):
             self._fire("CE-1", row, path, what)
         if (write and under(path, self._items("CE-4", "host_only_prefixes"))) or (
             read and path in self._items("CE-4", "secret_paths")
         ):
             self._fire("CE-4", row, path, what)
+
+    def _installed(self, row: dict[str, Any], path: str, what: str) -> None:
+        """SC-5: a job process writes a distribution's metadata or a ``.pth`` (MEDIUM; HIGH
+        when not locked or known bad)."""
+        found = installed_file(path)
+        if found is None:
+            return
+        high = why_high(found, self._lockfile, self._known_bad)
+        verdict = high or "in the lockfile"
+        summary = f"{what}: {found.kind} {found.subject} installed during the job ({verdict})"
+        self._fire("SC-5", row, found.subject, summary, Severity.HIGH if high else None)
 
     def _weights_opened(self, row: dict[str, Any], path: str) -> None:
         """SC-6's first half: weights read from a world-writable path (a temp directory, or a
