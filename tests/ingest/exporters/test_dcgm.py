@@ -14,7 +14,7 @@ from hpcscope.ingest.exporters.dcgm import (
     dcgm_page_to_samples,
     samples_table,
 )
-from hpcscope.ingest.exporters.dcgm_fields import FIELDS_BY_EXPORTED_NAME, is_blank
+from hpcscope.ingest.dcgm_fields import FIELDS_BY_EXPORTED_NAME, is_blank
 from hpcscope.ingest.exposition.parser import ExpositionParser, parse_exposition
 from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA
 from tests.support.dcgm_pages import H100_FIELDS, render_dcgm_page
