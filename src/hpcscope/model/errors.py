@@ -32,7 +32,8 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      │    ├── CaptureMetaError       (trace-capture meta files)
      │    ├── RuleFileError          (detection rule files, deploy/rules)
      │    ├── NotifyRuleError        (notification rule files, deploy/notify)
-     │    └── NcclTableError         (the bundled NCCL latency table)
+     │    ├── NcclTableError         (the bundled NCCL latency table)
+     │    └── PromqlResponseError    (Prometheus HTTP API answers: query_range JSON)
      ├── HostlistError               (a Slurm hostlist expression; a ValueError)
      ├── InputError                  (bad request parameters)
      │    ├── SimulationInputError   (simulator request; a ValueError)
@@ -59,7 +60,8 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      ├── ScrapeError                 (a scrape that ended without a usable page)
      │    └── _Failed                (the scraper's internal signal, recorded, never escapes)
      ├── DeliveryError               (a notification not delivered: SMTP, webhook, Alertmanager)
-     └── CancelFailed                (scancel did not cancel a job)
+     ├── CancelFailed                (scancel did not cancel a job)
+     └── MetricsBackendError         (a Prometheus API backend that did not answer; a RuntimeError)
 """
 
 from __future__ import annotations

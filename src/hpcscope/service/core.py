@@ -16,12 +16,14 @@ from typing import Any
 from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import WEIGHT_EXTENSIONS, Principal, WeightPaths
 from hpcscope.model.alerts import Alert, AlertState, RuleSpec, Severity, Vector
+from hpcscope.model.backends import GpuSampleReader
 from hpcscope.model.catalog import Catalog, default_catalog
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology, load_topology
 from hpcscope.service.alerts import access as alert_access
 from hpcscope.service.alerts.rules import load_site_rules
+from hpcscope.service.backends import sample_reader
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.jobs import reports, timeseries
 from hpcscope.service.jobs.contracts import JobTimeseries
@@ -145,6 +147,10 @@ class Service:
 
     # ------------------------------------------------------------------ job reports
 
+    def gpu_samples(self) -> GpuSampleReader:
+        """Where job reports read GPU samples: the ``metrics_backend`` setting."""
+        return sample_reader(self.settings, self.store)
+
     def job_reports(self, principal: Principal, *, now: datetime | None = None) -> list[JobReport]:
         """Reports of every job ``principal`` may see, newest first."""
         found = reports.reports_for(
@@ -154,6 +160,7 @@ class Service:
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,
             currency=self.topology.currency,
+            samples=self.gpu_samples(),
         )
         return sorted(found, key=lambda r: (r.start_time is None, r.start_time), reverse=True)
 
@@ -170,6 +177,7 @@ class Service:
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,
             currency=self.topology.currency,
+            samples=self.gpu_samples(),
         )
         return found[0] if found else None
 

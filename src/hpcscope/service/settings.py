@@ -81,6 +81,23 @@ class Settings(BaseModel):
     )
     scrape_interval_seconds: float = Field(15.0, gt=0, description="Seconds between scrapes.")
     scrape_timeout_seconds: float = Field(5.0, gt=0, description="Per-target scrape timeout.")
+    metrics_backend: Literal["embedded", "prometheus"] = Field(
+        "embedded",
+        description="Where job reports read GPU samples: embedded (this server's store) or "
+        "prometheus (the Prometheus HTTP API at prometheus_url: Prometheus, VictoriaMetrics, "
+        "Thanos, Mimir).",
+    )
+    prometheus_url: str | None = Field(
+        None,
+        description="Base URL of the Prometheus HTTP API the prometheus backend reads "
+        "(http://prom:9090; VictoriaMetrics http://vm:8428).",
+    )
+    prometheus_lookback_seconds: float = Field(
+        7 * 86400.0, gt=0, description="How far back the prometheus backend reads a job's samples."
+    )
+    prometheus_timeout_seconds: float = Field(
+        30.0, gt=0, description="Per-request timeout of the prometheus backend."
+    )
     scheduler_source: Literal["slurmrestd", "commands", "none"] = Field(
         "slurmrestd",
         description="Where Slurm's jobs come from: slurmrestd (needs "
@@ -283,6 +300,12 @@ class Settings(BaseModel):
             raise ValueError(
                 "proxy_auth_header needs proxy_auth_addresses: the proxies it is believed from"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _prometheus_backend_url(self) -> Settings:
+        if self.metrics_backend == "prometheus" and not self.prometheus_url:
+            raise ValueError("metrics_backend prometheus needs prometheus_url")
         return self
 
     @model_validator(mode="after")

@@ -144,3 +144,21 @@ def scrape_health(store: Store, *, since: datetime) -> pa.Table:
 def collection_gaps(store: Store, *, since: datetime) -> pa.Table:
     """Recorded collection gaps that end after ``since``."""
     return store.query("SELECT * FROM collection_gaps WHERE end_ts >= ? ORDER BY start_ts", [since])
+
+
+class EmbeddedSamples:
+    """The embedded backend's :class:`~hpcscope.model.backends.GpuSampleReader`: the
+    ``gpu_samples`` table hpcscope's collector fills."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def samples_for_jobs(
+        self,
+        job_ids: Sequence[str],
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> pa.Table:
+        """GPU samples of the given jobs (the caller has already checked visibility)."""
+        return samples_for_jobs(self.store, job_ids, since=since, until=until)

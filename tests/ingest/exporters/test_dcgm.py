@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hpcscope.ingest.dcgm_fields import FIELDS_BY_EXPORTED_NAME, is_blank
 from hpcscope.ingest.exporters.dcgm import (
     PLATFORM_JOB_IDS,
     DcgmConversion,
@@ -16,7 +17,6 @@ from hpcscope.ingest.exporters.dcgm import (
     readings_table,
     samples_table,
 )
-from hpcscope.ingest.exporters.dcgm_fields import FIELDS_BY_EXPORTED_NAME, is_blank
 from hpcscope.ingest.exposition.parser import ExpositionParser, parse_exposition
 from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA
 from tests.support.dcgm_pages import H100_FIELDS, render_dcgm_page

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcscope.ingest.exporters.dcgm_fields import (
+from hpcscope.ingest.dcgm_fields import (
     COLUMN_OF_FIELD,
     DCGM_FIELDS,
     FIELDS_BY_EXPORTED_NAME,

@@ -6,8 +6,8 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
+from hpcscope.ingest.dcgm_fields import COLUMN_OF_FIELD
 from hpcscope.ingest.exporters.dcgm import DcgmConverter
-from hpcscope.ingest.exporters.dcgm_fields import COLUMN_OF_FIELD
 from hpcscope.ingest.exposition.parser import parse_exposition
 from hpcscope.ingest.exposition.scrape import Scraper, ScrapeResult, load_file_sd
 from hpcscope.model.topology import load_topology

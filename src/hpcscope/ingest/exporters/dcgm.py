@@ -4,7 +4,7 @@ A dcgm-exporter page has one series per (field, GPU[, MIG instance][, job]):
 ``DCGM_FI_DEV_GPU_UTIL{gpu="3",UUID=...,GPU_I_PROFILE=...,GPU_I_ID=...,hostname=...,hpc_job=...}``.
 This module turns a parsed page into rows of :data:`hpcscope.model.schemas.GPU_SAMPLE_SCHEMA`:
 one row per (node, ``gpu``, ``GPU_I_ID``) with every mapped field in its column, in base units
-(the factors live in :mod:`hpcscope.ingest.exporters.dcgm_fields`, nowhere else).
+(the factors live in :mod:`hpcscope.ingest.dcgm_fields`, nowhere else).
 
 - ``hpc_job``: with ``--hpc-job-mapping-dir`` the exporter writes a copy of every series of a GPU
   per line of that GPU's mapping file. The copies carry the same counters, so they make one
@@ -36,7 +36,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hpcscope.ingest.exporters.dcgm_fields import (
+from hpcscope.ingest.dcgm_fields import (
     COLUMN_OF_FIELD,
     FIELDS_BY_EXPORTED_NAME,
     FP64_BLANK_AT,

@@ -17,6 +17,7 @@ import pyarrow as pa
 from hpcscope.analysis.jobs.efficiency import gpu_summary
 from hpcscope.analysis.jobs.report import JobReport, job_reports
 from hpcscope.model.access import Principal
+from hpcscope.model.backends import GpuSampleReader
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import iso_z
 from hpcscope.store import reports as queries
@@ -42,9 +43,13 @@ def reports_for(
     scrape_interval_seconds: float,
     gpu_hour_price: float,
     currency: str,
+    samples: GpuSampleReader | None = None,
 ) -> list[JobReport]:
     """Reports of the jobs the principal may see: the newest :data:`MAX_JOBS`, or exactly
-    ``job_ids`` among the visible ones (however old)."""
+    ``job_ids`` among the visible ones (however old).
+
+    ``samples`` is where GPU samples are read (``metrics_backend``; default the store's own);
+    scheduler records and kept summaries always come from the store."""
     scope = principal.job_scope()
     if job_ids is None:
         jobs = _frame(queries.visible_jobs(store, scope, limit=MAX_JOBS))
@@ -59,6 +64,7 @@ def reports_for(
         sorted(ids - summarised),
         summarised=sorted(summarised),
         scrape_interval_seconds=scrape_interval_seconds,
+        samples=samples,
     )
     reports = job_reports(summary, jobs, now=now, gpu_hour_price=gpu_hour_price, currency=currency)
     return [
@@ -74,12 +80,15 @@ def gpu_frame(
     *,
     summarised: Sequence[str] = (),
     scrape_interval_seconds: float,
+    samples: GpuSampleReader | None = None,
 ) -> pl.DataFrame:
-    """The ``gpu_summary`` rows of jobs: computed from raw samples for ``raw_ids``, read from
-    the kept summaries for ``summarised`` (finished jobs: their raw samples may be gone)."""
-    samples = _frame(queries.samples_for_jobs(store, raw_ids))
+    """The ``gpu_summary`` rows of jobs: computed from raw samples for ``raw_ids`` (read from
+    ``samples``, default the store's own), read from the kept summaries for ``summarised``
+    (finished jobs: their raw samples may be gone)."""
+    reader = samples if samples is not None else queries.EmbeddedSamples(store)
+    raw = _frame(reader.samples_for_jobs(raw_ids))
     summary = gpu_summary(
-        samples, max_interval_seconds=max_sample_weight_seconds(scrape_interval_seconds)
+        raw, max_interval_seconds=max_sample_weight_seconds(scrape_interval_seconds)
     )
     if not summarised:
         return summary

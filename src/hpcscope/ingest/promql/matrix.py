@@ -1,0 +1,209 @@
+"""A Prometheus ``matrix`` answer over dcgm-exporter series -> rows of ``GPU_SAMPLE_SCHEMA``.
+
+``/api/v1/query_range`` answers (Prometheus, VictoriaMetrics, Thanos and Mimir write the same
+JSON)::
+
+    {"status": "success",
+     "data": {"resultType": "matrix",
+              "result": [{"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0",
+                                     "node": "gpu01", "hpc_job": "4410001", ...},
+                          "values": [[1764633600.123, "87"], ...]}, ...]}}
+
+Each series is one (DCGM field, GPU[, MIG instance][, job]); this module puts every value in
+the same cell the embedded collector would (:mod:`hpcscope.ingest.exporters.dcgm` for a page):
+one row per (time, node, ``gpu``, ``GPU_I_ID``, ``hpc_job``), every field in its column, in
+base units (factors from :mod:`hpcscope.ingest.dcgm_fields`, nowhere else), DCGM blank sentinels
+and NaN dropped.
+
+- Node: the ``node`` label (the target label hpcscope's file_sd targets carry, and that a site's
+  relabelling sets), else ``hostname``/``Hostname`` (the exporter's own), else the host of
+  ``instance``.
+- Series with no ``gpu`` label (placeholders, per-link entities) and metric names with no
+  column are skipped: they are not GPU samples.
+- Bad answers (not JSON, ``status: error``, not a matrix, a ``gpu`` that is no small integer, a
+  value that is no number) raise :class:`PromqlResponseError` naming the source and the JSON
+  path of the culprit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from hpcscope.ingest.dcgm_fields import COLUMN_OF_FIELD, FIELDS_BY_EXPORTED_NAME, is_blank
+from hpcscope.model.errors import SourceError
+from hpcscope.model.sampling import job_id_from_label
+from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA
+
+__all__ = ["PromqlResponseError", "dcgm_matrix_to_samples", "dcgm_series_selector"]
+
+_INT16_MAX = 2**15 - 1
+_HOST_LABELS = ("node", "hostname", "Hostname")
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+_COLUMNS = [metric.column for metric in GPU_METRICS]
+_INTEGER_COLUMNS = frozenset(
+    column for column in _COLUMNS if pa.types.is_integer(GPU_SAMPLE_SCHEMA.field(column).type)
+)
+
+#: Every exported metric name (current, renamed, 1.x) of a field that feeds a column.
+DCGM_METRIC_NAMES: tuple[str, ...] = tuple(
+    sorted(name for name, field in FIELDS_BY_EXPORTED_NAME.items() if field.name in COLUMN_OF_FIELD)
+)
+
+RowKey = tuple[int, str, int, int | None, str | None]
+"""(epoch milliseconds, node, gpu, MIG instance id, job id)."""
+
+
+class PromqlResponseError(SourceError):
+    """A Prometheus HTTP API answer that is not a usable matrix of dcgm-exporter series."""
+
+
+def _re2_escape(text: str) -> str:
+    return "".join(f"\\{char}" if char in _RE2_SPECIAL else char for char in text)
+
+
+def _promql_string(text: str) -> str:
+    """A PromQL double-quoted string (Go escapes: control characters as ``\\xNN``)."""
+    out = []
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def dcgm_series_selector(job_ids: Sequence[str]) -> str:
+    """The PromQL selector of every dcgm-exporter series of ``job_ids`` (by ``hpc_job``).
+
+    Job ids are matched literally (regex metacharacters escaped: Slurm's ``123_4`` and
+    ``123+0`` are ids, not patterns)."""
+    if not job_ids:
+        raise ValueError("a selector needs at least one job id")
+    names = "|".join(DCGM_METRIC_NAMES)
+    jobs = "|".join(_re2_escape(job) for job in sorted(set(job_ids)))
+    return f"{{__name__=~{_promql_string(names)},hpc_job=~{_promql_string(jobs)}}}"
+
+
+def _node(metric: dict[str, Any]) -> str | None:
+    for label in _HOST_LABELS:
+        value = metric.get(label)
+        if isinstance(value, str) and value:
+            return value
+    instance = metric.get("instance")
+    if isinstance(instance, str) and instance:
+        return instance.rsplit(":", 1)[0] if not instance.endswith("]") else instance
+    return None
+
+
+def _small_int(value: object, *, source: str, where: str) -> int:
+    if not isinstance(value, str) or not value.isdigit() or int(value) > _INT16_MAX:
+        raise PromqlResponseError(f"{value!r} is not a GPU index", source=source, field=where)
+    return int(value)
+
+
+def _result(doc: object, source: str) -> list[Any]:
+    if not isinstance(doc, dict):
+        raise PromqlResponseError("the answer is not a JSON object", source=source)
+    if doc.get("status") != "success":
+        raise PromqlResponseError(
+            f"the query failed: {doc.get('errorType', '?')}: {doc.get('error', '?')}",
+            source=source,
+            field="status",
+        )
+    data = doc.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        kind = data.get("resultType") if isinstance(data, dict) else None
+        raise PromqlResponseError(
+            f"expected a matrix, got {kind!r}", source=source, field="data.resultType"
+        )
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise PromqlResponseError("no result list", source=source, field="data.result")
+    return result
+
+
+def dcgm_matrix_to_samples(body: bytes | str, *, source: str) -> pa.Table:
+    """Rows of ``GPU_SAMPLE_SCHEMA`` from a ``query_range`` answer, sorted by (ts, node, gpu,
+    gpu_instance_id, job_id).
+
+    Args:
+        body: the HTTP body of the answer.
+        source: what to name in errors (the backend URL and query).
+    """
+    try:
+        doc = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        line = getattr(error, "lineno", None)
+        column = getattr(error, "colno", None)
+        raise PromqlResponseError(
+            f"not JSON: {error}", source=source, line=line, column=column
+        ) from error
+    cells: dict[RowKey, dict[str, float]] = {}
+    for index, series in enumerate(_result(doc, source)):
+        where = f"data.result[{index}]"
+        if not isinstance(series, dict) or not isinstance(series.get("metric"), dict):
+            raise PromqlResponseError("a series without labels", source=source, field=where)
+        metric: dict[str, Any] = series["metric"]
+        field = FIELDS_BY_EXPORTED_NAME.get(str(metric.get("__name__")))
+        column = COLUMN_OF_FIELD.get(field.name) if field is not None else None
+        node = _node(metric)
+        if field is None or column is None or "gpu" not in metric or node is None:
+            continue
+        gpu = _small_int(metric["gpu"], source=source, where=f"{where}.metric.gpu")
+        instance_label = metric.get("GPU_I_ID")
+        instance = (
+            _small_int(instance_label, source=source, where=f"{where}.metric.GPU_I_ID")
+            if instance_label not in (None, "")
+            else None
+        )
+        job = job_id_from_label(metric.get("hpc_job"))
+        values = series.get("values")
+        if not isinstance(values, list):
+            raise PromqlResponseError("no values", source=source, field=f"{where}.values")
+        for position, point in enumerate(values):
+            try:
+                ts_seconds, text = point
+                value = float(text)
+                millis = round(float(ts_seconds) * 1000)
+            except (TypeError, ValueError) as error:
+                raise PromqlResponseError(
+                    f"{point!r} is not a [time, value] pair",
+                    source=source,
+                    field=f"{where}.values[{position}]",
+                ) from error
+            if math.isnan(value) or is_blank(value, field.value_type):
+                continue
+            cells.setdefault((millis, node, gpu, instance, job), {})[column] = value * field.factor
+    return _table(cells)
+
+
+def _table(cells: dict[RowKey, dict[str, float]]) -> pa.Table:
+    keys = sorted(
+        cells, key=lambda k: (k[0], k[1], k[2], k[3] if k[3] is not None else -1, k[4] or "")
+    )
+    columns: dict[str, list[Any]] = {
+        "ts": [key[0] * 1000 for key in keys],
+        "node": [key[1] for key in keys],
+        "gpu": [key[2] for key in keys],
+        "gpu_instance_id": [key[3] for key in keys],
+        "job_id": [key[4] for key in keys],
+    }
+    for column in _COLUMNS:
+        found = [cells[key].get(column) for key in keys]
+        if column in _INTEGER_COLUMNS:
+            columns[column] = [None if v is None else round(v) for v in found]
+        else:
+            columns[column] = found
+    arrays = [
+        pa.array(columns[f.name], type=pa.int64() if f.name == "ts" else f.type)
+        for f in GPU_SAMPLE_SCHEMA
+    ]
+    arrays[0] = arrays[0].cast(GPU_SAMPLE_SCHEMA.field("ts").type)
+    return pa.Table.from_arrays(arrays, schema=GPU_SAMPLE_SCHEMA)
