@@ -103,17 +103,28 @@ class Store:
         try:
             self._con = duckdb.connect(self.path, read_only=read_only)
         except duckdb.Error as exc:  # locked, unreadable, not a DuckDB file, corrupt
-            raise StoreError(f"cannot open store {self.path}: {exc}") from None
-        self._con.execute("SET TimeZone = 'UTC'")
+            hint = ""
+            if "not a valid DuckDB" in str(exc) or "orrupt" in str(exc):
+                hint = " (docs/storage.md, 'A corrupt store')"
+            raise StoreError(f"cannot open store {self.path}: {exc}{hint}") from None
         self._local = threading.local()
         self._queue: queue.Queue[Any] = queue.Queue()
         self._closed = False
         self._writer: threading.Thread | None = None
+        try:  # what start-up reads (catalog, migrations, rollup boundary) is checksummed
+            self._con.execute("SET TimeZone = 'UTC'")
+            if not read_only:
+                self._migrate(migrations)
+                self._has_rollups = any(m.version == ROLLUP_MIGRATION for m in migrations)
+                if self._has_rollups:
+                    self._rollup_boundary = rollups.initial_boundary(self._con)
+        except duckdb.Error as exc:  # a block whose checksum fails, a truncated file
+            self._con.close()
+            raise StoreError(
+                f"store {self.path} is corrupt: {exc}. Stop every process using it, move it "
+                "aside and recover (docs/storage.md, 'A corrupt store')"
+            ) from None
         if not read_only:
-            self._migrate(migrations)
-            self._has_rollups = any(m.version == ROLLUP_MIGRATION for m in migrations)
-            if self._has_rollups:
-                self._rollup_boundary = rollups.initial_boundary(self._con)
             self._writer = threading.Thread(
                 target=self._write_loop, name="hpcscope-store-writer", daemon=True
             )
