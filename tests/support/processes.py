@@ -17,9 +17,11 @@ import httpx2
 ADMIN = ("admin", "admin-demo")
 
 
-def spawn(args: list[str], log: Path, *, module: str = "hpcscope") -> subprocess.Popen[bytes]:
+def spawn(
+    args: list[str], log: Path, *, module: str = "hpcscope", env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """``python -m <module> <args>`` in its own session, output appended to ``log``."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCSCOPE_LOG_LEVEL": "INFO"}
+    env = {**(env or os.environ), "PYTHONUNBUFFERED": "1", "HPCSCOPE_LOG_LEVEL": "INFO"}
     with log.open("ab") as handle:  # the child keeps its own descriptor
         return subprocess.Popen(
             [sys.executable, "-m", module, *args],
@@ -58,9 +60,12 @@ def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> 
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def serve(store: Path, port: int, log: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+def serve(
+    store: Path, port: int, log: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     """``hpcscope serve`` on a real store file; returns once ``/healthz`` answers."""
-    process = spawn(["serve", "--store", str(store), "--port", str(port), *extra], log)
+    args = ["serve", "--store", str(store), "--port", str(port), *extra]
+    process = spawn(args, log, env=env)
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool:

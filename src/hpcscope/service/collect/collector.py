@@ -56,6 +56,7 @@ from hpcscope.service.collect.health import CollectionHealth
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
 from hpcscope.service.collect.scheduler import (
     AssociationSource,
+    BoundedPoll,
     CommandSource,
     SchedulerCollector,
     SchedulerSource,
@@ -237,7 +238,10 @@ class Collector:
         )
         self._last_scheduler_poll: float | None = None
         self._scheduler = (
-            SchedulerCollector(store, config.scheduler, config.associations)
+            BoundedPoll(
+                SchedulerCollector(store, config.scheduler, config.associations),
+                wait_seconds=config.scrape_timeout_seconds,
+            )
             if config.scheduler is not None
             else None
         )
@@ -385,15 +389,16 @@ class Collector:
         if gap_rows:
             self.store.append("collection_gaps", pa.Table.from_pylist(gap_rows, schema=GAP_SCHEMA))
         now = self._clock.monotonic()
-        if self._scheduler is not None and (
-            self._last_scheduler_poll is None
-            or now - self._last_scheduler_poll >= self.config.scheduler_poll_seconds
-        ):
-            self._last_scheduler_poll = now
-            poll = await asyncio.to_thread(self._scheduler.collect_once)
-            report.jobs_written = poll.jobs
-            if not poll.ok:
-                report.errors.append(f"scheduler: {poll.error}")
+        if self._scheduler is not None:  # a hung controller never holds up the scrapes
+            due = not self._scheduler.in_flight and (
+                self._last_scheduler_poll is None
+                or now - self._last_scheduler_poll >= self.config.scheduler_poll_seconds
+            )
+            self._last_scheduler_poll = now if due else self._last_scheduler_poll
+            if (poll := await self._scheduler.poll(start=due)) is not None:
+                report.jobs_written = poll.jobs
+                if not poll.ok:
+                    report.errors.append(f"scheduler: {poll.error}")
         if self._lustre is not None:
             await self._collect_lustre(self._lustre, report)
         if self._integrity is not None:
