@@ -56,11 +56,10 @@ def _count(store_path: Path, until: Any = None) -> dict[str, Any]:
 
 def _fill(directory: Path) -> Path:
     filler = directory / "filler"
-    with filler.open("wb") as handle:
+    with filler.open("wb", buffering=0) as handle:  # unbuffered: close has nothing to flush
         try:
             while True:
-                handle.write(b"\0" * 65536)
-                handle.flush()
+                handle.write(b"\0" * 4096)
         except OSError:
             pass
     return filler
