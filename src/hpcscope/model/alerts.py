@@ -50,8 +50,9 @@ class Severity(IntEnum):
 
 class Vector(IntEnum):
     """The six threat vectors of the security reference (``security.md`` sections 1-6), and
-    ``SERVICE_LEVEL`` (0): not a threat, the burn-rate alerts of the SLOs (``docs/slo.md``),
-    which have no catalog id (:data:`VECTOR_NAMES` lists the six vectors only)."""
+    ``SERVICE_LEVEL`` (0): not a threat, the burn-rate alerts of the SLOs (``docs/slo.md``) and
+    the collector's collection-health alert ``OPS-1`` (``docs/scraping.md``), which have no
+    catalog id (:data:`VECTOR_NAMES` lists the six vectors only)."""
 
     SERVICE_LEVEL = 0
     SUPPLY_CHAIN = 1

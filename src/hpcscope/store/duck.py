@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -104,19 +105,32 @@ class Store:
         try:
             self._con = duckdb.connect(self.path, read_only=read_only)
         except duckdb.Error as exc:  # locked, unreadable, not a DuckDB file, corrupt
-            raise StoreError(f"cannot open store {self.path}: {exc}") from None
-        self._con.execute("SET TimeZone = 'UTC'")
+            hint = ""
+            if "not a valid DuckDB" in str(exc) or "orrupt" in str(exc):
+                hint = " (docs/storage.md, 'A corrupt store')"
+            raise StoreError(f"cannot open store {self.path}: {exc}{hint}") from None
         self._local = threading.local()
         self._queue: queue.Queue[Any] = queue.Queue()
         self._closed = False
         self._writer: threading.Thread | None = None
+        self._write_failures = 0
+        self._last_failure_log = 0.0
+        try:  # what start-up reads (catalog, migrations, rollup boundary) is checksummed
+            self._con.execute("SET TimeZone = 'UTC'")
+            if not read_only:
+                self._migrate(migrations)
+                self._has_rollups = any(m.version == ROLLUP_MIGRATION for m in migrations)
+                # whether the rename happened, from the catalog (migration numbers move on merges)
+                self._has_readings = readings.raw_table(self._con) == readings.READINGS
+                if self._has_rollups:
+                    self._rollup_boundary = rollups.initial_boundary(self._con)
+        except duckdb.Error as exc:  # a block whose checksum fails, a truncated file
+            self._con.close()
+            raise StoreError(
+                f"store {self.path} is corrupt: {exc}. Stop every process using it, move it "
+                "aside and recover (docs/storage.md, 'A corrupt store')"
+            ) from None
         if not read_only:
-            self._migrate(migrations)
-            self._has_rollups = any(m.version == ROLLUP_MIGRATION for m in migrations)
-            # whether the rename happened, from the catalog (migration numbers move on merges)
-            self._has_readings = readings.raw_table(self._con) == readings.READINGS
-            if self._has_rollups:
-                self._rollup_boundary = rollups.initial_boundary(self._con)
             self._writer = threading.Thread(
                 target=self._write_loop, name="hpcscope-store-writer", daemon=True
             )
@@ -211,11 +225,28 @@ class Store:
                 if isinstance(exc, duckdb.Error):  # callers never see duckdb's own types
                     refused = StoreError(f"store {self.path}: write refused: {exc}")
                     refused.__cause__ = exc
+                    self._failed_write(refused)
                     future.set_exception(refused)
                 else:
                     future.set_exception(exc)
             else:
+                if self._write_failures:
+                    log.warning(
+                        "store %s: writes succeed again after %d refused",
+                        self.path,
+                        self._write_failures,
+                    )
+                    self._write_failures = 0
                 future.set_result(result)
+
+    def _failed_write(self, error: StoreError) -> None:
+        """Log a refused write (disk full, ...): the first at once, then one line a minute;
+        nothing committed before is touched, and the writer goes on."""
+        self._write_failures += 1
+        now = time.monotonic()
+        if self._write_failures == 1 or now - self._last_failure_log >= 60.0:
+            self._last_failure_log = now
+            log.error("%s (%d refused so far)", error, self._write_failures)
 
     def submit_write(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> Future[T]:
         """Run ``fn(connection)`` on the writer thread inside one transaction."""

@@ -162,3 +162,23 @@ class EmbeddedSamples:
     ) -> pa.Table:
         """GPU samples of the given jobs (the caller has already checked visibility)."""
         return samples_for_jobs(self.store, job_ids, since=since, until=until)
+
+
+def collected_until(store: Store) -> dict[str, datetime]:
+    """Per target, the latest moment its collection is accounted for: its last successful
+    scrape, its node's last stored GPU sample (dcgm targets), or the end of its last recorded
+    gap, whichever is latest. The collector seeds its gap tracking with this at start, so an
+    outage of the collector itself becomes a gap. The samples count because a process killed
+    between two writes may have committed a round's samples but not its ``scrapes`` rows."""
+    rows = store.query(
+        "WITH nodes AS (SELECT DISTINCT target, node FROM scrapes "
+        "               WHERE exporter = 'dcgm' AND node IS NOT NULL), "
+        "last_sample AS (SELECT node, max(ts) AS ts FROM gpu_samples "
+        "                WHERE node IN (SELECT node FROM nodes) GROUP BY node) "
+        "SELECT target, max(ts) AS until FROM ("
+        "  SELECT target, ts FROM scrapes WHERE ok "
+        "  UNION ALL SELECT target, end_ts AS ts FROM collection_gaps "
+        "  UNION ALL SELECT n.target, l.ts FROM nodes n JOIN last_sample l USING (node)"
+        ") GROUP BY target"
+    ).to_pylist()
+    return {row["target"]: row["until"] for row in rows}

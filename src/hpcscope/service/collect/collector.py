@@ -10,7 +10,9 @@ keeps its loop to itself). Each cycle:
    with one row per job) and node-exporter pages into InfiniBand port
    counters, and appends them through the store's writer;
 4. records one ``scrapes`` row per attempt, and a ``collection_gaps`` row when a target comes
-   back after failing (the gap is data: analysis never reads it as an idle GPU);
+   back after failing or after a silence (its own outage: seeded from the store at start), and
+   the ``OPS-1`` collection-health alert (``service/collect/health.py``; the gap is data:
+   analysis never reads it as an idle GPU);
 5. every ``scheduler_poll_seconds``, reads Slurm's jobs (slurmrestd, or squeue/sacct) and
    associations (sacctmgr) into ``jobs``, ``job_allocations`` and ``account_memberships``;
 6. reads the Lustre job_stats spool files that changed into ``lustre_job_stats``, one
@@ -51,9 +53,11 @@ from hpcscope.model.timeutil import epoch_seconds
 from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_readings
 from hpcscope.service.collect.clock import Clock, SystemClock
+from hpcscope.service.collect.health import CollectionHealth
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
 from hpcscope.service.collect.scheduler import (
     AssociationSource,
+    BoundedPoll,
     CommandSource,
     SchedulerCollector,
     SchedulerSource,
@@ -63,7 +67,9 @@ from hpcscope.service.collect.status import StatusLog, format_status
 from hpcscope.service.integrity.spool import IntegritySpool
 from hpcscope.service.settings import Settings
 from hpcscope.store import Store
+from hpcscope.store import alerts as alert_store
 from hpcscope.store.infiniband import append_ib_counters
+from hpcscope.store.reports import collected_until
 
 log = logging.getLogger(__name__)
 
@@ -197,11 +203,17 @@ class Collector:
         self._converters: dict[str, DcgmConverter] = {}
         self._targets: list[Target] = list(config.static_targets)
         self._targets_mtime: float | None = None
-        self._last_success: dict[str, datetime] = {}
-        self._failing_since: dict[str, tuple[datetime, str]] = {}
+        # seeded from the store: a restart after an outage records the outage as a gap
+        self.health = CollectionHealth(
+            silence_seconds=2 * config.scrape_interval_seconds + config.scrape_timeout_seconds,
+            collected_until=collected_until(store),
+        )
         self._last_scheduler_poll: float | None = None
         self._scheduler = (
-            SchedulerCollector(store, config.scheduler, config.associations)
+            BoundedPoll(
+                SchedulerCollector(store, config.scheduler, config.associations),
+                wait_seconds=config.scrape_timeout_seconds,
+            )
             if config.scheduler is not None
             else None
         )
@@ -376,15 +388,16 @@ class Collector:
         if gap_rows:
             self.store.append("collection_gaps", pa.Table.from_pylist(gap_rows, schema=GAP_SCHEMA))
         now = self._clock.monotonic()
-        if self._scheduler is not None and (
-            self._last_scheduler_poll is None
-            or now - self._last_scheduler_poll >= self.config.scheduler_poll_seconds
-        ):
-            self._last_scheduler_poll = now
-            poll = await asyncio.to_thread(self._scheduler.collect_once)
-            report.jobs_written = poll.jobs
-            if not poll.ok:
-                report.errors.append(f"scheduler: {poll.error}")
+        if self._scheduler is not None:  # a hung controller never holds up the scrapes
+            due = not self._scheduler.in_flight and (
+                self._last_scheduler_poll is None
+                or now - self._last_scheduler_poll >= self.config.scheduler_poll_seconds
+            )
+            self._last_scheduler_poll = now if due else self._last_scheduler_poll
+            if (poll := await self._scheduler.poll(start=due)) is not None:
+                report.jobs_written = poll.jobs
+                if not poll.ok:
+                    report.errors.append(f"scheduler: {poll.error}")
         if self._lustre is not None:
             await self._collect_lustre(self._lustre, report)
         if self._integrity is not None:
@@ -465,34 +478,19 @@ class Collector:
                 samples = conversion.gpu_rows
         if ok:
             report.ok += 1
-            if target.url in self._failing_since:
-                since, reason = self._failing_since.pop(target.url)
-                gap_rows.append(
-                    {
-                        "target": target.url,
-                        "node": node,
-                        "start_ts": since,
-                        "end_ts": ts,
-                        "reason": reason,
-                    }
-                )
-            self._last_success[target.url] = ts
         else:
             report.errors.append(f"{target.url}: {error}")
-            if target.url not in self._failing_since:
-                start = self._last_success.get(target.url, ts)
-                self._failing_since[target.url] = (start, error or "scrape failed")
+        gap, alert = self.health.observe(target.url, node, ts, ok=ok, error=error)
+        if gap is not None:
+            gap_rows.append(gap.row())
+        if alert is not None:  # OPS-1 (service/collect/health.py)
+            alert_store.upsert_alerts(self.store, [alert])
         log.debug("scrape %s: ok=%s samples=%d error=%s", target.url, ok, samples, error)
         # samples: rows stored (GPU rows or port rows), not page lines
         scrape_rows.append({**row, "ok": ok, "samples": samples, "error": error})
 
     def close_open_gaps(self) -> None:
         """At shutdown, record targets still failing as gaps ending now."""
-        now = self._clock.now()
-        rows = [
-            {"target": url, "node": None, "start_ts": since, "end_ts": now, "reason": reason}
-            for url, (since, reason) in self._failing_since.items()
-        ]
-        self._failing_since.clear()
+        rows = [gap.row() for gap in self.health.close_open(self._clock.now())]
         if rows:
             self.store.append("collection_gaps", pa.Table.from_pylist(rows, schema=GAP_SCHEMA))

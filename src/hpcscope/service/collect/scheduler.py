@@ -17,6 +17,7 @@ poll and keeps everything stored before; the error is in ``scrapes.error`` and t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 import time
@@ -326,3 +327,37 @@ __all__ = [
     "merge_snapshots",
     "run_command",
 ]
+
+
+class BoundedPoll:
+    """A scheduler poll that never holds up GPU collection.
+
+    :meth:`SchedulerCollector.collect_once` runs on a worker thread; the cycle that starts it
+    waits for it at most ``wait_seconds``. A controller that hangs (stopped, overloaded:
+    ``squeue`` and slurmrestd then wait for their own timeouts) leaves the poll in flight, the
+    cycles go on scraping without waiting, and a later cycle takes the result; no second poll
+    starts meanwhile.
+    """
+
+    def __init__(self, collector: SchedulerCollector, *, wait_seconds: float) -> None:
+        self.collector = collector
+        self.wait_seconds = wait_seconds
+        self._task: asyncio.Future[PollResult] | None = None
+
+    @property
+    def in_flight(self) -> bool:
+        return self._task is not None
+
+    async def poll(self, *, start: bool) -> PollResult | None:
+        """Start a poll when ``start`` and none is in flight; the finished result, or None."""
+        wait_seconds = 0.0  # a poll left in flight by an earlier cycle is only looked at
+        if self._task is None and start:
+            self._task = asyncio.ensure_future(asyncio.to_thread(self.collector.collect_once))
+            wait_seconds = self.wait_seconds
+        if self._task is None:
+            return None
+        done, _ = await asyncio.wait({self._task}, timeout=wait_seconds)
+        if not done:
+            return None
+        task, self._task = self._task, None
+        return task.result()
