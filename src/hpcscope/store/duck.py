@@ -107,6 +107,7 @@ class Store:
         self._con.execute("SET TimeZone = 'UTC'")
         self._local = threading.local()
         self._queue: queue.Queue[Any] = queue.Queue()
+        self._writes_committed = 0
         self._closed = False
         self._writer: threading.Thread | None = None
         if not read_only:
@@ -200,6 +201,7 @@ class Store:
                 cursor.execute("BEGIN TRANSACTION")
                 result = fn(cursor)
                 cursor.execute("COMMIT")
+                self._writes_committed += 1  # before the result: its waiter sees the new count
             except BaseException as exc:  # the writer must survive any bad write
                 try:
                     cursor.execute("ROLLBACK")
@@ -213,6 +215,12 @@ class Store:
                     future.set_exception(exc)
             else:
                 future.set_result(result)
+
+    @property
+    def writes_committed(self) -> int:
+        """How many write transactions have committed since the store was opened: readers
+        that keep a derived view (the diagram's live state) compare it to know it is current."""
+        return self._writes_committed
 
     def submit_write(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> Future[T]:
         """Run ``fn(connection)`` on the writer thread inside one transaction."""
