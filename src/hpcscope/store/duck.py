@@ -111,6 +111,7 @@ class Store:
             raise StoreError(f"cannot open store {self.path}: {exc}{hint}") from None
         self._local = threading.local()
         self._queue: queue.Queue[Any] = queue.Queue()
+        self._writes_committed = 0
         self._closed = False
         self._writer: threading.Thread | None = None
         self._write_failures = 0
@@ -217,6 +218,7 @@ class Store:
                 cursor.execute("BEGIN TRANSACTION")
                 result = fn(cursor)
                 cursor.execute("COMMIT")
+                self._writes_committed += 1  # before the result: its waiter sees the new count
             except BaseException as exc:  # the writer must survive any bad write
                 try:
                     cursor.execute("ROLLBACK")
@@ -247,6 +249,12 @@ class Store:
         if self._write_failures == 1 or now - self._last_failure_log >= 60.0:
             self._last_failure_log = now
             log.error("%s (%d refused so far)", error, self._write_failures)
+
+    @property
+    def writes_committed(self) -> int:
+        """How many write transactions have committed since the store was opened: readers
+        that keep a derived view (the diagram's live state) compare it to know it is current."""
+        return self._writes_committed
 
     def submit_write(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> Future[T]:
         """Run ``fn(connection)`` on the writer thread inside one transaction."""

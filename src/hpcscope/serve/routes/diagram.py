@@ -18,6 +18,9 @@ service constrains every query with the viewer's job scope.
 
 from __future__ import annotations
 
+import threading
+import time
+import weakref
 from collections import OrderedDict
 from typing import Annotated, Any, Literal
 
@@ -77,9 +80,42 @@ def _layout(service: Service, node: str | None) -> DiagramLayout:
     return layout
 
 
+#: How long one viewer's live state is reused while the store has had no write (seconds): the
+#: page polls every POLL_SECONDS, so many open pages share one computation; the bound keeps
+#: freshness (a GPU turning stale with time) and the collectors' in-memory health current.
+STATE_REUSE_SECONDS = 1.0
+#: Per store (weakly: a closed service's go with it), per (viewer, zoom node): the committed
+#: writes and the monotonic instant the state was computed at, and the state.
+_STATES: weakref.WeakKeyDictionary[
+    Any, OrderedDict[tuple[Viewer, str | None], tuple[int, float, LiveState]]
+] = weakref.WeakKeyDictionary()
+_STATE_CACHE_SIZE = 256
+_STATES_LOCK = threading.Lock()
+
+
 def _state(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveState:
+    """The live state for ``viewer``, reused while no write has committed and for at most
+    :data:`STATE_REUSE_SECONDS` (it is the diagram's hot path: every open page polls it)."""
+    key = (viewer, layout.zoom_node)
+    writes = service.store.writes_committed
+    with _STATES_LOCK:
+        states = _STATES.setdefault(service.store, OrderedDict())
+        cached = states.get(key)
+    if (
+        cached is not None
+        and cached[0] == writes
+        and time.monotonic() - cached[1] < (STATE_REUSE_SECONDS)
+    ):
+        return cached[2]
     nodes = [layout.zoom_node] if layout.zoom_node is not None else None
-    return live_state(service, viewer, now=utcnow(), nodes=nodes)
+    started = time.monotonic()
+    state = live_state(service, viewer, now=utcnow(), nodes=nodes)
+    with _STATES_LOCK:
+        states[key] = (writes, started, state)
+        states.move_to_end(key)
+        while len(states) > _STATE_CACHE_SIZE:
+            states.popitem(last=False)
+    return state
 
 
 def summary_text(state: LiveState) -> str:

@@ -1,0 +1,340 @@
+"""The API load harness shared by ``bench/api_load.py`` and ``bench/soak.py`` (issue 17 part 4).
+
+What it does, as a browser fleet would: starts ``hpcscope demo`` (the server, with the collector
+scraping the digital twin of ``topologies/128x8-h100.yaml``, 128 nodes x 8 H100, as a child
+process) as a real subprocess on loopback, logs every client in through ``POST /login`` (the
+session cookie a browser keeps), and runs N concurrent clients, each on its own keep-alive
+HTTP/1.1 connection (raw asyncio streams: the generator must cost the shared CPUs little), over
+a weighted mix of the pages and endpoints a user has open:
+
+=================  ==============================  ======  =======================================
+name               request                         weight  why
+=================  ==============================  ======  =======================================
+``diagram_live``   ``GET /api/diagram/state``      4       the diagram's live poll, with the
+                                                           ``If-None-Match`` of the client's last
+                                                           answer, as the page's script sends it
+``job_list``       ``GET /api/jobs``               2       the job list's document
+``job_page``       ``GET /jobs/{id}``              2       one job's page (HTML)
+``job_api``        ``GET /api/jobs/{id}``          1       one job's report document
+``diagram``        ``GET /diagram``                1       the diagram page itself (HTML)
+=================  ==============================  ======  =======================================
+
+Latency is per request, from the first byte written to the last byte of the body read (a 304
+counts as a good answer). An error is a status outside 200-399, a broken connection or a
+request over ``--timeout-seconds``. Server CPU and RSS come from ``/proc/<pid>`` of the demo
+process, which is the server (the twin is its child, not counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPOLOGY = ROOT / "topologies" / "128x8-h100.yaml"
+MIX: tuple[tuple[str, int], ...] = (
+    ("diagram_live", 4),
+    ("job_list", 2),
+    ("job_page", 2),
+    ("job_api", 1),
+    ("diagram", 1),
+)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of ``pid`` in MiB (``/proc/<pid>/statm``)."""
+    resident_pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return resident_pages * PAGE_BYTES / 2**20
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+class Demo:
+    """``hpcscope demo`` on the 128-node twin, as a subprocess; a context manager."""
+
+    def __init__(self, *, port: int, scrape_interval_seconds: float = 2.0) -> None:
+        self.port = port
+        self.scrape_interval_seconds = scrape_interval_seconds
+        self._dir = tempfile.TemporaryDirectory(prefix="hpcscope-load-", ignore_cleanup_errors=True)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.logins: list[tuple[str, str]] = []
+
+    def __enter__(self) -> Demo:
+        env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}")
+        command = [
+            sys.executable,
+            "-m",
+            "hpcscope",
+            "demo",
+            "--json",
+            "--port",
+            str(self.port),
+            "--topology",
+            str(TOPOLOGY),
+            "--state-dir",
+            self._dir.name,
+            "--scrape-interval",
+            str(self.scrape_interval_seconds),
+        ]
+        log = Path(self._dir.name) / "demo.log"
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=log.open("wb"),
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,  # its own process group: the twin goes with it at the end
+        )
+        assert self.process.stdout is not None
+        text, deadline = b"", time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"demo exited: {log.read_text(errors='replace')[-2000:]}")
+            ready, _, _ = select.select([self.process.stdout], [], [], 0.5)
+            if ready:
+                text += os.read(self.process.stdout.fileno(), 65536)
+                try:
+                    info = json.loads(text)
+                except json.JSONDecodeError:
+                    continue
+                self.logins = [(d["user"], d["password"]) for d in info["logins"]]
+                return self
+        raise RuntimeError("demo did not print its URL within 180 s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            # the whole group: a demo stopped by a signal may leave its twin running, and a
+            # leftover twin (about 12 % of a core) would slow every later run
+            group = self.process.pid  # start_new_session: the group's id is the demo's pid
+            for sig, wait_seconds in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(group, sig)
+                except ProcessLookupError:
+                    break  # the whole group is gone
+                try:
+                    self.process.wait(timeout=wait_seconds)
+                except subprocess.TimeoutExpired:
+                    pass
+                time.sleep(1)  # the twin's own clean exit, before the group is killed
+        self._dir.cleanup()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection to the server on loopback."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(
+        self, method: str, path: str, headers: dict[str, str], body: bytes = b""
+    ) -> tuple[int, dict[str, str], bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        assert self.reader is not None
+        lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{self.port}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        if body:
+            lines.append(f"Content-Length: {len(body)}")
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        await self.writer.drain()
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        status = int(status_line.split()[1])
+        answer: dict[str, list[str]] = {}
+        for line in header_lines:
+            if line:
+                key, _, value = line.partition(":")
+                answer.setdefault(key.strip().lower(), []).append(value.strip())
+        if "content-length" in answer:
+            payload = await self.reader.readexactly(int(answer["content-length"][0]))
+        elif "chunked" in answer.get("transfer-encoding", [""])[0]:
+            parts = []
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                parts.append(await self.reader.readexactly(size + 2))
+                if size == 0:
+                    break
+            payload = b"".join(p[:-2] for p in parts)
+        else:
+            payload = b""
+        if "close" in answer.get("connection", [""])[0].lower():
+            self.close()
+        return status, {k: ";".join(v) for k, v in answer.items()} | _cookies(answer), payload
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+def _cookies(answer: dict[str, list[str]]) -> dict[str, str]:
+    pairs = [c.split(";", 1)[0] for c in answer.get("set-cookie", [])]
+    return {"cookie": "; ".join(pairs)} if pairs else {}
+
+
+@dataclass
+class Client:
+    """One simulated browser: a login, its session cookie and the jobs it may see."""
+
+    user: str
+    cookie: str = ""
+    job_ids: list[str] = field(default_factory=list)
+    etag: str | None = None
+
+
+@dataclass
+class Tally:
+    """Latencies (seconds) per endpoint and the errors seen, over one measured window."""
+
+    latencies: dict[str, list[float]] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    samples: list[str] = field(default_factory=list)
+
+    def add(self, name: str, seconds: float, ok: bool, detail: str = "") -> None:
+        self.latencies.setdefault(name, []).append(seconds)
+        if not ok:
+            self.errors[name] = self.errors.get(name, 0) + 1
+            if len(self.samples) < 5:
+                self.samples.append(f"{name}: {detail}")
+
+    @property
+    def requests(self) -> int:
+        return sum(len(v) for v in self.latencies.values())
+
+    def all_latencies(self) -> list[float]:
+        return [s for v in self.latencies.values() for s in v]
+
+
+def percentile_ms(seconds: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0-1, nearest rank) of ``seconds``, in milliseconds."""
+    if not seconds:
+        return None
+    ordered = sorted(seconds)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
+
+
+async def log_in(port: int, user: str, password: str) -> Client:
+    """``POST /login`` as the login form does; the session cookie and the visible jobs."""
+    connection = Connection(port)
+    body = urllib.parse.urlencode({"username": user, "password": password, "next": "/"})
+    origin = f"http://127.0.0.1:{port}"
+    headers = {"Content-Type": "application/x-www-form-urlencoded", "Origin": origin}
+    status, answer, _ = await connection.request("POST", "/login", headers, body.encode())
+    if status != 303 or "cookie" not in answer:
+        raise RuntimeError(f"login of {user} answered {status}")
+    client = Client(user=user, cookie=answer["cookie"])
+    status, _, payload = await connection.request("GET", "/api/jobs", {"Cookie": client.cookie})
+    client.job_ids = [j["job_id"] for j in json.loads(payload)["jobs"]] if status == 200 else []
+    connection.close()
+    return client
+
+
+def _path(name: str, client: Client, rng: random.Random) -> str:
+    if name in ("job_page", "job_api") and not client.job_ids:
+        name = "job_list"  # a user with no jobs yet looks at the (empty) list instead
+    job = rng.choice(client.job_ids) if client.job_ids else ""
+    return {
+        "diagram_live": "/api/diagram/state",
+        "job_list": "/api/jobs",
+        "job_page": f"/jobs/{job}",
+        "job_api": f"/api/jobs/{job}",
+        "diagram": "/diagram",
+    }[name]
+
+
+async def run_client(
+    port: int,
+    client: Client,
+    *,
+    until: float,
+    tally: list[Tally],
+    seed: int,
+    think_seconds: float,
+    timeout_seconds: float,
+) -> None:
+    """Send the weighted mix until ``until`` (monotonic); ``tally[0]`` is the current window."""
+    rng = random.Random(seed)
+    names = [n for n, _ in MIX]
+    weights = [w for _, w in MIX]
+    connection = Connection(port)
+    while time.monotonic() < until:
+        name = rng.choices(names, weights)[0]
+        path = _path(name, client, rng)
+        headers = {"Cookie": client.cookie, "Accept": "*/*"}
+        if name == "diagram_live" and client.etag:
+            headers["If-None-Match"] = client.etag
+        start = time.perf_counter()
+        try:
+            status, answer, _ = await asyncio.wait_for(
+                connection.request("GET", path, headers), timeout_seconds
+            )
+        except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as exc:
+            tally[0].add(name, time.perf_counter() - start, False, f"{type(exc).__name__}")
+            connection.close()
+            continue
+        tally[0].add(name, time.perf_counter() - start, 200 <= status < 400, f"HTTP {status}")
+        if name == "diagram_live" and "etag" in answer:
+            client.etag = answer["etag"]
+        if think_seconds:
+            await asyncio.sleep(rng.uniform(0.5, 1.5) * think_seconds)
+    connection.close()
+
+
+def summary(tally: Tally, seconds: float) -> dict[str, object]:
+    """The figures of one window: requests, errors, rps, percentiles overall and per endpoint."""
+    every = tally.all_latencies()
+    return {
+        "requests": tally.requests,
+        "errors": sum(tally.errors.values()),
+        "rps": round(tally.requests / seconds, 1) if seconds else None,
+        "p50_ms": percentile_ms(every, 0.50),
+        "p90_ms": percentile_ms(every, 0.90),
+        "p99_ms": percentile_ms(every, 0.99),
+        "max_ms": percentile_ms(every, 1.0),
+        "p50_by_endpoint_ms": {k: percentile_ms(v, 0.5) for k, v in tally.latencies.items()},
+        "p90_by_endpoint_ms": {k: percentile_ms(v, 0.9) for k, v in tally.latencies.items()},
+        "p99_by_endpoint_ms": {k: percentile_ms(v, 0.99) for k, v in tally.latencies.items()},
+        "max_by_endpoint_ms": {k: percentile_ms(v, 1.0) for k, v in tally.latencies.items()},
+        "requests_by_endpoint": {k: len(v) for k, v in tally.latencies.items()},
+        "errors_by_endpoint": dict(tally.errors),
+        "error_samples": list(tally.samples),
+    }
+
+
+async def prepare_clients(demo: Demo, count: int, *, wait_for_jobs_seconds: float) -> list[Client]:
+    """Log ``count`` clients in (round robin over the demo logins) once the twin's jobs show."""
+    admin = next(u for u in demo.logins if u[0] == "admin")
+    deadline = time.monotonic() + wait_for_jobs_seconds
+    while time.monotonic() < deadline:  # the collector needs a scrape and a scheduler poll
+        probe = await log_in(demo.port, *admin)
+        if len(probe.job_ids) >= 4:
+            break
+        await asyncio.sleep(2)
+    clients = []
+    for i in range(count):
+        clients.append(await log_in(demo.port, *demo.logins[i % len(demo.logins)]))
+    return clients

@@ -1,0 +1,120 @@
+"""Soak benchmark of the web API (issue 17 part 4): RSS growth and errors over a long run.
+
+    .venv/bin/python -m bench.soak                    # 600 s measured, 50 clients
+    .venv/bin/python -m bench.soak --seconds 60       # a short run
+
+The same set-up as ``bench/api_load.py`` (``hpcscope demo`` on the 128-node twin as a
+subprocess, session-cookie clients, the endpoint mix of :mod:`bench.api_harness`), for
+``--seconds`` after ``--warmup-seconds``; the server's RSS (``/proc/<pid>/statm``) is sampled
+every ``--sample-seconds`` from the end of the warm-up, so start-up allocation and the first
+caches are not counted as growth. The collector keeps scraping the twin throughout: the store
+grows, as it does in production.
+
+The goals: RSS growth < 10 % (``rss_growth_ratio`` < 0.10) and no errors. The last line printed
+is one JSON object: ``seconds``, ``requests``, ``errors``, ``rss_start_mb``, ``rss_end_mb``,
+``rss_max_mb`` (MiB), ``rss_growth_ratio`` (end over start, minus 1), ``p99_ms``, ``rps``,
+``rss_samples_mb`` (every sample), ``clients``, ``think_seconds``, ``met``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+from bench.api_harness import Demo, Tally, prepare_clients, rss_mb, run_client, summary
+
+GOAL_RSS_GROWTH_RATIO = 0.10
+
+
+async def soak(
+    demo: Demo,
+    *,
+    clients: int,
+    seconds: float,
+    warmup_seconds: float,
+    sample_seconds: float,
+    think_seconds: float,
+    timeout_seconds: float,
+) -> dict[str, object]:
+    """Warm up, then ``seconds`` of load with RSS sampled (module docstring)."""
+    fleet = await prepare_clients(demo, clients, wait_for_jobs_seconds=90)
+    tally = [Tally()]
+    window_start = time.monotonic() + warmup_seconds
+    until = window_start + seconds
+    tasks = [
+        asyncio.create_task(
+            run_client(
+                demo.port,
+                c,
+                until=until,
+                tally=tally,
+                seed=i,
+                think_seconds=think_seconds,
+                timeout_seconds=timeout_seconds,
+            )
+        )
+        for i, c in enumerate(fleet)
+    ]
+    await asyncio.sleep(max(0.0, window_start - time.monotonic()))
+    tally[0] = Tally()
+    samples = [rss_mb(demo.pid)]
+    wall_start = time.monotonic()
+    while time.monotonic() < until:
+        await asyncio.sleep(min(sample_seconds, max(0.0, until - time.monotonic())))
+        samples.append(rss_mb(demo.pid))
+    await asyncio.gather(*tasks)
+    wall = time.monotonic() - wall_start
+    samples.append(rss_mb(demo.pid))
+    figures = summary(tally[0], wall)
+    growth = samples[-1] / samples[0] - 1
+    return {
+        "clients": clients,
+        "think_seconds": think_seconds,
+        "requests": figures["requests"],
+        "errors": figures["errors"],
+        "rps": figures["rps"],
+        "p99_by_endpoint_ms": figures["p99_by_endpoint_ms"],
+        "error_samples": figures["error_samples"],
+        "rss_samples_mb": [round(s, 1) for s in samples],
+        "rss_max_mb": round(max(samples), 1),
+        "goal_rss_growth_ratio": GOAL_RSS_GROWTH_RATIO,
+        "met": figures["errors"] == 0 and growth < GOAL_RSS_GROWTH_RATIO,
+        "seconds": round(wall, 1),
+        "rss_start_mb": round(samples[0], 1),
+        "rss_end_mb": round(samples[-1], 1),
+        "rss_growth_ratio": round(growth, 4),
+        "p99_ms": figures["p99_ms"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=600.0, help="measured window")
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--warmup-seconds", type=float, default=30.0)
+    parser.add_argument("--sample-seconds", type=float, default=10.0, help="RSS sample period")
+    parser.add_argument("--think-seconds", type=float, default=0.0)
+    parser.add_argument("--timeout-seconds", type=float, default=30.0)
+    parser.add_argument("--port", type=int, default=18_918)
+    args = parser.parse_args(argv)
+    with Demo(port=args.port) as demo:
+        result = asyncio.run(
+            soak(
+                demo,
+                clients=args.clients,
+                seconds=args.seconds,
+                warmup_seconds=args.warmup_seconds,
+                sample_seconds=args.sample_seconds,
+                think_seconds=args.think_seconds,
+                timeout_seconds=args.timeout_seconds,
+            )
+        )
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
