@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from hpcscope.cli.main import app
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
+from hpcscope.serve.contracts import JobReportWithNotes
 from hpcscope.service.core import Service
-from hpcscope.service.notify.contracts import JobReportWithNotes
 from hpcscope.service.settings import Settings
 from tests.conftest import DEMO_PASSWORDS, demo_users
 from tests.support.notify_data import write_scenario

@@ -58,6 +58,7 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      ├── StoreError                  (store open, migration, corruption; a RuntimeError)
      │    └── StoreClosedError       (a write after close)
      ├── ScrapeError                 (a scrape that ended without a usable page)
+     │    ├── HttpFailure            (the HTTP/1.1 scrape client's failures, with the message)
      │    └── _Failed                (the scraper's internal signal, recorded, never escapes)
      ├── DeliveryError               (a notification not delivered: SMTP, webhook, Alertmanager)
      ├── CancelFailed                (scancel did not cancel a job)

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from hpcscope.service.contract import Contract, Number, UtcText
 from hpcscope.service.diagram.live import GpuNow
 from hpcscope.service.jobs.contracts import CollectionGap, TargetHealth
+from hpcscope.service.notify.contracts import JobNotesDocument
+from hpcscope.service.traces.capture_contracts import JobReportWithPhases
 
 
 class ClusterState(BaseModel):
@@ -55,3 +57,12 @@ class Health(Contract):
     status: str
     version: str
     store_schema_version: int
+
+
+class JobReportWithNotes(JobReportWithPhases):
+    """One job's report, its alerts, its captured phases and its notes (``hpcscope job report
+    ID --json``: the documents of ``GET /api/jobs/{id}`` and ``GET /api/jobs/{id}/notes``
+    together). Defined here, above both capabilities: notify and traces never import each
+    other."""
+
+    notes: JobNotesDocument | None

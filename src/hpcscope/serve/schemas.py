@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from hpcscope.serve.contracts import ClusterState, Health, WhoAmI
+from hpcscope.serve.contracts import ClusterState, Health, JobReportWithNotes, WhoAmI
 from hpcscope.serve.diagram.contracts import DiagramPage, DiagramState
 from hpcscope.service.alerts.contracts import (
     AlertDocument,
@@ -32,7 +32,6 @@ from hpcscope.service.nccl.contracts import NcclReport
 from hpcscope.service.notify.contracts import (
     AuditLog,
     JobNotesDocument,
-    JobReportWithNotes,
     PreferencesDocument,
 )
 from hpcscope.service.simulate.contracts import (

@@ -66,8 +66,18 @@ def restricted_loads(data: bytes, *, source: str) -> object:
     _check_opcodes(data, source)
     try:
         value = _NoClassesUnpickler(io.BytesIO(data)).load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError) as exc:
-        raise UnsafePickleError(f"cannot unpickle: {exc}", source=source) from exc
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,  # a memo get of nothing put
+        AttributeError,  # plain opcodes in a wrong order: APPEND on a dict, SETITEM on a list
+        OverflowError,
+        RecursionError,
+    ) as exc:
+        raise UnsafePickleError(f"cannot unpickle: {exc!r}", source=source) from exc
     _check_types(value, source)
     return value
 

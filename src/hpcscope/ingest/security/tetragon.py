@@ -162,7 +162,11 @@ def tetragon_event_row(
         source_line=line_number,
     )
     if typed is None:
-        keys = [key for key in _ANY.decode(line) if key not in _META_KEYS]
+        try:  # the typed decoder skips unknown keys unread: this read checks all of them
+            untyped = _ANY.decode(line)
+        except msgspec.DecodeError as exc:
+            raise decode_error(exc, line, source=source, line_number=line_number) from None
+        keys = [key for key in untyped if key not in _META_KEYS]
         if not keys:
             raise SecurityEventError(
                 "no event: expected a top-level key such as process_exec or process_kprobe",

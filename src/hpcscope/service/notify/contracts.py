@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from hpcscope.analysis.notify.facts import JobFacts
 from hpcscope.analysis.notify.notes import Note
 from hpcscope.model.timeutil import iso_z
-from hpcscope.service.alerts.contracts import JobReportWithAlerts
 from hpcscope.service.contract import Contract, Number, UtcText
 from hpcscope.store.notify import AuditEntry, Preferences
 
@@ -137,10 +136,3 @@ class AuditLog(Contract):
     @classmethod
     def of(cls, entries: Sequence[AuditEntry]) -> AuditLog:
         return cls(entries=[AuditEntryDocument.of(e) for e in entries])
-
-
-class JobReportWithNotes(JobReportWithAlerts):
-    """One job's report, its alerts and its notes (``hpcscope job report ID --json``: the
-    documents of ``GET /api/jobs/{id}`` and ``GET /api/jobs/{id}/notes`` together)."""
-
-    notes: JobNotesDocument
