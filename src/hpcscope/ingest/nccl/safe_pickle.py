@@ -82,6 +82,9 @@ def restricted_loads(data: bytes, *, source: str) -> object:
     return value
 
 
+_MEMO_OPCODES = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"})
+
+
 def _check_opcodes(data: bytes, source: str) -> None:
     position = 0
     try:
@@ -93,6 +96,15 @@ def _check_opcodes(data: bytes, source: str) -> None:
                     f"refused pickle opcode {opcode.name}{detail} at byte {position}: a "
                     "flight-recorder dump holds only plain data (dict, list, tuple, str, int, "
                     "float, bool, None); nothing was executed",
+                    source=source,
+                    field=f"byte {position}",
+                )
+            if opcode.name in _MEMO_OPCODES and isinstance(argument, int) and argument > len(data):
+                # the unpickler sizes its memo by the index: a huge one is a huge allocation
+                # (a real pickle numbers its memo entries from 0, one per object, so an index
+                # beyond the byte count is never honest)
+                raise UnsafePickleError(
+                    f"pickle memo index {argument} at byte {position} exceeds the dump's size",
                     source=source,
                     field=f"byte {position}",
                 )
