@@ -74,8 +74,11 @@ def fuzz_one(target: Target, libfuzzer_args: list[str], *, keep: bool) -> None:
     atheris.Fuzz()
 
 
-def fuzz_all(seconds: int, artifacts: Path) -> int:
-    """Every target for ``seconds`` each, one process per target; returns the crash count."""
+def fuzz_all(
+    seconds: int, artifacts: Path, *, runs: int | None = None, seed: int | None = None
+) -> int:
+    """Every target for ``seconds`` each (or ``runs`` inputs, with a fixed ``seed``: the same
+    inputs every time, what CI runs), one process per target; returns the crash count."""
     artifacts.mkdir(parents=True, exist_ok=True)
     crashes, executions = 0, 0
     started = time.monotonic()
@@ -86,6 +89,8 @@ def fuzz_all(seconds: int, artifacts: Path) -> int:
             "fuzz.run",
             name,
             f"-max_total_time={seconds}",
+            *([f"-runs={runs}"] if runs is not None else []),
+            *([f"-seed={seed}"] if seed is not None else []),
             f"-artifact_prefix={artifacts}/{name}-",
             "-print_final_stats=1",
         ]
@@ -123,13 +128,15 @@ def main() -> None:
     parser.add_argument("target", nargs="?", choices=sorted(TARGETS))
     parser.add_argument("--all", action="store_true", help="a bounded pass over every target")
     parser.add_argument("--seconds", type=int, default=20, help="per target, with --all")
+    parser.add_argument("--runs", type=int, help="per target, with --all: stop after N inputs")
+    parser.add_argument("--seed", type=int, help="with --all: libFuzzer's seed (reproducible)")
     parser.add_argument("--keep", action="store_true", help="add new inputs to the corpus")
     parser.add_argument(
         "--artifacts", type=Path, default=ROOT / "test-artifacts" / "fuzz", help="crash files"
     )
     args, libfuzzer_args = parser.parse_known_args()
     if args.all:
-        sys.exit(1 if fuzz_all(args.seconds, args.artifacts) else 0)
+        sys.exit(1 if fuzz_all(args.seconds, args.artifacts, runs=args.runs, seed=args.seed) else 0)
     if args.target is None:
         parser.error("a target, or --all")
     if shutil.which("true") is None:  # pragma: no cover - a sanity check of the environment

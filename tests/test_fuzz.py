@@ -2,9 +2,10 @@
 coverage-guided pass (atheris) finds no crash and no hang.
 
 The replay is in-process and deterministic (every corpus file through its target: it returns
-or raises a typed error naming the input). The pass runs each target in its own process for
-``HPCSCOPE_FUZZ_SECONDS`` (default 4) through ``fuzz.run --all``; a crash or a hang fails the
-test, with the input under ``test-artifacts/fuzz/``. Longer passes: ``docs/fuzzing.md``.
+or raises a typed error naming the input). The pass runs each target in its own process
+through ``fuzz.run --all``, 1,500 inputs with a fixed seed (at most ``HPCSCOPE_FUZZ_SECONDS``,
+default 4, per target), so CI replays the same inputs every time; a crash or a hang fails the
+test. Longer, unseeded passes find new inputs: ``docs/fuzzing.md``.
 """
 
 from __future__ import annotations
