@@ -14,8 +14,8 @@ thresholds are starting values a site tunes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import IntEnum, StrEnum
 
@@ -264,3 +264,29 @@ class RuleSpec:
     def items(self, name: str) -> tuple[str, ...]:
         """One named list (empty when the rule has none by that name)."""
         return tuple(self.lists.get(name, ()))
+
+
+#: Evidence items an alert keeps when firings of one deduplication key are merged.
+MERGED_EVIDENCE = 5
+
+
+def merge_alerts(alerts: Iterable[Alert]) -> list[Alert]:
+    """One alert per deduplication key, in first-seen order: counts added, first/last seen
+    widened, the highest severity kept, the newest evidence first (at most
+    :data:`MERGED_EVIDENCE`). The one merge rule of every rule family (events, telemetry)."""
+    merged: dict[str, Alert] = {}
+    for alert in alerts:
+        old = merged.get(alert.key)
+        if old is None:
+            merged[alert.key] = alert
+            continue
+        newer, older = (alert, old) if alert.last_seen >= old.last_seen else (old, alert)
+        merged[alert.key] = replace(
+            newer,
+            count=old.count + alert.count,
+            first_seen=min(old.first_seen, alert.first_seen),
+            last_seen=newer.last_seen,
+            severity=max(old.severity, alert.severity),
+            evidence=(newer.evidence + older.evidence)[:MERGED_EVIDENCE],
+        )
+    return list(merged.values())

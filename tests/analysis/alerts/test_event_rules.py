@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcscope.analysis.alerts.common import JobOwner, merge_alerts
+from hpcscope.analysis.alerts.common import JobOwner
 from hpcscope.analysis.alerts.events import EVENT_RULE_IDS, EventRules
 from hpcscope.ingest.security.exec_cache import ExecJobCache
 from hpcscope.ingest.security.falco import parse_falco_lines
 from hpcscope.ingest.security.tetragon import parse_tetragon_lines
-from hpcscope.model.alerts import Alert, Severity, Vector
+from hpcscope.model.alerts import Alert, Severity, Vector, merge_alerts
 from hpcscope.model.security_events import FALCO_ALERT_SCHEMA
 from hpcscope.service.alerts.rules import load_site_rules
 from hpcscope.twin import attacks

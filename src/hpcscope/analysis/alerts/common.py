@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from hpcscope.model.alerts import Alert, Evidence, RuleSpec, Severity
 
 #: Evidence items kept per merged alert (the store keeps the newest firing's).
-MAX_EVIDENCE = 5
 
 GPU_UNKNOWN = "GPU not known: a syscall event names a process, not a GPU"
 
@@ -118,24 +117,3 @@ def event_alert(
         subject=subject,
         evidence=(evidence,),
     )
-
-
-def merge_alerts(alerts: Iterable[Alert]) -> list[Alert]:
-    """One alert per deduplication key: counts added, first/last seen widened, the highest
-    severity kept, the newest evidence first (at most :data:`MAX_EVIDENCE`)."""
-    merged: dict[str, Alert] = {}
-    for alert in alerts:
-        old = merged.get(alert.key)
-        if old is None:
-            merged[alert.key] = alert
-            continue
-        newer, older = (alert, old) if alert.last_seen >= old.last_seen else (old, alert)
-        merged[alert.key] = replace(
-            newer,
-            count=old.count + alert.count,
-            first_seen=min(old.first_seen, alert.first_seen),
-            last_seen=newer.last_seen,
-            severity=max(old.severity, alert.severity),
-            evidence=(newer.evidence + older.evidence)[:MAX_EVIDENCE],
-        )
-    return list(merged.values())

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from hpcscope.analysis.alerts.common import JobOwner, merge_alerts, networks
+from hpcscope.analysis.alerts.common import JobOwner, networks
 from hpcscope.analysis.alerts.falco import falco_alerts
 from hpcscope.analysis.alerts.packages import lock_entry
 from hpcscope.analysis.alerts.tetragon import TetragonRules
-from hpcscope.model.alerts import Alert, RuleSpec
+from hpcscope.model.alerts import Alert, RuleSpec, merge_alerts
 
 #: Lists each event rule's evaluator reads (the loader rejects a rule file without them).
 REQUIRED_LISTS: Mapping[str, tuple[str, ...]] = {

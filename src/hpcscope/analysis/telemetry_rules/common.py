@@ -11,14 +11,13 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from hpcscope.model.alerts import Alert, Evidence, RuleSpec, Severity
+from hpcscope.model.alerts import Alert, Evidence, RuleSpec, Severity, merge_alerts
 from hpcscope.model.timeutil import as_naive_utc, iso_z, parse_iso_utc
 
 #: Evidence items kept per merged alert.
-MAX_EVIDENCE = 5
 
 PortKey = tuple[str, str, int]
 """(node, device, port) of one HCA port."""
@@ -183,23 +182,8 @@ def span_text(first: datetime, last: datetime) -> str:
 
 
 def merge(alerts: Iterable[Alert]) -> list[Alert]:
-    """One alert per deduplication key: counts added, first/last seen widened, the highest
-    severity kept, the newest evidence first (at most :data:`MAX_EVIDENCE`)."""
-    merged: dict[str, Alert] = {}
-    for alert in alerts:
-        old = merged.get(alert.key)
-        if old is None:
-            merged[alert.key] = alert
-            continue
-        newer, older = (alert, old) if alert.last_seen >= old.last_seen else (old, alert)
-        merged[alert.key] = replace(
-            newer,
-            count=old.count + alert.count,
-            first_seen=min(old.first_seen, alert.first_seen),
-            severity=max(old.severity, alert.severity),
-            evidence=(newer.evidence + older.evidence)[:MAX_EVIDENCE],
-        )
-    return sorted(merged.values(), key=lambda a: (a.rule_id, a.first_seen, a.key))
+    """:func:`hpcscope.model.alerts.merge_alerts`, sorted by rule, first seen and key."""
+    return sorted(merge_alerts(alerts), key=lambda a: (a.rule_id, a.first_seen, a.key))
 
 
 def seconds(value: float) -> timedelta:
