@@ -38,8 +38,9 @@ MAX_INPUT_BYTES = 64 * 1024
 _DONE = re.compile(r"Done (\d+) runs in (\d+) second")
 
 
-def fuzz_one(target: Target, libfuzzer_args: list[str], *, keep: bool) -> None:
-    """Fuzz ``target`` in this process (never returns: libFuzzer exits)."""
+def fuzz_one(target: Target, libfuzzer_args: list[str], *, keep: bool, artifacts: Path) -> None:
+    """Fuzz ``target`` in this process (never returns: libFuzzer exits); crash files go to
+    ``artifacts`` (libFuzzer's default, the working directory, put them in the checkout)."""
     import atheris
 
     with atheris.instrument_imports(include=["hpcscope"]):
@@ -68,8 +69,10 @@ def fuzz_one(target: Target, libfuzzer_args: list[str], *, keep: bool) -> None:
         f"-timeout={TIMEOUT_SECONDS}",
         f"-max_len={MAX_INPUT_BYTES}",
         "-rss_limit_mb=3072",
+        f"-artifact_prefix={artifacts}/{target.name}-",
         *libfuzzer_args,
     ]
+    artifacts.mkdir(parents=True, exist_ok=True)
     atheris.Setup(argv, test_one_input)
     atheris.Fuzz()
 
@@ -103,10 +106,10 @@ def fuzz_all(
             env={**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT)},
         )
         done = _DONE.search(result.stderr)
-        runs = int(done[1]) if done else 0
-        executions += runs
+        ran = int(done[1]) if done else 0
+        executions += ran
         status = "ok" if result.returncode == 0 else f"CRASH (exit {result.returncode})"
-        print(f"{name:18s} {runs:8d} runs  {status}", flush=True)
+        print(f"{name:18s} {ran:8d} runs  {status}", flush=True)
         if result.returncode != 0:
             crashes += 1
             print(result.stderr[-4000:], file=sys.stderr)
@@ -141,7 +144,7 @@ def main() -> None:
         parser.error("a target, or --all")
     if shutil.which("true") is None:  # pragma: no cover - a sanity check of the environment
         raise SystemExit("no POSIX userland")
-    fuzz_one(TARGETS[args.target], libfuzzer_args, keep=args.keep)
+    fuzz_one(TARGETS[args.target], libfuzzer_args, keep=args.keep, artifacts=args.artifacts)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,6 @@ from tests.support.servers import free_port
 
 pytestmark = pytest.mark.e2e
 
-NOW = utcnow()
-
 
 def config(hook: Webhook) -> str:
     return f"""
@@ -55,39 +53,42 @@ def running(tmp_path: Path) -> Iterator[tuple[Alertmanager, Webhook]]:
 
 
 class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
+    def __init__(self, now: datetime) -> None:
+        self.now = now
 
     def __call__(self) -> datetime:
         return self.now
 
 
-ALERTS = [
-    Alert(
-        rule_id="SC-2",
-        vector=Vector.SUPPLY_CHAIN,
-        severity=Severity.CRITICAL,
-        title="Unsafe pickle loaded by rank 0",
-        first_seen=NOW - timedelta(minutes=3),
-        last_seen=NOW,
-        node="gpu01",
-        job_id="4410001",
-        user="alice",
-        account="vision",
-        gpu=0,
-        subject="rank 0",
-        evidence=(Evidence("torch.load of /scratch/m.pt with GLOBAL os.system", "falco"),),
-    ),
-    Alert(
-        rule_id="RD-4",
-        vector=Vector.RDMA,
-        severity=Severity.HIGH,
-        title="RDMA traffic to an unknown subnet",
-        first_seen=NOW - timedelta(minutes=1),
-        last_seen=NOW,
-        node="gpu02",
-    ),
-]
+def _alerts(now: datetime) -> list[Alert]:
+    """Two open alerts last seen ``now``: taken when the test runs, not at import (Alertmanager
+    drops an alert whose endsAt is past, and a full suite reaches this test minutes later)."""
+    return [
+        Alert(
+            rule_id="SC-2",
+            vector=Vector.SUPPLY_CHAIN,
+            severity=Severity.CRITICAL,
+            title="Unsafe pickle loaded by rank 0",
+            first_seen=now - timedelta(minutes=3),
+            last_seen=now,
+            node="gpu01",
+            job_id="4410001",
+            user="alice",
+            account="vision",
+            gpu=0,
+            subject="rank 0",
+            evidence=(Evidence("torch.load of /scratch/m.pt with GLOBAL os.system", "falco"),),
+        ),
+        Alert(
+            rule_id="RD-4",
+            vector=Vector.RDMA,
+            severity=Severity.HIGH,
+            title="RDMA traffic to an unknown subnet",
+            first_seen=now - timedelta(minutes=1),
+            last_seen=now,
+            node="gpu02",
+        ),
+    ]
 
 
 def _labels(found: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
@@ -102,8 +103,10 @@ def test_open_alerts_fire_resend_and_resolve(
     service: Service, running: tuple[Alertmanager, Webhook]
 ) -> None:
     am, hook = running
-    upsert_alerts(service.store, ALERTS).result()
-    clock = Clock()
+    now = utcnow()  # the test's fixed now
+    alerts = _alerts(now)
+    upsert_alerts(service.store, alerts).result()
+    clock = Clock(now)
     forwarder = AlertmanagerForwarder(
         service.store, AlertmanagerClient(am.url), resend_seconds=60, now=clock,
         public_url="https://hpcscope.example.org",
@@ -121,28 +124,28 @@ def test_open_alerts_fire_resend_and_resolve(
         "user": "alice",
         "account": "vision",
         "gpu": "0",
-        "dedup_key": ALERTS[0].key,
+        "dedup_key": alerts[0].key,
     }
     assert labels["RD-4"]["vector"] == "rdma-blind-spot" and "job_id" not in labels["RD-4"]
     sc2 = next(a for a in found if a["labels"]["rule_id"] == "SC-2")
     assert sc2["status"]["state"] == "active"
     assert sc2["annotations"]["summary"] == "Unsafe pickle loaded by rank 0"
     assert sc2["generatorURL"] == "https://hpcscope.example.org/alerts?job=4410001"
-    assert abs((_parse(str(sc2["endsAt"])) - (NOW + timedelta(minutes=4))).total_seconds()) < 2
+    assert abs((_parse(str(sc2["endsAt"])) - (now + timedelta(minutes=4))).total_seconds()) < 2
     # Alertmanager routes them to its receiver
     wait_for(lambda: len(hook.posts) >= 2, what="firing notifications")
     assert {p["status"] for p in hook.posts} == {"firing"}
     # not yet due: nothing re-sent; a resend interval later both are re-sent, endsAt moved on
     assert forwarder.forward_once() == 0
-    clock.now = NOW + timedelta(seconds=60)
+    clock.now = now + timedelta(seconds=60)
     assert forwarder.forward_once() == 2
     again = next(a for a in am.alerts() if a["labels"]["rule_id"] == "SC-2")
-    assert abs((_parse(str(again["endsAt"])) - (NOW + timedelta(minutes=5))).total_seconds()) < 2
+    assert abs((_parse(str(again["endsAt"])) - (now + timedelta(minutes=5))).total_seconds()) < 2
     # resolved in hpcscope: sent once with endsAt = when it was resolved; Alertmanager resolves
     resolved_at = utcnow()
-    set_alert_state(service.store, ALERTS[0].key, AlertState.RESOLVED, by="admin",
+    set_alert_state(service.store, alerts[0].key, AlertState.RESOLVED, by="admin",
                     at=resolved_at).result()  # fmt: skip
-    clock.now = NOW + timedelta(seconds=70)
+    clock.now = now + timedelta(seconds=70)
     assert forwarder.forward_once() == 1
     assert [a["labels"]["rule_id"] for a in am.alerts()] == ["RD-4"]
     wait_for(
@@ -162,7 +165,7 @@ def test_open_alerts_fire_resend_and_resolve(
 
 
 def test_an_unreachable_alertmanager_is_audited_once(service: Service) -> None:
-    upsert_alerts(service.store, ALERTS).result()
+    upsert_alerts(service.store, _alerts(utcnow())).result()
     client = AlertmanagerClient(f"http://127.0.0.1:{free_port()}", timeout_seconds=1)
     with pytest.raises(DeliveryError):
         client.post([{"labels": {"alertname": "x"}}])

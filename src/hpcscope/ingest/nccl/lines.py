@@ -44,6 +44,8 @@ NCCL_BARE = re.compile(
     r"^(?:.*?\s)?(?:(?P<src>[\w./-]+\.cc?):(?P<srcline>\d+) )?NCCL (?P<level>INFO|WARN)\b ?"
     r"(?P<msg>.*)$"
 )
+#: A decimal as the logs print it ("12", "3.5", ".5"), never "1.2.3": float() takes every match.
+NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 VERSION = re.compile(r"NCCL version (?P<nccl>\d+\.\d+\.\d+)\+cuda(?P<cuda>[\d.]+)")
 BOOTSTRAP = re.compile(r"Bootstrap ?: Using (?P<iface>[^:\s]+):(?P<addr>[^<\s]+)<(?P<port>\d+)>")
 NET_TRANSPORT = re.compile(r"NET/(?P<net>IB|Socket|OFI|\w+) : (?P<what>Using|No device)")
@@ -57,16 +59,19 @@ INIT_CUDADEV = re.compile(r"cudaDev (?P<dev>\d+)")
 INIT_BUSID = re.compile(r"busId (?P<bus>[0-9a-fA-F]+)")
 INIT_COMMID = re.compile(r"commId (?P<id>0x[0-9a-f]+)")
 INIT_TIMINGS = re.compile(
-    r"Init timings: rank (?P<rank>\d+) nranks (?P<nranks>\d+) total (?P<total_s>[\d.]+)"
+    r"Init timings: rank (?P<rank>\d+) nranks (?P<nranks>\d+) total "
+    rf"(?P<total_s>{NUMBER})"
     r"(?: \((?P<parts>[^)]*)\))?"
 )
-TIMING_PART = re.compile(r"(?P<name>[A-Za-z_]+) (?P<seconds>[\d.]+)")
+TIMING_PART = re.compile(rf"(?P<name>[A-Za-z_]+) (?P<seconds>{NUMBER})")
 TOPO_COMM = re.compile(
     r"comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes "
     r"(?P<nnodes>\d+) localRanks (?P<localranks>\d+) localRank (?P<localrank>\d+) MNNVL "
     r"(?P<mnnvl>\d+)"
 )
-TOPO_SYSTEM = re.compile(r"=== System : maxBw (?P<maxbw>[\d.]+) totalBw (?P<totalbw>[\d.]+) ===")
+TOPO_SYSTEM = re.compile(
+    rf"=== System : maxBw (?P<maxbw>{NUMBER}) totalBw (?P<totalbw>{NUMBER}) ==="
+)
 RING_CHANNEL = re.compile(r"Channel (?P<ch>\d+)/(?P<nch>\d+) :\s+(?P<order>[\d\s]+?)\s*$")
 RING_LEGACY = re.compile(r"Ring (?P<ch>\d+) : (?P<order>\d+(?: -> \d+)+)")
 TREE = re.compile(

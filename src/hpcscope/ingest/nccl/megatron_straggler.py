@@ -16,13 +16,13 @@ from hpcscope.model.nccl import LineRef
 
 MEGA = re.compile(
     r"(?P<which>Mn|Mx)(?P<metric>Rtt|Pwr|Tmp|Utl|Clk|DRtt|Etpt)/Rnk: "
-    r"(?P<value>[\d.]+)(?P<unit>ms|W|C|%|MHz|TF)/(?P<rank>\d+)"
+    r"(?P<value>(?:\d+(?:\.\d*)?|\.\d+))(?P<unit>ms|W|C|%|MHz|TF)/(?P<rank>\d+)"
 )
 EXTREMES = re.compile(
     r"(?P<side>Bottom|Top)\s+(?P<n>\d+) Ranks with (?:lowest|highest)\s+Etpt\(TF\):\s*"
-    r"(?P<pairs>(?:[\d.]+/\d+,?\s*)+)"
+    r"(?P<pairs>(?:(?:\d+(?:\.\d*)?|\.\d+)/\d+,?\s*)+)"
 )
-PAIR = re.compile(r"(?P<value>[\d.]+)/(?P<rank>\d+)")
+PAIR = re.compile(r"(?P<value>(?:\d+(?:\.\d*)?|\.\d+))/(?P<rank>\d+)")
 
 #: metric -> (what it measures, base-unit name, factor from the printed unit)
 METRICS: dict[str, tuple[str, str, float]] = {

@@ -33,7 +33,7 @@ NT_DEVICE = re.compile(
 )
 NT_COLUMNS = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+(?P<root>root\s+)?time\s")
 NT_UNITS = re.compile(r"^#\s+\(B\)\s+\(elements\)(?P<gap>\s+)\(us\)")
-NT_AVG = re.compile(r"^# Avg bus bandwidth\s*: (?P<avg>[\d.]+)")
+NT_AVG = re.compile(r"^# Avg bus bandwidth\s*: (?P<avg>(?:\d+(?:\.\d*)?|\.\d+))")
 NT_OOB = re.compile(r"^# Out of bounds values\s*: (?P<value>\d+)")
 NT_KNOWN_COMMENT = re.compile(r"^#(?:\s*$|\s+Using devices|\s+out-of-place|.*\(us\))")
 NT_ROW = re.compile(r"^\s*\d+\s+\d+\s+\w+\s+\w+\s+")
