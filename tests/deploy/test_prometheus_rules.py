@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.promql_names import known_names, metric_names
+
 pytestmark = pytest.mark.prometheus
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
@@ -74,3 +76,15 @@ def test_rules_follow_the_conventions() -> None:
                 assert rule["annotations"]["runbook_url"]
                 assert rule["annotations"]["summary"]
     assert alerts >= 4
+
+
+def test_rules_read_only_series_that_exist() -> None:
+    """Every series a shipped rule reads is exported by the twin's exporters (with hpcscope's
+    dcgm-exporter counters), by hpcscope's /metrics, or recorded by a shipped rule."""
+    known = known_names()
+    for rules in RULE_FILES:
+        for group in yaml.safe_load(rules.read_text())["groups"]:
+            for rule in group["rules"]:
+                read = metric_names(rule["expr"])
+                assert read, rule["expr"]
+                assert read <= known, f"{rules.name}: {rule['expr']}: unknown {read - known}"

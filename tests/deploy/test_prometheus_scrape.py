@@ -12,7 +12,7 @@ import pytest
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
-from tests.deploy.test_grafana_dashboards import expressions
+from tests.deploy.test_grafana_dashboards import concrete, expressions
 from tests.support.data import populate
 from tests.support.prometheus import prometheus, query
 from tests.support.servers import live_server
@@ -57,4 +57,4 @@ scrape_configs:
                 ("103", "dave"),
             }
             for expr in expressions():  # every dashboard query parses and evaluates
-                query(url, expr.replace("$__rate_interval", "1m").replace("$job_id", ".*"))
+                query(url, concrete(expr))
