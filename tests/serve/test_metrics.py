@@ -5,15 +5,19 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from hpcscope.model.alerts import Alert, AlertState, Severity, Vector
+from hpcscope.model.schemas import LUSTRE_JOB_STATS_SCHEMA
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.store.alerts import set_alert_state, upsert_alerts
+from hpcscope.store.lustre import append_job_stats
 from tests.support.data import populate
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
@@ -73,3 +77,57 @@ def test_metrics_are_for_admins_only(
     assert client.get("/metrics").status_code == 401
     for user in ("alice", "carol"):
         assert client_as(user).get("/metrics").status_code == 403
+
+
+def _job_stats(
+    job: str, host: str, operation: str, points: list[tuple[datetime, float]]
+) -> list[dict[str, object]]:
+    """Snapshots of one job_stats entry's operation (an entry begun before the window)."""
+    began = points[0][0] - timedelta(minutes=10)
+    return [
+        {
+            "ts": ts,
+            "server": "oss1",
+            "target": "scratch-OST0000",
+            "component": "ost",
+            "job_id_raw": f"{job}:1000:{host}",
+            "job_id": job,
+            "host": host,
+            "operation": operation,
+            "unit": "bytes",
+            "samples": float(i),
+            "sum_value": total,
+            "min_value": None,
+            "max_value": None,
+            "start_ts": began,
+        }
+        for i, (ts, total) in enumerate(points)
+    ]
+
+
+def test_lustre_throughput_of_running_jobs(
+    service: Service, client_as: Callable[[str], TestClient]
+) -> None:
+    now = utcnow()
+    populate(service.store, now=now)
+    at = [now - timedelta(minutes=m) for m in (4, 2, 1)]
+    rows = [
+        *_job_stats("101", "gpu01", "read_bytes", list(zip(at, [0.0, 6e9, 9e9], strict=True))),
+        *_job_stats("101", "gpu01", "write_bytes", list(zip(at, [0.0, 1e9, 1.8e9], strict=True))),
+        # a job that is not running (no GPU samples in the last 5 minutes) is not exported
+        *_job_stats("999", "gpu02", "read_bytes", list(zip(at, [0.0, 1e9, 2e9], strict=True))),
+    ]
+    table = pa.Table.from_pylist(rows, schema=LUSTRE_JOB_STATS_SCHEMA)
+    append_job_stats(service.store, table).result()
+    text = client_as("admin").get("/metrics").text
+    samples = {
+        (sample.name, sample.labels["job_id"]): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("hpcscope_job_storage_")
+        for sample in family.samples
+    }
+    # 9 GB read and 1.8 GB written from the snapshot 4 minutes ago to the one 1 minute ago
+    assert samples == {
+        ("hpcscope_job_storage_read_bytes_per_second", "101"): 9e9 / 180,
+        ("hpcscope_job_storage_write_bytes_per_second", "101"): 1.8e9 / 180,
+    }

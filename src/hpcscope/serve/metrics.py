@@ -3,10 +3,10 @@
 A custom collector on a private registry reads the store at scrape time (prometheus_client's
 ``Collector`` protocol). We never re-export raw per-second GPU samples — that is
 dcgm-exporter's job — only what hpcscope derives: per running job and GPU, reported vs real
-efficiency over the last five minutes and the straggler flag; per job, allocated GPUs and useful
-GPU-seconds so far; the collector's own health; open alerts per severity and vector. User,
-account and partition live on ``hpcscope_job_info`` only (join with
-``* on(job_id) group_left(user)``).
+efficiency over the last five minutes and the straggler flag; per job, allocated GPUs, useful
+GPU-seconds so far and Lustre read/write throughput over the last five minutes; the
+collector's own health; open alerts per severity and vector. User, account and partition live
+on ``hpcscope_job_info`` only (join with ``* on(job_id) group_left(user)``).
 
 The endpoint carries every job, so it requires an admin (Prometheus scrapes it with an admin
 or service account's credentials).
@@ -26,6 +26,7 @@ from hpcscope.model.alerts import VECTOR_NAMES, Severity
 from hpcscope.model.timeutil import epoch_seconds, utcnow
 from hpcscope.service.chargeback.reads import account_seconds
 from hpcscope.service.core import Service
+from hpcscope.service.jobs.storage import job_storage_rates
 from hpcscope.service.slo.config import SloConfig
 from hpcscope.service.slo.engine import slo_counters
 
@@ -113,6 +114,25 @@ class HpcscopeCollector:
                 tensor.add_metric(labels, gpu.tensor_active_ratio)
             straggler.add_metric(labels, 1.0 if gpu.verdict == "straggler" else 0.0)
         yield from (info, gpus, useful, reported, real, tensor, straggler)
+        yield from self._storage([job.job_id for job in live.jobs])
+
+    def _storage(self, job_ids: list[str]) -> Iterator[Metric]:
+        """Lustre throughput of the running jobs over the live window (job_stats snapshots)."""
+        rates = job_storage_rates(self.service.store, job_ids, now=utcnow(), window=LIVE_WINDOW)
+        read = GaugeMetricFamily(
+            "hpcscope_job_storage_read_bytes_per_second",
+            "Lustre bytes read per second by the job over the last 5 minutes (job_stats).",
+            labels=["job_id"],
+        )
+        write = GaugeMetricFamily(
+            "hpcscope_job_storage_write_bytes_per_second",
+            "Lustre bytes written per second by the job over the last 5 minutes (job_stats).",
+            labels=["job_id"],
+        )
+        for job_id, (read_rate, write_rate) in sorted(rates.items()):
+            read.add_metric([job_id], read_rate)
+            write.add_metric([job_id], write_rate)
+        yield from (read, write)
 
     def _scrapes(self) -> Iterator[Metric]:
         health = self.service.collection_health().targets

@@ -14,6 +14,7 @@ from hpcscope.analysis.traces.storage_evidence import (
     LATENCY_MARGIN_SECONDS,
     bracket,
     entry_increases,
+    job_throughput,
     node_storage,
     storage_evidence,
 )
@@ -240,3 +241,46 @@ def test_the_increase_is_every_step_up_with_resets_restarting_from_zero(
     storage = node_storage(_frame(_op("gpu02", "read", values, start=starts)))
     assert storage["gpu02"].read_ops == expected
     assert storage["gpu02"].read_wait_seconds == 7.0 * expected / 1e6
+
+
+def test_job_throughput_sums_every_entry_of_the_job_over_the_window() -> None:
+    # job 41231 reads on two client hosts; job 41232 writes; an entry of no Slurm job is left out
+    read_a = _op("gpu01", "read_bytes", [(0, 0), (10, 1e9), (20, 2e9), (30, 3e9)], start=BEFORE)
+    read_b = _op("gpu02", "read_bytes", [(0, 0), (5, 5e8), (10, 1e9), (15, 1.5e9)], start=BEFORE)
+    writes = _op(
+        "gpu03", "write_bytes", [(0, 0), (1, 4e8), (2, 8e8), (3, 1.2e9)], job="41232", start=BEFORE
+    )
+    other = pl.DataFrame(
+        _op("login1", "read_bytes", [(0, 0), (9, 9e9)], job="x", start=BEFORE), schema=SCHEMA
+    ).with_columns(pl.lit(None, dtype=pl.String).alias("job_id"))
+    rows = pl.concat([_frame(read_a, read_b, writes), other])
+    rates = job_throughput(rows, T0, T0 + timedelta(seconds=30))
+    assert set(rates) == {"41231", "41232"}
+    assert rates["41231"] == pytest.approx((4.5e9 / 30, 0.0))
+    assert rates["41232"] == pytest.approx((0.0, 1.2e9 / 30))
+    # only the snapshots that bracket the window count: 10-20 s (those at 10 and 20 s)
+    inside = job_throughput(rows, T0 + timedelta(seconds=10), T0 + timedelta(seconds=20))
+    assert inside["41231"] == pytest.approx((1.5e9 / 10, 0.0))
+    assert job_throughput(rows.clear(), T0, T0 + timedelta(seconds=30)) == {}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**9), st.booleans()), min_size=1, max_size=30))
+def test_job_throughput_is_what_was_read_over_the_span(steps: list[tuple[int, bool]]) -> None:
+    """Snapshots every 10 s built from increments, some after a server restart (the counter
+    below its previous value): the rate is the sum of the increments over the span."""
+    values: list[tuple[float, float | None]] = [(0.0, 0.0)]
+    for step, restarted in steps:
+        last = values[-1][1] or 0.0
+        if restarted and 0 < step < last:
+            values.append((values[-1][0] + 1, float(step)))
+        else:
+            values.append((values[-1][0] + 1, last + step))
+    rows = _frame(_op("gpu01", "read_bytes", values, start=BEFORE))
+    span = 10.0 * len(steps)
+    rates = job_throughput(rows, T0, T0 + timedelta(seconds=span))
+    total = sum(step for step, _ in steps)
+    if total == 0:
+        assert rates.get("41231", (0.0, 0.0)) == (0.0, 0.0)
+    else:
+        assert rates["41231"][0] == pytest.approx(total / span)

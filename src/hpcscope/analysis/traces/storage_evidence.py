@@ -229,6 +229,49 @@ def node_storage(
     return out
 
 
+def job_throughput(
+    rows: pl.DataFrame, start: datetime, end: datetime
+) -> dict[str, tuple[float, float]]:
+    """Lustre read and write bytes per second of each Slurm job over ``[start, end]``.
+
+    Summed over every entry of the job (each client host, each target); increases between the
+    snapshots that bracket the window (see :func:`bracket`, :func:`entry_increases`: resets
+    handled), divided by the time from the earliest snapshot counted from to the latest.
+
+    Args:
+        rows: ``lustre_job_stats`` rows (``job_id`` nullable: entries of no Slurm job are left
+            out), as for :func:`node_storage`.
+        start: the window's start (naive UTC).
+        end: the window's end.
+
+    Returns:
+        ``{job_id: (read_bytes_per_second, write_bytes_per_second)}`` for every job with an
+        increase counted over a span longer than zero.
+    """
+    rows = rows.filter(pl.col("job_id").is_not_null())
+    if rows.height == 0:
+        return {}
+    increases = entry_increases(bracket(rows, start, end), since=start)
+    op, total = pl.col("operation"), pl.col("sum_increase")
+    sums = increases.group_by("job_id").agg(
+        total.filter(op == "read_bytes").sum().alias("read_bytes"),
+        total.filter(op == "write_bytes").sum().alias("write_bytes"),
+        pl.col("origin_ts").min().alias("origin"),
+        pl.col("ts").max().alias("last"),
+    )
+    out: dict[str, tuple[float, float]] = {}
+    for row in sums.sort("job_id").to_dicts():
+        if row["origin"] is None:
+            continue
+        span = (row["last"] - row["origin"]).total_seconds()
+        if span > 0:
+            out[str(row["job_id"])] = (
+                float(row["read_bytes"] or 0.0) / span,
+                float(row["write_bytes"] or 0.0) / span,
+            )
+    return out
+
+
 def _optional(value: float | None) -> float | None:
     return None if value is None else float(value)
 
