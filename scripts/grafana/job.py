@@ -162,7 +162,26 @@ def job_dashboard() -> dict[str, Any]:
             "Framebuffer memory in use on each GPU of the selected jobs.",
             [(f"DCGM_FI_DEV_FB_USED{gpus}", "{{node}} GPU {{gpu}}")],
             unit="mbytes",
-            grid=(0, 40, 24, 8),
+            grid=(0, 40, 12, 8),
+        ),
+        panel(
+            "timeseries",
+            12,
+            "Lustre throughput per job (hpcscope)",
+            "Bytes per second the job read from and wrote to Lustre over the last 5 minutes, "
+            "from the servers' job_stats (hpcscope's /metrics; deploy/lustre/README.md).",
+            [
+                (
+                    'hpcscope_job_storage_read_bytes_per_second{job_id=~"$job"}',
+                    "{{job_id}} read",
+                ),
+                (
+                    'hpcscope_job_storage_write_bytes_per_second{job_id=~"$job"}',
+                    "{{job_id}} write",
+                ),
+            ],
+            unit="Bps",
+            grid=(12, 40, 12, 8),
         ),
     ]
     variables = [

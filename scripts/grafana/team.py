@@ -137,6 +137,25 @@ def team_dashboard() -> dict[str, Any]:
             unit="none",
             grid=(0, 23, 24, 8),
         ),
+        panel(
+            "timeseries",
+            7,
+            "Lustre throughput per account",
+            "Bytes per second the account's running jobs read from and wrote to Lustre over "
+            "the last 5 minutes (job_stats, through hpcscope's /metrics).",
+            [
+                (
+                    f"account:hpcscope_job_storage_read_bytes_per_second:sum{account}",
+                    "{{account}} read",
+                ),
+                (
+                    f"account:hpcscope_job_storage_write_bytes_per_second:sum{account}",
+                    "{{account}} write",
+                ),
+            ],
+            unit="Bps",
+            grid=(0, 31, 24, 8),
+        ),
     ]
     return dashboard(
         "hpcscope-team", "hpcscope — team (account)", ["gpu", "chargeback"], [ACCOUNT], panels

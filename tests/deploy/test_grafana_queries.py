@@ -1,12 +1,12 @@
 """Every dashboard query against a real Prometheus that scrapes the twin and hpcscope.
 
 The twin plays the demo (straggler, data-starved, healthy, idle and failing jobs on 2 x 8
-GPUs) with real-format dcgm-exporter and node_exporter pages; hpcscope's collector scrapes it
-and serves /metrics. Debian's ``prometheus`` scrapes both every second and evaluates every
-shipped rule file. Then every variable and every panel query of every dashboard runs: each
-must be valid, and each must return data except the few listed in :data:`MAY_BE_EMPTY`, whose
-signal the demo does not produce. The recorded figures are checked against what the demo
-plays and against hpcscope's own /metrics.
+GPUs) with real-format dcgm-exporter and node_exporter pages and Lustre job_stats; hpcscope's
+collector scrapes and reads it and serves /metrics. Debian's ``prometheus`` scrapes both every
+second and evaluates every shipped rule file. Then every variable and every panel query of
+every dashboard runs: each must be valid, and each must return data except the few listed in
+:data:`MAY_BE_EMPTY`, whose signal the demo does not produce. The recorded figures are checked
+against what the demo plays and against hpcscope's own /metrics.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ MAY_BE_EMPTY = {
     "GPU memory held with no job (GM-1)": "the demo's jobs hold all 16 GPUs",
     "InfiniBand traffic on nodes with no job (RD-1)": "both nodes run jobs",
 }
-#: Every core panel answers within this many seconds of the start (16-21 s measured on the
-#: shared 2 cores, 49 s once at a load average of 13); past it the test fails naming the panels.
-DEADLINE_SECONDS = 90.0
+#: Every core panel answers within this many seconds of the start (16-29 s measured on the
+#: shared 2 cores; 49 s and 77 s at load averages of 13 and 27); past it the test fails naming
+#: the panels still empty.
+DEADLINE_SECONDS = 120.0
 
 
 def _config(targets: Path, hpcscope: str) -> str:
@@ -53,7 +54,9 @@ rule_files: {rules}
 scrape_configs:
   - job_name: twin
     file_sd_configs: [{{files: ["{targets}"]}}]
-  - job_name: hpcscope
+  - job_name: hpcscope  # /metrics reads the store: more than 1 s on a loaded machine
+    scrape_interval: 2s
+    scrape_timeout: 2s
     basic_auth: {{username: admin, password: admin-demo}}
     static_configs: [{{targets: ["{hpcscope.removeprefix("http://")}"]}}]
 """
@@ -92,6 +95,7 @@ def test_every_dashboard_query_answers_on_prometheus_scraping_the_twin(
                 scheduler=SlurmrestdSource(url=twin.slurmrestd_url),
                 scrape_interval_seconds=1.0,
                 scheduler_poll_seconds=1.0,
+                lustre_job_stats_dir=twin.lustre_dir,
             ),
         )
         collector.start()
@@ -146,3 +150,8 @@ def _check_figures(url: str, jobs: dict[str, str]) -> None:
     # the straggler job spans both nodes: its AllReduce crosses InfiniBand
     ib = query(url, "hpc_job:node_infiniband_port_data_received_bytes:rate5m")
     assert _value(ib, hpc_job=straggler) > _value(ib, hpc_job=jobs["jupyter-debug"])
+    # Lustre: the data-starved job reads the most, the idle notebook nothing
+    lustre = query(url, "hpcscope_job_storage_read_bytes_per_second")
+    assert _value(lustre, job_id=starved) > _value(lustre, job_id=healthy) > 0
+    idle = [r for r in lustre if r["metric"]["job_id"] == jobs["jupyter-debug"]]
+    assert all(float(r["value"][1]) == 0 for r in idle)

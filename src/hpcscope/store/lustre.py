@@ -74,6 +74,7 @@ def job_stats(
     hosts: Sequence[str] | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    operations: Sequence[str] | None = None,
 ) -> pa.Table:
     """Stored job_stats rows, ordered by server, target, job_id_raw, operation, ts.
 
@@ -83,11 +84,18 @@ def job_stats(
             ``%H``).
         since: keep snapshots at or after this time (naive UTC).
         until: keep snapshots at or before this time (naive UTC).
+        operations: keep rows of these operations (``read_bytes``, ``getattr``, ...).
 
     Returns:
         A table of :data:`LUSTRE_JOB_STATS_SCHEMA`.
     """
-    where = Where().among("job_id", job_ids).among("host", hosts).window(since, until)
+    where = (
+        Where()
+        .among("job_id", job_ids)
+        .among("host", hosts)
+        .among("operation", operations)
+        .window(since, until)
+    )
     columns = ", ".join(LUSTRE_JOB_STATS_SCHEMA.names)
     table = store.query(
         f"SELECT {columns} FROM lustre_job_stats {where.sql()} "

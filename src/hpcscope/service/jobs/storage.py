@@ -25,7 +25,12 @@ def job_storage_rates(
         return {}
     since = now - window
     rows = pl.from_arrow(
-        lustre_queries.job_stats(store, job_ids=list(job_ids), since=since - BRACKET_MARGIN)
+        lustre_queries.job_stats(
+            store,
+            job_ids=list(job_ids),
+            since=since - BRACKET_MARGIN,
+            operations=("read_bytes", "write_bytes"),
+        )
     )
     assert isinstance(rows, pl.DataFrame)
     return job_throughput(rows, since, now)
