@@ -88,6 +88,13 @@ def test_filters_and_order(tmp_path: Path) -> None:
         assert set(on_host["job_id"].to_pylist()) == {"10", "20"}
         assert set(on_host["host"].to_pylist()) == {"es18kxe-co-client"}
         assert on_host.num_rows == 2 * 2 * 15
+        data = job_stats(store, job_ids=["10"], operations=["read_bytes", "write_bytes"])
+        assert set(data["operation"].to_pylist()) <= {"read_bytes", "write_bytes"}
+        assert data.num_rows == sum(
+            op in {"read_bytes", "write_bytes"} for op in job_10["operation"].to_pylist()
+        )
+        assert data.num_rows > 0
+        assert job_stats(store, operations=[]).num_rows == 0
         assert job_stats(store, hosts=[]).num_rows == 0
 
         mdt_first = datetime(2017, 11, 15, 21, 37, 17)
