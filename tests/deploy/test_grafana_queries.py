@@ -1,18 +1,22 @@
-"""Every dashboard query against a real Prometheus that scrapes the twin and hpcscope.
+"""Every dashboard query against a real Prometheus, and a real VictoriaMetrics with vmalert,
+scraping the twin and hpcscope.
 
 The twin plays the demo (straggler, data-starved, healthy, idle and failing jobs on 2 x 8
 GPUs) with real-format dcgm-exporter and node_exporter pages and Lustre job_stats; hpcscope's
-collector scrapes and reads it and serves /metrics. Debian's ``prometheus`` scrapes both every
-second and evaluates every shipped rule file. Then every variable and every panel query of
-every dashboard runs: each must be valid, and each must return data except the few listed in
-:data:`MAY_BE_EMPTY`, whose signal the demo does not produce. The recorded figures are checked
-against what the demo plays and against hpcscope's own /metrics.
+collector scrapes and reads it and serves /metrics. Debian's ``prometheus`` (2.42), or
+``victoria-metrics`` (1.79) with ``vmalert``, scrapes both every second and evaluates the
+shipped rule files. Then every variable and every panel query of every dashboard runs: each
+must be valid, and each must return data except the few listed in :data:`MAY_BE_EMPTY`, whose
+signal the demo does not produce. The recorded figures are checked against what the demo
+plays and against hpcscope's own /metrics.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +30,15 @@ from hpcscope.service.core import Service
 from hpcscope.service.settings import bundled_topology
 from hpcscope.twin.cluster import TwinCluster
 from tests.deploy.test_grafana_dashboards import concrete, dashboards, panels, variable_query
+from tests.deploy.test_prometheus_rules import VMALERT_REFUSES
 from tests.support.prometheus import prometheus, query
 from tests.support.servers import live_server
+from tests.support.victoria_metrics import victoria_metrics, vmalert
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e]
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
+RULE_FILES = sorted(p for p in RULES.glob("*.yml") if not p.name.endswith(".test.yml"))
 #: Panels whose signal the demo does not play, with the reason; every other panel has data.
 MAY_BE_EMPTY = {
     "Finished jobs: allocated and useful GPU-hours (chargeback)": "no job finishes in a minute",
@@ -46,11 +53,9 @@ MAY_BE_EMPTY = {
 DEADLINE_SECONDS = 120.0
 
 
-def _config(targets: Path, hpcscope: str) -> str:
-    rules = sorted(p.name for p in RULES.glob("*.yml") if not p.name.endswith(".test.yml"))
+def _scrape_config(targets: Path, hpcscope: str) -> str:
     return f"""
-global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}
-rule_files: {rules}
+global: {{scrape_interval: 1s, scrape_timeout: 1s}}
 scrape_configs:
   - job_name: twin
     file_sd_configs: [{{files: ["{targets}"]}}]
@@ -60,6 +65,28 @@ scrape_configs:
     basic_auth: {{username: admin, password: admin-demo}}
     static_configs: [{{targets: ["{hpcscope.removeprefix("http://")}"]}}]
 """
+
+
+@contextlib.contextmanager
+def _backend(kind: str, scrape: str, workdir: Path) -> Iterator[str]:
+    """The Prometheus API of a backend that scrapes per ``scrape`` and evaluates the rules."""
+    if kind == "prometheus":
+        workdir.mkdir()
+        for rules in RULE_FILES:
+            shutil.copy(rules, workdir / rules.name)
+        names = [rules.name for rules in RULE_FILES]
+        config = scrape.replace(
+            "scrape_timeout: 1s}", "scrape_timeout: 1s, evaluation_interval: 1s}"
+        )
+        with prometheus(f"rule_files: {names}\n{config}", workdir) as url:
+            yield url
+        return
+    accepted = [rules for rules in RULE_FILES if rules.name not in VMALERT_REFUSES]
+    with (
+        victoria_metrics(scrape, workdir / "vm") as url,
+        vmalert(accepted, url, workdir / "vmalert"),
+    ):
+        yield url
 
 
 def _value(result: list[dict[str, Any]], **labels: str) -> float:
@@ -78,14 +105,12 @@ def _empty_targets(url: str) -> list[str]:
     return empty
 
 
-def test_every_dashboard_query_answers_on_prometheus_scraping_the_twin(
-    service: Service, tmp_path: Path
+@pytest.mark.parametrize("kind", ["prometheus", "victoria-metrics"])
+def test_every_dashboard_query_answers_on_a_backend_scraping_the_twin(
+    kind: str, service: Service, tmp_path: Path
 ) -> None:
     started = time.monotonic()
     assert set(MAY_BE_EMPTY) <= {panel["title"] for _, panel in panels()}
-    for rules in RULES.glob("*.yml"):
-        if not rules.name.endswith(".test.yml"):
-            shutil.copy(rules, tmp_path / rules.name)
     topology = load_topology(bundled_topology())
     with TwinCluster(topology, tmp_path / "twin", seed=42, speed=1.0, arrivals_per_hour=0) as twin:
         collector = Collector(
@@ -102,7 +127,9 @@ def test_every_dashboard_query_answers_on_prometheus_scraping_the_twin(
         try:
             with (
                 live_server(create_app(service)) as base,
-                prometheus(_config(tmp_path / "twin" / "targets.json", base), tmp_path) as url,
+                _backend(
+                    kind, _scrape_config(tmp_path / "twin" / "targets.json", base), tmp_path / kind
+                ) as url,
             ):
                 empty = _empty_targets(url)
                 while empty:
@@ -120,7 +147,7 @@ def test_every_dashboard_query_answers_on_prometheus_scraping_the_twin(
                 _check_figures(url, jobs)
         finally:
             collector.stop()
-    print(f"every core panel answered {ready_seconds:.1f} s after the start")
+    print(f"{kind}: every core panel answered {ready_seconds:.1f} s after the start")
 
 
 def _check_figures(url: str, jobs: dict[str, str]) -> None:
@@ -141,7 +168,7 @@ def _check_figures(url: str, jobs: dict[str, str]) -> None:
     assert _value(real, hpc_job=healthy) > 0.6
     # the recorded real efficiency is hpcscope's own figure for the job (both are 5-minute means
     # of the same pages; each scrape of the twin draws its own counter noise)
-    ours = query(url, "job:hpcscope_job_gpu_sm_active_ratio:avg5m")
+    ours = query(url, "avg by (job_id) (hpcscope_job_gpu_sm_active_ratio)")
     for job in (straggler, starved, healthy):
         assert _value(real, hpc_job=job) == pytest.approx(_value(ours, job_id=job), abs=0.03)
     gpus = query(url, "account:DCGM_FI_PROF_SM_ACTIVE:count")
