@@ -51,6 +51,7 @@ MAY_BE_EMPTY = {
 #: shared 2 cores; 49 s and 77 s at load averages of 13 and 27); past it the test fails naming
 #: the panels still empty.
 DEADLINE_SECONDS = 120.0
+LAST = "last_over_time"
 
 
 def _scrape_config(targets: Path, hpcscope: str) -> str:
@@ -167,18 +168,20 @@ def _check_figures(url: str, jobs: dict[str, str]) -> None:
     assert _value(reported, hpc_job=starved) > 0.7 > 0.35 > _value(real, hpc_job=starved)
     assert _value(real, hpc_job=healthy) > 0.6
     # the recorded real efficiency is hpcscope's own figure for the job (both are 5-minute means
-    # of the same pages; each scrape of the twin draws its own counter noise)
-    ours = query(url, "avg by (job_id) (hpcscope_job_gpu_sm_active_ratio)")
+    # of the same pages; each scrape of the twin draws its own counter noise). hpcscope's series
+    # are read at their last scrape: on a loaded machine a scrape of /metrics can time out, and
+    # the series is stale until the next one.
+    ours = query(url, f"avg by (job_id) ({LAST}(hpcscope_job_gpu_sm_active_ratio[30s]))")
     for job in (straggler, starved, healthy):
         assert _value(real, hpc_job=job) == pytest.approx(_value(ours, job_id=job), abs=0.03)
-    gpus = query(url, "account:DCGM_FI_PROF_SM_ACTIVE:count")
+    gpus = query(url, f"{LAST}(account:DCGM_FI_PROF_SM_ACTIVE:count[30s])")
     assert _value(gpus, account="speech") == 2  # whisper-train
     assert _value(gpus, account="nlp") == 5  # bert-finetune 4, jupyter-debug 1
     # the straggler job spans both nodes: its AllReduce crosses InfiniBand
     ib = query(url, "hpc_job:node_infiniband_port_data_received_bytes:rate5m")
     assert _value(ib, hpc_job=straggler) > _value(ib, hpc_job=jobs["jupyter-debug"])
     # Lustre: the data-starved job reads the most, the idle notebook nothing
-    lustre = query(url, "hpcscope_job_storage_read_bytes_per_second")
+    lustre = query(url, f"{LAST}(hpcscope_job_storage_read_bytes_per_second[30s])")
     assert _value(lustre, job_id=starved) > _value(lustre, job_id=healthy) > 0
     idle = [r for r in lustre if r["metric"]["job_id"] == jobs["jupyter-debug"]]
     assert all(float(r["value"][1]) == 0 for r in idle)
