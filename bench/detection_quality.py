@@ -56,16 +56,19 @@ from hpcscope.store import Store  # noqa: E402
 from hpcscope.store.alerts import alerts  # noqa: E402
 from hpcscope.twin import attacks, attacks_telemetry  # noqa: E402
 from hpcscope.twin.attacks import CHECKPOINTS, JOBS, Scenario  # noqa: E402
+from hpcscope.twin.attacks_node_facts import node_fact_scenarios  # noqa: E402
 from hpcscope.twin.attacks_packages import package_scenarios  # noqa: E402
 from hpcscope.twin.attacks_sensor import sensor_scenarios  # noqa: E402
 
 T0 = 1_796_126_400 * 1_000_000_000  # 2026-12-01T12:00:00Z
-#: The scenario lists replayed: syscall events, telemetry, the sensor's (one line per list).
+#: The scenario lists replayed: syscall events, telemetry, the sensor's, the prolog's package
+#: inventories, node facts (Xid counts, posture checks); one line per list.
 PLAYED = (
     attacks.scenarios,
     attacks_telemetry.scenarios,
     sensor_scenarios,
     package_scenarios,
+    node_fact_scenarios,
 )
 #: Every rule id of the security reference except GI- (gradient injection has its own issue).
 REFERENCE_RULES = (

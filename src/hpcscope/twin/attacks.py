@@ -51,7 +51,8 @@ class Scenario:
     job_id: str | None = "4410001"
     # telemetry scenarios (twin/attacks_telemetry.py): what the collectors read, as they read it
     pages: list[tuple[int, str, str, str]] = field(default_factory=list)
-    """Scrapes ``(ts_ns, exporter, node, page)``: ``infiniband`` (node_exporter), ``dcgm``."""
+    """Scrapes ``(ts_ns, exporter, node, page)``: ``infiniband`` (node_exporter), ``dcgm``, ``node``
+    (node_exporter serving the posture textfile)."""
     job_stats: list[tuple[str, str]] = field(default_factory=list)
     """``(server, lctl get_param *.job_stats output)`` snapshots, in time order."""
     changelog: list[tuple[str, str]] = field(default_factory=list)
