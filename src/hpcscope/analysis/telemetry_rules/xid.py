@@ -13,7 +13,8 @@ GM-4      at some scrape the Xids of the ``xids`` list on one GPU sum to ``min_c
           whose name is not in ``known_binaries`` (MEDIUM)
 ========  ==============================================================================
 
-One alert per GPU and run of consecutive scrapes over the threshold; the job is the one the
+One alert per GPU and burst (scrapes over the threshold, each within ``window_seconds`` of the
+previous one: the gauge counts a sliding window, so they share errors); the job is the one the
 GPU's series names (``hpc_job``) or, without it, the job the allocations map to the GPU. Pure.
 """
 
@@ -21,10 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import polars as pl
 
-from hpcscope.analysis.telemetry_rules.common import JobSpan, runs, span_text, telemetry_alert
+from hpcscope.analysis.telemetry_rules.common import JobSpan, span_text, telemetry_alert
 from hpcscope.analysis.telemetry_rules.gpu import GpuAllocation
 from hpcscope.model.alerts import Alert, RuleSpec
 from hpcscope.model.xid import describe_xid
@@ -43,6 +45,18 @@ def _job_of(
     mapped = sorted(a.job_id for a in allocations if a.node == node and a.gpu == gpu
                     and a.holds(ts))  # fmt: skip
     return mapped[0] if mapped else None
+
+
+def _bursts(hot: list[dict[str, Any]], window: timedelta) -> list[list[dict[str, Any]]]:
+    """Scrapes over the threshold, in time order, grouped into bursts: the next one within
+    the exporter's window of the last shares its errors (the gauge counts a sliding window)."""
+    out: list[list[dict[str, Any]]] = []
+    for row in hot:
+        if out and row["ts"] - out[-1][-1]["ts"] <= window:
+            out[-1].append(row)
+        else:
+            out.append([row])
+    return out
 
 
 def gm4_xid_burst(
@@ -75,9 +89,8 @@ def gm4_xid_burst(
         listed.setdefault((str(row["node"]), int(row["gpu"])), []).append(row)
     for (node, gpu), group in per_scrape.group_by(["node", "gpu"], maintain_order=True):
         node, gpu = str(node), int(gpu)
-        rows = group.to_dicts()
-        for first, last in runs([float(r["total"]) >= floor for r in rows]):
-            burst = rows[first : last + 1]
+        hot = [r for r in group.to_dicts() if float(r["total"]) >= floor]
+        for burst in _bursts(hot, window):
             start, end = burst[0]["ts"], burst[-1]["ts"]
             job_id = _job_of([j for r in burst for j in r["job_id"]], allocations, node, gpu,
                              start)  # fmt: skip
