@@ -374,7 +374,7 @@ CREATE TABLE api_tokens (
     ),
     Migration(
         16,
-        "gpu_xid_counts, node_posture: Xid counts (GM-4) and posture checks (SC-7, CE-5, GM-5, DP-3)",
+        "gpu_xid_counts, node_posture: Xid counts (GM-4), posture checks (SC-7, CE-5, GM-5, DP-3)",
         NODE_FACTS_DDL,
     ),
 )

@@ -30,8 +30,10 @@ def counts(
         for k, scrape in enumerate(per_scrape)
         for xid, n in scrape.items()
     ]  # fmt: skip
-    schema = {"ts": pl.Datetime("us"), "node": pl.String, "gpu": pl.Int16, "job_id": pl.String,
-              "xid": pl.Int32, "xid_count": pl.Float64}  # fmt: skip
+    schema: dict[str, pl.DataType] = {
+        "ts": pl.Datetime("us"), "node": pl.String(), "gpu": pl.Int16(), "job_id": pl.String(),
+        "xid": pl.Int32(), "xid_count": pl.Float64(),
+    }  # fmt: skip
     return pl.DataFrame(rows, schema=schema)
 
 

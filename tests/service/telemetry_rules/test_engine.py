@@ -18,7 +18,7 @@ from hpcscope.service.telemetry_rules.replay import detection_delays, replay, wi
 from hpcscope.store import Store
 from hpcscope.store import telemetry_rules as queries
 from hpcscope.store.alerts import alerts
-from hpcscope.twin import attacks_telemetry, benign_telemetry
+from hpcscope.twin import attacks_node_facts, attacks_telemetry, benign_telemetry
 from hpcscope.twin.attacks import Scenario
 from hpcscope.twin.telemetry_traces import SECOND_NS
 
@@ -43,6 +43,12 @@ def rules() -> dict[str, RuleSpec]:
         benign_telemetry.benign_gpu_lifecycle,
         benign_telemetry.benign_maintenance_reset,
         benign_telemetry.benign_curation,
+        attacks_node_facts.xid_burst_new_job,
+        attacks_node_facts.xid_burst_unknown_binary,
+        attacks_node_facts.benign_xid_bug_established_job,
+        attacks_node_facts.posture_old_runc,
+        attacks_node_facts.posture_unhashed_dataset,
+        attacks_node_facts.benign_patched_node,
     ],
 )
 def test_scenarios_through_the_pipeline(

@@ -98,9 +98,7 @@ def postures_from_facts(rows: Iterable[Mapping[str, object]]) -> list[NodePostur
             for r in facts
             if r["kind"] == "dataset"
         }  # fmt: skip
-        out.append(
-            NodePosture(node, checked, versions=versions, datasets=datasets, **flags)  # type: ignore[arg-type]
-        )
+        out.append(NodePosture(node, checked, versions=versions, datasets=datasets, **flags))
     return out
 
 

@@ -102,7 +102,7 @@ def gm4_xid_burst(
             strangers = sorted({
                 f"{p['process_name']} (pid {p['pid']})"
                 for p in listed.get((node, gpu), [])
-                if start - window <= p["ts"] <= end  # type: ignore[operator]
+                if start - window <= p["ts"] <= end
                 and str(p.get("process_name") or "").rsplit("/", 1)[-1] not in known
             })  # fmt: skip
             if strangers:
