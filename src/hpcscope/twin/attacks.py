@@ -73,6 +73,9 @@ class Scenario:
     """When the rules run (ns since the epoch); None for event scenarios."""
     onset_ns: int | None = None
     """When the attack starts (ns since the epoch): the bench measures detection delays from it."""
+    training_events: list[tuple[str, int, str]] = field(default_factory=list)
+    """``(job directory, rank, lines)`` the training recorder wrote to the integrity spool
+    (``training-<rank>.jsonl``; twin/attacks_training.py)."""
 
 
 def _python(s: Scenario, t0: int, job: str = "4410001", pid: int = 2000) -> Proc:
