@@ -88,10 +88,10 @@ def replay(s: Scenario, root: Path, delays: dict[str, float | None] | None = Non
     """One scenario through tails, buffer, engine and store; the stored alerts (a telemetry
     scenario through parsers, spools, store and the telemetry rules)."""
     if s.training_events:  # the training recorder's lines, through the integrity spool
-        store, cycle = replay_training(s, root, load_site_rules(None))
+        store, spooled = replay_training(s, root, load_site_rules(None))
         try:
-            if cycle.errors:
-                raise SystemExit(f"{s.name}: lines did not parse: {cycle.errors}")
+            if spooled.errors:
+                raise SystemExit(f"{s.name}: lines did not parse: {spooled.errors}")
             return alerts(store, JobScope(all_jobs=True))
         finally:
             store.close()
