@@ -101,7 +101,7 @@ class TrainingRecorder:
 
     def load(self, path: object, weights_only: bool) -> None:
         """Record one ``torch.load`` of ``path`` (a path or a file object with ``name``)."""
-        name = getattr(path, "name", path)
+        name = path if isinstance(path, (str, os.PathLike)) else getattr(path, "name", None)
         if not isinstance(name, (str, os.PathLike)):
             return  # an in-memory buffer: no file to attribute
         real = os.path.realpath(os.fspath(name))
