@@ -53,6 +53,7 @@ class TrainingEventsSpool:
         self._offsets: dict[Path, tuple[int, int]] = {}
         self._events: dict[str, list[Placed]] = {}
         self._written: dict[str, datetime] = {}
+        self._placements: dict[tuple[str, int | None, int], tuple[str | None, ...]] = {}
 
     def _new_lines(self, path: Path) -> list[tuple[int, bytes]]:
         offset, line = self._offsets.get(path, (0, 0))
@@ -67,15 +68,24 @@ class TrainingEventsSpool:
         return [(line + i + 1, text) for i, text in enumerate(chunk)]
 
     def _place(self, event: TrainingEvent) -> Placed:
-        at = from_epoch_seconds(event.ts)
-        for row in slurm_store.allocations_between(self.store, at, at).to_pylist():
-            if row["node"] == event.node and (event.gpu is None or row["gpu"] == event.gpu):
-                return Placed(event, row["job_id"], row["user"], row["account"])
-        return Placed(event, None, None, None)
+        """The platform's job on the claimed node and GPU at the event's time (one query per
+        GPU and minute in a cycle, not one per event)."""
+        key = (event.node, event.gpu, int(event.ts // 60))
+        found = self._placements.get(key)
+        if found is None:
+            at = from_epoch_seconds(event.ts)
+            found = (None, None, None)
+            for row in slurm_store.allocations_between(self.store, at, at).to_pylist():
+                if row["node"] == event.node and (event.gpu is None or row["gpu"] == event.gpu):
+                    found = (row["job_id"], row["user"], row["account"])
+                    break
+            self._placements[key] = found
+        return Placed(event, *found)
 
     def collect_once(self) -> TrainingCycle:
         """Read new lines, evaluate each job that has events, store new firings."""
         cycle = TrainingCycle()
+        self._placements.clear()  # allocations may have changed since the last cycle
         try:
             paths = sorted(self.root.glob(f"*/{PATTERN}"))
         except OSError as exc:
