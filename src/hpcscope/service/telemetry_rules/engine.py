@@ -7,7 +7,10 @@ server hands :meth:`TelemetryRules.after_cycle` to the collector as an after-cyc
 the jobs upkeep, ``service/jobs/retention.py``). Each run reads the window the rules judge
 (the longest rule window, plus each running job's calibration minutes, however long ago it
 started), evaluates :func:`hpcscope.analysis.telemetry_rules.rules.evaluate`, and upserts the
-alerts into the one ``alerts`` table (deduplicated by key; state kept).
+alerts into the one ``alerts`` table (deduplicated by key; state kept). The node facts the
+collector keeps from the same pages (migration 16, ``service/collect/node_facts.py``) are
+judged here too: Xid counts (GM-4, with the GPU rules) and each node's latest posture check
+(SC-7, CE-5, GM-5, DP-3; :meth:`TelemetryRules.posture`).
 
 The rules see the whole window every run, so an episode is found again on the next run: an
 alert is written only when its ``last_seen`` moved past what this engine wrote before (a
