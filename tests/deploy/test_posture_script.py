@@ -133,3 +133,22 @@ def test_an_epilog_that_resets_the_gpus_clears_the_flag(tmp_path: Path) -> None:
     text = (tmp_path / "t" / "hpcscope_posture.prom").read_text()
     assert 'hpcscope_posture_flag{flag="epilog_without_gpu_reset"} 0' in text
     assert "hpcscope_posture_dataset_item_hashes" not in text  # no dataset root given
+
+
+def test_the_shipped_unit_runs_the_script_with_flags_it_accepts(tmp_path: Path) -> None:
+    import configparser
+    import shlex
+
+    unit = configparser.ConfigParser(interpolation=None)
+    unit.read(SCRIPT.parent / "hpcscope-posture.service")
+    args = shlex.split(unit["Service"]["ExecStart"])
+    assert args[0] == "/usr/local/sbin/hpcscope-posture"
+    args[args.index("-d") + 1] = str(tmp_path / "textfile")
+    env, _, _ = _site(tmp_path)
+    done = subprocess.run(["/bin/sh", str(SCRIPT), *args[1:]], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "textfile" / "hpcscope_posture.prom").is_file()
+    timer = configparser.ConfigParser(interpolation=None)
+    timer.read(SCRIPT.parent / "hpcscope-posture.timer")
+    assert timer["Timer"]["OnCalendar"] == "daily"
