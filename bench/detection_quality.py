@@ -49,6 +49,7 @@ from hpcscope.model.alerts import Alert, Severity  # noqa: E402
 from hpcscope.model.schemas import JOB_SCHEMA  # noqa: E402
 from hpcscope.service.alerts.engine import SecurityCollection  # noqa: E402
 from hpcscope.service.alerts.rules import load_site_rules  # noqa: E402
+from hpcscope.service.integrity.replay import replay_training  # noqa: E402
 from hpcscope.service.security.buffer import SecurityEventBuffer  # noqa: E402
 from hpcscope.service.telemetry_rules.replay import detection_delays  # noqa: E402
 from hpcscope.service.telemetry_rules.replay import replay as replay_telemetry  # noqa: E402
@@ -56,16 +57,21 @@ from hpcscope.store import Store  # noqa: E402
 from hpcscope.store.alerts import alerts  # noqa: E402
 from hpcscope.twin import attacks, attacks_telemetry  # noqa: E402
 from hpcscope.twin.attacks import CHECKPOINTS, JOBS, Scenario  # noqa: E402
+from hpcscope.twin.attacks_node_facts import node_fact_scenarios  # noqa: E402
 from hpcscope.twin.attacks_packages import package_scenarios  # noqa: E402
 from hpcscope.twin.attacks_sensor import sensor_scenarios  # noqa: E402
+from hpcscope.twin.attacks_training import training_scenarios  # noqa: E402
 
 T0 = 1_796_126_400 * 1_000_000_000  # 2026-12-01T12:00:00Z
-#: The scenario lists replayed: syscall events, telemetry, the sensor's (one line per list).
+#: The scenario lists replayed: syscall events, telemetry, the sensor's, the prolog's package
+#: inventories, node facts (Xid counts, posture checks), the training recorder's events.
 PLAYED = (
     attacks.scenarios,
     attacks_telemetry.scenarios,
     sensor_scenarios,
     package_scenarios,
+    node_fact_scenarios,
+    training_scenarios,
 )
 #: Every rule id of the security reference except GI- (gradient injection has its own issue).
 REFERENCE_RULES = (
@@ -81,6 +87,14 @@ REFERENCE_RULES = (
 def replay(s: Scenario, root: Path, delays: dict[str, float | None] | None = None) -> list[Alert]:
     """One scenario through tails, buffer, engine and store; the stored alerts (a telemetry
     scenario through parsers, spools, store and the telemetry rules)."""
+    if s.training_events:  # the training recorder's lines, through the integrity spool
+        store, spooled = replay_training(s, root, load_site_rules(None))
+        try:
+            if spooled.errors:
+                raise SystemExit(f"{s.name}: lines did not parse: {spooled.errors}")
+            return alerts(store, JobScope(all_jobs=True))
+        finally:
+            store.close()
     if s.evaluate_at_ns is not None:
         rules = load_site_rules(None)
         store, _ = replay_telemetry(s, root, rules)

@@ -57,8 +57,11 @@ def extract_ttar(archive: Path, destination: Path) -> None:
 
 
 @contextlib.contextmanager
-def node_exporter(sysfs: Path, *, collectors: tuple[str, ...] = ("infiniband",)) -> Iterator[str]:
-    """Run node_exporter on a free loopback port over ``sysfs``; yield its /metrics URL."""
+def node_exporter(
+    sysfs: Path, *, collectors: tuple[str, ...] = ("infiniband",), extra_args: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """Run node_exporter on a free loopback port over ``sysfs``; yield its /metrics URL
+    (``extra_args``: more flags, e.g. ``--collector.textfile.directory=DIR``)."""
     binary = next((shutil.which(b) for b in BINARIES if shutil.which(b)), None)
     if binary is None:
         raise NodeExporterUnavailable(
@@ -71,6 +74,7 @@ def node_exporter(sysfs: Path, *, collectors: tuple[str, ...] = ("infiniband",))
         f"--path.sysfs={sysfs}",
         "--collector.disable-defaults",
         *(f"--collector.{name}" for name in collectors),
+        *extra_args,
     ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/metrics"

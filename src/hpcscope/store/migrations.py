@@ -14,6 +14,7 @@ from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRI
 from hpcscope.store import readings
 from hpcscope.store.capture_ddl import CAPTURES_DDL
 from hpcscope.store.file_access import FILE_ACCESS_DDL
+from hpcscope.store.node_facts import NODE_FACTS_DDL
 from hpcscope.store.notify_ddl import NOTIFY_DDL
 from hpcscope.store.telemetry_rules import TELEMETRY_RULES_DDL
 
@@ -370,5 +371,10 @@ CREATE TABLE api_tokens (
         15,
         "one gpu_readings row per GPU and time with its job(s); gpu_samples becomes its view",
         readings.MIGRATION_SQL,
+    ),
+    Migration(
+        16,
+        "gpu_xid_counts, node_posture: Xid counts (GM-4), posture checks (SC-7, CE-5, GM-5, DP-3)",
+        NODE_FACTS_DDL,
     ),
 )

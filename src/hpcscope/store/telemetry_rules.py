@@ -153,3 +153,17 @@ def allocation_nodes(store: Store, job_ids: Sequence[str]) -> dict[str, list[str
     for row in rows:
         out.setdefault(str(row["job_id"]), []).append(str(row["node"]))
     return out
+
+
+def path_creators(store: Store, paths: Sequence[str]) -> dict[str, str]:
+    """For each of ``paths`` with a changelog ``CREAT`` record, the job of its latest one."""
+    wanted = sorted(set(paths))
+    if not wanted:
+        return {}
+    marks = ", ".join("?" for _ in wanted)
+    rows = store.query(
+        f"SELECT path, job_id FROM lustre_changelog WHERE record_type = 'CREAT' "
+        f"AND job_id IS NOT NULL AND path IN ({marks}) ORDER BY ts, record_index",
+        wanted,
+    ).to_pylist()
+    return {str(r["path"]): str(r["job_id"]) for r in rows}

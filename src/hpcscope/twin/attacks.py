@@ -51,7 +51,8 @@ class Scenario:
     job_id: str | None = "4410001"
     # telemetry scenarios (twin/attacks_telemetry.py): what the collectors read, as they read it
     pages: list[tuple[int, str, str, str]] = field(default_factory=list)
-    """Scrapes ``(ts_ns, exporter, node, page)``: ``infiniband`` (node_exporter), ``dcgm``."""
+    """Scrapes ``(ts_ns, exporter, node, page)``: ``infiniband`` (node_exporter), ``dcgm``, ``node``
+    (node_exporter serving the posture textfile)."""
     job_stats: list[tuple[str, str]] = field(default_factory=list)
     """``(server, lctl get_param *.job_stats output)`` snapshots, in time order."""
     changelog: list[tuple[str, str]] = field(default_factory=list)
@@ -72,6 +73,9 @@ class Scenario:
     """When the rules run (ns since the epoch); None for event scenarios."""
     onset_ns: int | None = None
     """When the attack starts (ns since the epoch): the bench measures detection delays from it."""
+    training_events: list[tuple[str, int, str]] = field(default_factory=list)
+    """``(job directory, rank, lines)`` the training recorder wrote to the integrity spool
+    (``training-<rank>.jsonl``; twin/attacks_training.py)."""
 
 
 def _python(s: Scenario, t0: int, job: str = "4410001", pid: int = 2000) -> Proc:

@@ -205,9 +205,12 @@ def render_page(
         for index, labels in label_sets:
             lines.append(f"{family.name}{{{labels}}} {_value(counters[index], family)}")
     xid_lines = [
-        f'DCGM_EXP_XID_ERRORS_COUNT{{{labels},xid="{counters[index].xid_last}"}} 1'
+        f'DCGM_EXP_XID_ERRORS_COUNT{{{labels},xid="{xid}"}} {count}'
         for index, labels in label_sets
-        if counters[index].xid_last
+        for xid, count in (
+            counters[index].xid_counts
+            or (((counters[index].xid_last, 1),) if counters[index].xid_last else ())
+        )
     ]
     if xid_lines:
         lines.append(

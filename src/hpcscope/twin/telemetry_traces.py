@@ -129,6 +129,8 @@ class GpuState:
     sm_active_ratio: float = 0.0
     fb_used_mib: float = 400.0
     job_id: str | None = None
+    xid_counts: tuple[tuple[int, int], ...] = ()
+    """Xids within dcgm-exporter's window: ``(code, count)`` pairs (GM-4)."""
 
 
 def _counters(state: GpuState) -> GpuCounters:
@@ -140,9 +142,10 @@ def _counters(state: GpuState) -> GpuCounters:
         fb_free_mib=81559 - state.fb_used_mib, fb_reserved_mib=0.0,
         power_watts=70.0 + 600.0 * busy, energy_millijoules=0.0, gpu_temp_celsius=35 + 30 * busy,
         memory_temp_celsius=38 + 25 * busy, sm_clock_mhz=1980.0 if busy else 345.0,
-        mem_clock_mhz=2619.0, clock_throttle_reasons=0, xid_last=0, pcie_tx_bytes_per_second=0.0,
+        mem_clock_mhz=2619.0, clock_throttle_reasons=0, pcie_tx_bytes_per_second=0.0,
         pcie_rx_bytes_per_second=0.0, nvlink_tx_bytes_per_second=0.0,
-        nvlink_rx_bytes_per_second=0.0,
+        nvlink_rx_bytes_per_second=0.0, xid_counts=state.xid_counts,
+        xid_last=state.xid_counts[-1][0] if state.xid_counts else 0,
     )  # fmt: skip
 
 

@@ -130,6 +130,8 @@ class GpuCounters:
     pcie_rx_bytes_per_second: float
     nvlink_tx_bytes_per_second: float
     nvlink_rx_bytes_per_second: float
+    xid_counts: tuple[tuple[int, int], ...] = ()
+    """``(Xid code, count within the exporter's window)`` pairs; empty: one Xid, the last."""
 
 
 @dataclass

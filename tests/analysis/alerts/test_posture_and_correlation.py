@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from hpcscope.analysis.alerts.common import JobOwner
 from hpcscope.analysis.alerts.correlation import CorrelationRules, Egress
-from hpcscope.analysis.alerts.posture import NodePosture, entry_errors, posture_alerts, release
+from hpcscope.analysis.alerts.posture import (
+    FLAGS,
+    NodePosture,
+    entry_errors,
+    posture_alerts,
+    postures_from_facts,
+    release,
+)
 from hpcscope.model.alerts import Severity
 from hpcscope.service.alerts.rules import RuleFileError, load_rules, load_site_rules
 
@@ -117,3 +124,41 @@ def test_w2_needs_bulk_reads_then_egress_within_the_window() -> None:
     fast = [_read(60 * i, gib // 2) for i in range(3)]
     away = Egress("SC-3", "8", "gpu02", T0 + timedelta(seconds=300), "connect out")
     assert other.evaluate(fast, [], owners=owners, egress=[away]) == []
+
+
+def test_dp3_names_each_dataset_whose_url_list_has_no_hashes() -> None:
+    datasets = {"/d/web": ("/d/web/urls.tsv", False), "/d/curated": ("/d/curated/urls.tsv", True)}
+    found = posture_alerts(_posture(datasets=datasets), RULES)
+    assert [(a.rule_id, a.subject, a.node) for a in found] == [("DP-3", "/d/web", "gpu01")]
+    assert "/d/web/urls.tsv" in found[0].evidence[0].summary
+
+
+def test_dp3_spares_the_roots_a_site_accepts() -> None:
+    from dataclasses import replace
+
+    rules = dict(RULES)
+    rules["DP-3"] = replace(RULES["DP-3"], lists={"accepted_roots": ("/d/web",)})
+    assert posture_alerts(_posture(datasets={"/d/web": ("/d/web/urls.tsv", False)}), rules) == []
+
+
+@given(
+    st.dictionaries(st.sampled_from(["torch", "runc", "ray"]), st.sampled_from(["1.0", "2.5.1"])),
+    st.frozensets(st.sampled_from(sorted(FLAGS))),
+)
+def test_facts_rows_become_one_posture_per_check(
+    versions: dict[str, str], raised: frozenset[str]
+) -> None:
+    later = T0 + timedelta(days=1)
+    installed = versions | {"apptainer": "1.3.6"}
+
+    def row(checked: datetime, kind: str, name: str, value: str) -> dict[str, object]:
+        return {"node": "gpu01", "checked_at": checked, "kind": kind, "name": name,
+                "value": value, "detail": None}  # fmt: skip
+
+    rows = [row(T0, "version", k, v) for k, v in installed.items()]
+    rows += [row(later, "flag", f, "1" if f in raised else "0") for f in sorted(FLAGS)]
+    rows.append(row(later, "flag", "from_a_later_version", "1"))
+    first, second = postures_from_facts(rows)
+    assert (first.checked_at, dict(first.versions)) == (T0, installed)
+    assert second.checked_at == later
+    assert {f for f in FLAGS if getattr(second, f)} == raised

@@ -10,6 +10,7 @@ from hpcscope.analysis.alerts.correlation import CORRELATION_RULE_IDS
 from hpcscope.analysis.alerts.events import EVENT_RULE_IDS, REQUIRED_LISTS
 from hpcscope.analysis.alerts.posture import POSTURE_RULE_IDS
 from hpcscope.analysis.integrity.rules import REQUIRED_THRESHOLDS
+from hpcscope.analysis.integrity.training import RULE_IDS as TRAINING_RULE_IDS
 from hpcscope.analysis.telemetry_rules.rules import TELEMETRY_RULE_IDS
 from hpcscope.model.alerts import Severity
 from hpcscope.service.alerts.rules import (
@@ -40,6 +41,7 @@ def test_bundled_rules_load_with_the_reference_thresholds() -> None:
         *TELEMETRY_RULE_IDS,
         *CORRELATION_RULE_IDS,
         *POSTURE_RULE_IDS,
+        *TRAINING_RULE_IDS,
     }
     gi1 = rules["GI-1"]
     assert (gi1.severity, gi1.window_steps, gi1.min_hits) == (Severity.HIGH, 10, 3)

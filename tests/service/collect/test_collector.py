@@ -270,3 +270,34 @@ def test_collector_thread_survives_and_stops(tmp_path: Path, switches: dict[str,
             server.shutdown()
             server.server_close()
         store.close()
+
+
+def test_xid_counts_of_a_dcgm_page_are_stored_with_their_job(tmp_path: Path) -> None:
+    """dcgm-exporter's ``DCGM_EXP_XID_ERRORS_COUNT{xid}`` reaches ``gpu_xid_counts`` (GM-4)."""
+    node = TOPOLOGY.node("gpu01")
+    mapping_dir = tmp_path / "mapping"
+    mapping.add_job(mapping_dir, "2", "500")
+    memory = node.gpus[0].model.memory_bytes
+    busy = shares_for(Profile.HEALTHY, gpu_index=0, straggler_gpu=None, memory_bytes=memory)
+    endpoint = DcgmEndpoint(
+        "gpu01",
+        node.gpus,
+        mapping_dir,
+        shares=lambda i: busy if i == 2 else None,
+        xid_source=lambda i: 31 if i == 2 else 0,
+    )
+    store = Store(tmp_path / "store.duckdb")
+    switches = {"good": Switch(endpoint, threading.Event())}
+    collector = _simulated(tmp_path, store, switches, FakeClock())
+
+    async def run() -> None:
+        try:
+            await collector.collect_once()
+        finally:
+            await collector.aclose()
+
+    asyncio.run(run())
+    store.flush()
+    rows = store.query("SELECT node, gpu, job_id, xid, xid_count FROM gpu_xid_counts").to_pylist()
+    assert rows == [{"node": "node-good", "gpu": 2, "job_id": "500", "xid": 31, "xid_count": 1.0}]
+    store.close()

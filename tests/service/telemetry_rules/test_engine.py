@@ -18,7 +18,7 @@ from hpcscope.service.telemetry_rules.replay import detection_delays, replay, wi
 from hpcscope.store import Store
 from hpcscope.store import telemetry_rules as queries
 from hpcscope.store.alerts import alerts
-from hpcscope.twin import attacks_telemetry, benign_telemetry
+from hpcscope.twin import attacks_node_facts, attacks_telemetry, benign_telemetry
 from hpcscope.twin.attacks import Scenario
 from hpcscope.twin.telemetry_traces import SECOND_NS
 
@@ -43,6 +43,12 @@ def rules() -> dict[str, RuleSpec]:
         benign_telemetry.benign_gpu_lifecycle,
         benign_telemetry.benign_maintenance_reset,
         benign_telemetry.benign_curation,
+        attacks_node_facts.xid_burst_new_job,
+        attacks_node_facts.xid_burst_unknown_binary,
+        attacks_node_facts.benign_xid_bug_established_job,
+        attacks_node_facts.posture_old_runc,
+        attacks_node_facts.posture_unhashed_dataset,
+        attacks_node_facts.benign_patched_node,
     ],
 )
 def test_scenarios_through_the_pipeline(
@@ -110,6 +116,15 @@ def test_bad_window_in_a_rule_file_is_named(tmp_path: Path) -> None:
     assert err.value.line is not None
 
 
+def test_a_gm4_xid_that_is_not_a_number_is_named(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[3] / "deploy" / "rules" /
+            "security-telemetry.yaml").read_text()  # fmt: skip
+    (tmp_path / "t.yaml").write_text(text.replace("xids: [13, 31, 43]", 'xids: [13, "x31"]'))
+    with pytest.raises(RuleFileError) as err:
+        load_site_rules(tmp_path)
+    assert "GM-4: Xid 'x31' is not a number" in str(err.value) and "t.yaml" in str(err.value)
+
+
 def test_with_lists_replaces_only_the_named_lists(rules: dict[str, RuleSpec]) -> None:
     changed = with_lists(rules, {"DP-1": {"datasets": ["/d vision OST1"]}})
     assert changed["DP-1"].items("datasets") == ("/d vision OST1",)
@@ -127,6 +142,9 @@ def test_shipped_thresholds_are_the_reference_starting_values(rules: dict[str, R
     assert rules["SC-4"].threshold("min_seconds") == 120
     assert rules["GM-1"].threshold("fb_used_bytes") == 1024 * 2**20
     assert (rules["SC-4"].severity, rules["GM-2"].severity) == (Severity.CRITICAL,) * 2
+    assert rules["GM-4"].threshold("min_count") == 20  # "e.g. >= 20 in 2 min"
+    assert rules["GM-4"].threshold("window_seconds") == 120
+    assert rules["GM-4"].items("xids") == ("13", "31", "43")
 
 
 def test_spools_from_settings(tmp_path: Path, rules: dict[str, RuleSpec]) -> None:

@@ -1,4 +1,4 @@
-"""Posture rules: SC-7, CE-5, GM-5, checked against version lists and flags shipped as data.
+"""Posture rules: SC-7, CE-5, GM-5, DP-3, checked against version lists and flags shipped as data.
 
 A node's posture (:class:`NodePosture`: the versions of the packages and binaries that matter,
 and a few facts) is compared with ``deploy/rules/posture.yaml``:
@@ -11,6 +11,12 @@ and a few facts) is compared with ``deploy/rules/posture.yaml``:
   ``gpu_sharing_on_sensitive``, ``epilog_without_gpu_reset``,
   ``nvlink_counters_user_readable``).
 
+DP-3 reads the check's datasets (:attr:`NodePosture.datasets`): a dataset root whose URL list
+carries no per-item hashes (split-view poisoning: what the URLs serve today may not be what was
+curated) raises DP-3 once per root, unless the root is on the rule's ``accepted_roots`` list.
+:func:`postures_from_facts` turns ``node_posture`` rows (the check's textfile, as stored) into
+:class:`NodePosture` values.
+
 Versions compare by their numeric release parts (``2.5.1+cu121`` is 2.5.1; ``1.17.8-1`` is
 1.17.8); a version that has no numeric part is reported as unknown, never as safe. Pure.
 """
@@ -18,16 +24,16 @@ Versions compare by their numeric release parts (``2.5.1+cu121`` is 2.5.1; ``1.1
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from hpcscope.model.alerts import Alert, Evidence, RuleSpec
 
-POSTURE_RULE_IDS: tuple[str, ...] = ("SC-7", "CE-5", "GM-5")
+POSTURE_RULE_IDS: tuple[str, ...] = ("SC-7", "CE-5", "GM-5", "DP-3")
 REQUIRED_LISTS: Mapping[str, tuple[str, ...]] = dict.fromkeys(
-    POSTURE_RULE_IDS, ("vulnerable", "flags")
-)
+    POSTURE_RULE_IDS[:3], ("vulnerable", "flags")
+) | {"DP-3": ("accepted_roots",)}
 _ENTRY = re.compile(r"^\s*([A-Za-z0-9_.+-]+?)\s*(<=|<)\s*([0-9][0-9A-Za-z.+-]*)\s*$")
 _RELEASE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
 
@@ -46,6 +52,7 @@ class NodePosture:
         gpu_sharing_on_sensitive: MIG, MPS or time-slicing on a node marked sensitive.
         epilog_without_gpu_reset: the epilog does not reset (or clear) the GPUs.
         nvlink_counters_user_readable: NVLink counters readable by users (side channel).
+        datasets: dataset root -> (its URL list, whether that list has per-item hashes).
     """
 
     node: str
@@ -58,11 +65,41 @@ class NodePosture:
     gpu_sharing_on_sensitive: bool = False
     epilog_without_gpu_reset: bool = False
     nvlink_counters_user_readable: bool = False
+    datasets: Mapping[str, tuple[str | None, bool]] = field(default_factory=dict)
 
 
 FLAGS: frozenset[str] = frozenset(
-    f.name for f in fields(NodePosture) if f.name not in ("node", "checked_at", "versions")
+    f.name
+    for f in fields(NodePosture)
+    if f.name not in ("node", "checked_at", "versions", "datasets")
 )
+
+
+def postures_from_facts(rows: Iterable[Mapping[str, object]]) -> list[NodePosture]:
+    """One :class:`NodePosture` per (node, check) of ``node_posture`` rows (``node``,
+    ``checked_at``, ``kind``, ``name``, ``value``, ``detail``); flags this version does not
+    know are left out."""
+    grouped: dict[tuple[str, datetime], list[Mapping[str, object]]] = {}
+    for row in rows:
+        checked = row["checked_at"]
+        assert isinstance(checked, datetime)
+        grouped.setdefault((str(row["node"]), checked), []).append(row)
+    out: list[NodePosture] = []
+    for (node, checked), facts in sorted(grouped.items()):
+        versions = {str(r["name"]): str(r["value"]) for r in facts if r["kind"] == "version"}
+        flags = {
+            str(r["name"]): str(r["value"]) == "1"
+            for r in facts
+            if r["kind"] == "flag" and r["name"] in FLAGS
+        }
+        datasets = {
+            str(r["name"]): (None if r["detail"] is None else str(r["detail"]),
+                             str(r["value"]) == "1")
+            for r in facts
+            if r["kind"] == "dataset"
+        }  # fmt: skip
+        out.append(NodePosture(node, checked, versions=versions, datasets=datasets, **flags))
+    return out
 
 
 def release(version: str) -> tuple[int, ...] | None:
@@ -81,7 +118,7 @@ def entry_errors(rules: Mapping[str, RuleSpec]) -> list[tuple[RuleSpec, str]]:
         for entry in spec.items("vulnerable"):
             if _ENTRY.match(entry) is None:
                 errors.append((spec, f"{rule_id}: {entry!r} is not name<version or name<=version"))
-        for flag in spec.items("flags"):
+        for flag in spec.items("flags") if rule_id != "DP-3" else ():
             if flag not in FLAGS:
                 errors.append(
                     (spec, f"{rule_id}: unknown flag {flag!r} ({', '.join(sorted(FLAGS))})")
@@ -96,7 +133,16 @@ def _pad(parts: tuple[int, ...], size: int) -> tuple[int, ...]:
 def posture_alerts(posture: NodePosture, rules: Mapping[str, RuleSpec]) -> list[Alert]:
     """The posture alerts of one node (one per matching entry or raised flag)."""
     found: list[Alert] = []
-    for rule_id in POSTURE_RULE_IDS:
+    dp3 = rules.get("DP-3")
+    if dp3 is not None and dp3.enabled:
+        accepted = set(dp3.items("accepted_roots"))
+        for root, (url_list, hashed) in sorted(posture.datasets.items()):
+            if hashed or root in accepted:
+                continue
+            summary = (f"dataset {root} built from the URL list {url_list or '(unnamed)'}, "
+                       "which has no per-item hashes")  # fmt: skip
+            found.append(_alert(dp3, posture, root, summary))
+    for rule_id in POSTURE_RULE_IDS[:3]:
         spec = rules.get(rule_id)
         if spec is None or not spec.enabled:
             continue

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from hpcscope.analysis.telemetry_rules.common import JobSpan, PortKey, merge, parse_windows
+from hpcscope.analysis.telemetry_rules.common import (
+    JobSpan,
+    PortKey,
+    enabled,
+    merge,
+    parse_windows,
+)
 from hpcscope.analysis.telemetry_rules.gpu import GpuAllocation, gpu_alerts
 from hpcscope.analysis.telemetry_rules.infiniband import infiniband_alerts
 from hpcscope.analysis.telemetry_rules.lustre import (
@@ -21,12 +27,13 @@ from hpcscope.analysis.telemetry_rules.lustre import (
     node_lustre_rates,
     parse_datasets,
 )
+from hpcscope.analysis.telemetry_rules.xid import gm4_xid_burst
 from hpcscope.model.alerts import Alert, RuleSpec
 
 #: The rule ids the telemetry rules raise.
 TELEMETRY_RULE_IDS: tuple[str, ...] = (
     "RD-1", "RD-2", "RD-2b", "RD-3", "RD-5", "RD-6", "RD-7", "SC-4", "GM-1", "GM-2",
-    "DP-1", "DP-2", "DP-4",
+    "DP-1", "DP-2", "DP-4", "GM-4",
 )  # fmt: skip
 
 #: Thresholds each telemetry rule needs (the loader rejects a rule file without them).
@@ -42,6 +49,7 @@ REQUIRED_THRESHOLDS: Mapping[str, tuple[str, ...]] = {
     "SC-4": ("util_ratio", "sm_active_ratio", "min_seconds"),
     "GM-1": ("fb_used_bytes", "grace_seconds"),
     "DP-1": ("reading_window_seconds",),
+    "GM-4": ("min_count", "window_seconds", "new_job_seconds"),
 }  # fmt: skip
 
 #: Lists each telemetry rule needs (they may be empty).
@@ -53,6 +61,7 @@ REQUIRED_LISTS: Mapping[str, tuple[str, ...]] = {
              "training_partitions"),
     "DP-2": ("write_types", "manifest_names"),
     "DP-4": ("training_partitions",),
+    "GM-4": ("xids", "known_binaries"),
 }  # fmt: skip
 
 
@@ -74,6 +83,10 @@ def list_errors(rules: Mapping[str, RuleSpec]) -> list[tuple[RuleSpec, str]]:
             parse_datasets(dp1.items("datasets"))
         except ValueError as exc:
             errors.append((dp1, f"DP-1: {exc}"))
+    gm4 = rules.get("GM-4")
+    if gm4 is not None:
+        errors += [(gm4, f"GM-4: Xid {x!r} is not a number")
+                   for x in gm4.items("xids") if not x.isdigit()]  # fmt: skip
     return errors
 
 
@@ -94,6 +107,7 @@ class TelemetryInputs:
         jobs: the jobs overlapping the window, with owners and nodes.
         allocations: the GPU allocations overlapping the window (the job mapping).
         port_gpus: (node, device, port) -> the GPU beside that HCA.
+        xid_counts: ``gpu_xid_counts`` rows (``DCGM_EXP_XID_ERRORS_COUNT`` by GPU and code).
     """
 
     ib_counters: pl.DataFrame = field(default_factory=_empty)
@@ -104,6 +118,7 @@ class TelemetryInputs:
     jobs: tuple[JobSpan, ...] = ()
     allocations: tuple[GpuAllocation, ...] = ()
     port_gpus: Mapping[PortKey, int] = field(default_factory=dict)
+    xid_counts: pl.DataFrame = field(default_factory=_empty)
 
 
 def evaluate(inputs: TelemetryInputs, rules: Mapping[str, RuleSpec]) -> list[Alert]:
@@ -120,6 +135,10 @@ def evaluate(inputs: TelemetryInputs, rules: Mapping[str, RuleSpec]) -> list[Ale
     out += gpu_alerts(
         inputs.gpu_samples, inputs.gpu_processes, inputs.allocations, by_id, rules=rules
     )
+    if (spec := enabled(rules, "GM-4")) is not None:
+        out += gm4_xid_burst(
+            spec, inputs.xid_counts, inputs.gpu_processes, inputs.allocations, by_id
+        )
     if inputs.changelog.height or inputs.job_stats.height:
         changelog = inputs.changelog if inputs.changelog.height else _empty_changelog()
         job_stats = inputs.job_stats if inputs.job_stats.height else _empty_job_stats()

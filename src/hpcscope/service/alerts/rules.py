@@ -233,6 +233,7 @@ def load_site_rules(directory: Path | None) -> dict[str, RuleSpec]:
         RuleFileError: a bad rule file (file and line named).
     """
     from hpcscope.analysis.alerts import correlation, events, posture
+    from hpcscope.analysis.integrity import training
     from hpcscope.analysis.integrity.rules import REQUIRED_THRESHOLDS
     from hpcscope.analysis.telemetry_rules import rules as telemetry
 
@@ -243,12 +244,14 @@ def load_site_rules(directory: Path | None) -> dict[str, RuleSpec]:
             **events.REQUIRED_THRESHOLDS,
             **telemetry.REQUIRED_THRESHOLDS,
             **correlation.REQUIRED_THRESHOLDS,
+            **training.REQUIRED_THRESHOLDS,
         },
         required_lists={
             **events.REQUIRED_LISTS,
             **telemetry.REQUIRED_LISTS,
             **correlation.REQUIRED_LISTS,
             **posture.REQUIRED_LISTS,
+            **training.REQUIRED_LISTS,
         },
     )
     for spec, message in [

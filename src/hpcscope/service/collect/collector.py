@@ -55,6 +55,7 @@ from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_reading
 from hpcscope.service.collect.clock import Clock, SystemClock
 from hpcscope.service.collect.health import CollectionHealth
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
+from hpcscope.service.collect.node_facts import store_node_facts
 from hpcscope.service.collect.scheduler import (
     AssociationSource,
     BoundedPoll,
@@ -476,6 +477,8 @@ class Collector:
             else:
                 conversions.append(conversion)
                 samples = conversion.gpu_rows
+        if ok and result.page is not None:  # Xid counts, posture: service/collect/node_facts
+            store_node_facts(self.store, target, result.page, ts=ts)
         if ok:
             report.ok += 1
         else:

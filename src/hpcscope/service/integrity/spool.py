@@ -27,6 +27,7 @@ from hpcscope.model.alerts import Alert, Evidence, RuleSpec, Vector
 from hpcscope.model.integrity import IntegrityRecord
 from hpcscope.model.timeutil import from_epoch_seconds
 from hpcscope.service.integrity.monitor import JobMonitor, StepFindings
+from hpcscope.service.integrity.training import TrainingEventsSpool
 from hpcscope.store import Store
 from hpcscope.store import slurm as slurm_store
 from hpcscope.store.alerts import upsert_alerts
@@ -88,6 +89,7 @@ class IntegritySpool:
         self._placements: dict[tuple[str, int | None, int], Placement] = {}
         self._labels: dict[str, str] = {}
         self.monitors: dict[str, JobMonitor] = {}
+        self.training = TrainingEventsSpool(store, root, rules)  # W-4, DP-5 (training.py)
 
     # ------------------------------------------------------------------ reading
 
@@ -143,6 +145,9 @@ class IntegritySpool:
                 alerts.extend(self._alerts(job_dir.name, evaluated))
         if alerts:
             cycle.alerts = upsert_alerts(self.store, alerts).result()
+        training = self.training.collect_once()
+        cycle.alerts += training.alerts
+        cycle.errors += training.errors
         return cycle
 
     # ------------------------------------------------------------------ attribution

@@ -7,7 +7,10 @@ server hands :meth:`TelemetryRules.after_cycle` to the collector as an after-cyc
 the jobs upkeep, ``service/jobs/retention.py``). Each run reads the window the rules judge
 (the longest rule window, plus each running job's calibration minutes, however long ago it
 started), evaluates :func:`hpcscope.analysis.telemetry_rules.rules.evaluate`, and upserts the
-alerts into the one ``alerts`` table (deduplicated by key; state kept).
+alerts into the one ``alerts`` table (deduplicated by key; state kept). The node facts the
+collector keeps from the same pages (migration 16, ``service/collect/node_facts.py``) are
+judged here too: Xid counts (GM-4, with the GPU rules) and each node's latest posture check
+(SC-7, CE-5, GM-5, DP-3; :meth:`TelemetryRules.posture`).
 
 The rules see the whole window every run, so an episode is found again on the next run: an
 alert is written only when its ``last_seen`` moved past what this engine wrote before (a
@@ -25,6 +28,7 @@ from datetime import datetime, timedelta
 import polars as pl
 import pyarrow as pa
 
+from hpcscope.analysis.alerts.posture import posture_alerts, postures_from_facts
 from hpcscope.analysis.telemetry_rules.common import JobSpan, PortKey
 from hpcscope.analysis.telemetry_rules.gpu import GpuAllocation
 from hpcscope.analysis.telemetry_rules.rules import TelemetryInputs, evaluate
@@ -39,6 +43,7 @@ from hpcscope.store import alerts as alert_store
 from hpcscope.store import telemetry_rules as queries
 from hpcscope.store.infiniband import ib_counters
 from hpcscope.store.lustre import job_stats
+from hpcscope.store.node_facts import latest_posture, xid_counts
 from hpcscope.store.slurm import allocations_between
 
 log = logging.getLogger(__name__)
@@ -204,7 +209,14 @@ class TelemetryRules:
             jobs=jobs,
             allocations=allocations,
             port_gpus=self.port_gpus,
+            xid_counts=_frame(xid_counts(self.store, since=gpu_since, until=now)),
         )
+
+    def posture(self, now: datetime) -> list[Alert]:
+        """SC-7, CE-5, GM-5, DP-3 over each node's latest posture check read by ``now``
+        (``node_posture``; the alert's times are the check's, so a check is one firing)."""
+        facts = latest_posture(self.store, until=now).to_pylist()
+        return [a for p in postures_from_facts(facts) for a in posture_alerts(p, self.rules)]
 
     def _fresh(self, alerts: list[Alert]) -> list[Alert]:
         fresh: list[Alert] = []
@@ -224,7 +236,7 @@ class TelemetryRules:
             for error in read.errors[:5]:
                 log.warning("telemetry spool: %s", error)
         inputs = self.read(at)
-        alerts = self._fresh(evaluate(inputs, self.rules))
+        alerts = self._fresh(evaluate(inputs, self.rules) + self.posture(at))
         written = alert_store.upsert_alerts(self.store, alerts).result() if alerts else 0
         self.last = TelemetryCycle(
             at=at,

@@ -27,6 +27,7 @@ from hpcscope.ingest.exposition.parser import ExpositionParser
 from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.schemas import JOB_ALLOCATION_SCHEMA, JOB_SCHEMA
 from hpcscope.model.timeutil import from_epoch_seconds
+from hpcscope.service.collect.node_facts import store_page_facts
 from hpcscope.service.telemetry_rules.engine import TelemetryCycle, TelemetryRules
 from hpcscope.service.telemetry_rules.spool import ChangelogSpool, ProcessSpool
 from hpcscope.store import Store
@@ -79,9 +80,10 @@ def load_scenario(store: Store, s: Scenario, spool: Path) -> None:
     for ts_ns, exporter, node, text in s.pages:
         ts = from_epoch_seconds(ts_ns / SECOND_NS)
         page = parser.parse(text, source=f"http://{node}/metrics")
+        store_page_facts(store, "dcgm" if exporter == "dcgm" else "node", page, ts=ts, node=node)
         if exporter == "infiniband":
             append_ib_counters(store, infiniband_rows(page, ts=ts, node=node).table)
-        else:
+        elif exporter == "dcgm":
             conversion = converters.setdefault(node, DcgmConverter()).convert(
                 page, ts=ts, node=node
             )
