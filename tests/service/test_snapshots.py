@@ -53,9 +53,7 @@ def counter() -> tuple[list[int], Callable[[], int]]:
     return calls, compute
 
 
-def make(
-    writes: Writes, clock: Clock, held: Held, *, stale_seconds: float = 30.0
-) -> Snapshots:
+def make(writes: Writes, clock: Clock, held: Held, *, stale_seconds: float = 30.0) -> Snapshots:
     return Snapshots(
         writes, max_age_seconds=10.0, stale_seconds=stale_seconds, clock=clock, refresh=held
     )
@@ -76,8 +74,10 @@ def test_a_write_serves_the_old_value_once_and_refreshes_it_behind() -> None:
     writes, clock, held = Writes(), Clock(), Held()
     snapshots = make(writes, clock, held)
     _, compute = counter()
+    snapshots.publish()
     assert snapshots.get("a", compute) == 1
     writes.count += 1
+    snapshots.publish()
     assert snapshots.get("a", compute) == 1  # stale, served at once
     assert snapshots.get("a", compute) == 1  # one refresh only is queued
     assert len(held.jobs) == 1
@@ -85,12 +85,18 @@ def test_a_write_serves_the_old_value_once_and_refreshes_it_behind() -> None:
     assert snapshots.get("a", compute) == 2
 
 
-def test_without_stale_serving_a_write_is_seen_by_the_next_read() -> None:
+@pytest.mark.parametrize("published", [False, True])
+def test_without_stale_serving_a_write_is_seen_by_the_next_read(published: bool) -> None:
     writes, clock, held = Writes(), Clock(), Held()
-    snapshots = make(writes, clock, held, stale_seconds=0.0)
+    # without a collector publishing its cycles, nothing stale is served whatever the setting
+    snapshots = make(writes, clock, held, stale_seconds=0.0 if published else 30.0)
+    if published:
+        snapshots.publish()
     _, compute = counter()
     assert snapshots.get("a", compute) == 1
     writes.count += 1
+    if published:
+        snapshots.publish()
     assert snapshots.get("a", compute) == 2
     assert held.jobs == []
 
@@ -113,6 +119,7 @@ def test_age_alone_ends_an_entry() -> None:
     writes, clock, held = Writes(), Clock(), Held()
     snapshots = make(writes, clock, held)
     _, compute = counter()
+    snapshots.publish()
     assert snapshots.get("a", compute) == 1
     clock.now += 10.5  # past max_age: stale, refreshed behind
     assert snapshots.get("a", compute) == 1
@@ -163,8 +170,10 @@ def test_a_failed_computation_raises_and_the_next_read_retries() -> None:
 def test_a_failed_refresh_keeps_the_old_value() -> None:
     writes, clock, held = Writes(), Clock(), Held()
     snapshots = make(writes, clock, held)
+    snapshots.publish()
     assert snapshots.get("a", lambda: 1) == 1
     writes.count += 1
+    snapshots.publish()
 
     def broken() -> int:
         raise RuntimeError("store gone")

@@ -29,6 +29,7 @@ from hpcscope.service.jobs import reports, timeseries
 from hpcscope.service.jobs.contracts import JobTimeseries
 from hpcscope.service.jobs.retention import Upkeep, UpkeepConfig
 from hpcscope.service.settings import Settings
+from hpcscope.service.snapshots import Snapshots
 from hpcscope.store import Store
 from hpcscope.store import diagram as diagram_queries
 from hpcscope.store import identity as identity_store
@@ -47,6 +48,13 @@ class Service:
     catalog: Catalog = field(default_factory=default_catalog)
     rules: dict[str, RuleSpec] = field(default_factory=dict)
     """Detection rules by id, validated at start (``deploy/rules/*.yaml``)."""
+    snapshots: Snapshots = field(init=False, repr=False)
+    """Live read views computed once per collector cycle (``service/snapshots.py``): reads
+    without an explicit ``now`` are served from it."""
+
+    def __post_init__(self) -> None:
+        store = self.store
+        self.snapshots = Snapshots(lambda: store.writes_committed)
 
     @classmethod
     def open(cls, settings: Settings, *, users: UserDirectory | None = None) -> Service:
@@ -152,11 +160,20 @@ class Service:
         return sample_reader(self.settings, self.store)
 
     def job_reports(self, principal: Principal, *, now: datetime | None = None) -> list[JobReport]:
-        """Reports of every job ``principal`` may see, newest first."""
+        """Reports of every job ``principal`` may see, newest first.
+
+        Without ``now``: the snapshot of the current generation for the principal's job scope
+        (the answer depends on the scope alone, so principals of one scope share it)."""
+        if now is not None:
+            return self._job_reports(principal, now)
+        key = ("jobs.reports", principal.job_scope())
+        return list(self.snapshots.get(key, lambda: self._job_reports(principal, utcnow())))
+
+    def _job_reports(self, principal: Principal, now: datetime) -> list[JobReport]:
         found = reports.reports_for(
             self.store,
             principal,
-            now=now or utcnow(),
+            now=now,
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,
             currency=self.topology.currency,
@@ -168,12 +185,25 @@ class Service:
         self, principal: Principal, job_id: str, *, now: datetime | None = None
     ) -> JobReport | None:
         """One job's report, or None when it does not exist *or* is not visible (the two are
-        indistinguishable on purpose: no probing for other people's job ids)."""
+        indistinguishable on purpose: no probing for other people's job ids).
+
+        Without ``now``: visibility is checked for ``principal`` first, then the job's report
+        comes from the current generation's snapshot (a job's report is the same for everyone
+        who may see it)."""
+        if now is not None:
+            return self._job_report(principal, job_id, now)
+        if not self.can_see_job(principal, job_id):
+            return None
+        return self.snapshots.get(
+            ("jobs.report", job_id), lambda: self._job_report(principal, job_id, utcnow())
+        )
+
+    def _job_report(self, principal: Principal, job_id: str, now: datetime) -> JobReport | None:
         found = reports.reports_for(
             self.store,
             principal,
             job_ids=[job_id],
-            now=now or utcnow(),
+            now=now,
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,
             currency=self.topology.currency,
@@ -182,9 +212,14 @@ class Service:
         return found[0] if found else None
 
     def can_see_job(self, principal: Principal, job_id: str) -> bool:
-        """Whether ``job_id`` exists and ``principal`` may see it (without building a report)."""
-        _, ids = reports.visible_jobs_by_id(self.store, principal, [job_id])
-        return job_id in ids
+        """Whether ``job_id`` exists and ``principal`` may see it (without building a report;
+        per job scope and job in the current generation's snapshot)."""
+
+        def visible() -> bool:
+            _, ids = reports.visible_jobs_by_id(self.store, principal, [job_id])
+            return job_id in ids
+
+        return self.snapshots.get(("jobs.visible", principal.job_scope(), job_id), visible)
 
     def job_timeseries(
         self, principal: Principal, job_id: str, *, max_points: int = 720

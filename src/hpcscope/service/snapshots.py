@@ -12,11 +12,12 @@ keyed by what the answer depends on, and computes each key once per **generation
 * an entry is *current* while the generation is unchanged and it is younger than
   ``max_age_seconds`` (time alone changes some answers: a GPU turning stale, a running job's
   elapsed time);
-* a request that finds an entry that is no longer current but younger than
-  ``stale_seconds`` gets it at once, and one background refresh per key recomputes it (a
+* once a collector publishes its cycles, a request that finds an entry that is no longer
+  current but younger than ``stale_seconds`` gets it at once, and one background refresh per key recomputes it (a
   dashboard figure at most one cycle behind, instead of every client waiting for the
   recomputation); an older entry, or none, is computed in the request, once: concurrent
-  requests for the same key wait for that one computation.
+  requests for the same key wait for that one computation. Without a collector a write is
+  seen by the very next read (no stale answer: tests and one-shot reads write, then read).
 
 **Scopes.** The key must hold everything the value depends on, the viewer's scope included:
 callers key per-principal answers by :meth:`~hpcscope.model.access.Principal.job_scope` (the
@@ -76,7 +77,8 @@ class Snapshots:
         writes_committed: the store's committed-write counter
             (:attr:`hpcscope.store.duck.Store.writes_committed`).
         max_age_seconds: see :data:`MAX_AGE_SECONDS`.
-        stale_seconds: see :data:`STALE_SECONDS`; 0 never serves a value that is not current.
+        stale_seconds: see :data:`STALE_SECONDS`; 0 never serves a value that is not current
+            (nor does a store whose cycles nobody publishes).
         clock: monotonic seconds (a seam for tests).
         refresh: how a background refresh runs (default: :func:`background_runner`; tests pass
             a runner that runs it at once, or keeps it for later).
@@ -127,17 +129,18 @@ class Snapshots:
         generation = self.generation()
         now = self._clock()
         refresh = False
+        stale_seconds = self.stale_seconds if self._published is not None else 0.0
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
                 age = now - entry.computed_at
                 current = entry.generation == generation and age < self.max_age_seconds
-                if not current and age < self.stale_seconds:
+                if not current and age < stale_seconds:
                     refresh = key not in self._refreshing and key not in self._computing
                     if refresh:
                         self._refreshing.add(key)
-                if current or age < self.stale_seconds:
+                if current or age < stale_seconds:
                     served: T = entry.value
                     if not refresh:
                         return served

@@ -1,7 +1,13 @@
-"""Job pages and their JSON twins: the list, one job, its per-GPU time series."""
+"""Job pages and their JSON twins: the list, one job, its per-GPU time series.
+
+The list's document is serialised once per job scope and data generation (the service's
+snapshots, ``service/snapshots.py``) and answered with an ``ETag`` (304 on a match); a job's
+report document and notes once per job and generation, after the principal's access check.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -33,10 +39,30 @@ def jobs_page(request: Request, principal: PrincipalDep) -> Response:
     )
 
 
-@router.get("/api/jobs")
-def jobs_json(request: Request, principal: PrincipalDep) -> JobList:
+def etag_of(body: bytes) -> str:
+    """A strong ETag of a response body."""
+    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
+
+
+def cached_json(request: Request, body: bytes, etag: str) -> Response:
+    """``body`` as JSON with its ETag, or 304 when the client already has it."""
+    headers = {"ETag": etag, "Cache-Control": "no-cache", "Vary": "Cookie, Authorization"}
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
+
+
+@router.get("/api/jobs", response_model=JobList)
+def jobs_json(request: Request, principal: PrincipalDep) -> Response:
     """Every job you may see: reported vs real, GPU-hours, cost, verdict (newest first)."""
-    return JobList.from_reports(service_of(request).job_reports(principal))
+    service = service_of(request)
+
+    def serialised() -> tuple[bytes, str]:
+        body = JobList.from_reports(service.job_reports(principal)).model_dump_json().encode()
+        return body, etag_of(body)
+
+    body, etag = service.snapshots.get(("serve.jobs_json", principal.job_scope()), serialised)
+    return cached_json(request, body, etag)
 
 
 @router.get("/jobs/{job_id}")
@@ -52,7 +78,10 @@ def job_page(request: Request, job_id: str, principal: PrincipalDep) -> Response
             status_code=404,
         )
     alerts = service.job_alerts(principal, job_id) or []
-    notes = notes_of_report(service, report)
+    # the report is this generation's, visible to the principal: its notes are too
+    notes = service.snapshots.get(
+        ("serve.job_notes", job_id), lambda: notes_of_report(service, report)
+    )
     phases = job_phases(service, principal, job_id)
     return render(
         request,
@@ -78,7 +107,10 @@ def job_json(request: Request, job_id: str, principal: PrincipalDep) -> JobRepor
     if report is None or phases is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
     alerts = service.job_alerts(principal, job_id) or []
-    document = JobReportWithAlerts.of(JobReportDocument.from_report(report), alerts)
+    report_document = service.snapshots.get(
+        ("serve.job_document", job_id), lambda: JobReportDocument.from_report(report)
+    )
+    document = JobReportWithAlerts.of(report_document, alerts)
     return JobReportWithPhases.join(document, phases)
 
 

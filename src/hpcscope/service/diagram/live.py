@@ -69,6 +69,12 @@ class Viewer:
             return JobScope(all_jobs=False)
         return self.principal.job_scope()
 
+    def visibility(self) -> tuple[bool, bool, JobScope]:
+        """All that :func:`live_state` reads of the viewer: anonymity, admin rights (idle GPUs'
+        counters) and the job scope. Viewers who agree on it see the same live state."""
+        admin = self.principal is not None and self.principal.is_admin
+        return (self.anonymous, admin, self.scope())
+
 
 def diagram_viewer(settings: Settings, principal: Principal | None) -> Viewer | None:
     """The viewer for this request, or None when the diagram needs a login."""
