@@ -13,11 +13,12 @@ keyed by what the answer depends on, and computes each key once per **generation
   ``max_age_seconds`` (time alone changes some answers: a GPU turning stale, a running job's
   elapsed time);
 * once a collector publishes its cycles, a request that finds an entry that is no longer
-  current but younger than ``stale_seconds`` gets it at once, and one background refresh per key recomputes it (a
-  dashboard figure at most one cycle behind, instead of every client waiting for the
-  recomputation); an older entry, or none, is computed in the request, once: concurrent
-  requests for the same key wait for that one computation. Without a collector a write is
-  seen by the very next read (no stale answer: tests and one-shot reads write, then read).
+  current but younger than ``stale_seconds`` gets it at once, and one background refresh per
+  key recomputes it (a dashboard figure at most one cycle behind, instead of every client
+  waiting for the recomputation); an older entry, or none, is computed in the request, once:
+  concurrent requests for the same key wait for that one computation. Without a collector a
+  write is seen by the very next read (no stale answer: tests and one-shot reads write, then
+  read).
 
 **Scopes.** The key must hold everything the value depends on, the viewer's scope included:
 callers key per-principal answers by :meth:`~hpcscope.model.access.Principal.job_scope` (the
