@@ -90,8 +90,14 @@ class Service:
                 do (a researcher, or a team lead when coordinating): for identities a trusted
                 proxy or an API token vouches for; a password needs the file.
         """
-        coordinated = self.store.coordinated_accounts(name)
-        known = slurm_users and identity_store.known_to_slurm(self.store, name)
+        # Slurm's associations, as of the current generation (the collector's scheduler poll
+        # writes them): one store query per person and cycle, not one per request
+        coordinated = self.snapshots.get(
+            ("identity.coordinated", name), lambda: self.store.coordinated_accounts(name)
+        )
+        known = slurm_users and self.snapshots.get(
+            ("identity.known", name), lambda: identity_store.known_to_slurm(self.store, name)
+        )
         return self.users.principal(name, coordinated_from_slurm=coordinated, known_to_slurm=known)
 
     # ------------------------------------------------------------------ alerts
@@ -100,8 +106,22 @@ class Service:
         """Alerts of one job; None when the job does not exist or is not visible."""
         if not self.can_see_job(principal, job_id):
             return None
-        return alert_access.alerts_for(
-            self.store, principal, job_id=job_id, weight_paths=self.weight_paths()
+        # what alerts_for reads of the principal, and every committed write (not the cycle's
+        # generation: an acknowledgement shows on the very next read)
+        key = (
+            "alerts.job",
+            principal.alert_scope(),
+            principal.redacts_weight_paths,
+            job_id,
+            self.store.writes_committed,
+        )
+        return list(
+            self.snapshots.get(
+                key,
+                lambda: alert_access.alerts_for(
+                    self.store, principal, job_id=job_id, weight_paths=self.weight_paths()
+                ),
+            )
         )
 
     def alerts(
