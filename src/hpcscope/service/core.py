@@ -9,6 +9,7 @@ layer with the principal's :class:`~hpcscope.model.access.JobScope`.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -51,6 +52,11 @@ class Service:
     snapshots: Snapshots = field(init=False, repr=False)
     """Live read views computed once per collector cycle (``service/snapshots.py``): reads
     without an explicit ``now`` are served from it."""
+
+    _alert_changes: int = field(default=0, init=False, repr=False)
+    _alert_changes_lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         store = self.store
@@ -106,14 +112,14 @@ class Service:
         """Alerts of one job; None when the job does not exist or is not visible."""
         if not self.can_see_job(principal, job_id):
             return None
-        # what alerts_for reads of the principal, and every committed write (not the cycle's
-        # generation: an acknowledgement shows on the very next read)
+        # what alerts_for reads of the principal, and the alert states changed here (new
+        # alerts come with the collector's cycle; an acknowledgement shows on the next read)
         key = (
             "alerts.job",
             principal.alert_scope(),
             principal.redacts_weight_paths,
             job_id,
-            self.store.writes_committed,
+            self._alert_changes,
         )
         return list(
             self.snapshots.get(
@@ -171,7 +177,11 @@ class Service:
         Raises:
             AlertStateDenied: visible, but not on their own job (G9; admins act on all).
         """
-        return alert_access.set_state(self.store, principal, key, state, now=now or utcnow())
+        try:
+            return alert_access.set_state(self.store, principal, key, state, now=now or utcnow())
+        finally:  # after the write: the next read of the job's alerts computes them again
+            with self._alert_changes_lock:
+                self._alert_changes += 1
 
     # ------------------------------------------------------------------ job reports
 

@@ -8,11 +8,14 @@ real store and count the computations (``Snapshots.computations``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 from hpcscope.model.access import Principal, Role
+from hpcscope.model.alerts import Alert, AlertState, Evidence, Severity, Vector
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.snapshots import Snapshots
+from hpcscope.store.alerts import upsert_alerts
 from tests.support.fleet import write_fleet
 
 
@@ -83,3 +86,29 @@ def test_with_a_collector_a_new_cycle_is_served_once_refreshed(service: Service)
     for job in held:
         job()
     assert "4410001" in {r.job_id for r in service.job_reports(admin)}
+
+
+def test_an_acknowledgement_shows_on_the_next_read_within_a_cycle(service: Service) -> None:
+    write_fleet(service.store, now=utcnow())
+    now = utcnow()
+    alert = Alert(
+        rule_id="SC-2",
+        vector=Vector.SUPPLY_CHAIN,
+        severity=Severity.CRITICAL,
+        title="SC-2 on 4410001",
+        first_seen=now - timedelta(minutes=2),
+        last_seen=now,
+        node="gpu01",
+        job_id="4410001",
+        subject="/tmp/payload",
+        evidence=(Evidence("exec of /tmp/payload", "falco.json", "line 3"),),
+    )
+    upsert_alerts(service.store, [alert]).result()
+    service.snapshots.publish()  # as the collector does: stale answers may be served now
+    alice, bob = _principal(service, "alice"), _principal(service, "bob")
+    (seen,) = service.job_alerts(alice, "4410001") or []
+    assert seen.state is AlertState.OPEN
+    assert service.job_alerts(bob, "4410001") is None  # not bob's job, cached or not
+    service.set_alert_state(alice, seen.key, AlertState.ACKNOWLEDGED)
+    (after,) = service.job_alerts(alice, "4410001") or []
+    assert after.state is AlertState.ACKNOWLEDGED
