@@ -108,6 +108,12 @@ class Service:
 
     # ------------------------------------------------------------------ alerts
 
+    @property
+    def alert_changes(self) -> int:
+        """How many alert state changes this service made: a read view holding alerts keys
+        on it (new alerts come with the collector's cycle, see ``service/snapshots.py``)."""
+        return self._alert_changes
+
     def job_alerts(self, principal: Principal, job_id: str) -> list[Alert] | None:
         """Alerts of one job; None when the job does not exist or is not visible."""
         if not self.can_see_job(principal, job_id):
@@ -119,7 +125,7 @@ class Service:
             principal.alert_scope(),
             principal.redacts_weight_paths,
             job_id,
-            self._alert_changes,
+            self.alert_changes,
         )
         return list(
             self.snapshots.get(
