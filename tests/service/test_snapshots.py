@@ -194,3 +194,26 @@ def test_entries_are_bounded_least_recently_used_first() -> None:
     snapshots.get("c", lambda: 3)  # b goes
     assert snapshots.get("b", lambda: 20) == 20
     assert snapshots.get("c", lambda: 30) == 3
+
+
+def test_a_refresh_computes_at_the_generation_it_starts_in_and_skips_a_current_entry() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    calls, compute = counter()
+    snapshots.publish()
+    assert snapshots.get("a", compute) == 1
+    writes.count += 1
+    snapshots.publish()
+    assert snapshots.get("a", compute) == 1  # refresh queued at this generation
+    writes.count += 1
+    snapshots.publish()  # another cycle ends before the refresh runs
+    held.run()
+    assert snapshots.get("a", compute) == 2  # current: computed at the newest generation
+    assert held.jobs == [] and len(calls) == 2
+    writes.count += 1
+    snapshots.publish()
+    assert snapshots.get("a", compute) == 2  # refresh queued
+    clock.now += 31.0  # too old to serve: computed in the request
+    assert snapshots.get("a", compute) == 3
+    held.run()  # the queued refresh finds the entry current and computes nothing
+    assert len(calls) == 3

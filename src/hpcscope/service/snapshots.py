@@ -150,7 +150,7 @@ class Snapshots:
             if mine:
                 running = self._computing[key] = Future()
         if refresh:
-            self._start_refresh(key, compute, generation)
+            self._start_refresh(key, compute)
             return served
         assert running is not None
         if not mine:
@@ -180,17 +180,26 @@ class Snapshots:
         future.set_result(value)
         return value
 
-    def _start_refresh(self, key: Hashable, compute: Callable[[], Any], generation: int) -> None:
+    def _start_refresh(self, key: Hashable, compute: Callable[[], Any]) -> None:
         """One background recomputation of ``key`` (the caller marked it refreshing)."""
 
         def job() -> None:
             try:
+                # the generation when the refresh starts, not when it was asked for: under
+                # load the queue may be a cycle long, and an answer computed now is that new
+                generation = self.generation()
                 future: Future[Any] = Future()
                 with self._lock:
+                    entry = self._entries.get(key)
+                    done = (
+                        entry is not None
+                        and entry.generation == generation
+                        and self._clock() - entry.computed_at < self.max_age_seconds
+                    )
                     busy = key in self._computing
-                    if not busy:
+                    if not (busy or done):
                         self._computing[key] = future
-                if not busy:
+                if not (busy or done):
                     self._compute(key, compute, future, generation)
             except Exception:  # a failed refresh keeps the old value; the next read retries
                 log.exception("refreshing the snapshot %r failed", key)
