@@ -95,7 +95,7 @@ def _live(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveView:
 
     def compute() -> LiveView:
         nodes = [layout.zoom_node] if layout.zoom_node is not None else None
-        state = live_state(service, viewer, now=utcnow(), nodes=nodes)
+        state = live_state(service, viewer, now=utcnow(), nodes=nodes, shared=service.snapshots)
         body, etag = live_payload(layout, state, summary_text(state))
         return LiveView(state, body, etag)
 
