@@ -99,7 +99,7 @@ def _live(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveView:
         body, etag = live_payload(layout, state, summary_text(state))
         return LiveView(state, body, etag)
 
-    key = ("serve.diagram_live", viewer.visibility(), id(layout), layout.zoom_node)
+    key = ("serve.diagram_live", viewer.visibility(), layout.zoom_node)
     return service.snapshots.get(key, compute)
 
 
@@ -133,8 +133,8 @@ def diagram_page(
     layout = _layout(service, node)
 
     def page() -> bytes:
-        """The page for this viewer (their name is on it) and these parameters, rendered once
-        per data generation: 290 KiB at 1,024 GPUs."""
+        """The page for this viewer (their name is on it) and these parameters: 290 KiB at
+        1,024 GPUs, rendered once per data generation unless a card is open."""
         state = _live(service, viewer, layout).state
         card = None
         if element is not None:
@@ -162,7 +162,9 @@ def diagram_page(
         }
         return bytes(render(request, "diagram.html", context, principal=viewer.principal).body)
 
-    key = ("serve.diagram_page", viewer, id(layout), node, element, mode, reader)
+    if element is not None:  # any string: one page each would let a client fill the memory
+        return HTMLResponse(page())
+    key = ("serve.diagram_page", viewer, layout.zoom_node, mode, reader)
     return HTMLResponse(service.snapshots.get(key, page))
 
 
