@@ -1,10 +1,10 @@
 """The diagram's live state is reused between polls only while it is current (issue 17 part 4).
 
-Every open diagram page polls ``/api/diagram/state``; the server computes one viewer's state
-once and hands it to the next polls until a store write commits or
-``STATE_REUSE_SECONDS`` pass (set to an hour here, but by the test of that bound, so that the
-machine's speed decides nothing). These tests count the computations (a counting wrapper around
-the real ``live_state``) and check what the polls show.
+Every open diagram page polls ``/api/diagram/state``; the server computes the state once per
+data generation for every viewer who sees the same (``Viewer.visibility``) and hands it to the
+next polls (the service's snapshots, ``service/snapshots.py``, whose bounds in time are tested
+in ``tests/service/test_snapshots.py``). These tests count the computations (a counting wrapper
+around the real ``live_state``) and check what the polls show.
 """
 
 from __future__ import annotations
@@ -14,10 +14,18 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from hpcscope.model.access import Principal, Role
 from hpcscope.model.timeutil import utcnow
+from hpcscope.serve.app import create_app
 from hpcscope.serve.routes import diagram as diagram_routes
 from hpcscope.service.core import Service
-from hpcscope.service.diagram.live import live_state
+from hpcscope.service.diagram.live import Viewer, live_state
+from hpcscope.service.identity.users import (
+    DEMO_LOGINS,
+    UserDirectory,
+    UserRecord,
+    hash_password,
+)
 from tests.serve.test_diagram_access import logged_in
 from tests.support.fleet import write_fleet
 
@@ -33,8 +41,6 @@ def computations(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
         return real(service, viewer, **kwargs)
 
     monkeypatch.setattr(diagram_routes, "live_state", counting)
-    # an hour: on a loaded machine two polls may be over a second apart (one test sets 0)
-    monkeypatch.setattr(diagram_routes, "STATE_REUSE_SECONDS", 3600.0)
     return seen
 
 
@@ -82,12 +88,37 @@ def test_viewers_never_share_a_state(service: Service, computations: list[str | 
     assert computations == ["alice", "bob"]
 
 
-def test_reuse_is_bounded_in_time(
-    service: Service, computations: list[str | None], monkeypatch: pytest.MonkeyPatch
+def test_the_page_and_its_polls_share_one_state_and_a_match_is_304(
+    service: Service, computations: list[str | None]
 ) -> None:
     write_fleet(service.store, now=utcnow())
-    monkeypatch.setattr(diagram_routes, "STATE_REUSE_SECONDS", 0.0)
     alice = logged_in(service, "alice")
-    _poll(alice)
-    _poll(alice)
-    assert computations == ["alice", "alice"]
+    assert alice.get("/diagram").status_code == 200
+    first = alice.get("/api/diagram/state")
+    again = alice.get("/api/diagram/state", headers={"If-None-Match": first.headers["etag"]})
+    assert again.status_code == 304
+    assert computations == ["alice"]
+
+
+def test_one_state_for_one_visibility_one_page_per_principal(
+    service: Service, computations: list[str | None]
+) -> None:
+    write_fleet(service.store, now=utcnow())
+    admin = Principal(name="admin", role=Role.ADMIN)
+    other = Principal(name="root2", role=Role.ADMIN)
+    records = [
+        UserRecord(d.name, d.role, hash_password(d.password, cost_log2=4), d.accounts, ())
+        for d in DEMO_LOGINS
+    ]
+    records.append(UserRecord(other.name, Role.ADMIN, hash_password("x", cost_log2=4), (), ()))
+    service.users = UserDirectory(records, hash_cost_log2=4)
+    first = logged_in(service, "admin")
+    second = TestClient(create_app(service), headers={"Origin": "http://testserver"})
+    second.__enter__()
+    login = {"username": "root2", "password": "x", "next": "/"}
+    assert second.post("/login", data=login, follow_redirects=False).status_code == 303
+    assert Viewer(admin).visibility() == Viewer(other).visibility()
+    one, two = first.get("/diagram").text, second.get("/diagram").text
+    assert computations == ["admin"]  # the same state: admins see alike
+    assert "admin · admin" in one and "root2 · admin" in two  # each their own page
+    assert _poll(first)["elements"] == _poll(second)["elements"]

@@ -19,7 +19,8 @@ def test_a_bad_hour_reaches_the_alert_engine_through_the_collector_hooks(
     service: Service,
 ) -> None:
     service.store.upsert_jobs(bad_hour(end=utcnow() - timedelta(seconds=30))).result()
-    upkeep, telemetry, slo = after_cycle_hooks(service)
+    upkeep, telemetry, slo, publish = after_cycle_hooks(service)
+    assert publish == service.snapshots.publish  # last: the read snapshots see the cycle
     upkeep()  # summaries and retention first
     telemetry()
     assert slo() == 1
@@ -28,7 +29,7 @@ def test_a_bad_hour_reaches_the_alert_engine_through_the_collector_hooks(
 
 
 def test_an_empty_store_has_quiet_slos(service: Service) -> None:
-    *_, slo = after_cycle_hooks(service)
+    *_, slo, _publish = after_cycle_hooks(service)
     assert slo() == 0
     assert alerts(service.store, JobScope(all_jobs=True)) == []
 

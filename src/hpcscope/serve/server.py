@@ -86,7 +86,8 @@ def after_cycle_hooks(
     finished jobs, retention), the telemetry rules (RD-, SC-4, GM-1/2, DP-), the SLOs'
     burn-rate evaluation into the alert engine (it reads the summaries just written), the
     golden path's trace captures when a spool is set, then the notifications (they read all
-    of it)."""
+    of it), and last the publication of the cycle's writes to the read snapshots
+    (``service/snapshots.py``)."""
     slo = SloUpkeep(service.store, SloConfig.from_settings(service.settings))
     telemetry = TelemetryRules(
         service.store,
@@ -109,6 +110,7 @@ def after_cycle_hooks(
         )
     if notifier is not None:
         hooks.append(notifier.after_cycle)
+    hooks.append(service.snapshots.publish)  # last: the cycle's writes are one generation
     return hooks
 
 

@@ -9,6 +9,7 @@ layer with the principal's :class:`~hpcscope.model.access.JobScope`.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,6 +30,7 @@ from hpcscope.service.jobs import reports, timeseries
 from hpcscope.service.jobs.contracts import JobTimeseries
 from hpcscope.service.jobs.retention import Upkeep, UpkeepConfig
 from hpcscope.service.settings import Settings
+from hpcscope.service.snapshots import Snapshots
 from hpcscope.store import Store
 from hpcscope.store import diagram as diagram_queries
 from hpcscope.store import identity as identity_store
@@ -47,6 +49,18 @@ class Service:
     catalog: Catalog = field(default_factory=default_catalog)
     rules: dict[str, RuleSpec] = field(default_factory=dict)
     """Detection rules by id, validated at start (``deploy/rules/*.yaml``)."""
+    snapshots: Snapshots = field(init=False, repr=False)
+    """Live read views computed once per collector cycle (``service/snapshots.py``): reads
+    without an explicit ``now`` are served from it."""
+
+    _alert_changes: int = field(default=0, init=False, repr=False)
+    _alert_changes_lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        store = self.store
+        self.snapshots = Snapshots(lambda: store.writes_committed)
 
     @classmethod
     def open(cls, settings: Settings, *, users: UserDirectory | None = None) -> Service:
@@ -82,18 +96,44 @@ class Service:
                 do (a researcher, or a team lead when coordinating): for identities a trusted
                 proxy or an API token vouches for; a password needs the file.
         """
-        coordinated = self.store.coordinated_accounts(name)
-        known = slurm_users and identity_store.known_to_slurm(self.store, name)
+        # Slurm's associations, as of the current generation (the collector's scheduler poll
+        # writes them): one store query per person and cycle, not one per request
+        coordinated = self.snapshots.get(
+            ("identity.coordinated", name), lambda: self.store.coordinated_accounts(name)
+        )
+        known = slurm_users and self.snapshots.get(
+            ("identity.known", name), lambda: identity_store.known_to_slurm(self.store, name)
+        )
         return self.users.principal(name, coordinated_from_slurm=coordinated, known_to_slurm=known)
 
     # ------------------------------------------------------------------ alerts
+
+    @property
+    def alert_changes(self) -> int:
+        """How many alert state changes this service made: a read view holding alerts keys
+        on it (new alerts come with the collector's cycle, see ``service/snapshots.py``)."""
+        return self._alert_changes
 
     def job_alerts(self, principal: Principal, job_id: str) -> list[Alert] | None:
         """Alerts of one job; None when the job does not exist or is not visible."""
         if not self.can_see_job(principal, job_id):
             return None
-        return alert_access.alerts_for(
-            self.store, principal, job_id=job_id, weight_paths=self.weight_paths()
+        # what alerts_for reads of the principal, and the alert states changed here (new
+        # alerts come with the collector's cycle; an acknowledgement shows on the next read)
+        key = (
+            "alerts.job",
+            principal.alert_scope(),
+            principal.redacts_weight_paths,
+            job_id,
+            self.alert_changes,
+        )
+        return list(
+            self.snapshots.get(
+                key,
+                lambda: alert_access.alerts_for(
+                    self.store, principal, job_id=job_id, weight_paths=self.weight_paths()
+                ),
+            )
         )
 
     def alerts(
@@ -143,7 +183,11 @@ class Service:
         Raises:
             AlertStateDenied: visible, but not on their own job (G9; admins act on all).
         """
-        return alert_access.set_state(self.store, principal, key, state, now=now or utcnow())
+        try:
+            return alert_access.set_state(self.store, principal, key, state, now=now or utcnow())
+        finally:  # after the write: the next read of the job's alerts computes them again
+            with self._alert_changes_lock:
+                self._alert_changes += 1
 
     # ------------------------------------------------------------------ job reports
 
@@ -152,11 +196,20 @@ class Service:
         return sample_reader(self.settings, self.store)
 
     def job_reports(self, principal: Principal, *, now: datetime | None = None) -> list[JobReport]:
-        """Reports of every job ``principal`` may see, newest first."""
+        """Reports of every job ``principal`` may see, newest first.
+
+        Without ``now``: the snapshot of the current generation for the principal's job scope
+        (the answer depends on the scope alone, so principals of one scope share it)."""
+        if now is not None:
+            return self._job_reports(principal, now)
+        key = ("jobs.reports", principal.job_scope())
+        return list(self.snapshots.get(key, lambda: self._job_reports(principal, utcnow())))
+
+    def _job_reports(self, principal: Principal, now: datetime) -> list[JobReport]:
         found = reports.reports_for(
             self.store,
             principal,
-            now=now or utcnow(),
+            now=now,
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,
             currency=self.topology.currency,
@@ -168,12 +221,25 @@ class Service:
         self, principal: Principal, job_id: str, *, now: datetime | None = None
     ) -> JobReport | None:
         """One job's report, or None when it does not exist *or* is not visible (the two are
-        indistinguishable on purpose: no probing for other people's job ids)."""
+        indistinguishable on purpose: no probing for other people's job ids).
+
+        Without ``now``: visibility is checked for ``principal`` first, then the job's report
+        comes from the current generation's snapshot (a job's report is the same for everyone
+        who may see it)."""
+        if now is not None:
+            return self._job_report(principal, job_id, now)
+        if not self.can_see_job(principal, job_id):
+            return None
+        return self.snapshots.get(
+            ("jobs.report", job_id), lambda: self._job_report(principal, job_id, utcnow())
+        )
+
+    def _job_report(self, principal: Principal, job_id: str, now: datetime) -> JobReport | None:
         found = reports.reports_for(
             self.store,
             principal,
             job_ids=[job_id],
-            now=now or utcnow(),
+            now=now,
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,
             currency=self.topology.currency,
@@ -182,9 +248,14 @@ class Service:
         return found[0] if found else None
 
     def can_see_job(self, principal: Principal, job_id: str) -> bool:
-        """Whether ``job_id`` exists and ``principal`` may see it (without building a report)."""
-        _, ids = reports.visible_jobs_by_id(self.store, principal, [job_id])
-        return job_id in ids
+        """Whether ``job_id`` exists and ``principal`` may see it (without building a report;
+        per job scope and job in the current generation's snapshot)."""
+
+        def visible() -> bool:
+            _, ids = reports.visible_jobs_by_id(self.store, principal, [job_id])
+            return job_id in ids
+
+        return self.snapshots.get(("jobs.visible", principal.job_scope(), job_id), visible)
 
     def job_timeseries(
         self, principal: Principal, job_id: str, *, max_points: int = 720

@@ -18,14 +18,12 @@ service constrains every query with the viewer's job scope.
 
 from __future__ import annotations
 
-import threading
-import time
-import weakref
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.responses import Response
 
 from hpcscope.model.timeutil import utcnow
@@ -80,42 +78,29 @@ def _layout(service: Service, node: str | None) -> DiagramLayout:
     return layout
 
 
-#: How long one viewer's live state is reused while the store has had no write (seconds): the
-#: page polls every POLL_SECONDS, so many open pages share one computation; the bound keeps
-#: freshness (a GPU turning stale with time) and the collectors' in-memory health current.
-STATE_REUSE_SECONDS = 1.0
-#: Per store (weakly: a closed service's go with it), per (viewer, zoom node): the committed
-#: writes and the monotonic instant the state was computed at, and the state.
-_STATES: weakref.WeakKeyDictionary[
-    Any, OrderedDict[tuple[Viewer, str | None], tuple[int, float, LiveState]]
-] = weakref.WeakKeyDictionary()
-_STATE_CACHE_SIZE = 256
-_STATES_LOCK = threading.Lock()
+@dataclass(frozen=True, slots=True)
+class LiveView:
+    """One generation's live state for a class of viewers, and its poll body and ETag."""
+
+    state: LiveState
+    body: bytes
+    etag: str
 
 
-def _state(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveState:
-    """The live state for ``viewer``, reused while no write has committed and for at most
-    :data:`STATE_REUSE_SECONDS` (it is the diagram's hot path: every open page polls it)."""
-    key = (viewer, layout.zoom_node)
-    writes = service.store.writes_committed
-    with _STATES_LOCK:
-        states = _STATES.setdefault(service.store, OrderedDict())
-        cached = states.get(key)
-    if (
-        cached is not None
-        and cached[0] == writes
-        and time.monotonic() - cached[1] < (STATE_REUSE_SECONDS)
-    ):
-        return cached[2]
-    nodes = [layout.zoom_node] if layout.zoom_node is not None else None
-    started = time.monotonic()
-    state = live_state(service, viewer, now=utcnow(), nodes=nodes)
-    with _STATES_LOCK:
-        states[key] = (writes, started, state)
-        states.move_to_end(key)
-        while len(states) > _STATE_CACHE_SIZE:
-            states.popitem(last=False)
-    return state
+def _live(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveView:
+    """The live state for ``viewer``, computed once per data generation for every viewer who
+    sees the same (:meth:`Viewer.visibility`) and zoom (the service's snapshots,
+    ``service/snapshots.py``): every open page polls it, and the serialised body and ETag
+    come with it."""
+
+    def compute() -> LiveView:
+        nodes = [layout.zoom_node] if layout.zoom_node is not None else None
+        state = live_state(service, viewer, now=utcnow(), nodes=nodes, shared=service.snapshots)
+        body, etag = live_payload(layout, state, summary_text(state))
+        return LiveView(state, body, etag)
+
+    key = ("serve.diagram_live", viewer.visibility(), layout.zoom_node)
+    return service.snapshots.get(key, compute)
 
 
 def summary_text(state: LiveState) -> str:
@@ -146,32 +131,41 @@ def diagram_page(
 ) -> Response:
     service = service_of(request)
     layout = _layout(service, node)
-    state = _state(service, viewer, layout)
-    card = None
-    if element is not None:
-        try:
-            card = element_card(service, viewer, element, now=state.generated_at)
-        except UnknownElement:
-            card = None
-    decision = (
-        decision_view(service, viewer, now=state.generated_at) if reader == "decision" else None
-    )
-    context: dict[str, Any] = {
-        "topology": service.topology,
-        "catalog": service.catalog,
-        "layout": layout,
-        "shapes": shape_view(layout, state),
-        "state": state,
-        "summary": summary_text(state),
-        "viewer": viewer,
-        "card": card,
-        "mode": mode,
-        "reader": reader,
-        "decision": decision,
-        "poll_seconds": POLL_SECONDS,
-        "Role": Role,
-    }
-    return render(request, "diagram.html", context, principal=viewer.principal)
+
+    def page() -> bytes:
+        """The page for this viewer (their name is on it) and these parameters: 290 KiB at
+        1,024 GPUs, rendered once per data generation unless a card is open."""
+        state = _live(service, viewer, layout).state
+        card = None
+        if element is not None:
+            try:
+                card = element_card(service, viewer, element, now=state.generated_at)
+            except UnknownElement:
+                card = None
+        decision = (
+            decision_view(service, viewer, now=state.generated_at) if reader == "decision" else None
+        )
+        context: dict[str, Any] = {
+            "topology": service.topology,
+            "catalog": service.catalog,
+            "layout": layout,
+            "shapes": shape_view(layout, state),
+            "state": state,
+            "summary": summary_text(state),
+            "viewer": viewer,
+            "card": card,
+            "mode": mode,
+            "reader": reader,
+            "decision": decision,
+            "poll_seconds": POLL_SECONDS,
+            "Role": Role,
+        }
+        return bytes(render(request, "diagram.html", context, principal=viewer.principal).body)
+
+    if element is not None:  # any string: one page each would let a client fill the memory
+        return HTMLResponse(page())
+    key = ("serve.diagram_page", viewer, layout.zoom_node, mode, reader)
+    return HTMLResponse(service.snapshots.get(key, page))
 
 
 @router.get("/diagram/card/{element_id}")
@@ -205,8 +199,8 @@ def diagram_state(request: Request, viewer: ViewerDep, node: NodeQuery = None) -
     """Live classes, accessible names and GPU texts of every drawn shape (polled)."""
     service = service_of(request)
     layout = _layout(service, node)
-    state = _state(service, viewer, layout)
-    body, etag = live_payload(layout, state, summary_text(state))
+    live = _live(service, viewer, layout)
+    body, etag = live.body, live.etag
     headers = {"ETag": etag, "Cache-Control": "no-cache", "Vary": "Cookie, Authorization"}
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers=headers)
@@ -228,7 +222,7 @@ def diagram_json(request: Request, viewer: ViewerDep, node: NodeQuery = None) ->
     """The page as JSON: structure, layout, cards, live values, collectors, threats, cost."""
     service = service_of(request)
     layout = _layout(service, node)
-    state = _state(service, viewer, layout)
+    state = _live(service, viewer, layout).state
     catalog = service.catalog
     shapes = shape_view(layout, state)
     body = {

@@ -1,11 +1,19 @@
-"""Job pages and their JSON twins: the list, one job, its per-GPU time series."""
+"""Job pages and their JSON twins: the list, one job, its per-GPU time series.
+
+The list's document is serialised once per job scope and data generation (the service's
+snapshots, ``service/snapshots.py``) and answered with an ``ETag`` (304 on a match); a job's
+page and document once per principal (their name and alerts are on it), job, generation and
+alert-state change, after the principal's access check, from the job's report, notes and
+phases computed once per job and generation.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import require_principal, service_of
@@ -33,10 +41,30 @@ def jobs_page(request: Request, principal: PrincipalDep) -> Response:
     )
 
 
-@router.get("/api/jobs")
-def jobs_json(request: Request, principal: PrincipalDep) -> JobList:
+def etag_of(body: bytes) -> str:
+    """A strong ETag of a response body."""
+    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
+
+
+def cached_json(request: Request, body: bytes, etag: str) -> Response:
+    """``body`` as JSON with its ETag, or 304 when the client already has it."""
+    headers = {"ETag": etag, "Cache-Control": "no-cache", "Vary": "Cookie, Authorization"}
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
+
+
+@router.get("/api/jobs", response_model=JobList)
+def jobs_json(request: Request, principal: PrincipalDep) -> Response:
     """Every job you may see: reported vs real, GPU-hours, cost, verdict (newest first)."""
-    return JobList.from_reports(service_of(request).job_reports(principal))
+    service = service_of(request)
+
+    def serialised() -> tuple[bytes, str]:
+        body = JobList.from_reports(service.job_reports(principal)).model_dump_json().encode()
+        return body, etag_of(body)
+
+    body, etag = service.snapshots.get(("serve.jobs_json", principal.job_scope()), serialised)
+    return cached_json(request, body, etag)
 
 
 @router.get("/jobs/{job_id}")
@@ -51,25 +79,30 @@ def job_page(request: Request, job_id: str, principal: PrincipalDep) -> Response
             principal=principal,
             status_code=404,
         )
-    alerts = service.job_alerts(principal, job_id) or []
-    notes = notes_of_report(service, report)
-    phases = job_phases(service, principal, job_id)
-    return render(
-        request,
-        "job.html",
-        {
+
+    def page() -> bytes:
+        alerts = service.job_alerts(principal, job_id) or []
+        # the report is this generation's, visible to the principal: its notes are too
+        notes = service.snapshots.get(
+            ("serve.job_notes", job_id), lambda: notes_of_report(service, report)
+        )
+        phases = job_phases(service, principal, job_id)
+        context = {
             "report": report,
             "topology": service.topology,
             "alerts": alerts,
             "notes": notes,
             "phases": phases,
-        },
-        principal=principal,
-    )
+        }
+        return bytes(render(request, "job.html", context, principal=principal).body)
+
+    # the principal's name is on the page and the alerts are theirs: one page per principal
+    key = ("serve.job_page", principal, job_id, service.alert_changes)
+    return HTMLResponse(service.snapshots.get(key, page))
 
 
-@router.get("/api/jobs/{job_id}")
-def job_json(request: Request, job_id: str, principal: PrincipalDep) -> JobReportWithPhases:
+@router.get("/api/jobs/{job_id}", response_model=JobReportWithPhases)
+def job_json(request: Request, job_id: str, principal: PrincipalDep) -> Response:
     """One job's report, with its alerts and captured phases; 404 when it does not exist or
     you may not see it."""
     service = service_of(request)
@@ -77,9 +110,19 @@ def job_json(request: Request, job_id: str, principal: PrincipalDep) -> JobRepor
     phases = job_phases(service, principal, job_id)
     if report is None or phases is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
-    alerts = service.job_alerts(principal, job_id) or []
-    document = JobReportWithAlerts.of(JobReportDocument.from_report(report), alerts)
-    return JobReportWithPhases.join(document, phases)
+
+    def serialised() -> tuple[bytes, str]:
+        alerts = service.job_alerts(principal, job_id) or []
+        report_document = service.snapshots.get(
+            ("serve.job_document", job_id), lambda: JobReportDocument.from_report(report)
+        )
+        document = JobReportWithAlerts.of(report_document, alerts)
+        body = JobReportWithPhases.join(document, phases).model_dump_json().encode()
+        return body, etag_of(body)
+
+    key = ("serve.job_json", principal, job_id, service.alert_changes)
+    body, etag = service.snapshots.get(key, serialised)
+    return cached_json(request, body, etag)
 
 
 @router.get("/api/jobs/{job_id}/phases")

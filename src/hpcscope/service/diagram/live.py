@@ -30,13 +30,14 @@ from typing import Any
 import polars as pl
 
 from hpcscope.analysis.jobs.efficiency import gpu_summary
-from hpcscope.model.access import JobScope, Principal
+from hpcscope.model.access import JobScope, Principal, system_principal
 from hpcscope.model.alerts import Severity
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.collectors import CollectorHealth, collector_health
 from hpcscope.service.settings import Settings
+from hpcscope.service.snapshots import Snapshots
 from hpcscope.store import diagram as queries
 
 #: A GPU whose latest sample is older than this many scrape intervals is stale.
@@ -68,6 +69,12 @@ class Viewer:
         if self.principal is None:
             return JobScope(all_jobs=False)
         return self.principal.job_scope()
+
+    def visibility(self) -> tuple[bool, bool, JobScope]:
+        """All that :func:`live_state` reads of the viewer: anonymity, admin rights (idle GPUs'
+        counters) and the job scope. Viewers who agree on it see the same live state."""
+        admin = self.principal is not None and self.principal.is_admin
+        return (self.anonymous, admin, self.scope())
 
 
 def diagram_viewer(settings: Settings, principal: Principal | None) -> Viewer | None:
@@ -288,9 +295,16 @@ def detections_configured(service: Service) -> bool:
     )
 
 
-def alert_summary(service: Service, viewer: Viewer) -> AlertSummary:
-    """Open alerts per vector and node; counts only, and never to anonymous visitors."""
-    rows = queries.open_alert_counts(service.store)
+def alert_summary(
+    service: Service, viewer: Viewer, *, shared: Snapshots | None = None
+) -> AlertSummary:
+    """Open alerts per vector and node; counts only, and never to anonymous visitors (the
+    unscoped counts once per generation with ``shared``, the service's snapshots)."""
+    rows = (
+        shared.get(("diagram.alert_counts",), lambda: queries.open_alert_counts(service.store))
+        if shared is not None
+        else queries.open_alert_counts(service.store)
+    )
     if rows is None or not detections_configured(service):
         return AlertSummary(configured=False, shown=not viewer.anonymous)
     if viewer.anonymous:
@@ -353,11 +367,28 @@ def live_verdicts(
     }
 
 
+def all_live_verdicts(service: Service, *, now: datetime) -> dict[tuple[str, str, int], str]:
+    """:func:`live_verdicts` of every job (the same per job: a verdict compares a GPU with the
+    other GPUs of its own job only). For lookups by job ids that a viewer's scoped query
+    returned, never to be shown as such."""
+    return live_verdicts(service, Viewer(system_principal("diagram verdicts")), now=now)
+
+
 def gpu_views(
-    service: Service, viewer: Viewer, *, now: datetime, nodes: Iterable[str] | None = None
+    service: Service,
+    viewer: Viewer,
+    *,
+    now: datetime,
+    nodes: Iterable[str] | None = None,
+    shared: Snapshots | None = None,
 ) -> tuple[dict[str, GpuNow], dict[str, NodeLive], ClusterHealth]:
     """Every GPU and node of the topology (or of ``nodes``) as ``viewer`` may see them now,
-    and the cluster-wide aggregate."""
+    and the cluster-wide aggregate.
+
+    With ``shared`` (the service's snapshots), what does not depend on the viewer is computed
+    once per generation for every viewer: the silent GPUs' last sample times, and the recent
+    verdicts of every job (:func:`all_live_verdicts`; a GPU takes the verdict of a job only
+    when the viewer's scoped query named that job visible on it)."""
     fresh = fresh_seconds(service.settings)
     states = queries.gpu_states(
         service.store,
@@ -373,10 +404,19 @@ def gpu_views(
         if wanted is None or node.name in wanted
         for gpu in node.gpus
     )
-    last_seen = (
-        queries.last_sample_times(service.store, since=now - LAST_SEEN_LOOKBACK) if silent else {}
-    )
-    verdicts = live_verdicts(service, viewer, now=now)
+    last_seen: Mapping[tuple[str, int], datetime] = {}
+    if silent and shared is not None:
+        last_seen = shared.get(
+            ("diagram.last_seen",),
+            lambda: queries.last_sample_times(service.store, since=now - LAST_SEEN_LOOKBACK),
+        )
+    elif silent:
+        last_seen = queries.last_sample_times(service.store, since=now - LAST_SEEN_LOOKBACK)
+    verdicts: Mapping[tuple[str, str, int], str]
+    if shared is not None and not viewer.anonymous:
+        verdicts = shared.get(("diagram.verdicts",), lambda: all_live_verdicts(service, now=now))
+    else:
+        verdicts = live_verdicts(service, viewer, now=now)
     gpus: dict[str, GpuNow] = {}
     node_states: dict[str, NodeLive] = {}
     for node in service.topology.nodes:
@@ -415,6 +455,7 @@ def live_state(
     *,
     now: datetime | None = None,
     nodes: Iterable[str] | None = None,
+    shared: Snapshots | None = None,
 ) -> LiveState:
     """What the diagram shows live for ``viewer``.
 
@@ -423,16 +464,24 @@ def live_state(
         viewer: who is looking (scope and anonymity).
         now: the instant (naive UTC); default the wall clock.
         nodes: restrict GPUs and nodes to these (a zoomed view); default every node.
+        shared: the service's snapshots: what no viewer changes (the collectors' health,
+            the open-alert counts, see :func:`gpu_views`) is computed once per generation for
+            all viewers; None computes everything at ``now``.
     """
     now = now if now is not None else utcnow()
-    gpus, node_states, cluster = gpu_views(service, viewer, now=now, nodes=nodes)
+    gpus, node_states, cluster = gpu_views(service, viewer, now=now, nodes=nodes, shared=shared)
+    collectors = (
+        shared.get(("diagram.collectors",), lambda: collector_health(service, now=now))
+        if shared is not None
+        else collector_health(service, now=now)
+    )
     return LiveState(
         generated_at=now,
         fresh_seconds=fresh_seconds(service.settings),
         viewer_anonymous=viewer.anonymous,
         gpus=gpus,
         nodes=node_states,
-        collectors=collector_health(service, now=now),
+        collectors=collectors,
         cluster=cluster,
-        alerts=alert_summary(service, viewer),
+        alerts=alert_summary(service, viewer, shared=shared),
     )

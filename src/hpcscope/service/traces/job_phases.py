@@ -2,8 +2,9 @@
 
 Reads ``trace_captures`` for a job the caller has already checked the principal may see,
 adds the telemetry evidence of the straggler's GPU, node and storage over each window
-(:func:`~hpcscope.service.traces.job_evidence.add_job_evidence`, recomputed on every read:
-samples may have arrived after the window was analysed), and shapes :class:`JobPhases`.
+(:func:`~hpcscope.service.traces.job_evidence.add_job_evidence`, recomputed once per data
+generation: samples may have arrived after the window was analysed), and shapes
+:class:`JobPhases`.
 A job without a window says why, and how to switch capture on.
 """
 
@@ -41,6 +42,11 @@ def job_phases(service: Service, principal: Principal, job_id: str) -> JobPhases
     # on the job page and its document, which have their own (the read path's hot spot)
     if not service.can_see_job(principal, job_id):
         return None
+    # the same for everyone who may see the job: once per generation (service/snapshots.py)
+    return service.snapshots.get(("traces.phases", job_id), lambda: _phases(service, job_id))
+
+
+def _phases(service: Service, job_id: str) -> JobPhases:
     rows = job_captures(service.store, job_id)
     if not rows:
         configured = service.settings.capture_spool_dir is not None

@@ -1,0 +1,212 @@
+"""Read views computed once per data generation and served from memory (issue 17 part 4).
+
+Every page and API read of live data (the job list, a job's report, the diagram's live state)
+used to recompute from raw samples on each request: about 140 ms of CPU per request at 128
+nodes, so 50 clients queued for seconds. A :class:`Snapshots` holds what those reads derive,
+keyed by what the answer depends on, and computes each key once per **generation**:
+
+* the generation is the store's committed-write count as of the collector's last finished
+  cycle (:meth:`Snapshots.publish`, an after-cycle hook of the server): one cycle's many writes
+  (samples, scrapes, the scheduler poll, summaries, rule alerts) make one new generation, not
+  ten. Without a collector (tests, the offline CLI) every committed write is a new generation.
+* an entry is *current* while the generation is unchanged and it is younger than
+  ``max_age_seconds`` (time alone changes some answers: a GPU turning stale, a running job's
+  elapsed time);
+* once a collector publishes its cycles, a request that finds an entry that is no longer
+  current but younger than ``stale_seconds`` gets it at once, and one background refresh per
+  key recomputes it (a dashboard figure at most one cycle behind, instead of every client
+  waiting for the recomputation); an older entry, or none, is computed in the request, once:
+  concurrent requests for the same key wait for that one computation. Without a collector a
+  write is seen by the very next read (no stale answer: tests and one-shot reads write, then
+  read).
+
+**Scopes.** The key must hold everything the value depends on, the viewer's scope included:
+callers key per-principal answers by :meth:`~hpcscope.model.access.Principal.job_scope` (the
+same scope is, by construction, the same answer), and check visibility with the principal
+*before* they read a per-job entry (:meth:`hpcscope.service.core.Service.can_see_job`). A key
+never names a principal's answer under another principal's scope.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: An entry of an unchanged generation is recomputed after this many seconds all the same.
+MAX_AGE_SECONDS = 10.0
+#: An entry no longer current is still served (and refreshed behind) up to this age.
+STALE_SECONDS = 30.0
+#: Entries kept (least recently used out first): per scope, per job, per zoom node.
+MAX_ENTRIES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    generation: int
+    computed_at: float
+    value: Any
+
+
+def background_runner() -> Callable[[Callable[[], None]], None]:
+    """Run refreshes on one daemon-like worker thread (one at a time: they share the CPUs
+    with the requests)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpcscope-snapshots")
+
+    def submit(job: Callable[[], None]) -> None:
+        try:
+            pool.submit(job)
+        except RuntimeError:  # the interpreter is shutting down: nothing to refresh for
+            pass
+
+    return submit
+
+
+class Snapshots:
+    """Values derived from the store, computed once per generation and key.
+
+    Args:
+        writes_committed: the store's committed-write counter
+            (:attr:`hpcscope.store.duck.Store.writes_committed`).
+        max_age_seconds: see :data:`MAX_AGE_SECONDS`.
+        stale_seconds: see :data:`STALE_SECONDS`; 0 never serves a value that is not current
+            (nor does a store whose cycles nobody publishes).
+        clock: monotonic seconds (a seam for tests).
+        refresh: how a background refresh runs (default: :func:`background_runner`; tests pass
+            a runner that runs it at once, or keeps it for later).
+    """
+
+    def __init__(
+        self,
+        writes_committed: Callable[[], int],
+        *,
+        max_age_seconds: float = MAX_AGE_SECONDS,
+        stale_seconds: float = STALE_SECONDS,
+        max_entries: int = MAX_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+        refresh: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
+        self._writes = writes_committed
+        self.max_age_seconds = max_age_seconds
+        self.stale_seconds = stale_seconds
+        self._max_entries = max_entries
+        self._clock = clock
+        self._refresh = refresh
+        self._published: int | None = None
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._computing: dict[Hashable, Future[Any]] = {}
+        self._refreshing: set[Hashable] = set()
+        self._lock = threading.Lock()
+        self.computations = 0
+        """How many values were computed (in requests and refreshes), for tests and benches."""
+
+    def publish(self) -> None:
+        """Make everything committed so far one new generation (the collector's after-cycle
+        hook: a cycle's writes are seen together, once the cycle is over)."""
+        with self._lock:
+            self._published = self._writes()
+
+    def generation(self) -> int:
+        """The current generation (see the module docstring)."""
+        published = self._published
+        return published if published is not None else self._writes()
+
+    def clear(self) -> None:
+        """Forget every entry (a running computation still returns to its callers)."""
+        with self._lock:
+            self._entries.clear()
+
+    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """The value of ``key``: current, or stale and being refreshed, or computed now."""
+        generation = self.generation()
+        now = self._clock()
+        refresh = False
+        stale_seconds = self.stale_seconds if self._published is not None else 0.0
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                age = now - entry.computed_at
+                current = entry.generation == generation and age < self.max_age_seconds
+                if not current and age < stale_seconds:
+                    refresh = key not in self._refreshing and key not in self._computing
+                    if refresh:
+                        self._refreshing.add(key)
+                if current or age < stale_seconds:
+                    served: T = entry.value
+                    if not refresh:
+                        return served
+            running = self._computing.get(key) if not refresh else None
+            mine = running is None and not refresh
+            if mine:
+                running = self._computing[key] = Future()
+        if refresh:
+            self._start_refresh(key, compute)
+            return served
+        assert running is not None
+        if not mine:
+            return running.result()  # type: ignore[no-any-return]
+        return self._compute(key, compute, running, generation)
+
+    def _compute(
+        self, key: Hashable, compute: Callable[[], T], future: Future[Any], generation: int
+    ) -> T:
+        started = self._clock()
+        try:
+            value = compute()
+        except BaseException as exc:
+            with self._lock:
+                self._computing.pop(key, None)
+            future.set_exception(exc)
+            raise
+        with self._lock:
+            self.computations += 1
+            self._computing.pop(key, None)
+            # the generation read before computing: a write that landed meanwhile makes the
+            # entry old at once rather than hiding under a newer number
+            self._entries[key] = _Entry(generation, started, value)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+        future.set_result(value)
+        return value
+
+    def _start_refresh(self, key: Hashable, compute: Callable[[], Any]) -> None:
+        """One background recomputation of ``key`` (the caller marked it refreshing)."""
+
+        def job() -> None:
+            try:
+                # the generation when the refresh starts, not when it was asked for: under
+                # load the queue may be a cycle long, and an answer computed now is that new
+                generation = self.generation()
+                future: Future[Any] = Future()
+                with self._lock:
+                    entry = self._entries.get(key)
+                    done = (
+                        entry is not None
+                        and entry.generation == generation
+                        and self._clock() - entry.computed_at < self.max_age_seconds
+                    )
+                    busy = key in self._computing
+                    if not (busy or done):
+                        self._computing[key] = future
+                if not (busy or done):
+                    self._compute(key, compute, future, generation)
+            except Exception:  # a failed refresh keeps the old value; the next read retries
+                log.exception("refreshing the snapshot %r failed", key)
+            finally:
+                with self._lock:
+                    self._refreshing.discard(key)
+
+        if self._refresh is None:
+            self._refresh = background_runner()
+        self._refresh(job)

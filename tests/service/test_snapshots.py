@@ -1,0 +1,219 @@
+"""Snapshots: one computation per generation and key, stale-while-refresh, single flight."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from hpcscope.service.snapshots import Snapshots
+
+
+class Writes:
+    """A fake committed-write counter."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> int:
+        return self.count
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Held:
+    """A refresh runner that keeps the jobs until the test runs them."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Callable[[], None]] = []
+
+    def __call__(self, job: Callable[[], None]) -> None:
+        self.jobs.append(job)
+
+    def run(self) -> None:
+        jobs, self.jobs = self.jobs, []
+        for job in jobs:
+            job()
+
+
+def counter() -> tuple[list[int], Callable[[], int]]:
+    calls: list[int] = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    return calls, compute
+
+
+def make(writes: Writes, clock: Clock, held: Held, *, stale_seconds: float = 30.0) -> Snapshots:
+    return Snapshots(
+        writes, max_age_seconds=10.0, stale_seconds=stale_seconds, clock=clock, refresh=held
+    )
+
+
+def test_one_computation_per_generation_and_key() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    calls, compute = counter()
+    assert snapshots.get("a", compute) == 1
+    assert snapshots.get("a", compute) == 1
+    assert snapshots.get("b", compute) == 2  # another key: its own value
+    assert len(calls) == 2
+    assert snapshots.computations == 2
+
+
+def test_a_write_serves_the_old_value_once_and_refreshes_it_behind() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    _, compute = counter()
+    snapshots.publish()
+    assert snapshots.get("a", compute) == 1
+    writes.count += 1
+    snapshots.publish()
+    assert snapshots.get("a", compute) == 1  # stale, served at once
+    assert snapshots.get("a", compute) == 1  # one refresh only is queued
+    assert len(held.jobs) == 1
+    held.run()
+    assert snapshots.get("a", compute) == 2
+
+
+@pytest.mark.parametrize("published", [False, True])
+def test_without_stale_serving_a_write_is_seen_by_the_next_read(published: bool) -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    # without a collector publishing its cycles, nothing stale is served whatever the setting
+    snapshots = make(writes, clock, held, stale_seconds=0.0 if published else 30.0)
+    if published:
+        snapshots.publish()
+    _, compute = counter()
+    assert snapshots.get("a", compute) == 1
+    writes.count += 1
+    if published:
+        snapshots.publish()
+    assert snapshots.get("a", compute) == 2
+    assert held.jobs == []
+
+
+def test_published_generation_hides_writes_until_the_cycle_ends() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held, stale_seconds=0.0)
+    _, compute = counter()
+    snapshots.publish()
+    assert snapshots.get("a", compute) == 1
+    writes.count += 3  # a cycle's writes, the cycle not over yet
+    assert snapshots.get("a", compute) == 1
+    snapshots.publish()  # the cycle is over: one new generation
+    assert snapshots.get("a", compute) == 2
+    snapshots.publish()  # a cycle that wrote nothing changes nothing
+    assert snapshots.get("a", compute) == 2
+
+
+def test_age_alone_ends_an_entry() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    _, compute = counter()
+    snapshots.publish()
+    assert snapshots.get("a", compute) == 1
+    clock.now += 10.5  # past max_age: stale, refreshed behind
+    assert snapshots.get("a", compute) == 1
+    held.run()
+    assert snapshots.get("a", compute) == 2
+    clock.now += 31.0  # past stale_seconds: computed in the request
+    assert snapshots.get("a", compute) == 3
+    assert held.jobs == []
+
+
+def test_concurrent_requests_share_one_computation() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    started, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def slow() -> int:
+        calls.append(1)
+        started.set()
+        assert release.wait(10)
+        return 7
+
+    results: list[int] = []
+    first = threading.Thread(target=lambda: results.append(snapshots.get("a", slow)))
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=lambda: results.append(snapshots.get("a", slow)))
+    second.start()
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert results == [7, 7]
+    assert calls == [1]
+
+
+def test_a_failed_computation_raises_and_the_next_read_retries() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+
+    def broken() -> int:
+        raise RuntimeError("store gone")
+
+    with pytest.raises(RuntimeError, match="store gone"):
+        snapshots.get("a", broken)
+    assert snapshots.get("a", lambda: 5) == 5
+
+
+def test_a_failed_refresh_keeps_the_old_value() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    snapshots.publish()
+    assert snapshots.get("a", lambda: 1) == 1
+    writes.count += 1
+    snapshots.publish()
+
+    def broken() -> int:
+        raise RuntimeError("store gone")
+
+    assert snapshots.get("a", broken) == 1
+    held.run()  # logged, not raised
+    assert snapshots.get("a", lambda: 2) == 1  # still the old one, and a new refresh queued
+    held.run()
+    assert snapshots.get("a", lambda: 3) == 2
+
+
+def test_entries_are_bounded_least_recently_used_first() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = Snapshots(writes, max_entries=2, clock=clock, refresh=held)
+    snapshots.get("a", lambda: 1)
+    snapshots.get("b", lambda: 2)
+    snapshots.get("a", lambda: 1)  # a used last
+    snapshots.get("c", lambda: 3)  # b goes
+    assert snapshots.get("b", lambda: 20) == 20
+    assert snapshots.get("c", lambda: 30) == 3
+
+
+def test_a_refresh_computes_at_the_generation_it_starts_in_and_skips_a_current_entry() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    calls, compute = counter()
+    snapshots.publish()
+    assert snapshots.get("a", compute) == 1
+    writes.count += 1
+    snapshots.publish()
+    assert snapshots.get("a", compute) == 1  # refresh queued at this generation
+    writes.count += 1
+    snapshots.publish()  # another cycle ends before the refresh runs
+    held.run()
+    assert snapshots.get("a", compute) == 2  # current: computed at the newest generation
+    assert held.jobs == [] and len(calls) == 2
+    writes.count += 1
+    snapshots.publish()
+    assert snapshots.get("a", compute) == 2  # refresh queued
+    clock.now += 31.0  # too old to serve: computed in the request
+    assert snapshots.get("a", compute) == 3
+    held.run()  # the queued refresh finds the entry current and computes nothing
+    assert len(calls) == 3
