@@ -1,0 +1,87 @@
+"""``hpcscope --help`` drawn without Typer is byte for byte the page Typer draws.
+
+Both pages come from fresh processes: the entry point's quick path (``python -m hpcscope
+--help``) and the Typer app itself, given the same program name, at terminal widths from 20
+to 240 columns (click wraps the usage line at its own width, Rich the rest at the terminal's),
+with and without forced colour.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hpcscope
+from hpcscope.cli.quick_help import program_name, usage_line
+from tests.cli.test_main import FORBIDDEN, importer_chains
+
+_SRC = str(Path(hpcscope.__file__).parents[1])
+
+#: Typer's own page, from the Typer app, as ``python -m hpcscope --help`` names the program.
+_TYPER_HELP = (
+    "import sys; sys.argv = ['hpcscope', '--help']; "
+    "from hpcscope.cli.group import app; app(prog_name='python -m hpcscope')"
+)
+
+
+def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
+    environ.update(env, PYTHONPATH=_SRC)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=environ, timeout=120
+    )
+
+
+@pytest.mark.parametrize("columns", ["20", "37", "45", "58", "80", "81", "100", "157", "240", ""])
+@pytest.mark.parametrize("colour", ["", "1"])
+def test_the_quick_page_is_typers_page(columns: str, colour: str) -> None:
+    env = {"FORCE_COLOR": colour} if colour else {}
+    if columns:
+        env["COLUMNS"] = columns
+    quick = _run(["-m", "hpcscope", "--help"], **env)
+    typer_page = _run(["-c", _TYPER_HELP], **env)
+    assert quick.returncode == typer_page.returncode == 0, quick.stderr + typer_page.stderr
+    assert "Commands" in quick.stdout and "traces" in quick.stdout
+    assert ("\x1b[" in quick.stdout) == bool(colour)
+    assert quick.stdout == typer_page.stdout
+    assert quick.stderr == typer_page.stderr == ""
+
+
+def test_the_quick_page_imports_neither_typer_nor_pydantic() -> None:
+    result = _run(["-X", "importtime", "-m", "hpcscope", "--help"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    heavy = (*FORBIDDEN, "typer", "click", "pydantic", "numpy", "orjson", "hpcscope.cli.group")
+    chains = importer_chains(result.stderr, heavy)
+    assert not chains, "`hpcscope --help` imports:\n" + "\n".join(chains)
+
+
+def test_the_script_is_named_as_click_names_it(tmp_path: Path) -> None:
+    script = tmp_path / "hpcscope"
+    script.write_text("from hpcscope.cli.main import main\nmain()\n")
+    result = _run([str(script), "--help"], COLUMNS="100")
+    assert result.stdout.splitlines()[1].strip() == "Usage: hpcscope [OPTIONS] COMMAND [ARGS]..."
+
+
+def test_program_names() -> None:
+    class Main:
+        __package__: str | None = None
+
+    assert program_name("/usr/local/bin/hpcscope", None) == "hpcscope"
+    script = Main()
+    assert program_name("/opt/bin/hpcscope", script) == "hpcscope"  # type: ignore[arg-type]
+    module = Main()
+    module.__package__ = "hpcscope"
+    assert program_name("/src/hpcscope/__main__.py", module) == "python -m hpcscope"  # type: ignore[arg-type]
+    assert program_name("/src/hpcscope/cli.py", module) == "python -m hpcscope.cli"  # type: ignore[arg-type]
+
+
+def test_a_long_program_name_puts_the_arguments_on_the_next_line() -> None:
+    prog = "python -m a_very_long_package_name_for_a_usage_line"
+    assert usage_line(prog).splitlines() == [
+        f"Usage: {prog} ",
+        "           [OPTIONS] COMMAND [ARGS]...",
+    ]
