@@ -45,6 +45,11 @@ CLIENT_COMMANDS = {
     "job": ["job", "1", "--url", "http://127.0.0.1:9", "--user", "u", "--password", "p"],
     "token list": ["token", "list", "--url", "http://127.0.0.1:9", "--token", "hps_x"],
     "slo": ["slo", "--url", "http://127.0.0.1:9", "--user", "u", "--password", "p", "--json"],
+    "alerts": ["alerts", "--url", "http://127.0.0.1:9", "--token", "hps_x", "--json"],
+    "chargeback": ["chargeback", "--url", "http://127.0.0.1:9", "--token", "hps_x", "--json"],
+    "access": ["access", "/x", "--url", "http://127.0.0.1:9", "--user", "u", "--password", "p"],
+    "notify audit": ["notify", "audit", "--url", "http://127.0.0.1:9", "--token", "hps_x"],
+    "traces merge": ["traces", "merge", str(HTA_2RANK), "--json"],
 }
 
 
