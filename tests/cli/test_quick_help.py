@@ -1,9 +1,9 @@
 """``hpcscope --help`` drawn without Typer is byte for byte the page Typer draws.
 
 Both pages come from fresh processes: the entry point's quick path (``python -m hpcscope
---help``) and the Typer app itself, given the same program name, at terminal widths from 20
-to 240 columns (click wraps the usage line at its own width, Rich the rest at the terminal's),
-with and without forced colour.
+--help``: plain text from 40 columns without colour, else Rich) and the Typer app itself, given
+the same program name, at terminal widths from 20 to 240 columns (click wraps the usage line at
+its own width, Rich the rest at the terminal's), with and without forced colour.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import hpcscope
-from hpcscope.cli.quick_help import program_name, usage_line
+from hpcscope.cli.main import COMMANDS, HELP
+from hpcscope.cli.plain_help import plain_page, program_name, usage_line
 from tests.cli.test_main import FORBIDDEN, importer_chains
 
 _SRC = str(Path(hpcscope.__file__).parents[1])
@@ -51,12 +52,34 @@ def test_the_quick_page_is_typers_page(columns: str, colour: str) -> None:
     assert quick.stderr == typer_page.stderr == ""
 
 
-def test_the_quick_page_imports_neither_typer_nor_pydantic() -> None:
-    result = _run(["-X", "importtime", "-m", "hpcscope", "--help"])
+_HEAVY = (*FORBIDDEN, "typer", "click", "pydantic", "numpy", "orjson", "hpcscope.cli.group")
+
+
+def test_the_plain_page_imports_neither_typer_nor_rich() -> None:
+    result = _run(["-X", "importtime", "-m", "hpcscope", "--help"], COLUMNS="100")
     assert result.returncode == 0, result.stderr[-2000:]
-    heavy = (*FORBIDDEN, "typer", "click", "pydantic", "numpy", "orjson", "hpcscope.cli.group")
-    chains = importer_chains(result.stderr, heavy)
+    chains = importer_chains(result.stderr, (*_HEAVY, "rich"))
     assert not chains, "`hpcscope --help` imports:\n" + "\n".join(chains)
+
+
+@pytest.mark.parametrize("env", [{"COLUMNS": "30"}, {"COLUMNS": "100", "FORCE_COLOR": "1"}])
+def test_the_rich_page_imports_rich_but_not_typer(env: dict[str, str]) -> None:
+    result = _run(["-X", "importtime", "-m", "hpcscope", "--help"], **env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert importer_chains(result.stderr, ("rich.console",))
+    chains = importer_chains(result.stderr, _HEAVY)
+    assert not chains, "`hpcscope --help` imports:\n" + "\n".join(chains)
+
+
+def test_what_plain_text_cannot_draw_is_left_to_rich() -> None:
+    listing = {name: entry.help for name, entry in COMMANDS.items()}
+    prog = "hpcscope"
+    assert plain_page(HELP, listing, prog, 80) is not None
+    assert plain_page(HELP, listing, prog, 39) is None  # Rich shrinks the fixed columns
+    assert plain_page(HELP, {**listing, "x": "[bold]markup[/bold]"}, prog, 80) is None
+    assert plain_page(HELP, {**listing, "x": "µs, not us"}, prog, 80) is None
+    assert plain_page(HELP, {**listing, "x": "a" * 70}, prog, 80) is None  # Rich folds it
+    assert plain_page(HELP, {}, prog, 80) is None
 
 
 def test_the_script_is_named_as_click_names_it(tmp_path: Path) -> None:

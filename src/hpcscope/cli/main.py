@@ -8,7 +8,8 @@ lists every command from :data:`COMMANDS`, a static table of one-line help texts
 drift.
 
 This module imports neither Typer nor Rich: ``hpcscope --help`` is drawn from :data:`COMMANDS`
-by :mod:`hpcscope.cli.quick_help` (the page Typer draws, without importing Typer), and every
+as the page Typer draws, without importing Typer: as text by :mod:`hpcscope.cli.plain_help`
+(a pipe or a file), else with Rich by :mod:`hpcscope.cli.quick_help` (a terminal); every
 other command line goes to the Typer app of :mod:`hpcscope.cli.group` (``app`` and
 ``load_command`` here are that module's, loaded on first use).
 """
@@ -117,9 +118,13 @@ def __getattr__(name: str) -> Any:
 def main() -> None:
     """Entry point of the ``hpcscope`` script."""
     if sys.argv[1:] == ["--help"]:
-        from hpcscope.cli.quick_help import print_help
+        from hpcscope.cli.plain_help import print_plain
 
-        print_help(HELP, {name: entry.help for name, entry in COMMANDS.items()})
+        listing = {name: entry.help for name, entry in COMMANDS.items()}
+        if not print_plain(HELP, listing):  # a terminal, colour: Rich draws it
+            from hpcscope.cli.quick_help import print_help
+
+            print_help(HELP, listing)
         return
     from hpcscope.cli.group import app
     from hpcscope.cli.logs import LOG_LEVELS, configure_logging

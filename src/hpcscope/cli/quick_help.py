@@ -12,11 +12,8 @@ terminal width from 20 to 240 columns, with and without colour.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import textwrap
 from collections.abc import Mapping
-from types import ModuleType
 
 from rich.align import Align
 from rich.columns import Columns
@@ -28,11 +25,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.theme import Theme
 
-#: What the root group's usage line shows after the program name (click's ``collect_usage_pieces``).
-USAGE_ARGS = "[OPTIONS] COMMAND [ARGS]..."
-
-#: The only option of the root group, as Typer describes it.
-HELP_OPTION = ("--help", "<bool>", "Show this message and exit.")
+from hpcscope.cli.plain_help import HELP_OPTION, program_name, usage_line
 
 
 class _OptionHighlighter(RegexHighlighter):
@@ -65,45 +58,6 @@ _THEME = {
     "types_sep": "dim",
     "usage": "yellow",
 }
-
-
-def program_name(argv0: str, main_module: ModuleType | None) -> str:
-    """How the program was started, as click names it: ``hpcscope`` or ``python -m hpcscope``."""
-    package = getattr(main_module, "__package__", None)
-    if package in (None, ""):
-        return os.path.basename(argv0)
-    name = os.path.splitext(os.path.basename(argv0))[0]
-    module = str(package) if name == "__main__" else f"{package}.{name}"
-    return f"python -m {module.lstrip('.')}"
-
-
-def usage_line(prog: str) -> str:
-    """click's usage line for the root group: wrapped at click's width, not Rich's."""
-    width = max(min(shutil.get_terminal_size().columns, 80) - 2, 50)
-    prefix = f"Usage: {prog} "
-    if width >= len(prefix) + 20:
-        indent = " " * len(prefix)
-        text = textwrap.fill(
-            USAGE_ARGS,
-            width,
-            initial_indent=prefix,
-            subsequent_indent=indent,
-            replace_whitespace=False,
-        )
-    else:
-        indent = " " * (len("Usage: ") + 4)
-        text = (
-            prefix
-            + "\n"
-            + textwrap.fill(
-                USAGE_ARGS,
-                width,
-                initial_indent=indent,
-                subsequent_indent=indent,
-                replace_whitespace=False,
-            )
-        )
-    return text
 
 
 def _console() -> Console:
