@@ -1,14 +1,16 @@
 """``hpcscope --help`` drawn without Typer is byte for byte the page Typer draws.
 
 Both pages come from fresh processes: the entry point's quick path (``python -m hpcscope
---help``: plain text from 40 columns without colour, else Rich) and the Typer app itself, given
-the same program name, at terminal widths from 20 to 240 columns (click wraps the usage line at
-its own width, Rich the rest at the terminal's), with and without forced colour.
+--help``: text, with colours on a terminal, from 40 columns; Rich below, or with ``NO_COLOR``)
+and the Typer app itself, given the same program name, at terminal widths from 20 to 240
+columns (click wraps the usage line at its own width, Rich the rest at the terminal's), with and
+without forced colour, and on a real pseudo-terminal.
 """
 
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -29,25 +31,31 @@ _TYPER_HELP = (
 )
 
 
-def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+def _environ(**env: str) -> dict[str, str]:
     environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
+    environ.pop("NO_COLOR", None)
     environ.update(env, PYTHONPATH=_SRC)
+    return environ
+
+
+def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    environ = _environ(**env)
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, env=environ, timeout=120
     )
 
 
 @pytest.mark.parametrize("columns", ["20", "37", "45", "58", "80", "81", "100", "157", "240", ""])
-@pytest.mark.parametrize("colour", ["", "1"])
+@pytest.mark.parametrize("colour", ["", "1", "no"])
 def test_the_quick_page_is_typers_page(columns: str, colour: str) -> None:
-    env = {"FORCE_COLOR": colour} if colour else {}
+    env = {"NO_COLOR": "1"} if colour == "no" else {"FORCE_COLOR": colour} if colour else {}
     if columns:
         env["COLUMNS"] = columns
     quick = _run(["-m", "hpcscope", "--help"], **env)
     typer_page = _run(["-c", _TYPER_HELP], **env)
     assert quick.returncode == typer_page.returncode == 0, quick.stderr + typer_page.stderr
     assert "Commands" in quick.stdout and "traces" in quick.stdout
-    assert ("\x1b[" in quick.stdout) == bool(colour)
+    assert ("\x1b[" in quick.stdout) == (colour == "1")
     assert quick.stdout == typer_page.stdout
     assert quick.stderr == typer_page.stderr == ""
 
@@ -62,13 +70,51 @@ def test_the_plain_page_imports_neither_typer_nor_rich() -> None:
     assert not chains, "`hpcscope --help` imports:\n" + "\n".join(chains)
 
 
-@pytest.mark.parametrize("env", [{"COLUMNS": "30"}, {"COLUMNS": "100", "FORCE_COLOR": "1"}])
+def test_the_coloured_page_imports_neither_typer_nor_rich() -> None:
+    result = _run(["-X", "importtime", "-m", "hpcscope", "--help"], COLUMNS="100", FORCE_COLOR="1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "\x1b[1;36m" in result.stdout
+    chains = importer_chains(result.stderr, (*_HEAVY, "rich"))
+    assert not chains, "`hpcscope --help` imports:\n" + "\n".join(chains)
+
+
+@pytest.mark.parametrize("env", [{"COLUMNS": "30"}, {"COLUMNS": "100", "NO_COLOR": "1"}])
 def test_the_rich_page_imports_rich_but_not_typer(env: dict[str, str]) -> None:
     result = _run(["-X", "importtime", "-m", "hpcscope", "--help"], **env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert importer_chains(result.stderr, ("rich.console",))
     chains = importer_chains(result.stderr, _HEAVY)
     assert not chains, "`hpcscope --help` imports:\n" + "\n".join(chains)
+
+
+def _on_a_terminal(args: list[str]) -> bytes:
+    """What ``python args`` writes to a pseudo-terminal (its stdout) at 100 columns."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, *args],
+        stdout=follower,
+        stderr=subprocess.DEVNULL,
+        env=_environ(COLUMNS="100"),
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the process closed its end
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert process.wait(timeout=120) == 0
+    return b"".join(chunks)
+
+
+def test_on_a_terminal_the_quick_page_is_typers_page() -> None:
+    quick = _on_a_terminal(["-m", "hpcscope", "--help"])
+    assert b"\x1b[1;36m" in quick and b"traces" in quick
+    assert quick == _on_a_terminal(["-c", _TYPER_HELP])
 
 
 def test_what_plain_text_cannot_draw_is_left_to_rich() -> None:
@@ -79,6 +125,7 @@ def test_what_plain_text_cannot_draw_is_left_to_rich() -> None:
     assert plain_page(HELP, {**listing, "x": "[bold]markup[/bold]"}, prog, 80) is None
     assert plain_page(HELP, {**listing, "x": "µs, not us"}, prog, 80) is None
     assert plain_page(HELP, {**listing, "x": "a" * 70}, prog, 80) is None  # Rich folds it
+    assert plain_page(HELP, {**listing, "x": "see --json"}, prog, 80, colour=True) is None
     assert plain_page(HELP, {}, prog, 80) is None
 
 

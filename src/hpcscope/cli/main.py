@@ -8,8 +8,8 @@ lists every command from :data:`COMMANDS`, a static table of one-line help texts
 drift.
 
 This module imports neither Typer nor Rich: ``hpcscope --help`` is drawn from :data:`COMMANDS`
-as the page Typer draws, without importing Typer: as text by :mod:`hpcscope.cli.plain_help`
-(a pipe or a file), else with Rich by :mod:`hpcscope.cli.quick_help` (a terminal); every
+as the page Typer draws, without importing Typer: by :mod:`hpcscope.cli.plain_help` (text, and
+its colours on a terminal), else with Rich by :mod:`hpcscope.cli.quick_help`; every
 other command line goes to the Typer app of :mod:`hpcscope.cli.group` (``app`` and
 ``load_command`` here are that module's, loaded on first use).
 """
@@ -118,10 +118,10 @@ def __getattr__(name: str) -> Any:
 def main() -> None:
     """Entry point of the ``hpcscope`` script."""
     if sys.argv[1:] == ["--help"]:
-        from hpcscope.cli.plain_help import print_plain
+        from hpcscope.cli.plain_help import print_page
 
         listing = {name: entry.help for name, entry in COMMANDS.items()}
-        if not print_plain(HELP, listing):  # a terminal, colour: Rich draws it
+        if not print_page(HELP, listing):  # what only Rich draws the same: with Rich
             from hpcscope.cli.quick_help import print_help
 
             print_help(HELP, listing)
