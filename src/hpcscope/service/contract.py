@@ -41,10 +41,6 @@ class Contract(BaseModel):
     Unknown fields are an error (``extra="forbid"``) and values are not coerced
     (``strict=True``): a renamed or retyped field fails the emitting code's tests instead of
     reaching a page or a user's script.
-
-    A contract's validator is built when it is first used (``defer_build``), not when its
-    module is imported: ``hpcscope traces analyze`` imports the module of every trace
-    document and validates one of them (~50 ms less start-up, ``docs/benchmarks.md``).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
