@@ -45,6 +45,11 @@ CLIENT_COMMANDS = {
     "job": ["job", "1", "--url", "http://127.0.0.1:9", "--user", "u", "--password", "p"],
     "token list": ["token", "list", "--url", "http://127.0.0.1:9", "--token", "hps_x"],
     "slo": ["slo", "--url", "http://127.0.0.1:9", "--user", "u", "--password", "p", "--json"],
+    "alerts": ["alerts", "--url", "http://127.0.0.1:9", "--token", "hps_x", "--json"],
+    "chargeback": ["chargeback", "--url", "http://127.0.0.1:9", "--token", "hps_x", "--json"],
+    "access": ["access", "/x", "--url", "http://127.0.0.1:9", "--user", "u", "--password", "p"],
+    "notify audit": ["notify", "audit", "--url", "http://127.0.0.1:9", "--token", "hps_x"],
+    "traces merge": ["traces", "merge", str(HTA_2RANK), "--json"],
 }
 
 
@@ -153,3 +158,25 @@ def test_a_client_command_imports_no_web_framework_store_or_twin(name: str) -> N
     assert not chains, f"`hpcscope {' '.join(CLIENT_COMMANDS[name])}` imports:\n" + "\n".join(
         chains
     )
+
+
+#: Client commands asked for JSON: they print with orjson and need no Rich either.
+JSON_COMMANDS = ("version", "traces analyze", "jobs", "slo", "alerts", "chargeback")
+
+
+@pytest.mark.parametrize("name", JSON_COMMANDS)
+def test_a_json_client_command_imports_no_rich(name: str) -> None:
+    args = CLIENT_COMMANDS[name]
+    assert "--json" in args
+    env = dict(os.environ, PYTHONPATH=str(Path(hpcscope.__file__).parents[1]), COLUMNS="100")
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "hpcscope", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    chains = importer_chains(result.stderr, ("rich",))
+    assert not chains, f"`hpcscope {' '.join(args)}` imports:\n" + "\n".join(chains[:5])

@@ -1,4 +1,4 @@
-"""The ``hpcscope`` command: one Typer app whose sub-commands load when they run.
+"""The ``hpcscope`` command: the table of its commands, and the entry point.
 
 A command's module (and what it imports: the web framework, DuckDB, the twin) is imported
 only when that command runs, so ``hpcscope --help``, ``version``, ``traces analyze`` and the
@@ -6,21 +6,23 @@ HTTP client commands import none of that (``docs/benchmarks.md``: start-up figur
 lists every command from :data:`COMMANDS`, a static table of one-line help texts;
 ``tests/cli/test_main.py`` checks that it matches each module's real help, so the two cannot
 drift.
+
+This module imports neither Typer nor Rich: ``hpcscope --help`` is drawn from :data:`COMMANDS`
+as the page Typer draws, without importing Typer: by :mod:`hpcscope.cli.plain_help` (text, and
+its colours on a terminal), else with Rich by :mod:`hpcscope.cli.quick_help`; every
+other command line goes to the Typer app of :mod:`hpcscope.cli.group` (``app`` and
+``load_command`` here are that module's, loaded on first use).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-from collections.abc import Iterator, MutableMapping
-from typing import Any, NamedTuple
+import sys
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import typer
-from typer.core import TyperCommand, TyperGroup
-
-from hpcscope.cli.logs import LOG_LEVELS, configure_logging
-from hpcscope.cli.output import report_error
-from hpcscope.model.errors import HpcscopeError
+if TYPE_CHECKING:
+    from hpcscope.cli.group import app as app
+    from hpcscope.cli.group import load_command as load_command
 
 
 class LazyCommand(NamedTuple):
@@ -97,111 +99,36 @@ COMMANDS: dict[str, LazyCommand] = {
 }
 
 
-def load_command(name: str) -> Any:
-    """The real click command ``name``: its module imported and registered on a scratch app."""
-    scratch = typer.Typer()
-    importlib.import_module(COMMANDS[name].module).register(scratch)
-    return typer.main.get_group(scratch).commands[name]
-
-
-class _Listing(TyperCommand):
-    """What ``--help`` shows for a command not loaded yet: its name and one-line help."""
-
-
-class _LazyCommands(MutableMapping[str, Any]):
-    """The group's commands: the static table's, loaded on first access (by name)."""
-
-    def __init__(self, extra: MutableMapping[str, Any]) -> None:
-        self._loaded: dict[str, Any] = dict(extra)
-
-    def listing(self, name: str) -> Any:
-        """The loaded command, or a stand-in carrying its help (for ``--help``)."""
-        if name in self._loaded:
-            return self._loaded[name]
-        if name in COMMANDS:
-            return _Listing(name=name, help=COMMANDS[name].help, callback=None)
-        return None
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self._loaded:
-            if name not in COMMANDS:
-                raise KeyError(name)
-            self._loaded[name] = load_command(name)
-        return self._loaded[name]
-
-    def __setitem__(self, name: str, command: Any) -> None:
-        self._loaded[name] = command
-
-    def __delitem__(self, name: str) -> None:
-        del self._loaded[name]
-
-    def __iter__(self) -> Iterator[str]:
-        yield from COMMANDS
-        yield from (name for name in self._loaded if name not in COMMANDS)
-
-    def __len__(self) -> int:
-        return len(COMMANDS) + sum(1 for name in self._loaded if name not in COMMANDS)
-
-    def __contains__(self, name: object) -> bool:
-        return name in COMMANDS or name in self._loaded
-
-
-class _Commands(TyperGroup):
-    """The command group: lazy sub-commands, and the one handler for errors no command handled.
-
-    An :class:`HpcscopeError` becomes one line on stderr and exit code 1 (runtime) or 2 (bad
-    input), never a traceback; other exceptions are bugs and keep their traceback.
-    """
-
-    def __init__(self, **attrs: Any) -> None:
-        super().__init__(**attrs)
-        self.commands = _LazyCommands(self.commands)
-
-    def list_commands(self, ctx: Any) -> list[str]:
-        return list(self.commands)
-
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        # help and completion list commands through here: no import for them
-        commands = self.commands
-        return commands.listing(cmd_name) if isinstance(commands, _LazyCommands) else None
-
-    def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
-        name, command, rest = super().resolve_command(ctx, args)
-        if name is not None and isinstance(command, _Listing):
-            command = self.commands[name]  # the command runs: import its module now
-        return name, command, rest
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        # the error is a JSON document on stdout when the command was asked for JSON
-        ctx.meta["hpcscope.json"] = "--json" in args
-        return super().parse_args(ctx, args)
-
-    def invoke(self, ctx: Any) -> Any:
-        try:
-            return super().invoke(ctx)
-        except HpcscopeError as exc:
-            report_error(exc, as_json=bool(ctx.meta.get("hpcscope.json")))
-
-
-app = typer.Typer(
-    cls=_Commands,
-    name="hpcscope",
-    help="Observability and security for HPC clusters that train AI models: which job, which "
-    "GPU, which phase, and what it costs.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+#: The first paragraph of ``hpcscope --help``.
+HELP = (
+    "Observability and security for HPC clusters that train AI models: which job, which "
+    "GPU, which phase, and what it costs."
 )
 
 
-@app.callback()
-def _root() -> None:
-    # a callback makes the app a group although no command is registered on it directly
-    pass
+def __getattr__(name: str) -> Any:
+    # the Typer app loads on first use: `hpcscope --help` needs none of it
+    if name in ("app", "load_command"):
+        from hpcscope.cli import group
+
+        return getattr(group, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     """Entry point of the ``hpcscope`` script."""
+    if sys.argv[1:] == ["--help"]:
+        from hpcscope.cli.plain_help import print_page
+
+        listing = {name: entry.help for name, entry in COMMANDS.items()}
+        if not print_page(HELP, listing):  # what only Rich draws the same: with Rich
+            from hpcscope.cli.quick_help import print_help
+
+            print_help(HELP, listing)
+        return
+    from hpcscope.cli.group import app
+    from hpcscope.cli.logs import LOG_LEVELS, configure_logging
+
     level = os.environ.get("HPCSCOPE_LOG_LEVEL", "info")
     configure_logging(level if level.lower() in LOG_LEVELS else "info")
     app()

@@ -1,19 +1,24 @@
-"""Shared output helpers: JSON to stdout, tables with Rich, errors to stderr with exit codes."""
+"""Shared output helpers: JSON to stdout, tables with Rich, errors to stderr with exit codes.
+
+Rich is imported only when a table or a styled error is printed: a ``--json`` command does
+without it (``docs/benchmarks.md``, start-up).
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 import typer
 from pydantic import BaseModel
-from rich.console import Console
-from rich.table import Table
 
 from hpcscope.model.errors import HpcscopeError, InputError, SourceError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_OK = 0
 EXIT_RUNTIME_ERROR = 1
@@ -21,10 +26,14 @@ EXIT_USAGE_ERROR = 2
 
 
 def stdout_console() -> Console:
+    from rich.console import Console
+
     return Console(no_color="NO_COLOR" in os.environ, soft_wrap=True)
 
 
 def stderr_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, no_color="NO_COLOR" in os.environ)
 
 
@@ -52,6 +61,8 @@ def print_table(
     *,
     numeric: Sequence[str] = (),
 ) -> None:
+    from rich.table import Table
+
     table = Table(title=title, show_lines=False, header_style="bold")
     for column in columns:
         table.add_column(column, justify="right" if column in numeric else "left")
