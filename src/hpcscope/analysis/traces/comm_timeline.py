@@ -1,0 +1,217 @@
+"""One rank's events reduced to communication classes: per class the intervals its transfers
+cover, the compute that can hide them, and the events no rule classifies.
+
+Runs in the per-rank worker, next to :func:`~hpcscope.analysis.traces.rank_timeline.
+rank_timeline` (pure: events and a :class:`~hpcscope.analysis.traces.kernel_classes.
+ClassTable` in, merged intervals out).
+
+* **Which events.** On a rank with GPU events: every kernel, memcpy and memset is classified
+  (transfer or compute; none left out: an unknown one is *unclassified*, with its time), and
+  CPU events only to find the operator that launched a transfer. On a CPU-only rank (gloo):
+  CPU operators and ranges; an operator no rule knows is unclassified (a range no rule knows,
+  such as a user annotation, is not an operator and is ignored).
+* **Launch.** A transfer takes the operation and dimension of the launch operator that
+  encloses its launch (GPU: the runtime call with its correlation id; CPU: the event itself)
+  on the launching thread, or for a CPU transfer run by a worker thread (gloo), of the last
+  launch operator started before it on another thread.
+* **Compute that hides.** GPU: the union of compute kernels, memcpy and memset on any stream
+  (a stream runs one thing at a time, so it never overlaps its own transfers). CPU: per
+  thread, its compute operators minus that thread's own transfers (an operator nested inside a
+  blocking send is not overlap), then the union over threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from hpcscope.analysis.traces.arrays import distinct
+from hpcscope.analysis.traces.intervals import Intervals, covers, merge
+from hpcscope.analysis.traces.kernel_classes import BUBBLE_OPS, ClassTable, Match
+from hpcscope.model.trace_events import EventKind, EventTable
+
+F64 = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class CommTimeline:
+    """What one rank contributes to the per-class analysis.
+
+    Attributes:
+        classes: per communication class, the merged intervals (µs) of its transfers.
+        bubble: merged intervals of pipeline receives (their exposed part is the bubble).
+        compute: merged intervals of compute that can hide a transfer (see module docstring).
+        unclassified: event name -> seconds (union of its events) of events no rule matched.
+        transfers: number of transfer events classified.
+    """
+
+    classes: dict[str, Intervals] = field(default_factory=dict)
+    bubble: Intervals = field(default_factory=Intervals.empty)
+    compute: Intervals = field(default_factory=Intervals.empty)
+    unclassified: dict[str, float] = field(default_factory=dict)
+    transfers: int = 0
+
+
+def _minus(a: Intervals, b: Intervals) -> Intervals:
+    """``a`` without ``b`` (both merged)."""
+    if not len(a) or not len(b):
+        return a
+    points = distinct(np.concatenate([a.start, a.end, b.start, b.end]))
+    lo, hi = points[:-1], points[1:]
+    mid = (lo + hi) / 2
+    keep = covers(a, mid) & ~covers(b, mid)
+    return merge(lo[keep], hi[keep])
+
+
+def _launch_rows(ev: EventTable) -> tuple[F64, npt.NDArray[np.int64]]:
+    """For every event: the time and thread of the runtime call with its correlation id (its
+    own start and thread when there is none)."""
+    time = ev.ts_us.copy()
+    thread = ev.thread.copy()
+    runtime = np.flatnonzero((ev.kind == EventKind.RUNTIME) & (ev.correlation >= 0))
+    targets = np.flatnonzero((ev.kind != EventKind.RUNTIME) & (ev.correlation >= 0))
+    if runtime.shape[0] == 0 or targets.shape[0] == 0:
+        return time, thread
+    order = runtime[np.argsort(ev.correlation[runtime], kind="stable")]
+    corr = ev.correlation[order]
+    pos = np.clip(np.searchsorted(corr, ev.correlation[targets]), 0, corr.shape[0] - 1)
+    found = corr[pos] == ev.correlation[targets]
+    time[targets[found]] = ev.ts_us[order[pos[found]]]
+    thread[targets[found]] = ev.thread[order[pos[found]]]
+    return time, thread
+
+
+class _Launchers:
+    """The launch operators of a rank, searchable by (thread, time)."""
+
+    def __init__(self, ev: EventTable, rows: npt.NDArray[np.int64], matches: list[Match]) -> None:
+        self.by_thread: dict[int, tuple[F64, F64, list[Match]]] = {}
+        order = rows[np.argsort(ev.ts_us[rows], kind="stable")]
+        index = {int(r): m for r, m in zip(rows.tolist(), matches, strict=True)}
+        self.start = ev.ts_us[order]
+        self.thread = ev.thread[order]
+        self.matches = [index[int(r)] for r in order.tolist()]
+        for t in distinct(self.thread.astype(np.float64)).astype(np.int64).tolist():
+            sel = np.flatnonzero(self.thread == t)
+            self.by_thread[t] = (
+                self.start[sel],
+                ev.ts_us[order[sel]] + ev.dur_us[order[sel]],
+                [self.matches[i] for i in sel.tolist()],
+            )
+
+    def enclosing(self, thread: int, time: float) -> Match | None:
+        """The innermost launch operator on ``thread`` running at ``time``."""
+        found = self.by_thread.get(thread)
+        if found is None:
+            return None
+        start, end, matches = found
+        i = int(np.searchsorted(start, time, side="right")) - 1
+        while i >= 0:  # the latest start first: the innermost of nested operators
+            if end[i] > time:
+                return matches[i]
+            i -= 1
+        return None
+
+    def before(self, thread: int, time: float) -> Match | None:
+        """The last launch operator started at or before ``time`` on another thread."""
+        i = int(np.searchsorted(self.start, time, side="right")) - 1
+        while i >= 0:
+            if int(self.thread[i]) != thread:
+                return self.matches[i]
+            i -= 1
+        return None
+
+
+def comm_timeline(ev: EventTable, table: ClassTable) -> CommTimeline:
+    """Classify one rank's events (see the module docstring)."""
+    names = ev.names
+    kind = ev.kind
+    gpu = (kind == EventKind.KERNEL) | (kind == EventKind.MEMCPY) | (kind == EventKind.MEMSET)
+    cpu = (kind == EventKind.CPU_OP) | (kind == EventKind.ANNOTATION)
+    has_gpu = bool(gpu.any())
+    end = ev.ts_us + ev.dur_us
+    gpu_match = {int(i): table.classify(names[i], "gpu") for i in np.unique(ev.name[gpu]).tolist()}
+    cpu_match = {int(i): table.classify(names[i], "cpu") for i in np.unique(ev.name[cpu]).tolist()}
+
+    rows_cpu = np.flatnonzero(cpu)
+    cpu_of = [cpu_match[int(n)] for n in ev.name[rows_cpu].tolist()]
+    launch_sel = [i for i, m in enumerate(cpu_of) if m is not None and m.role == "launch"]
+    launchers = _Launchers(
+        ev,
+        rows_cpu[launch_sel],
+        [cpu_of[i] for i in launch_sel],  # type: ignore[misc]
+    )
+
+    transfer_rows: list[int] = []
+    transfer_matches: list[Match] = []
+    compute_rows: list[int] = []
+    unknown_rows: list[int] = []
+    if has_gpu:
+        for row, n in zip(np.flatnonzero(gpu).tolist(), ev.name[gpu].tolist(), strict=True):
+            match = gpu_match[int(n)]
+            if match is None:
+                unknown_rows.append(row)
+            elif match.op == "compute":
+                compute_rows.append(row)
+            elif match.role == "transfer":
+                transfer_rows.append(row)
+                transfer_matches.append(match)
+    else:
+        for row, match in zip(rows_cpu.tolist(), cpu_of, strict=True):
+            if match is None:
+                if kind[row] == EventKind.CPU_OP:
+                    unknown_rows.append(row)
+            elif match.op == "compute":
+                compute_rows.append(row)
+            elif match.role == "transfer":
+                transfer_rows.append(row)
+                transfer_matches.append(match)
+
+    launch_time, launch_thread = _launch_rows(ev)
+    by_class: dict[str, list[int]] = {}
+    bubble_rows: list[int] = []
+    for row, match in zip(transfer_rows, transfer_matches, strict=True):
+        thread = int(launch_thread[row])
+        found = launchers.enclosing(thread, float(launch_time[row]))
+        if found is None and not has_gpu:
+            found = launchers.before(thread, float(ev.ts_us[row]))
+        chosen = match if found is None or found.op == "collective" else found
+        if found is not None and found.dimension == "none" and match.dimension != "none":
+            chosen = Match(chosen.op, match.dimension, chosen.role)
+        klass = chosen.klass
+        by_class.setdefault(klass, []).append(row)
+        if klass == "pp_send_recv" and chosen.op in BUBBLE_OPS:
+            bubble_rows.append(row)
+
+    classes = {
+        k: merge(ev.ts_us[np.array(r)], end[np.array(r)]) for k, r in sorted(by_class.items())
+    }
+    bubble = merge(ev.ts_us[np.array(bubble_rows, dtype=np.int64)], end[bubble_rows])
+    rows = np.array(compute_rows, dtype=np.int64)
+    if has_gpu:
+        compute = merge(ev.ts_us[rows], end[rows])
+    else:
+        transfer = np.array(transfer_rows, dtype=np.int64)
+        parts = []
+        for t in np.unique(ev.thread[rows]).tolist():
+            mine = rows[ev.thread[rows] == t]
+            own = transfer[ev.thread[transfer] == t]
+            parts.append(_minus(merge(ev.ts_us[mine], end[mine]), merge(ev.ts_us[own], end[own])))
+        compute = merge(
+            np.concatenate([p.start for p in parts] or [np.zeros(0)]),
+            np.concatenate([p.end for p in parts] or [np.zeros(0)]),
+        )
+    unclassified: dict[str, float] = {}
+    unknown = np.array(unknown_rows, dtype=np.int64)
+    for n in np.unique(ev.name[unknown]).tolist():
+        sel = unknown[ev.name[unknown] == n]
+        unclassified[names[n]] = merge(ev.ts_us[sel], end[sel]).total() / 1e6
+    return CommTimeline(
+        classes=classes,
+        bubble=bubble,
+        compute=compute,
+        unclassified=unclassified,
+        transfers=len(transfer_rows),
+    )
