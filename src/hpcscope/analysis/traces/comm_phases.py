@@ -19,7 +19,9 @@ same with every rank's exposed time of that class removed from its step.
 late waits least and makes the others' time in it longer: in each class, the rank whose mean
 time per step is lowest, when the median of the others' exceeds it by more than
 :data:`STRAGGLER_SHARE` of that median and :data:`STRAGGLER_MIN_SECONDS`, is named ("rank 5
-slow in expert all-to-all"), with that difference as the others' wait per step.
+slow in expert all-to-all"), with that difference as the others' wait per step. In the
+pipeline class the figure compared is the bubble: a stage's sends also last until the next
+stage receives, so only the receives say which stage the others wait for.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def class_phases(
         gains[klass] = actual - ideal
         if n_r < 2 or not n_s:
             continue
-        mean = seconds[:, :, c].mean(axis=1)
+        mean = (bubble if klass == "pp_send_recv" else seconds[:, :, c]).mean(axis=1)
         low = int(np.argmin(mean))
         others = float(np.median(np.delete(mean, low)))
         wait = others - float(mean[low])
