@@ -38,12 +38,14 @@ class CommScenario:
     overlap: bool = False
     steps: int = 4  # profiled (active) steps
     size: int = 192  # matrix side of the matmul blocks
+    ranks: int | None = None  # ranks taking part (the pipeline: 2), None: all
 
 
 def generate(
     scenarios: list[CommScenario], out_dir: Path, *, world_size: int, timeout_seconds: float = 300
 ) -> Path:
-    """Run the scenarios on ``world_size`` gloo ranks; traces in ``out_dir/<name>/``.
+    """Run the scenarios on ``world_size`` gloo ranks (one launch: starting torch costs most of
+    the time); traces in ``out_dir/<name>/``.
 
     Raises:
         RuntimeError: the ranks failed (their output is in the message).
@@ -70,15 +72,48 @@ def _rank_main(rank: int, spec: dict[str, Any], out_dir: str) -> None:  # pragma
     dist.init_process_group("gloo", rank=rank, world_size=spec["world_size"])
     torch.set_num_threads(1)
     torch.manual_seed(rank)
-    for raw in spec["scenarios"]:
-        _run(rank, spec["world_size"], raw, Path(out_dir))
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    scenarios = spec["scenarios"]
+    (steps,) = {raw["steps"] for raw in scenarios}
+    world = spec["world_size"]
+    # a rank outside a scenario's ranks idles through its steps, its trace kept apart
+    dirs = [
+        Path(out_dir) / (raw["name"] if rank < (raw["ranks"] or world) else f"{raw['name']}.idle")
+        for raw in scenarios
+    ]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    current = [0]
+    # one profiler session for every scenario (its first start costs seconds): one cycle of
+    # wait, warm-up and active steps per scenario, each cycle's trace in its directory
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=steps, repeat=len(scenarios)),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(dirs[current[0]] / f"rank-{rank}.json")),
+    ) as prof:
+        for k, raw in enumerate(scenarios):
+            current[0] = k
+            step = (
+                _step(rank, raw["ranks"] or world, raw) if rank < (raw["ranks"] or world) else _idle
+            )
+            for i in range(steps + 2):
+                if i == 0:  # the cycle's wait step, not recorded
+                    dist.barrier()
+                step()
+                prof.step()
+    dist.barrier()
     dist.destroy_process_group()
 
 
-def _run(rank: int, world: int, raw: dict[str, Any], out_dir: Path) -> None:  # pragma: no cover
+def _idle() -> None:  # pragma: no cover
+    pass
+
+
+def _step(rank: int, world: int, raw: dict[str, Any]) -> Any:  # pragma: no cover
+    """One training step of the scenario, as a callable."""
     import torch
     import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile, schedule
 
     n = raw["size"]
     w = torch.randn(n, n) / n
@@ -141,19 +176,7 @@ def _run(rank: int, world: int, raw: dict[str, Any], out_dir: Path) -> None:  # 
         for handle in sends:
             handle.wait()
 
-    step = {"a2a": a2a_step, "fsdp": fsdp_step, "pipeline": pipeline_step}[raw["kind"]]
-    target = out_dir / raw["name"]
-    target.mkdir(parents=True, exist_ok=True)
-    dist.barrier()
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        schedule=schedule(wait=1, warmup=1, active=raw["steps"]),
-        on_trace_ready=lambda p: p.export_chrome_trace(str(target / f"rank-{rank}.json")),
-    ) as prof:
-        for _ in range(raw["steps"] + 2):
-            step()
-            prof.step()
-    dist.barrier()
+    return {"a2a": a2a_step, "fsdp": fsdp_step, "pipeline": pipeline_step}[raw["kind"]]
 
 
 def main() -> None:  # pragma: no cover
