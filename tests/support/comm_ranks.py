@@ -154,7 +154,7 @@ def _step(rank: int, world: int, raw: dict[str, Any]) -> Any:  # pragma: no cove
 
     def pipeline_step() -> None:
         micro = 4
-        sends = []  # isend, as Megatron's p2p does: a blocking send would deadlock GPipe
+        sends: list[Any] = []  # isend, as Megatron's p2p does: a blocking send would deadlock GPipe
         if rank == 0:
             for _ in range(micro):
                 y = block(torch.randn(n, n))
@@ -187,7 +187,9 @@ def main() -> None:  # pragma: no cover
 
     warnings.filterwarnings("ignore")
     spec = json.loads(Path(sys.argv[1]).read_text())
-    mp.spawn(_rank_main, args=(spec, sys.argv[2]), nprocs=spec["world_size"], join=True)
+    mp.spawn(  # type: ignore[no-untyped-call]  # torch leaves spawn unannotated
+        _rank_main, args=(spec, sys.argv[2]), nprocs=spec["world_size"], join=True
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover
