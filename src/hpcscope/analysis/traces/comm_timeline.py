@@ -10,10 +10,12 @@ ClassTable` in, merged intervals out).
   CPU events only to find the operator that launched a transfer. On a CPU-only rank (gloo):
   CPU operators and ranges; an operator no rule knows is unclassified (a range no rule knows,
   such as a user annotation, is not an operator and is ignored).
-* **Launch.** A transfer takes the operation and dimension of the launch operator that
-  encloses its launch (GPU: the runtime call with its correlation id; CPU: the event itself)
-  on the launching thread, or for a CPU transfer run by a worker thread (gloo), of the last
-  launch operator started before it on another thread.
+* **Launch.** A transfer whose launch operator names another operation (an NCCL ``SendRecv``
+  kernel under ``nccl:all_to_all``, a gloo ``all_reduce`` range of a reduce-scatter) takes the
+  operation and dimension of that operator: the one that encloses its launch (GPU: the
+  runtime call with its correlation id; CPU: the event itself) on the launching thread, or for
+  a CPU transfer run by a worker thread (gloo), the last one started before it on another
+  thread.
 * **Compute that hides.** GPU: the union of compute kernels, memcpy and memset on any stream
   (a stream runs one thing at a time, so it never overlaps its own transfers). CPU: per
   thread, its compute operators minus that thread's own transfers (an operator nested inside a
@@ -177,9 +179,9 @@ def comm_timeline(ev: EventTable, table: ClassTable) -> CommTimeline:
         found = launchers.enclosing(thread, float(launch_time[row]))
         if found is None and not has_gpu:
             found = launchers.before(thread, float(ev.ts_us[row]))
-        chosen = match if found is None or found.op == "collective" else found
-        if found is not None and found.dimension == "none" and match.dimension != "none":
-            chosen = Match(chosen.op, match.dimension, chosen.role)
+        # the launcher decides only what the transfer's own name leaves open or says otherwise
+        # (a SendRecv kernel under nccl:all_to_all; a gloo all_reduce of a reduce-scatter)
+        chosen = match if found is None or found.op in ("collective", match.op) else found
         klass = chosen.klass
         by_class.setdefault(klass, []).append(row)
         if klass == "pp_send_recv" and chosen.op in BUBBLE_OPS:
