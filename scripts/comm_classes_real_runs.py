@@ -12,9 +12,10 @@ import json
 import sys
 from pathlib import Path
 
-from hpcscope.service.traces.pipeline import analyze, to_json
 from tests.service.traces.test_comm_report_real_runs import CLASS, SCENARIOS, _truth
 from tests.support.comm_ranks import generate
+
+from hpcscope.service.traces.pipeline import analyze, to_json
 
 
 def main() -> None:
