@@ -112,6 +112,7 @@ def test_html_report_is_self_contained(tmp_path: Path) -> None:
     assert code == 0 and "Straggler: rank 7" in stdout
     html = out.read_text(encoding="utf-8")
     assert html.startswith("<!doctype html>")
+    assert "Communication by class" in html and "rank 7 slow in expert all-to-all" in html
     assert not re.search(r"https?://", html), "the report must not reference the network"
     assert "<script" not in html and "<link" not in html and "@import" not in html
     assert "Rank 7: forward" in html and "<svg" in html
