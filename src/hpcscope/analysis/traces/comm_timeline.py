@@ -137,39 +137,31 @@ def comm_timeline(ev: EventTable, table: ClassTable) -> CommTimeline:
     gpu_match = {int(i): table.classify(names[i], "gpu") for i in np.unique(ev.name[gpu]).tolist()}
     cpu_match = {int(i): table.classify(names[i], "cpu") for i in np.unique(ev.name[cpu]).tolist()}
 
-    rows_cpu = np.flatnonzero(cpu)
-    cpu_of = [cpu_match[int(n)] for n in ev.name[rows_cpu].tolist()]
-    launch_sel = [i for i, m in enumerate(cpu_of) if m is not None and m.role == "launch"]
+    is_launch = np.zeros(len(names), dtype=bool)
+    for n, m in cpu_match.items():
+        is_launch[n] = m is not None and m.role == "launch"
+    launch_rows = np.flatnonzero(cpu & is_launch[ev.name])
     launchers = _Launchers(
         ev,
-        rows_cpu[launch_sel],
-        [cpu_of[i] for i in launch_sel],  # type: ignore[misc]
+        launch_rows,
+        [cpu_match[int(n)] for n in ev.name[launch_rows].tolist()],  # type: ignore[misc]
     )
 
-    transfer_rows: list[int] = []
-    transfer_matches: list[Match] = []
-    compute_rows: list[int] = []
-    unknown_rows: list[int] = []
+    # per name id: 0 unknown, 1 compute, 2 transfer, 3 launch (or nothing to count)
+    code = np.full(len(names), 3, dtype=np.int8)
     if has_gpu:
-        for row, n in zip(np.flatnonzero(gpu).tolist(), ev.name[gpu].tolist(), strict=True):
-            match = gpu_match[int(n)]
-            if match is None:
-                unknown_rows.append(row)
-            elif match.op == "compute":
-                compute_rows.append(row)
-            elif match.role == "transfer":
-                transfer_rows.append(row)
-                transfer_matches.append(match)
+        scope, matches = gpu, gpu_match
     else:
-        for row, match in zip(rows_cpu.tolist(), cpu_of, strict=True):
-            if match is None:
-                if kind[row] == EventKind.CPU_OP:
-                    unknown_rows.append(row)
-            elif match.op == "compute":
-                compute_rows.append(row)
-            elif match.role == "transfer":
-                transfer_rows.append(row)
-                transfer_matches.append(match)
+        scope, matches = cpu, cpu_match
+    for n, m in matches.items():
+        code[n] = 0 if m is None else 1 if m.op == "compute" else 2 if m.role == "transfer" else 3
+    row_code = np.where(scope, code[ev.name], 3)
+    if not has_gpu:  # a CPU range no rule knows is not an operator
+        row_code = np.where((row_code == 0) & (kind != EventKind.CPU_OP), 3, row_code)
+    transfer_rows = np.flatnonzero(row_code == 2).tolist()
+    transfer_matches: list[Match] = [matches[int(n)] for n in ev.name[transfer_rows].tolist()]  # type: ignore[misc]
+    compute_rows = np.flatnonzero(row_code == 1)
+    unknown_rows = np.flatnonzero(row_code == 0)
 
     launch_time, launch_thread = _launch_rows(ev)
     by_class: dict[str, list[int]] = {}
@@ -191,7 +183,7 @@ def comm_timeline(ev: EventTable, table: ClassTable) -> CommTimeline:
         k: merge(ev.ts_us[np.array(r)], end[np.array(r)]) for k, r in sorted(by_class.items())
     }
     bubble = merge(ev.ts_us[np.array(bubble_rows, dtype=np.int64)], end[bubble_rows])
-    rows = np.array(compute_rows, dtype=np.int64)
+    rows = compute_rows
     if has_gpu:
         compute = merge(ev.ts_us[rows], end[rows])
     else:
@@ -206,7 +198,7 @@ def comm_timeline(ev: EventTable, table: ClassTable) -> CommTimeline:
             np.concatenate([p.end for p in parts] or [np.zeros(0)]),
         )
     unclassified: dict[str, float] = {}
-    unknown = np.array(unknown_rows, dtype=np.int64)
+    unknown = unknown_rows
     for n in np.unique(ev.name[unknown]).tolist():
         sel = unknown[ev.name[unknown] == n]
         unclassified[names[n]] = merge(ev.ts_us[sel], end[sel]).total() / 1e6
