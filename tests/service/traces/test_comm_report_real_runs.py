@@ -25,11 +25,13 @@ pytestmark = pytest.mark.torch
 
 Interval = tuple[float, float]
 
+#: the slow rank's delay: 40 ms per step in each scenario, large against the contention of
+#: four ranks on a shared two-core machine (at 20 ms a loaded machine hid it in one run of 3)
 SCENARIOS = [
-    CommScenario("a2a-sync", "a2a", slow_rank=2),
-    CommScenario("a2a-overlap", "a2a", slow_rank=1, overlap=True),
-    CommScenario("fsdp", "fsdp", slow_rank=3),
-    # ranks 0 and 1 only (2 and 3 idle meanwhile)
+    CommScenario("a2a-sync", "a2a", slow_rank=2, delay_seconds=0.04),
+    CommScenario("a2a-overlap", "a2a", slow_rank=1, delay_seconds=0.04, overlap=True),
+    CommScenario("fsdp", "fsdp", slow_rank=3, delay_seconds=0.04),
+    # ranks 0 and 1 only (2 and 3 idle meanwhile); the delay is per micro-batch (4 per step)
     CommScenario("pipeline", "pipeline", slow_rank=0, delay_seconds=0.01, ranks=2),
 ]
 CLASS = {"a2a": "ep_all_to_all", "fsdp": "dp_shard", "pipeline": "pp_send_recv"}
