@@ -132,7 +132,7 @@ def _step(rank: int, world: int, raw: dict[str, Any]) -> Any:  # pragma: no cove
             time.sleep(delay)
         if raw["overlap"]:
             work = dist.all_to_all_single(out, x, async_op=True)
-            block(x, 6)  # the next expert's compute while the tokens travel
+            block(x, 24)  # the next expert's compute while the tokens travel
             work.wait()
         else:
             dist.all_to_all_single(out, x)

@@ -133,11 +133,13 @@ def test_each_class_matches_the_profiler_intervals(
 def test_overlap_hides_the_all_to_all_and_the_pipeline_has_a_bubble(
     runs: dict[str, Path],
 ) -> None:
-    ratios = {}
-    for scenario in SCENARIOS[:2]:
-        doc = _analysis(runs[scenario.name], scenario)
-        ratios[scenario.name] = doc["classes"][0]["hidden_ratio"]
-    assert ratios["a2a-sync"] < 0.03 < ratios["a2a-overlap"], ratios
+    sync, overlap = (_analysis(runs[s.name], s)["classes"][0] for s in SCENARIOS[:2])
+    assert sync["hidden_ratio"] == 0.0  # the main thread waits: nothing runs meanwhile
+    # the slow rank arrives last, so its all-to-all is the transfer alone, under its compute
+    # (the others wait for it past their compute: their share is small)
+    slow = str(SCENARIOS[1].slow_rank)
+    share = overlap["hidden_seconds_per_step"][slow] / overlap["seconds_per_step"][slow]
+    assert share > 0.2, overlap
     doc = _analysis(runs["pipeline"], SCENARIOS[3])
     # stage 1 waits for stage 0's first forward and for its slow forwards: a bubble every step
     assert doc["bubble_seconds_per_step"]["1"] > 0.01, doc["bubble_seconds_per_step"]

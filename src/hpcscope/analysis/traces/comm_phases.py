@@ -16,8 +16,8 @@ step windows of the phase table. For a class ``c``, a rank and a step window ``W
 same with every rank's exposed time of that class removed from its step.
 
 **Who the others wait for.** A collective ends together on every rank, so a rank that arrives
-late waits least and makes the others' time in it longer: in each class, the rank whose mean
-time per step is lowest, when the median of the others' exceeds it by more than
+late waits least and makes the others' time in it longer: in each class, the rank whose median
+time per step (over the steps) is lowest, when the median of the others' exceeds it by more than
 :data:`STRAGGLER_SHARE` of that median and :data:`STRAGGLER_MIN_SECONDS`, is named ("rank 5
 slow in expert all-to-all"), with that difference as the others' wait per step. In the
 pipeline class the figure compared is the bubble: a stage's sends also last until the next
@@ -136,10 +136,11 @@ def class_phases(
         gains[klass] = actual - ideal
         if n_r < 2 or not n_s:
             continue
-        mean = (bubble if klass == "pp_send_recv" else seconds[:, :, c]).mean(axis=1)
-        low = int(np.argmin(mean))
-        others = float(np.median(np.delete(mean, low)))
-        wait = others - float(mean[low])
+        # the median over steps: one step a busy machine stretched does not decide
+        typical = np.median(bubble if klass == "pp_send_recv" else seconds[:, :, c], axis=1)
+        low = int(np.argmin(typical))
+        others = float(np.median(np.delete(typical, low)))
+        wait = others - float(typical[low])
         if wait > STRAGGLER_SHARE * others and wait > STRAGGLER_MIN_SECONDS:
             stragglers.append(ClassStraggler(int(ranks[low]), klass, wait))
     return ClassPhases(
