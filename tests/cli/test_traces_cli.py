@@ -112,6 +112,7 @@ def test_html_report_is_self_contained(tmp_path: Path) -> None:
     assert code == 0 and "Straggler: rank 7" in stdout
     html = out.read_text(encoding="utf-8")
     assert html.startswith("<!doctype html>")
+    assert "Communication by class" in html and "rank 7 slow in expert all-to-all" in html
     assert not re.search(r"https?://", html), "the report must not reference the network"
     assert "<script" not in html and "<link" not in html and "@import" not in html
     assert "Rank 7: forward" in html and "<svg" in html
@@ -207,3 +208,29 @@ def test_the_simulator_reads_a_real_report(tmp_path: Path) -> None:
     job = load_measured_job(report)
     assert job.ranks == tuple(range(8))
     assert [(s.rank, s.phase) for s in job.stragglers] == [(7, "forward")]
+
+
+def test_communication_classes_in_text_and_json() -> None:
+    code, out, _ = _run(str(PARAM), env={"NO_COLOR": "1", "COLUMNS": "160"})
+    assert code == 0
+    assert "expert all-to-all" in out and "rank 7 slow in expert all-to-all" in out
+    code, out, _ = _run(str(PARAM), "--json")
+    section = json.loads(out)["comm_classes"]
+    assert section["schema"] == "hpcscope.traces.comm-classes/1"
+    assert [c["class"] for c in section["classes"]] == ["dp_all_reduce", "ep_all_to_all"]
+
+
+def test_a_site_class_file_is_used_and_a_bad_one_exits_1_naming_its_line(tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        "schema: hpcscope.kernel-classes/1\nrules:\n"
+        "  - {match: '^ncclKernel_AllReduce', events: gpu, op: all_reduce, dimension: tp}\n"
+    )
+    code, out, _ = _run(str(PARAM), "--json", "--kernel-classes", str(site))
+    assert code == 0
+    classes = [c["class"] for c in json.loads(out)["comm_classes"]["classes"]]
+    assert classes == ["tp_collective", "ep_all_to_all"]
+    site.write_text("schema: hpcscope.kernel-classes/1\nrules:\n  - {match: x, events: tpu}\n")
+    code, _, err = _run(str(PARAM), "--kernel-classes", str(site))
+    assert code == 1
+    assert f"{site}:3" in err and "events" in err

@@ -51,9 +51,13 @@ def test_the_page_and_the_json_name_the_straggler_rank_gpu_and_phase(
     assert window.what_if_gain_seconds_per_step is not None
     assert window.what_if_gain_seconds_per_step > 0.01
     assert window.evidence_notes  # the job's telemetry was looked at, and it says what it found
+    comm = window.comm_classes
+    assert comm is not None and comm.unclassified == []
+    assert [c.class_ for c in comm.classes] == ["dp_all_reduce"]  # the twin's DDP AllReduce
     page = client_as("alice").get("/jobs/101").text
     assert 'id="job-phases"' in page and "rank 2" in page and "backward" in page
     assert "What-if gain" in page and "gpu01 GPU 2" in page
+    assert 'id="job-comm-classes"' in page and "data-parallel all-reduce" in page
     assert client_as("bob").get("/api/jobs/101/phases").status_code == 404
 
 

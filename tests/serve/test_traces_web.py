@@ -152,9 +152,13 @@ def test_upload_page_redirects_to_the_result(as_user: Callable[[str], TestClient
     page = client.get(response.headers["location"])
     assert page.status_code == 200
     assert "Phases per rank" in page.text and 'href="/jobs/1"' in page.text
+    assert "Communication by class" in page.text and "expert all-to-all" in page.text
+    assert "rank 1 slow in data-parallel all-reduce" in page.text
     twin = client.get("/api" + response.headers["location"]).json()
     assert twin["job_id"] == "1" and twin["analysis"]["schema"] == "hpcscope.traces.analysis/1"
     assert twin["chart"]["steps"] == [551, 552]
+    comm = twin["analysis"]["comm_classes"]
+    assert [c["class"] for c in comm["classes"]] == ["dp_all_reduce", "dp_shard", "ep_all_to_all"]
     assert set(twin["chart"]["busy_ms"]) == {"0", "1"}
     # the user sees their file names, never the server's temporary directory
     assert [s["file"] for s in twin["analysis"]["sources"]] == [

@@ -43,14 +43,26 @@ def analyze_command(
     world_size: int | None = typer.Option(
         None, min=1, help="Ranks the job had (default: distributedInfo.world_size)."
     ),
+    kernel_classes: list[Path] = typer.Option(
+        [],
+        "--kernel-classes",
+        exists=True,
+        dir_okay=False,
+        help="A site's kernel class file, before deploy/kernels/classes.yaml (repeatable).",
+    ),
 ) -> None:
     """Seconds per phase for every rank and step; the straggler, its phase, and what-if.
 
     Exit 0 with a result (a partial one says so), 1 when the traces cannot be analysed (the
     file and position are named), 2 for a usage error (a path that does not exist).
     """
+    from hpcscope.service.traces.kernel_classes import load_class_table
     from hpcscope.service.traces.pipeline import analyze, to_json
 
+    try:
+        classes = load_class_table(kernel_classes) if kernel_classes else None
+    except SourceError as exc:
+        fail(exc.describe(), code=EXIT_RUNTIME_ERROR, as_json=json_output, error=exc)
     progress = None
     if sys.stderr.isatty() and not json_output:
         from rich.progress import Progress
@@ -64,7 +76,12 @@ def analyze_command(
 
     try:
         result = analyze(
-            paths, threshold=threshold, workers=workers, world_size=world_size, progress=progress
+            paths,
+            threshold=threshold,
+            workers=workers,
+            world_size=world_size,
+            progress=progress,
+            classes=classes,
         )
     except SourceError as exc:
         fail(exc.describe(), code=EXIT_RUNTIME_ERROR, as_json=json_output, error=exc)
@@ -206,3 +223,50 @@ def _print_human(doc: dict[str, object]) -> None:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
     if doc["partial"]:
         console.print("[yellow]The result is partial (see the notes).[/]")
+    _print_comm(doc.get("comm_classes"))
+
+
+def _print_comm(section: object) -> None:
+    """The communication classes: time, hidden, exposed, What-if gain; class stragglers and
+    unclassified events."""
+    if not isinstance(section, dict) or not section["classes"]:
+        return
+    console = stdout_console()
+    rows = []
+    for c in section["classes"]:
+        ranks = c["seconds_per_step"]
+        mean = sum(ranks.values()) / len(ranks)
+        exposed = sum(c["exposed_seconds_per_step"].values()) / len(ranks)
+        hidden = c["hidden_ratio"]
+        gain = c["what_if_gain_ratio"]
+        rows.append(
+            [
+                c["label"],
+                _ms(mean),
+                _ms(exposed),
+                "-" if hidden is None else f"{hidden * 100:.0f} %",
+                _ms(c["what_if_gain_seconds"]),
+                "-" if gain is None else f"{gain * 100:.1f} %",
+            ]
+        )
+    columns = ["class", "ms/step", "exposed ms", "hidden", "what-if gain ms", "gain"]
+    print_table(
+        "Communication by class (mean over ranks; hidden: under compute on other streams or "
+        "threads; what-if: step time saved without the exposed part)",
+        columns,
+        rows,
+        numeric=columns[1:],
+    )
+    for s in section["stragglers"]:
+        console.print(
+            f"[bold]{s['message']}[/]: the others wait {_ms(s['wait_seconds_per_step'])} ms/step",
+            highlight=False,
+        )
+    unknown = section["unclassified"]
+    if unknown:
+        console.print(
+            f"[yellow]{len(unknown)} unclassified event names[/] "
+            f"({_ms(section['unclassified_seconds'])} ms in all), e.g. "
+            + ", ".join(f"{u['name'][:60]} ({_ms(u['seconds'])} ms)" for u in unknown[:3]),
+            highlight=False,
+        )

@@ -34,6 +34,7 @@ from hpcscope.cli.main import app
 from hpcscope.ingest.traces.kineto import read_kineto
 from hpcscope.model.errors import SourceError
 from hpcscope.model.trace_events import RankTrace
+from hpcscope.service.traces.comm_report import bundled_table
 from hpcscope.service.traces.inputs import find_traces
 from hpcscope.service.traces.pipeline import analyze_timelines, to_json
 from hpcscope.service.traces.summaries import merge_summaries, summarize_traces
@@ -101,7 +102,7 @@ def test_merging_summaries_gives_the_analysis_of_the_traces(
     traces = [
         _moved(trace, *clocks[i], keep_host) for i, trace in enumerate(_traces(name)) if i in chosen
     ]
-    timelines = [rank_timeline(t) for t in traces]
+    timelines = [rank_timeline(t, bundled_table()) for t in traces]
     merged = [
         to_timeline(decode_summary(encode_summary(summarize(tl)), source=f"rank {tl.rank}"))
         for tl in timelines

@@ -28,6 +28,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from hpcscope.analysis.traces.comm_timeline import CommTimeline
 from hpcscope.analysis.traces.gpu_breakdown import GpuBreakdown
 from hpcscope.analysis.traces.intervals import Intervals
 from hpcscope.analysis.traces.rank_timeline import RankTimeline
@@ -54,6 +55,16 @@ class GpuTime(msgspec.Struct, frozen=True):
     idle_seconds: float
     compute_seconds: float
     non_compute_seconds: float
+
+
+class CommBytes(msgspec.Struct, frozen=True):
+    """The rank's events by communication class (:class:`CommTimeline`)."""
+
+    classes: dict[str, IntervalBytes]
+    bubble: IntervalBytes
+    compute: IntervalBytes
+    unclassified: dict[str, float]
+    transfers: int
 
 
 class RankSummary(msgspec.Struct, frozen=True):
@@ -93,6 +104,7 @@ class RankSummary(msgspec.Struct, frozen=True):
     launch_gap_seconds: bytes
     gpu_index: int | None
     epoch_offset_us: float | None
+    comm: CommBytes | None = None
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -150,6 +162,31 @@ def summarize(timeline: RankTimeline) -> RankSummary:
         launch_gap_seconds=_f64(tl.launch_gap_seconds),
         gpu_index=tl.gpu_index,
         epoch_offset_us=tl.epoch_offset_us,
+        comm=None if tl.comm is None else _comm_bytes(tl.comm),
+    )
+
+
+def _comm_bytes(comm: CommTimeline) -> CommBytes:
+    sets = _intervals({**comm.classes, "": comm.bubble, " ": comm.compute})
+    return CommBytes(
+        classes={k: v for k, v in sets.items() if k.strip()},
+        bubble=sets[""],
+        compute=sets[" "],
+        unclassified=dict(comm.unclassified),
+        transfers=comm.transfers,
+    )
+
+
+def _comm(comm: CommBytes | None, where: str) -> CommTimeline | None:
+    if comm is None:
+        return None
+    sets = _interval_sets({**comm.classes, "": comm.bubble, " ": comm.compute}, "comm", where)
+    return CommTimeline(
+        classes={k: v for k, v in sets.items() if k.strip()},
+        bubble=sets[""],
+        compute=sets[" "],
+        unclassified=dict(comm.unclassified),
+        transfers=comm.transfers,
     )
 
 
@@ -232,6 +269,7 @@ def to_timeline(summary: RankSummary, *, source: str | None = None) -> RankTimel
         launch_gap_seconds=_array(s.launch_gap_seconds, _F64, "launch_gap_seconds", where),
         gpu_index=s.gpu_index,
         epoch_offset_us=s.epoch_offset_us,
+        comm=_comm(s.comm, where),
         **arrays,
     )
 

@@ -31,8 +31,10 @@ import numpy as np
 import numpy.typing as npt
 
 from hpcscope.analysis.traces.arrays import codes_present, distinct
+from hpcscope.analysis.traces.comm_timeline import CommTimeline, comm_timeline
 from hpcscope.analysis.traces.gpu_breakdown import GpuBreakdown, gpu_breakdown
 from hpcscope.analysis.traces.intervals import Intervals, clip, covers, hull, intersect, merge
+from hpcscope.analysis.traces.kernel_classes import ClassTable
 from hpcscope.model.trace_events import EventKind, EventTable, RankTrace
 
 F64 = npt.NDArray[np.float64]
@@ -94,6 +96,8 @@ class RankTimeline:
         epoch_offset_us: add to the trace's times to get Unix time in µs (Kineto's
             ``baseTimeNanoseconds``, or 0 when the times are already Unix µs); None when the
             trace does not say.
+        comm: the events by communication class (:mod:`~hpcscope.analysis.traces.
+            comm_timeline`); None when no class table was given.
     """
 
     rank: int
@@ -124,6 +128,7 @@ class RankTimeline:
     launch_gap_seconds: F64 = field(default_factory=lambda: np.zeros(0))
     gpu_index: int | None = None
     epoch_offset_us: float | None = None
+    comm: CommTimeline | None = None
 
 
 #: The patterns tested against the names of CPU events (operators and annotations).
@@ -203,8 +208,9 @@ def _main_thread(events: EventTable, is_step: npt.NDArray[np.bool_]) -> int | No
     return int(threads[np.argmax(counts)])
 
 
-def rank_timeline(trace: RankTrace) -> RankTimeline:
-    """Reduce one rank's events to steps, phase regions and collective instances."""
+def rank_timeline(trace: RankTrace, classes: ClassTable | None = None) -> RankTimeline:
+    """Reduce one rank's events to steps, phase regions and collective instances (and, with
+    a class table, to communication classes)."""
     ev = trace.events
     names = ev.names
     kind = ev.kind
@@ -364,6 +370,7 @@ def rank_timeline(trace: RankTrace) -> RankTimeline:
         launch_gap_seconds=_launch_gaps(ev, gpu, launch, step_start, step_end),
         gpu_index=trace.gpu_index,
         epoch_offset_us=_epoch_offset(trace, ev),
+        comm=None if classes is None else comm_timeline(ev, classes),
     )
 
 

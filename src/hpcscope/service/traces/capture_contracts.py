@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from hpcscope.service.alerts.contracts import JobReportWithAlerts
 from hpcscope.service.contract import Contract, Number, UtcText
+from hpcscope.service.traces.comm_contracts import CommClasses
 from hpcscope.service.traces.contracts import EvidenceItem, PhaseSeconds, StepEntry, WhatIf
 
 
@@ -61,6 +62,8 @@ class CaptureWindowDocument(Contract):
     evidence_notes: list[str]
     nccl_logs: list[str]
     flight_recorder: list[str]
+    #: Communication by class (``docs/traces.md``); absent for windows stored before it.
+    comm_classes: CommClasses | None = None
 
 
 class JobPhases(Contract):

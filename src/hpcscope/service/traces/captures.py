@@ -46,6 +46,7 @@ from hpcscope.model.capture import (
 )
 from hpcscope.model.errors import SourceError
 from hpcscope.model.timeutil import from_epoch_seconds, parse_iso_utc, utcnow
+from hpcscope.service.traces.comm_report import bundled_table
 from hpcscope.service.traces.inputs import TraceInput, parse_ranks
 from hpcscope.service.traces.pipeline import analyze_timelines, to_json
 from hpcscope.store import slurm as slurm_store
@@ -180,7 +181,7 @@ class CaptureSpool:
             return False
         trace = meta_path.parent / Path(meta.trace).name  # never a path outside the job's dir
         try:
-            (timeline,) = parse_ranks([TraceInput(str(trace))], workers=1)
+            (timeline,) = parse_ranks([TraceInput(str(trace))], workers=1, classes=bundled_table())
         except (SourceError, ValueError) as exc:
             message = exc.describe() if isinstance(exc, SourceError) else f"{trace}: {exc}"
             cycle.errors.append(message)

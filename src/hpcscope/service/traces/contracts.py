@@ -19,6 +19,7 @@ from pydantic import ConfigDict, Field, JsonValue, ValidationError
 
 from hpcscope.model.timeutil import iso_z
 from hpcscope.service.contract import Contract, Number, Scalar, UtcText
+from hpcscope.service.traces.comm_contracts import CommClasses
 
 if TYPE_CHECKING:  # the CLI validates documents without loading pyarrow (the row's schema)
     from hpcscope.model.trace_analysis import StoredAnalysis
@@ -164,6 +165,7 @@ class TraceAnalysisDocument(Contract):
     collectives: Collectives
     sources: list[TraceSource]
     evidence_notes: list[str] = Field(default_factory=list)
+    comm_classes: CommClasses | None = None
 
     # ``schema`` would shadow BaseModel.schema(): the field is ``schema_`` in Python only.
     model_config = ConfigDict(

@@ -23,10 +23,11 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from hpcscope.analysis.traces.kernel_classes import ClassTable
 from hpcscope.analysis.traces.rank_timeline import RankTimeline, rank_timeline
 from hpcscope.ingest.compressed import DEFLATE_ERRORS, gunzip_bytes
 from hpcscope.ingest.traces.kineto import TraceError, read_kineto
@@ -72,6 +73,8 @@ class TraceInput:
     data: bytes | None = field(default=None, repr=False, compare=False)
     """The member's bytes, kept when its (small) archive was listed: a compressed tar cannot
     seek, so listing it already decompressed everything; reading it again would double that."""
+    classes: ClassTable | None = field(default=None, repr=False, compare=False)
+    """The kernel class table the worker classifies the events with (None: no classes)."""
 
     @property
     def name(self) -> str:
@@ -204,7 +207,7 @@ def _parse_or_raise(item: TraceInput) -> RankTimeline:
                 if handle is None:
                     raise TraceError("not a regular file in the archive", source=item.name)
                 trace = read_kineto(item.member, source=item.name, stream=handle)
-        return rank_timeline(trace)
+        return rank_timeline(trace, item.classes)
     except (OSError, tarfile.TarError, EOFError) as exc:
         raise TraceError(f"cannot read: {exc}", source=item.name) from None
 
@@ -225,6 +228,7 @@ def parse_ranks(
     executor: Executor | None = None,
     start_method: str = "fork",
     progress: Callable[[int, int], None] | None = None,
+    classes: ClassTable | None = None,
 ) -> list[RankTimeline]:
     """Parse every rank: in this process for small inputs, else in parallel processes.
 
@@ -234,11 +238,14 @@ def parse_ranks(
         executor: an existing pool to use instead of starting one (a server's).
         start_method: for a pool started here.
         progress: called with (done, total) after each rank.
+        classes: the kernel class table each rank's events are classified with.
 
     Raises:
         SourceError: the first file that cannot be read (naming it and the position), or two
             traces that claim the same rank.
     """
+    if classes is not None:
+        items = [replace(item, classes=classes) for item in items]
     count = plan_workers(items, workers) if executor is None else len(items)
     results: list[RankTimeline | _ErrorTuple] = []
     if executor is None and count == 1:
@@ -402,7 +409,8 @@ def _read_members(items: Sequence[TraceInput]) -> dict[int, bytes | _ErrorTuple]
 
 def _parse_stream(item: TraceInput, handle: IO[bytes]) -> RankTimeline | _ErrorTuple:
     try:
-        return rank_timeline(read_kineto(item.member or item.path, source=item.name, stream=handle))
+        trace = read_kineto(item.member or item.path, source=item.name, stream=handle)
+        return rank_timeline(trace, item.classes)
     except SourceError as exc:
         return (exc.message, exc.source, exc.line, exc.column)
     except (OSError, tarfile.TarError, EOFError) as exc:
@@ -418,7 +426,7 @@ def _extract_members(items: Sequence[TraceInput], directory: Path) -> list[Trace
         if item.data is not None:
             target = directory / f"kept-{i}-{Path(item.member or item.path).name}"
             target.write_bytes(item.data)
-            out[i] = TraceInput(str(target), None, item.json_bytes, item.name)
+            out[i] = _moved(item, target)
     for n, (archive_path, wanted) in enumerate(_members_by_archive(items).items()):
         try:
             for index, handle in _stream_members(archive_path, wanted):
@@ -428,10 +436,15 @@ def _extract_members(items: Sequence[TraceInput], directory: Path) -> list[Trace
                 target = directory / f"{n}-{index}-{Path(item.member or item.path).name}"
                 with handle, target.open("wb") as sink:
                     shutil.copyfileobj(handle, sink, 1 << 20)
-                out[index] = TraceInput(str(target), None, item.json_bytes, item.name)
+                out[index] = _moved(item, target)
         except _STREAM_ERRORS:
             continue
     return out
+
+
+def _moved(item: TraceInput, target: Path) -> TraceInput:
+    """``item`` read from its extracted copy ``target`` instead."""
+    return replace(item, path=str(target), member=None, display=item.name, data=None)
 
 
 def _collect(

@@ -125,5 +125,6 @@ def window_document(service: Service, job_id: str, row: StoredCapture) -> Captur
             "evidence_notes": document.get("evidence_notes", []),
             "nccl_logs": payload.get("nccl_logs", []),
             "flight_recorder": payload.get("flight_recorder", []),
+            "comm_classes": document.get("comm_classes"),
         }
     )

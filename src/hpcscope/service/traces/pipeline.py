@@ -14,12 +14,15 @@ from typing import Any
 
 import numpy as np
 
+from hpcscope.analysis.traces.comm_phases import ClassPhases
+from hpcscope.analysis.traces.kernel_classes import ClassTable
 from hpcscope.analysis.traces.phases import PhaseTable, attribute_phases
 from hpcscope.analysis.traces.rank_timeline import PHASES, RankTimeline
 from hpcscope.analysis.traces.straggler_evidence import Evidence, straggler_evidence
 from hpcscope.analysis.traces.stragglers import StragglerReport, busy_seconds, straggler_report
 from hpcscope.model.errors import SourceError
 from hpcscope.model.timeutil import from_epoch_micros, iso_z
+from hpcscope.service.traces.comm_report import bundled_table, comm_json, comm_phases
 from hpcscope.service.traces.inputs import TraceInput, find_traces, parse_ranks
 
 SCHEMA = "hpcscope.traces.analysis/1"
@@ -43,6 +46,7 @@ class TraceAnalysis:
     table: PhaseTable
     report: StragglerReport
     evidence: dict[int, tuple[Evidence, ...]] = field(default_factory=dict)
+    comm: ClassPhases | None = None
 
 
 def analyze(
@@ -54,8 +58,10 @@ def analyze(
     start_method: str = "fork",
     world_size: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    classes: ClassTable | None = None,
 ) -> TraceAnalysis:
-    """Find, parse and analyse per-rank traces.
+    """Find, parse and analyse per-rank traces; events are classified with ``classes``
+    (default: the bundled ``deploy/kernels/classes.yaml``).
 
     Raises:
         SourceError: unreadable input (file and position named); a truncated trace does not
@@ -63,7 +69,12 @@ def analyze(
     """
     items = find_traces(paths)
     timelines = parse_ranks(
-        items, workers=workers, executor=executor, start_method=start_method, progress=progress
+        items,
+        workers=workers,
+        executor=executor,
+        start_method=start_method,
+        progress=progress,
+        classes=classes if classes is not None else bundled_table(),
     )
     return analyze_timelines(timelines, threshold=threshold, world_size=world_size)
 
@@ -88,7 +99,8 @@ def analyze_timelines(
         )
     report = straggler_report(table, threshold=threshold)
     evidence = straggler_evidence(table, report, timelines=timelines)
-    return TraceAnalysis(tuple(timelines), table, report, evidence)
+    comm = comm_phases(timelines, table)
+    return TraceAnalysis(tuple(timelines), table, report, evidence, comm)
 
 
 def profiled_window(result: TraceAnalysis) -> tuple[datetime, datetime] | None:
@@ -226,6 +238,7 @@ def to_json(result: TraceAnalysis) -> dict[str, Any]:
             "unmatched": table.collectives_unmatched,
             "end_spread_seconds": _round(table.skew_seconds),
         },
+        "comm_classes": comm_json(result.comm),
         "sources": [
             {
                 "rank": t.rank,

@@ -19,6 +19,7 @@ from hpcscope.analysis.traces.rank_summary import (
 )
 from hpcscope.analysis.traces.rank_timeline import RankTimeline
 from hpcscope.model.errors import SourceError
+from hpcscope.service.traces.comm_report import bundled_table
 from hpcscope.service.traces.inputs import find_traces, parse_ranks
 from hpcscope.service.traces.pipeline import TraceAnalysis, analyze_timelines
 
@@ -44,7 +45,9 @@ def summarize_traces(
     Raises:
         SourceError: an unreadable trace (file and position named); ``out`` not writable.
     """
-    timelines = parse_ranks(find_traces(paths), workers=workers, progress=progress)
+    timelines = parse_ranks(
+        find_traces(paths), workers=workers, progress=progress, classes=bundled_table()
+    )
     try:
         out.mkdir(parents=True, exist_ok=True)
         written = []
