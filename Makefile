@@ -65,8 +65,12 @@ schemas-check: venv
 unit: venv
 	$(BIN)/pytest -q
 
+# Two workers (pytest-xdist): half the suite waits on real processes, so a second worker uses
+# the time; tests that share a machine-wide resource are grouped on one worker (tests/conftest.py).
+PYTEST_WORKERS ?= 2
+
 test: venv system-deps torch check sbom
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 # Release tooling in its own venv (never a runtime or test dependency): pip-tools, pip-audit,
 # cyclonedx-bom, pinned in requirements/tools.txt.

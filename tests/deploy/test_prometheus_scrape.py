@@ -42,14 +42,16 @@ scrape_configs:
             while not query(url, 'job:hpcscope_job_gpu_sm_active_ratio:avg5m{job_id="102"}'):
                 assert time.monotonic() < deadline, "the recording rule never produced a sample"
                 time.sleep(0.5)
-            up = query(url, 'up{job="hpcscope"}')
-            assert up[0]["value"][1] == "1"  # authenticated scrape of the text format works
+            # authenticated scrapes of the text format work (one past its 1 s timeout on a loaded
+            # machine reads 0 for a moment, and marks the series stale: hence the _over_time)
+            up = query(url, 'max_over_time(up{job="hpcscope"}[1m])')
+            assert up[0]["value"][1] == "1"
             real = query(url, 'job:hpcscope_job_gpu_sm_active_ratio:avg5m{job_id="102"}')
             assert float(real[0]["value"][1]) == pytest.approx(0.19)
             joined = query(
                 url,
-                "hpcscope_job_useful_gpu_seconds * on(job_id) "
-                "group_left(user, account) hpcscope_job_info",
+                "last_over_time(hpcscope_job_useful_gpu_seconds[1m]) * on(job_id) "
+                "group_left(user, account) last_over_time(hpcscope_job_info[1m])",
             )
             assert {(r["metric"]["job_id"], r["metric"]["user"]) for r in joined} == {
                 ("101", "alice"),
