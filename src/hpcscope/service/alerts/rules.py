@@ -29,6 +29,7 @@ from pydantic import (
 from hpcscope.model.alerts import RuleSpec, Severity, Vector
 from hpcscope.model.errors import SourceError
 from hpcscope.service.settings import REPO_ROOT
+from hpcscope.service.yaml_lines import line_of as _line_of
 
 
 class RuleFileError(SourceError):
@@ -71,29 +72,6 @@ def bundled_rules_dir() -> Path:
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError("no bundled rules directory")
-
-
-def _line_of(node: yaml.Node | None, loc: Iterable[int | str]) -> int | None:
-    """The 1-based line of the YAML node at ``loc`` (as deep as it exists)."""
-    line = None if node is None else node.start_mark.line + 1
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            found = None
-            for key, value in node.value:
-                if key.value == part:
-                    found, line = value, key.start_mark.line + 1
-                    break
-            node = found
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            if part >= len(node.value):
-                break
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            break
-        if node is None:
-            break
-    return line
 
 
 def load_rule_file(

@@ -19,8 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpcscope.analysis.traces.kernel_classes import ClassRule, ClassTable
 from hpcscope.model.errors import SourceError
-from hpcscope.service.alerts.rules import _line_of
-from hpcscope.service.settings import REPO_ROOT
+from hpcscope.service.yaml_lines import line_of as _line_of
 
 FILE_SCHEMA = "hpcscope.kernel-classes/1"
 
@@ -74,7 +73,9 @@ def bundled_classes_file() -> Path:
     """The class table shipped with hpcscope (``deploy/kernels/classes.yaml``)."""
     for candidate in (
         Path(__file__).resolve().parents[2] / "kernels" / "classes.yaml",
-        REPO_ROOT / "deploy" / "kernels" / "classes.yaml",
+        # a source checkout (not service.settings.REPO_ROOT: the settings import Arrow, and a
+        # client command loads this table)
+        Path(__file__).resolve().parents[4] / "deploy" / "kernels" / "classes.yaml",
     ):
         if candidate.is_file():
             return candidate
