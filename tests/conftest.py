@@ -84,6 +84,7 @@ def client_as(service: Service) -> Iterator[Callable[[str], TestClient]]:
 MACHINE_WIDE_FILES = ("bpftrace", "sensor")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slurm") is not None or any(

@@ -14,8 +14,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,8 +67,18 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    base = tmp_path_factory.mktemp("sensor")
+def run() -> Iterator[Run]:
+    # a short root: the kernel cuts paths at 64 bytes, and a write's path is the open's, read
+    # back whole from /proc only while the descriptor is open (this workload closes at once);
+    # pytest's temporary directories pass 64 bytes under xdist (popen-gw0/...)
+    base = Path(tempfile.mkdtemp(prefix="hps-sensor-", dir="/tmp"))
+    try:
+        yield _run(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _run(base: Path) -> Run:
     root = base / "ckpt"
     root.mkdir()
     (root / "model.pt").write_bytes(bytes(range(256)) * (SIZE // 256) + b"\0" * (SIZE % 256))
