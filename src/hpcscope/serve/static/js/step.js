@@ -133,9 +133,9 @@
       svg("title", {}, group).textContent =
         `${labels[lane.gpu]}: arrives at ${ms(lane.arrival_seconds)}, waits ${ms(lane.wait_seconds)}` +
         (slow ? ` (slow ${lane.slowdown_phases.join(", ")})` : "");
-      const draw = (seg, top, height, stream) => {
+      const draw = (seg, offset, height, stream) => {
         const rect = svg("rect", {
-          x: x(seg.start_seconds), y: y(lane.gpu) + top, height, width: 0,
+          x: x(seg.start_seconds), y: y(lane.gpu) + offset, height, width: 0,
           class: `seg ph-${seg.phase}${stream ? " comm" : ""}`, "data-phase": seg.phase,
         }, group);
         if (stream) rect.setAttribute("data-stream", "comm");
