@@ -53,8 +53,8 @@ def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) ->
 
 def _hidden_from_intervals(segments: tuple[Segment, ...], comm: tuple[Segment, ...]) -> float:
     """The truth, from the intervals alone: second-stream time under the GEMMs."""
-    gemms = _union([(s.start_seconds, s.end_seconds) for s in segments if s.phase in (
-        "forward", "backward")])  # fmt: skip
+    gemm_phases = ("forward", "backward")
+    gemms = _union([(s.start_seconds, s.end_seconds) for s in segments if s.phase in gemm_phases])
     transfers = _union([(s.start_seconds, s.end_seconds) for s in comm])
     return _intersection(gemms, transfers)
 

@@ -42,7 +42,9 @@ def test_the_pipeline_bubble_is_on_the_critical_path(cluster: Topology) -> None:
         assert piped[n]["pipeline_bubble_seconds"] == pytest.approx(bubble)
         assert piped[n]["pipeline_bubble_ratio"] == pytest.approx(3 / 11)
         assert piped[n]["step_seconds"] == pytest.approx(base[n]["step_seconds"] + bubble)
-        assert piped[n]["ideal_step_seconds"] == pytest.approx(base[n]["ideal_step_seconds"] + bubble)
+        assert piped[n]["ideal_step_seconds"] == pytest.approx(
+            base[n]["ideal_step_seconds"] + bubble
+        )
         assert piped[n]["efficiency"] == pytest.approx(1.0)  # no variability: nothing lost
         assert piped[n]["scaling_efficiency"] < base[n]["scaling_efficiency"]
     many = curve(cluster, gpus="8", pipeline_stages=4, microbatches=512)

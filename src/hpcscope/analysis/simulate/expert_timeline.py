@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcscope.analysis.simulate.parallelism import overlap
+from hpcscope.analysis.simulate.parallelism import Overlap, overlap
 from hpcscope.analysis.simulate.step_model import FloatArray, SimulationParameterError, StepModel
 from hpcscope.analysis.simulate.step_timeline import (
     MAX_TIMELINE_GPUS,
@@ -116,8 +116,9 @@ def _pass(
             if comm_seconds > 0:
                 track.comm.append(Segment("alltoall", start, end))
             if overlapped:
-                shared = max(0.0, min(r + g, end) - max(r, start))
-                split = overlap(comm_seconds, shared, overlapped=True)
+                # exposed: the all-to-all after this rank's GEMMs (it starts at or after r)
+                exposed = max(0.0, end - max(r + g, start))
+                split = Overlap(comm_seconds - exposed, exposed)
                 track.add("ep_wait", r + g, max(r + g, start))
                 track.add("alltoall_exposed", max(r + g, start), end)
                 out[i] = max(r + g, end)
@@ -224,7 +225,9 @@ def expert_step_timeline(
         raise SimulationParameterError("seed", "must be a non-negative integer")
     rng = np.random.default_rng(seed)
     jitter = jitter_factors(model, rng.standard_normal(gpus))
-    hiccup = (rng.random(gpus) < model.hiccup_probability) * model.hiccup_seconds
+    hiccup = ((rng.random(gpus) < model.hiccup_probability) * model.hiccup_seconds).astype(
+        np.float64
+    )
     factors = model.factors(gpus)
     optimizer = model.optimizer_seconds * factors["optimizer"]
     phases = ("data_load", "forward", "backward", "other")
@@ -235,10 +238,14 @@ def expert_step_timeline(
         allreduce_seconds=allreduce_seconds,
         overlapped=overlapped,
     )
-    durations = {p: model.phase_seconds(p) * factors[p] * jitter for p in phases}
+    durations: dict[str, FloatArray] = {
+        p: model.phase_seconds(p) * factors[p] * jitter for p in phases
+    }
     tracks, arrival, barrier, step = _layout(durations, hiccup, optimizer, plan)
     # The ideal: every GPU at GPU 0's pace of this step, no straggler, no hiccup.
-    nominal = {p: np.full(gpus, model.phase_seconds(p) * float(jitter[0])) for p in phases}
+    nominal: dict[str, FloatArray] = {
+        p: np.full(gpus, model.phase_seconds(p) * float(jitter[0])) for p in phases
+    }
     *_, ideal = _layout(nominal, np.zeros(gpus), np.full(gpus, model.optimizer_seconds), plan)
     lanes = []
     for gpu, track in enumerate(tracks):

@@ -179,7 +179,9 @@ def simulate_scaling(
         seg_max = np.maximum.reduceat(arrival, starts, axis=1)
         prefix_max = np.maximum.accumulate(seg_max, axis=1)
         prefix_sum = np.cumsum(np.add.reduceat(arrival, starts, axis=1), axis=1)
-        acc.step_seconds[:, first : first + rows] = (prefix_max + allreduce + exposed + optimizer_max).T
+        acc.step_seconds[:, first : first + rows] = (
+            prefix_max + allreduce + exposed + optimizer_max
+        ).T
         acc.arrival_sum += prefix_sum.sum(axis=0)
         # waits are >= 0; n * max - sum can round to -1e-16
         acc.wait_sum += np.maximum(ns * prefix_max - prefix_sum, 0.0).sum(axis=0)
