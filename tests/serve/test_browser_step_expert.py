@@ -102,6 +102,8 @@ def test_expert_mode_plays_the_overlapped_all_to_all(page: Any, base_url: str) -
     assert attr(page, "state") == "ended"
     shown = float(page.inner_text("#sum-step").removesuffix(" ms"))
     assert shown == pytest.approx(slow["step_seconds"] * 1e3, abs=0.05)
+    ratio = float(page.inner_text("#sum-wait-ratio").removesuffix(" %"))
+    assert ratio == pytest.approx(slow["barrier_wait_ratio"] * 100, abs=0.05)
     screenshot(page, "step-player-expert-desktop")
 
     # O: the all-to-all after the GEMMs, nothing hidden, a longer step

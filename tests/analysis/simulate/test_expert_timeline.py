@@ -157,6 +157,9 @@ def test_a_straggler_holds_up_its_expert_group_at_every_layer() -> None:
     # both lose the same 20 ms, in different places
     assert peer.wait_seconds + peer.alltoall_exposed_seconds == pytest.approx(0.020)
     assert tl.step_seconds == pytest.approx(0.012 + 4 * 0.010 + 0.006 + 0.004)
+    waited = sum(lane.wait_seconds for lane in tl.lanes)
+    assert tl.barrier_wait_ratio == pytest.approx(waited / (16 * tl.step_seconds))
+    assert waited == pytest.approx(7 * 0.017 + 8 * 0.020)  # 7 peers, 8 in the other group
     assert tl.lanes[2].slowdown_phases == ("backward",)
 
 

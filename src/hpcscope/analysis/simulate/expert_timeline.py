@@ -72,6 +72,7 @@ class ExpertTimeline:
     step_seconds: float
     ideal_step_seconds: float
     efficiency: float
+    barrier_wait_ratio: float
     alltoall_seconds: float
     alltoall_hidden_seconds: float
     alltoall_exposed_seconds: float
@@ -280,6 +281,9 @@ def expert_step_timeline(
         step_seconds=step,
         ideal_step_seconds=ideal,
         efficiency=min(1.0, ideal / step) if step > 0 else 1.0,
+        barrier_wait_ratio=sum(lane.wait_seconds for lane in lanes) / (gpus * step)
+        if step > 0
+        else 0.0,
         alltoall_seconds=total,
         alltoall_hidden_seconds=sum(t.hidden for t in tracks) / gpus,
         alltoall_exposed_seconds=sum(t.exposed for t in tracks) / gpus,

@@ -209,6 +209,7 @@ class ExpertScenario(Contract):
     barrier_seconds: Number
     allreduce_seconds: Number
     efficiency: Number
+    barrier_wait_ratio: Number
     alltoall_seconds: Number
     alltoall_hidden_seconds: Number
     alltoall_exposed_seconds: Number

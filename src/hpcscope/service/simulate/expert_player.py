@@ -157,6 +157,7 @@ def expert_json(timeline: ExpertTimeline) -> ExpertScenario:
             "barrier_seconds": timeline.barrier_seconds,
             "allreduce_seconds": timeline.allreduce_seconds,
             "efficiency": timeline.efficiency,
+            "barrier_wait_ratio": timeline.barrier_wait_ratio,
             "alltoall_seconds": total,
             "alltoall_hidden_seconds": timeline.alltoall_hidden_seconds,
             "alltoall_exposed_seconds": timeline.alltoall_exposed_seconds,
