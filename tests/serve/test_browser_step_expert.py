@@ -159,3 +159,43 @@ def test_expert_mode_on_a_phone(page: Any, base_url: str) -> None:
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 1, "the page scrolls sideways (only the timeline may)"
     screenshot(page, "step-player-expert-phone")
+
+
+def test_simulator_takes_the_pipeline_and_expert_terms(page: Any, base_url: str) -> None:
+    page.goto(f"{base_url}/simulate")
+    page.wait_for_selector("#simulator[data-state=ready]")
+    row = "#sim-table tbody tr[data-gpus='8']"
+    assert page.inner_text(f"{row} td:nth-child(10)") == "0.00"  # no bubble by default
+
+    def settle(before: int) -> None:
+        page.wait_for_function(
+            f"() => Number(document.querySelector('#simulator').dataset.requests) > {before}"
+            " && document.querySelector('#simulator').dataset.state === 'ready'"
+        )
+
+    def type_into(element_id: str, text: str) -> None:
+        before = int(page.get_attribute("#simulator", "data-requests") or 0)
+        page.focus(f"#{element_id}")
+        page.keyboard.press("Control+A")
+        page.keyboard.type(text)
+        settle(before)
+
+    type_into("pipeline-stages", "4")
+    type_into("microbatches", "8")
+    # (p-1)/m of forward + backward: 3/8 x 30 ms
+    assert page.inner_text(f"{row} td:nth-child(10)") == "11.25"
+    type_into("alltoall-mb", "704.643072")
+    type_into("ep-ranks", "8")
+    type_into("moe-layers", "4")
+    assert page.inner_text(f"{row} td:nth-child(9)") == "0.00"  # hidden inside the node
+    before = int(page.get_attribute("#simulator", "data-requests") or 0)
+    page.focus("#alltoall-overlap")
+    page.keyboard.press("Space")  # overlap off: the whole all-to-all is exposed
+    settle(before)
+    body = page.evaluate(
+        "async () => (await fetch('/api/simulate?gpus=8&steps=50&alltoall_bytes=704643072"
+        "&expert_parallel_ranks=8&moe_layers=4&alltoall_overlap=false')).json()"
+    )
+    exposed = body["results"][0]["alltoall_exposed_seconds"] * 1e3
+    assert page.inner_text(f"{row} td:nth-child(9)") == f"{exposed:.2f}"
+    screenshot(page, "simulator-expert-pipeline")
