@@ -22,6 +22,8 @@ POINT_KEYS = {
     "barrier_wait_seconds", "barrier_wait_ratio", "hiccup_step_ratio", "gpu_hours_per_day",
     "lost_gpu_hours_per_day", "lost_cost_per_day", "currency", "allreduce_algorithm",
     "allreduce_model_seconds", "allreduce_bus_bandwidth_bytes_per_second", "nodes",
+    "expert_parallel_ranks", "alltoall_seconds", "alltoall_hidden_seconds",
+    "alltoall_exposed_seconds", "pipeline_bubble_seconds", "pipeline_bubble_ratio",
 }  # fmt: skip
 WHAT_IF_KEYS = POINT_KEYS | {
     "measured_scale", "fixed_step_seconds", "fixed_efficiency", "speedup_if_fixed",
@@ -152,3 +154,24 @@ def test_what_if_curve_from_a_trace_report() -> None:
     assert text.exit_code == 0, text.output
     assert re.search(r"straggler: GPU 2 backward x(1\.99|2\.00|2\.01)", text.stdout)
     assert "(measured)" in text.stdout and "speed-up if fixed" in text.stdout
+
+
+def test_expert_and_pipeline_options() -> None:
+    args = ["simulate", "--gpus", "16", "--steps", "50", "--jitter-cv", "0", "--hiccup-prob", "0"]
+    moe = ["--alltoall-mib", "672", "--expert-ranks", "16", "--moe-layers", "4"]
+    piped = ["--pipeline-stages", "4", "--microbatches", "8"]
+    result = runner.invoke(app, [*args, *moe, *piped, "--json"])
+    assert result.exit_code == 0, result.output
+    (point,) = json.loads(result.stdout)
+    assert point["pipeline_bubble_ratio"] == pytest.approx(3 / 11)
+    assert point["pipeline_bubble_seconds"] == pytest.approx(3 / 8 * 0.030)
+    assert point["alltoall_exposed_seconds"] > 0 and point["expert_parallel_ranks"] == 16
+    serial = runner.invoke(app, [*args, *moe, "--no-alltoall-overlap", "--json"])
+    (off,) = json.loads(serial.stdout)
+    assert off["alltoall_hidden_seconds"] == 0
+    assert off["alltoall_exposed_seconds"] == pytest.approx(off["alltoall_seconds"])
+    text = runner.invoke(app, [*args, *moe, *piped])
+    assert text.exit_code == 0, text.output
+    assert "expert all-to-all" in text.stdout and "pipeline bubble" in text.stdout
+    bad = runner.invoke(app, [*args, "--microbatches", "0"])
+    assert bad.exit_code == 2 and "--microbatches" in bad.stderr

@@ -15,7 +15,7 @@ from hpcscope.service.settings import Settings
 from tests.conftest import basic_auth, demo_users
 
 PAGES = ["/step", "/simulate"]
-APIS = ["/api/step", "/api/simulate?gpus=8,16&steps=50"]
+APIS = ["/api/step", "/api/step/expert", "/api/simulate?gpus=8,16&steps=50"]
 
 
 def _site(path: Path, *, anonymous_diagram: bool, headers: dict[str, str]) -> Iterator[TestClient]:
@@ -156,3 +156,38 @@ def test_step_api_is_the_seeds_step(open_site: TestClient) -> None:
     assert slow["step_seconds"] == pytest.approx(0.056 + ar)
     waits = [lane["wait_seconds"] for lane in slow["lanes"] if lane["gpu"] != 5]
     assert waits == pytest.approx([0.020] * 15)
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("straggler_gpu=16", "straggler_gpu"),
+        ("expert_parallel_ranks=5", "expert_parallel_ranks"),
+        ("expert_parallel_ranks=0", "expert_parallel_ranks"),
+        ("moe_layers=0", "moe_layers"),
+        ("alltoall_bytes=-1", "alltoall_bytes"),
+        ("alltoall_overlap=maybe", "alltoall_overlap"),
+    ],
+)
+def test_expert_step_api_rejects_bad_parameters_naming_the_field(
+    open_site: TestClient, query: str, field: str
+) -> None:
+    response = open_site.get(f"/api/step/expert?{query}")
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"][1] == field
+
+
+def test_expert_step_api_plays_the_overlapped_all_to_all(open_site: TestClient) -> None:
+    on = open_site.get("/api/step/expert", params={"jitter_cv": 0}).json()
+    off = open_site.get("/api/step/expert", params={"jitter_cv": 0, "alltoall_overlap": False})
+    healthy, serial = on["healthy"], off.json()["healthy"]
+    assert healthy["alltoall_hidden_seconds"] > 0 and serial["alltoall_hidden_seconds"] == 0
+    assert healthy["step_seconds"] < serial["step_seconds"]
+    assert on["parameters"]["moe_layers"] == 4
+
+
+def test_simulate_api_takes_the_expert_and_pipeline_terms(open_site: TestClient) -> None:
+    query = "gpus=16&steps=50&pipeline_stages=4&microbatches=8&alltoall_bytes=1e8"
+    point = open_site.get(f"/api/simulate?{query}&expert_parallel_ranks=16").json()["results"][0]
+    assert point["pipeline_bubble_ratio"] == pytest.approx(3 / 11)
+    assert point["expert_parallel_ranks"] == 16 and point["alltoall_seconds"] > 0

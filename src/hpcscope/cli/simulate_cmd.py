@@ -64,6 +64,12 @@ OPTION_OF = {
     "allreduce_algorithm": "--algorithm",
     "allreduce_protocol": "--protocol",
     "bucket_bytes": "--bucket-mib",
+    "pipeline_stages": "--pipeline-stages",
+    "microbatches": "--microbatches",
+    "virtual_stages": "--virtual-stages",
+    "alltoall_bytes": "--alltoall-mib",
+    "expert_parallel_ranks": "--expert-ranks",
+    "moe_layers": "--moe-layers",
     "buckets": "--bucket-mib",
     "allreduce_seconds": "--allreduce-ms",
     "nic_bytes_per_second": "--nic-rate-gbps",
@@ -176,6 +182,23 @@ def simulate(
     json_output: bool = typer.Option(
         False, "--json", help="Print JSON (schema: docs/simulate.md)."
     ),
+    pipeline_stages: int = typer.Option(
+        1, "--pipeline-stages", help="Pipeline-parallel stages (bubble (p-1)/(v*m+p-1))."
+    ),
+    microbatches: int = typer.Option(1, "--microbatches", help="Micro-batches per step."),
+    virtual_stages: int = typer.Option(
+        1, "--virtual-stages", help="Model chunks per stage (Megatron interleaved schedule)."
+    ),
+    alltoall_mib: float = typer.Option(
+        0.0, "--alltoall-mib", help="Expert all-to-all per MoE layer and GPU, MiB (0: none)."
+    ),
+    expert_ranks: int = typer.Option(1, "--expert-ranks", help="GPUs per expert group."),
+    moe_layers: int = typer.Option(1, "--moe-layers", help="MoE layers (one all-to-all each)."),
+    alltoall_overlap: bool = typer.Option(
+        True,
+        "--alltoall-overlap/--no-alltoall-overlap",
+        help="Hide the all-to-all under the layer's GEMMs (second stream).",
+    ),
 ) -> None:
     """Simulate how stragglers, jitter and hiccups cost a training job as it scales."""
     try:
@@ -213,6 +236,13 @@ def simulate(
                 None if intra_gbytes_per_s is None else intra_gbytes_per_s * 1e9
             ),
             "gpu_hour_price": price,
+            "pipeline_stages": pipeline_stages,
+            "microbatches": microbatches,
+            "virtual_stages": virtual_stages,
+            "alltoall_bytes": alltoall_mib * 2**20,
+            "expert_parallel_ranks": expert_ranks,
+            "moe_layers": moe_layers,
+            "alltoall_overlap": alltoall_overlap,
         }
         request: SimulationRequest = parse_request(SimulationRequest, values)
         if calibrate is not None:
@@ -254,6 +284,17 @@ def _print_report(
         highlight=False,
     )
     _table(_columns(report.currency), [_row(p, report.currency) for p in report.points])
+    if request.alltoall_bytes > 0 or request.pipeline_stages > 1:
+        last = report.parallel[-1]
+        console.print(
+            f"at {report.points[-1].gpus:,} GPUs, per step: expert all-to-all "
+            f"{last.alltoall_seconds * 1e3:.2f} ms over {last.expert_parallel_ranks} GPUs "
+            f"({last.alltoall_hidden_seconds * 1e3:.2f} hidden, "
+            f"{last.alltoall_exposed_seconds * 1e3:.2f} exposed); pipeline bubble "
+            f"{last.pipeline_bubble_seconds * 1e3:.2f} ms "
+            f"({last.pipeline_bubble_ratio * 100:.1f} % of a pipelined step)",
+            highlight=False,
+        )
 
 
 def _console() -> Console:

@@ -35,6 +35,7 @@ from hpcscope.service.notify.contracts import (
     PreferencesDocument,
 )
 from hpcscope.service.simulate.contracts import (
+    ExpertStepPlayer,
     SimulationCurve,
     SimulationDocument,
     StepPlayer,
@@ -93,6 +94,7 @@ CONTRACTS: Mapping[str, type[Any]] = {
     "chargeback": ChargebackReport,
     "chargeback-trend": ChargebackTrend,
     "access-report": AccessReport,
+    "step-player-expert": ExpertStepPlayer,
 }
 
 #: Contracts that only the CLI emits (``/api/openapi.json`` does not list them).

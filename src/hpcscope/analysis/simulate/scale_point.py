@@ -72,6 +72,7 @@ def scale_point(
     allreduce_seconds: float,
     optimizer_seconds: float,
     gpu_hour_price: float,
+    exposed_seconds: float = 0.0,
 ) -> ScalePoint:
     """Summarise the simulated steps at one GPU count (the estimator of the module docstring).
 
@@ -86,6 +87,8 @@ def scale_point(
         allreduce_seconds: the AllReduce time at this GPU count.
         optimizer_seconds: the slowest optimizer step among these GPUs.
         gpu_hour_price: price of one GPU-hour, for ``lost_cost_per_day``.
+        exposed_seconds: other communication on the critical path of every step (exposed
+            all-to-all, pipeline bubble): part of the ideal step, like the AllReduce.
 
     Returns:
         The :class:`ScalePoint` of this GPU count.
@@ -93,12 +96,12 @@ def scale_point(
     steps = step_seconds.shape[0]
     mean = float(step_seconds.mean())
     p05, p50, p95, p99 = (float(v) for v in np.percentile(step_seconds, [5, 50, 95, 99]))
-    nominal = model.compute_seconds + model.optimizer_seconds + allreduce_seconds
+    nominal = model.compute_seconds + model.optimizer_seconds + allreduce_seconds + exposed_seconds
     # Useful work of a step: the nominal compute, except when GPU 0 (in every step at every
     # GPU count) ran faster than nominal on average over these steps; see the module docstring.
     compute_mean = min(model.compute_seconds, model.compute_seconds * float(gpu0_jitter.mean()))
     useful = compute_mean + model.optimizer_seconds
-    efficiency = (useful + allreduce_seconds) / mean if mean > 0 else 1.0
+    efficiency = (useful + allreduce_seconds + exposed_seconds) / mean if mean > 0 else 1.0
     band_low = min(1.0, nominal / p95) if p95 > 0 else 1.0
     band_high = min(1.0, nominal / p05) if p05 > 0 else 1.0
     gpu_hours = 24.0 * gpus

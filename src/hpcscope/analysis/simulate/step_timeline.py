@@ -180,7 +180,7 @@ def step_timeline(
     if seed < 0:
         raise SimulationParameterError("seed", "must be a non-negative integer")
     rng = np.random.default_rng(seed)
-    jitter = _jitter(model, rng.standard_normal(gpus))
+    jitter = jitter_factors(model, rng.standard_normal(gpus))
     hiccup = (rng.random(gpus) < model.hiccup_probability) * model.hiccup_seconds
     factors = model.factors(gpus)
     optimizer = model.optimizer_seconds * factors["optimizer"]
@@ -240,7 +240,7 @@ def step_timeline(
     )
 
 
-def _jitter(model: StepModel, normals: np.ndarray) -> np.ndarray:
+def jitter_factors(model: StepModel, normals: np.ndarray) -> np.ndarray:
     """The simulator's jitter factors (mean 1) from standard normal draws."""
     cv = model.jitter_cv
     if cv == 0:

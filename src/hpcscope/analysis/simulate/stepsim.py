@@ -101,6 +101,7 @@ def simulate_scaling(
     seed: int = 0,
     gpu_hour_price: float = 0.0,
     chunk_cells: int = 1 << 21,
+    exposed_seconds: Mapping[int, float] | None = None,
 ) -> tuple[ScalePoint, ...]:
     """Simulate ``steps`` training steps at each GPU count.
 
@@ -113,6 +114,9 @@ def simulate_scaling(
         seed: seeds every random stream; same seed, same result.
         gpu_hour_price: price of one GPU-hour, for ``lost_cost_per_day``.
         chunk_cells: most GPU-steps held in memory at once (memory bound, not a result knob).
+        exposed_seconds: other communication on every step's critical path at each GPU count
+            (the exposed expert all-to-all and the pipeline bubble of
+            :mod:`~hpcscope.analysis.simulate.parallelism`); none when omitted.
 
     Returns:
         One :class:`ScalePoint` per GPU count, ascending.
@@ -135,6 +139,15 @@ def simulate_scaling(
             "allreduce_seconds",
             f"must be a non-negative duration (got {value} for {count} GPUs)",
         )
+    exposed_map = exposed_seconds or {}
+    for count in counts:
+        value = exposed_map.get(count, 0.0)
+        require(
+            math.isfinite(value) and value >= 0,
+            "exposed_seconds",
+            f"must be a non-negative duration (got {value} for {count} GPUs)",
+        )
+    exposed = np.array([exposed_map.get(n, 0.0) for n in counts])
     largest = counts[-1]
     blocks = math.ceil(largest / BLOCK_GPUS)
     compute, optimizer = model.per_gpu_seconds(largest)
@@ -166,7 +179,9 @@ def simulate_scaling(
         seg_max = np.maximum.reduceat(arrival, starts, axis=1)
         prefix_max = np.maximum.accumulate(seg_max, axis=1)
         prefix_sum = np.cumsum(np.add.reduceat(arrival, starts, axis=1), axis=1)
-        acc.step_seconds[:, first : first + rows] = (prefix_max + allreduce + optimizer_max).T
+        acc.step_seconds[:, first : first + rows] = (
+            prefix_max + allreduce + exposed + optimizer_max
+        ).T
         acc.arrival_sum += prefix_sum.sum(axis=0)
         # waits are >= 0; n * max - sum can round to -1e-16
         acc.wait_sum += np.maximum(ns * prefix_max - prefix_sum, 0.0).sum(axis=0)
@@ -184,6 +199,7 @@ def simulate_scaling(
             allreduce_seconds=float(allreduce[k]),
             optimizer_seconds=float(optimizer_max[k]),
             gpu_hour_price=gpu_hour_price,
+            exposed_seconds=float(exposed[k]),
         )
         for k, count in enumerate(counts)
     )

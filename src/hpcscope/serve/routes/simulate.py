@@ -24,9 +24,12 @@ from hpcscope.analysis.simulate.collectives import gradient_bytes
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import service_of, site_viewer
 from hpcscope.serve.templating import render
-from hpcscope.service.simulate.contracts import SimulationDocument, StepPlayer
+from hpcscope.service.simulate.contracts import ExpertStepPlayer, SimulationDocument, StepPlayer
+from hpcscope.service.simulate.expert_player import expert_player
 from hpcscope.service.simulate.inputs import (
+    DEEPEP_LAYER_ALLTOALL_BYTES,
     MAX_REQUEST_CELLS,
+    ExpertStepRequest,
     SimulationInputError,
     SimulationRequest,
     StepRequest,
@@ -64,7 +67,13 @@ def step_page(request: Request, principal: Viewer) -> Response:
     return render(
         request,
         "step.html",
-        {"topology": topology, "gpu_labels": gpus, "defaults": StepRequest()},
+        {
+            "topology": topology,
+            "gpu_labels": gpus,
+            "defaults": StepRequest(),
+            "expert_defaults": ExpertStepRequest(),
+            "mode": "expert" if request.query_params.get("mode") == "expert" else "data",
+        },
         principal=principal,
     )
 
@@ -77,6 +86,18 @@ def step_api(request: Request, principal: Viewer, params: Annotated[StepRequest,
     """
     try:
         return step_player(params, service_of(request).topology)
+    except SimulationInputError as exc:
+        return _unprocessable(exc, request.query_params.get(exc.field))
+
+
+@router.get("/api/step/expert", response_model=ExpertStepPlayer)
+def expert_step_api(
+    request: Request, principal: Viewer, params: Annotated[ExpertStepRequest, Query()]
+) -> Any:
+    """One MoE step of every GPU, the expert all-to-all on a second stream (the player's
+    expert mode), healthy and with the straggler; schema in ``docs/simulate.md``."""
+    try:
+        return expert_player(params, service_of(request).topology)
     except SimulationInputError as exc:
         return _unprocessable(exc, request.query_params.get(exc.field))
 
@@ -94,6 +115,7 @@ def simulate_page(request: Request, principal: Viewer) -> Response:
             "defaults": defaults,
             "gradient_bytes": gradient_bytes(defaults.model_parameters, defaults.precision),
             "max_cells": MAX_REQUEST_CELLS,
+            "deepep_bytes": DEEPEP_LAYER_ALLTOALL_BYTES,
         },
         principal=principal,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import RootModel
 
 from hpcscope.service.contract import Contract, Number
-from hpcscope.service.simulate.inputs import SimulationRequest, StepRequest
+from hpcscope.service.simulate.inputs import ExpertStepRequest, SimulationRequest, StepRequest
 
 
 class SimulationPoint(Contract):
@@ -43,6 +43,12 @@ class SimulationPoint(Contract):
     allreduce_model_seconds: Number
     allreduce_bus_bandwidth_bytes_per_second: Number
     nodes: int
+    expert_parallel_ranks: int
+    alltoall_seconds: Number
+    alltoall_hidden_seconds: Number
+    alltoall_exposed_seconds: Number
+    pipeline_bubble_seconds: Number
+    pipeline_bubble_ratio: Number
 
 
 class WhatIfPoint(SimulationPoint):
@@ -165,6 +171,63 @@ class StepPlayer(Contract):
     ring: StepRing
     healthy: StepScenario
     straggler: StepScenario
+
+
+class StepAllToAll(Contract):
+    """One MoE layer's modelled all-to-all (dispatch and combine) in the expert group."""
+
+    ranks: int
+    nodes: int
+    layers: int
+    message_bytes: Number
+    seconds_per_layer: Number
+    bandwidth_seconds: Number
+    latency_seconds: Number
+    intra_seconds: Number
+    inter_seconds: Number
+    bus_bandwidth_bytes_per_second: Number
+    overlapped: bool
+
+
+class ExpertLaneDocument(StepLane):
+    """One GPU of the MoE step: its compute stream (``segments``, the critical path), the
+    all-to-all spans of its second stream (``comm_segments``), its expert group, and its
+    hidden and exposed all-to-all time."""
+
+    group: int
+    comm_segments: list[LaneSegment]
+    alltoall_hidden_seconds: Number
+    alltoall_exposed_seconds: Number
+
+
+class ExpertScenario(Contract):
+    """One scenario of the expert mode (``healthy`` or ``straggler``): totals and lanes; the
+    all-to-all figures are per GPU, averaged over the GPUs."""
+
+    step_seconds: Number
+    ideal_step_seconds: Number
+    barrier_seconds: Number
+    allreduce_seconds: Number
+    efficiency: Number
+    barrier_wait_ratio: Number
+    alltoall_seconds: Number
+    alltoall_hidden_seconds: Number
+    alltoall_exposed_seconds: Number
+    alltoall_hidden_ratio: Number
+    lanes: list[ExpertLaneDocument]
+
+
+class ExpertStepPlayer(Contract):
+    """One MoE step of every GPU, with the expert all-to-all on a second stream, healthy and
+    with the straggler (``GET /api/step/expert``)."""
+
+    parameters: ExpertStepRequest
+    cluster: StepCluster
+    alltoall: StepAllToAll
+    allreduce: StepAllReduce
+    ring: StepRing
+    healthy: ExpertScenario
+    straggler: ExpertScenario
 
 
 class CalibrationPhases(Contract):

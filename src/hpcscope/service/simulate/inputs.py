@@ -44,6 +44,12 @@ DEFAULT_GPU_COUNTS = (8, 16, 32, 64, 128, 256, 512, 1024)
 DEFAULT_MODEL_PARAMETERS = 635e6
 #: Most GPU-steps one web request may simulate (16,384 GPUs x 1,000 steps fits).
 MAX_REQUEST_CELLS = 20_000_000
+#: One MoE layer's all-to-all per rank in DeepEP's benchmark setting, which follows
+#: DeepSeek-V3's pretraining (DeepEP README: 4,096 tokens per batch, hidden 7,168, top-8
+#: experts, FP8 dispatch and BF16 combine): 4,096 x 7,168 x 8 x (1 + 2) bytes.
+DEEPEP_LAYER_ALLTOALL_BYTES = 4096 * 7168 * 8 * (1 + 2)
+#: MoE layers the player splits the illustrative step's forward and backward into.
+DEFAULT_PLAYER_MOE_LAYERS = 4
 
 StragglerPhase = Literal["data_load", "forward", "backward", "other", "optimizer"]
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
@@ -103,6 +109,13 @@ class SimulationRequest(_Params):
     allreduce_algorithm: AllReduceAlgorithm = "two-level"
     allreduce_seconds: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     gpu_hour_price: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    expert_parallel_ranks: int = Field(default=1, ge=1, le=MAX_GPUS)
+    alltoall_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    moe_layers: int = Field(default=1, ge=1, le=4096)
+    alltoall_overlap: bool = True
+    pipeline_stages: int = Field(default=1, ge=1, le=4096)
+    microbatches: int = Field(default=1, ge=1, le=1_000_000)
+    virtual_stages: int = Field(default=1, ge=1, le=4096)
 
     @field_validator("gpus", "straggler_gpus", mode="before")
     @classmethod
@@ -164,6 +177,19 @@ class StepRequest(_Params):
     straggler_factor: float = Field(default=2.0, ge=1, le=20, allow_inf_nan=False)
     jitter_cv: float = Field(default=0.01, ge=0, le=1, allow_inf_nan=False)
     allreduce_algorithm: AllReduceAlgorithm = "ring"
+
+
+class ExpertStepRequest(StepRequest):
+    """Parameters of the step player's expert mode (``GET /api/step/expert``): the step's
+    forward and backward split into MoE layers, each with an all-to-all (dispatch and combine)
+    of ``alltoall_bytes`` per rank among ``expert_parallel_ranks`` GPUs (default: all)."""
+
+    moe_layers: int = Field(default=DEFAULT_PLAYER_MOE_LAYERS, ge=1, le=64)
+    alltoall_bytes: float = Field(
+        default=float(DEEPEP_LAYER_ALLTOALL_BYTES), ge=0, allow_inf_nan=False
+    )
+    expert_parallel_ranks: int | None = Field(default=None, ge=1)
+    alltoall_overlap: bool = True
 
 
 def parse_request(model: type[_Params], values: dict[str, Any]) -> Any:

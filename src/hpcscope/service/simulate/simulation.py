@@ -47,6 +47,7 @@ from hpcscope.service.simulate.inputs import (
     fabric_for,
     model_input_errors,
 )
+from hpcscope.service.simulate.parallel_terms import ParallelTerms, parallel_terms
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,7 @@ class SimulationReport:
     currency: str
     gpu_hour_price: float
     request: SimulationRequest
+    parallel: tuple[ParallelTerms, ...]
 
 
 def _price(request: SimulationRequest, topology: Topology) -> float:
@@ -95,6 +97,7 @@ def run_simulation(
         n: request.allreduce_seconds if request.allreduce_seconds is not None else c.seconds
         for n, c in costs.items()
     }
+    terms = parallel_terms(counts, request, fabric, latencies)
     price = _price(request, topology)
     with model_input_errors():
         points = simulate_scaling(
@@ -104,6 +107,7 @@ def run_simulation(
             steps=request.steps,
             seed=request.seed,
             gpu_hour_price=price,
+            exposed_seconds={n: t.exposed_seconds for n, t in terms.items()},
         )
     return SimulationReport(
         points=points,
@@ -112,10 +116,13 @@ def run_simulation(
         currency=topology.currency,
         gpu_hour_price=price,
         request=request,
+        parallel=tuple(terms[n] for n in counts),
     )
 
 
-def _point_fields(point: ScalePoint, cost: AllReduceCost, currency: str) -> dict[str, Any]:
+def _point_fields(
+    point: ScalePoint, cost: AllReduceCost, terms: ParallelTerms, currency: str
+) -> dict[str, Any]:
     return {
         **asdict(point),
         "currency": currency,
@@ -123,20 +130,28 @@ def _point_fields(point: ScalePoint, cost: AllReduceCost, currency: str) -> dict
         "allreduce_model_seconds": cost.seconds,
         "allreduce_bus_bandwidth_bytes_per_second": cost.bus_bandwidth_bytes_per_second,
         "nodes": cost.nodes,
+        "expert_parallel_ranks": terms.expert_parallel_ranks,
+        "alltoall_seconds": terms.alltoall_seconds,
+        "alltoall_hidden_seconds": terms.alltoall_hidden_seconds,
+        "alltoall_exposed_seconds": terms.alltoall_exposed_seconds,
+        "pipeline_bubble_seconds": terms.pipeline_bubble_seconds,
+        "pipeline_bubble_ratio": terms.pipeline_bubble_ratio,
     }
 
 
-def point_json(point: ScalePoint, cost: AllReduceCost, currency: str) -> SimulationPoint:
+def point_json(
+    point: ScalePoint, cost: AllReduceCost, terms: ParallelTerms, currency: str
+) -> SimulationPoint:
     """One element of the ``simulate --json`` list (schema in ``docs/simulate.md``)."""
-    return SimulationPoint.model_validate(_point_fields(point, cost, currency))
+    return SimulationPoint.model_validate(_point_fields(point, cost, terms, currency))
 
 
 def curve_json(report: SimulationReport) -> SimulationCurve:
     """The ``simulate --json`` list: one point per GPU count."""
     return SimulationCurve(
         [
-            point_json(p, c, report.currency)
-            for p, c in zip(report.points, report.allreduce, strict=True)
+            point_json(p, c, t, report.currency)
+            for p, c, t in zip(report.points, report.allreduce, report.parallel, strict=True)
         ]
     )
 
@@ -206,6 +221,7 @@ def run_what_if(
     )
     seconds = {n: c.seconds for n, c in costs.items()}
     seconds[calibration.gpus] = calibration.communication_seconds
+    terms = parallel_terms(counts, request, fabric, latencies)
     price = _price(request, topology)
     with model_input_errors():
         measured, fixed = [
@@ -216,6 +232,7 @@ def run_what_if(
                 steps=request.steps,
                 seed=request.seed,
                 gpu_hour_price=price,
+                exposed_seconds={n: t.exposed_seconds for n, t in terms.items()},
             )
             for model in (calibration.model, calibration.fixed_model)
         ]
@@ -226,6 +243,7 @@ def run_what_if(
         currency=topology.currency,
         gpu_hour_price=price,
         request=request,
+        parallel=tuple(terms[n] for n in counts),
     )
     return WhatIfReport(calibration=calibration, measured=report, fixed=fixed, message_bytes=size)
 
@@ -234,10 +252,11 @@ def what_if_json(report: WhatIfReport) -> WhatIfCurve:
     """The ``simulate --calibrate --json`` list: each point plus the what-if fields."""
     out = []
     measured_gpus = report.calibration.gpus
-    for point, cost, fixed in zip(
-        report.measured.points, report.measured.allreduce, report.fixed, strict=True
+    measured = report.measured
+    for point, cost, terms, fixed in zip(
+        measured.points, measured.allreduce, measured.parallel, report.fixed, strict=True
     ):
-        item = _point_fields(point, cost, report.measured.currency)
+        item = _point_fields(point, cost, terms, measured.currency)
         item["measured_scale"] = point.gpus == measured_gpus
         item["fixed_step_seconds"] = fixed.step_seconds
         item["fixed_efficiency"] = fixed.efficiency

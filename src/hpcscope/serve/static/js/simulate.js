@@ -11,6 +11,8 @@
     gpus: "gpus-max", jitter_cv: "jitter", straggler_factor: "straggler-factor",
     hiccup_probability: "hiccup-prob", hiccup_seconds: "hiccup-ms",
     model_parameters: "model-size", gpu_hour_price: "price", steps: "steps",
+    pipeline_stages: "pipeline-stages", microbatches: "microbatches", alltoall_bytes: "alltoall-mb",
+    expert_parallel_ranks: "ep-ranks", moe_layers: "moe-layers",
   };
   const currency = root.dataset.currency || "USD";
   const form = $("sim-form");
@@ -64,6 +66,14 @@
     params.set("hiccup_seconds", Number.isFinite(hiccupMs) ? String(hiccupMs / 1000) : ui.hiccupMs.value);
     params.set("model_parameters", String(MODEL_SIZES_B[Number(ui.modelSize.value)] * 1e9));
     params.set("gpu_hour_price", ui.price.value.trim() || "0");
+    // expert and pipeline parallelism (the defaults leave the data-parallel model as it is)
+    params.set("pipeline_stages", $("pipeline-stages").value.trim() || "1");
+    params.set("microbatches", $("microbatches").value.trim() || "1");
+    const megabytes = Number($("alltoall-mb").value.trim() || "0");
+    params.set("alltoall_bytes", Number.isFinite(megabytes) ? String(megabytes * 1e6) : $("alltoall-mb").value);
+    params.set("expert_parallel_ranks", $("ep-ranks").value.trim() || "1");
+    params.set("moe_layers", $("moe-layers").value.trim() || "1");
+    params.set("alltoall_overlap", $("alltoall-overlap").checked ? "true" : "false");
     return params;
   }
 
@@ -187,7 +197,8 @@
         `${fixed(r.step_seconds_p05 * 1e3, 1)}-${fixed(r.step_seconds_p95 * 1e3, 1)}`,
         fixed(r.allreduce_seconds * 1e3, 2), `${fixed(r.efficiency * 100, 1)} %`,
         `${fixed(r.barrier_wait_ratio * 100, 1)} %`, fixed(r.lost_gpu_hours_per_day, 1),
-        int(r.lost_cost_per_day),
+        int(r.lost_cost_per_day), fixed(r.alltoall_exposed_seconds * 1e3, 2),
+        fixed(r.pipeline_bubble_seconds * 1e3, 2),
       ];
       cells.forEach((text) => {
         const td = document.createElement("td");

@@ -1,7 +1,9 @@
 // The step player: one training step of every GPU, drawn to scale from /api/step.
 // Lanes fill up as the playhead moves; the ring shows the chunks of the ring AllReduce moving
 // from GPU to GPU (NVLink hops inside a node, InfiniBand hops between nodes).
-// Keyboard: Space/K play-pause, ←/J and →/L previous/next event, R/Home replay, S straggler.
+// Keyboard: Space/K play-pause, ←/J and →/L previous/next event, R/Home replay, S straggler,
+// E expert mode (MoE step from /api/step/expert: the all-to-all on a second stream under the
+// GEMMs, the exposed remainder on the compute stream), O overlap on/off in expert mode.
 // With prefers-reduced-motion the player shows the whole step and moves event by event.
 (() => {
   "use strict";
@@ -12,7 +14,8 @@
   const PHASE_NAMES = {
     data_load: "data load", forward: "forward", backward: "backward", other: "other work",
     hiccup: "hiccup", barrier_wait: "waiting at the barrier", allreduce: "AllReduce",
-    optimizer: "optimizer", idle: "done",
+    optimizer: "optimizer", idle: "done", alltoall_exposed: "all-to-all exposed",
+    ep_wait: "waiting for the expert group",
   };
   const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)");
   const $ = (id) => document.getElementById(id);
@@ -20,12 +23,14 @@
     play: $("play"), back: $("step-back"), forward: $("step-forward"), replay: $("replay"),
     stragglerOn: $("straggler-on"), stragglerGpu: $("straggler-gpu"), speed: $("speed"),
     status: $("player-status"), error: $("player-error"), timeline: $("timeline"), ring: $("ring"),
-    ringCaption: $("ring-caption"),
+    ringCaption: $("ring-caption"), mode: $("mode"), overlapOn: $("overlap-on"),
   };
   const state = {
     data: null, scenario: "straggler", t: 0, playing: false, last: null, raf: 0,
     events: [], rects: [], chunks: [], lastStatus: "", request: 0,
+    mode: root.dataset.mode === "expert" ? "expert" : "data",
   };
+  const expert = () => state.mode === "expert";
 
   function svg(name, attrs, parent) {
     const node = document.createElementNS(SVGNS, name);
@@ -47,8 +52,10 @@
     ui.error.hidden = true;
     let response;
     try {
-      response = await fetch(`${root.dataset.api}?straggler_gpu=${encodeURIComponent(gpu)}`,
-        { headers: { Accept: "application/json" } });
+      const query = new URLSearchParams({ straggler_gpu: gpu });
+      if (expert()) query.set("alltoall_overlap", ui.overlapOn.checked ? "true" : "false");
+      const api = expert() ? root.dataset.expertApi : root.dataset.api;
+      response = await fetch(`${api}?${query}`, { headers: { Accept: "application/json" } });
     } catch (err) {
       showError(`Could not reach the server: ${err.message}`);
       return;
@@ -62,6 +69,9 @@
     }
     state.data = body;
     root.dataset.stragglerGpu = gpu;
+    root.dataset.mode = state.mode;
+    root.dataset.overlap = expert() && body.alltoall.overlapped ? "on" : "off";
+    document.querySelectorAll("[data-expert-only]").forEach((el) => { el.hidden = !expert(); });
     build();
     if (reducedMotion.matches) {
       seek(endTime());
@@ -91,7 +101,8 @@
     const lanes = current().lanes;
     const labels = data.cluster.labels;
     const width = Math.max(ui.timeline.parentElement.clientWidth || 720, 640);
-    const left = 150, right = 16, top = 28, laneHeight = 22, gap = 4;
+    const left = 150, right = 16, top = 28, laneHeight = expert() ? 30 : 22, gap = 4;
+    const computeHeight = expert() ? 17 : laneHeight - gap;
     const nodeGap = 10;
     const perNode = data.cluster.gpus_per_node;
     const plot = width - left - right;
@@ -122,14 +133,18 @@
       svg("title", {}, group).textContent =
         `${labels[lane.gpu]}: arrives at ${ms(lane.arrival_seconds)}, waits ${ms(lane.wait_seconds)}` +
         (slow ? ` (slow ${lane.slowdown_phases.join(", ")})` : "");
-      lane.segments.forEach((seg) => {
+      const draw = (seg, offset, height, stream) => {
         const rect = svg("rect", {
-          x: x(seg.start_seconds), y: y(lane.gpu) + 2, height: laneHeight - gap, width: 0,
-          class: `seg ph-${seg.phase}`, "data-phase": seg.phase,
+          x: x(seg.start_seconds), y: y(lane.gpu) + offset, height, width: 0,
+          class: `seg ph-${seg.phase}${stream ? " comm" : ""}`, "data-phase": seg.phase,
         }, group);
+        if (stream) rect.setAttribute("data-stream", "comm");
         state.rects.push({ rect, start: seg.start_seconds, end: seg.end_seconds,
           full: x(seg.end_seconds) - x(seg.start_seconds) });
-      });
+      };
+      lane.segments.forEach((seg) => draw(seg, 2, computeHeight, false));
+      // expert mode: the all-to-all spans of the second stream, a thin strip under the lane
+      (lane.comm_segments || []).forEach((seg) => draw(seg, computeHeight + 4, 6, true));
     });
     const barrierX = x(current().barrier_seconds);
     state.barrier = svg("g", { class: "barrier", visibility: "hidden" }, ui.timeline);
@@ -195,7 +210,9 @@
     const healthy = tl.lanes.find((lane) => lane.slowdown_phases.length === 0) || tl.lanes[0];
     const times = new Set([0, tl.barrier_seconds, tl.step_seconds]);
     for (const lane of [healthy, slow].filter(Boolean)) {
-      lane.segments.forEach((seg) => { times.add(seg.start_seconds); times.add(seg.end_seconds); });
+      [...lane.segments, ...(lane.comm_segments || [])].forEach((seg) => {
+        times.add(seg.start_seconds); times.add(seg.end_seconds);
+      });
     }
     const perStep = state.data.allreduce.seconds_per_ring_step;
     for (let s = 1; s < state.data.allreduce.ring_steps; s += 1) {
@@ -219,6 +236,19 @@
     const ar = state.data.allreduce;
     $("sum-ar").textContent = `${ms(ar.seconds, 2)} (${(ar.message_bytes / 1e9).toFixed(2)} GB, ` +
       `${ar.ring_steps} ring steps, bus bandwidth ${(ar.bus_bandwidth_bytes_per_second / 1e9).toFixed(0)} GB/s)`;
+    if (expert()) {
+      const a2a = state.data.alltoall;
+      $("sum-a2a").textContent = `${ms(tl.alltoall_seconds)} in all: ` +
+        `${ms(tl.alltoall_hidden_seconds)} hidden (${pct(tl.alltoall_hidden_ratio)}), ` +
+        `${ms(tl.alltoall_exposed_seconds)} exposed`;
+      $("sum-a2a-model").textContent = `${ms(a2a.seconds_per_layer, 2)} ` +
+        `(${(a2a.message_bytes / 1e6).toFixed(0)} MB, ${a2a.ranks} GPUs on ${a2a.nodes} ` +
+        `node${a2a.nodes > 1 ? "s" : ""}, bus bandwidth ` +
+        `${(a2a.bus_bandwidth_bytes_per_second / 1e9).toFixed(0)} GB/s, ` +
+        `${a2a.overlapped ? "overlapped" : "not overlapped"})`;
+      root.dataset.hiddenMs = (tl.alltoall_hidden_seconds * 1e3).toFixed(3);
+      root.dataset.exposedMs = (tl.alltoall_exposed_seconds * 1e3).toFixed(3);
+    }
     root.dataset.scenario = state.scenario;
   }
 
@@ -250,11 +280,44 @@
     return { step, fraction: position - step };
   }
 
+  const within = (segs, t) => (segs || []).find((s) => t >= s.start_seconds && t < s.end_seconds);
+
+  // expert mode: the GPUs whose second stream runs an all-to-all now, chords to their group
+  function renderAllToAll(t, tl) {
+    const data = state.data;
+    const active = tl.lanes.filter((lane) => within(lane.comm_segments, t));
+    state.ringNodes.forEach((node, gpu) => {
+      node.classList.toggle("a2a-active", active.some((lane) => lane.gpu === gpu));
+    });
+    if (!active.length) return false;
+    const perNode = data.cluster.gpus_per_node;
+    for (let i = 0; i < active.length; i += 1) {
+      for (let j = i + 1; j < active.length; j += 1) {
+        const a = active[i], b = active[j];
+        if (a.group !== b.group) continue;
+        const link = Math.floor(a.gpu / perNode) === Math.floor(b.gpu / perNode) ? "nvlink" : "network";
+        const [x1, y1] = state.ringPos[a.gpu];
+        const [x2, y2] = state.ringPos[b.gpu];
+        svg("line", { x1, y1, x2, y2, class: `a2a-chord a2a-${link}`, "data-link": link },
+          state.chunkLayer);
+      }
+    }
+    const lane = active[0];
+    const index = lane.comm_segments.indexOf(within(lane.comm_segments, t));
+    const layers = data.alltoall.layers;
+    const pass = index < layers ? "forward" : "backward";
+    ui.ringCaption.textContent = `Expert all-to-all, MoE layer ${(index % layers) + 1} of ` +
+      `${layers} (${pass}): dispatch and combine among ${data.alltoall.ranks} GPUs on the ` +
+      "second stream";
+    return true;
+  }
+
   function renderRing(t, tl) {
     const at = ringStep(t, tl);
     const data = state.data;
     const n = data.cluster.gpus;
     state.chunkLayer.replaceChildren();
+    if (expert() && renderAllToAll(t, tl)) return;
     if (!at) {
       const before = t < tl.barrier_seconds;
       ui.ringCaption.textContent = before
@@ -292,12 +355,17 @@
     };
     const slow = tl.lanes.find((lane) => lane.slowdown_phases.length > 0);
     const healthy = tl.lanes.find((lane) => lane.slowdown_phases.length === 0) || tl.lanes[0];
+    const stream = (lane) => {
+      if (!expert() || !within(lane.comm_segments, t)) return "";
+      const seg = within(lane.segments, t);
+      return seg && seg.phase === "alltoall_exposed" ? "" : ", all-to-all hidden on stream 2";
+    };
     let text;
     if (t >= tl.step_seconds - 1e-12) {
       text = `Step done in ${ms(tl.step_seconds)}; efficiency ${pct(tl.efficiency)}.`;
     } else {
-      text = `${labels[healthy.gpu]}: ${phaseAt(healthy)}`;
-      if (slow) text += ` · straggler ${labels[slow.gpu]}: ${phaseAt(slow)}`;
+      text = `${labels[healthy.gpu]}: ${phaseAt(healthy)}${stream(healthy)}`;
+      if (slow) text += ` · straggler ${labels[slow.gpu]}: ${phaseAt(slow)}${stream(slow)}`;
       const at = ringStep(t, tl);
       if (at) text += ` · ring step ${at.step + 1} of ${state.data.allreduce.ring_steps}`;
     }
@@ -398,6 +466,17 @@
   ui.forward.addEventListener("click", () => stepBy(1));
   ui.replay.addEventListener("click", replay);
   ui.stragglerOn.addEventListener("change", () => setScenario(ui.stragglerOn.checked));
+  function setMode(mode) {
+    state.mode = mode === "expert" ? "expert" : "data";
+    ui.mode.setAttribute("aria-pressed", expert() ? "true" : "false");
+    const url = new URL(window.location.href);
+    if (expert()) url.searchParams.set("mode", "expert"); else url.searchParams.delete("mode");
+    window.history.replaceState(null, "", url);
+    pause();
+    load();
+  }
+  ui.mode.addEventListener("click", () => setMode(expert() ? "data" : "expert"));
+  ui.overlapOn.addEventListener("change", () => { if (expert()) { pause(); load(); } });
   ui.stragglerGpu.addEventListener("change", () => {
     ui.stragglerOn.checked = true;
     state.scenario = "straggler";
@@ -422,6 +501,14 @@
     } else if ((key === "r" || key === "R" || key === "Home") && !inField) {
       event.preventDefault();
       replay();
+    } else if ((key === "e" || key === "E") && !inField) {
+      event.preventDefault();
+      setMode(expert() ? "data" : "expert");
+    } else if ((key === "o" || key === "O") && !inField && expert()) {
+      event.preventDefault();
+      ui.overlapOn.checked = !ui.overlapOn.checked;
+      pause();
+      load();
     } else if ((key === "s" || key === "S") && !inField) {
       event.preventDefault();
       ui.stragglerOn.checked = !ui.stragglerOn.checked;
