@@ -41,3 +41,21 @@ def member_of(values: npt.NDArray[Any], members: npt.NDArray[Any]) -> npt.NDArra
         return np.zeros(values.shape, dtype=bool)
     at = np.minimum(np.searchsorted(keys, values), keys.shape[0] - 1)
     return np.asarray(keys[at] == values, dtype=bool)
+
+
+def median(values: npt.ArrayLike, axis: int | None = None) -> Any:
+    """``np.median(values, axis)``, the same bits, without importing ``numpy.ma`` (which
+    ``np.median`` does to check for masked NaN): the middle value, or the mean of the two
+    middle values, of the sorted float64 input; NaN where the input holds a NaN. Other dtypes
+    and empty input go to ``np.median`` itself."""
+    data = np.asarray(values)
+    flat = axis is None
+    if flat:
+        data, axis = data.ravel(), 0
+    if data.dtype != np.float64 or data.shape[axis] == 0:
+        return np.median(values, axis=None if flat else axis)
+    size = data.shape[axis]
+    ordered = np.sort(data, axis=axis)  # a NaN sorts last
+    upper = np.take(ordered, size // 2, axis=axis)
+    middle = upper if size % 2 else (np.take(ordered, size // 2 - 1, axis=axis) + upper) / 2.0
+    return np.where(np.isnan(np.take(ordered, -1, axis=axis)), np.nan, middle)[()]
