@@ -205,8 +205,8 @@ def _invoke(runner: Callable[..., None], arguments: dict[str, Any], *, as_json: 
     except BrokenPipeError:
         from typer._click.utils import PacifyFlushWrapper
 
-        sys.stdout = PacifyFlushWrapper(sys.stdout)  # type: ignore[assignment]
-        sys.stderr = PacifyFlushWrapper(sys.stderr)  # type: ignore[assignment]
+        sys.stdout = PacifyFlushWrapper(sys.stdout)
+        sys.stderr = PacifyFlushWrapper(sys.stderr)
         return 1
     except Exception as exc:
         import typer  # fail() and report_error() exit with typer.Exit: typer is loaded then

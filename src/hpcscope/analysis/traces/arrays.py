@@ -50,12 +50,13 @@ def median(values: npt.ArrayLike, axis: int | None = None) -> Any:
     and empty input go to ``np.median`` itself."""
     data = np.asarray(values)
     flat = axis is None
+    along = 0 if axis is None else axis
     if flat:
-        data, axis = data.ravel(), 0
-    if data.dtype != np.float64 or data.shape[axis] == 0:
-        return np.median(values, axis=None if flat else axis)
-    size = data.shape[axis]
-    ordered = np.sort(data, axis=axis)  # a NaN sorts last
-    upper = np.take(ordered, size // 2, axis=axis)
-    middle = upper if size % 2 else (np.take(ordered, size // 2 - 1, axis=axis) + upper) / 2.0
-    return np.where(np.isnan(np.take(ordered, -1, axis=axis)), np.nan, middle)[()]
+        data = data.ravel()
+    if data.dtype != np.float64 or data.shape[along] == 0:
+        return np.median(data if flat else np.asarray(values), axis=None if flat else along)
+    size = data.shape[along]
+    ordered = np.sort(data, axis=along)  # a NaN sorts last
+    upper = np.take(ordered, size // 2, axis=along)
+    middle = upper if size % 2 else (np.take(ordered, size // 2 - 1, axis=along) + upper) / 2.0
+    return np.where(np.isnan(np.take(ordered, -1, axis=along)), np.nan, middle)[()]

@@ -144,7 +144,7 @@ LATE_START_HINT = (
 
 def busy_seconds(table: PhaseTable) -> F64:
     """``[rank, step]`` busy seconds: the step (median over ranks) minus the barrier wait."""
-    common = median_of(table.step_seconds, axis=0)  # [step]
+    common: F64 = median_of(table.step_seconds, axis=0)  # [step]
     return common[np.newaxis, :] - table.phase("barrier_wait")
 
 
