@@ -180,3 +180,27 @@ def test_a_json_client_command_imports_no_rich(name: str) -> None:
     assert result.returncode in (0, 1), result.stderr[-2000:]
     chains = importer_chains(result.stderr, ("rich",))
     assert not chains, f"`hpcscope {' '.join(args)}` imports:\n" + "\n".join(chains[:5])
+
+
+@pytest.mark.parametrize("name", ["analyze", "merge"])
+def test_an_ordinary_traces_command_line_imports_no_typer(name: str, tmp_path: Path) -> None:
+    # hpcscope.cli.fast_path runs it: no Typer (nor its click), no pydantic, no numpy.ma
+    paths = [str(HTA_2RANK)]
+    if name == "merge":
+        summarized = CliRunner().invoke(
+            app, ["traces", "summarize", str(HTA_2RANK), "--out", str(tmp_path)]
+        )
+        assert summarized.exit_code == 0, summarized.output
+        paths = [str(tmp_path)]
+    env = dict(os.environ, PYTHONPATH=str(Path(hpcscope.__file__).parents[1]), COLUMNS="100")
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "hpcscope", "traces", name, *paths, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    chains = importer_chains(result.stderr, ("typer", "click", "pydantic", "numpy.ma"))
+    assert not chains, f"`hpcscope traces {name}` imports:\n" + "\n".join(chains[:5])

@@ -9,9 +9,11 @@ drift.
 
 This module imports neither Typer nor Rich: ``hpcscope --help`` is drawn from :data:`COMMANDS`
 as the page Typer draws, without importing Typer: by :mod:`hpcscope.cli.plain_help` (text, and
-its colours on a terminal), else with Rich by :mod:`hpcscope.cli.quick_help`; every
-other command line goes to the Typer app of :mod:`hpcscope.cli.group` (``app`` and
-``load_command`` here are that module's, loaded on first use).
+its colours on a terminal), else with Rich by :mod:`hpcscope.cli.quick_help`; an ordinary
+``traces analyze`` or ``traces merge`` command line runs without Typer
+(:mod:`hpcscope.cli.fast_path`); every other command line goes to the Typer app of
+:mod:`hpcscope.cli.group` (``app`` and ``load_command`` here are that module's, loaded on
+first use).
 """
 
 from __future__ import annotations
@@ -126,9 +128,14 @@ def main() -> None:
 
             print_help(HELP, listing)
         return
-    from hpcscope.cli.group import app
+    from hpcscope.cli.fast_path import run
     from hpcscope.cli.logs import LOG_LEVELS, configure_logging
 
     level = os.environ.get("HPCSCOPE_LOG_LEVEL", "info")
     configure_logging(level if level.lower() in LOG_LEVELS else "info")
+    code = run(sys.argv[1:])  # `traces analyze` and `traces merge` without Typer
+    if code is not None:
+        sys.exit(code)
+    from hpcscope.cli.group import app
+
     app()

@@ -1,7 +1,9 @@
 """Shared output helpers: JSON to stdout, tables with Rich, errors to stderr with exit codes.
 
 Rich is imported only when a table or a styled error is printed: a ``--json`` command does
-without it (``docs/benchmarks.md``, start-up).
+without it (``docs/benchmarks.md``, start-up). Typer only when an error exits (its ``Exit``),
+and pydantic not at all: a contract can only reach :func:`print_json` once pydantic is loaded,
+so a command line that :mod:`hpcscope.cli.fast_path` runs needs neither.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
-import typer
-from pydantic import BaseModel
 
 from hpcscope.model.errors import HpcscopeError, InputError, SourceError
 
@@ -43,7 +43,8 @@ def print_json(data: Any) -> None:
     A contract (a pydantic model of ``service/*/contracts.py``) is written as it serialises,
     without the optional keys it was built without.
     """
-    if isinstance(data, BaseModel):
+    pydantic = sys.modules.get("pydantic")  # a contract exists only once pydantic is loaded
+    if pydantic is not None and isinstance(data, pydantic.BaseModel):
         data = data.model_dump(mode="json", exclude_unset=True)
     sys.stdout.buffer.write(
         orjson.dumps(
@@ -86,6 +87,8 @@ def fail(
         print_json(body)
     else:
         stderr_console().print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    import typer
+
     raise typer.Exit(code)
 
 
@@ -114,6 +117,8 @@ def report_error(error: HpcscopeError, *, as_json: bool = False) -> NoReturn:
     With ``as_json``, the error is also the JSON document on stdout, as :func:`fail` writes it:
     ``{"error": message, "where": {source, line, column, field, message}}``.
     """
+    import typer
+
     typer.echo(error_line(error), err=True)
     if as_json:
         body: dict[str, Any] = {"error": error_line(error).removeprefix("hpcscope: ")}

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from hpcscope.analysis.traces.arrays import median as median_of
 from hpcscope.analysis.traces.comm_timeline import CommTimeline
 from hpcscope.analysis.traces.intervals import Intervals, clip, intersect
 from hpcscope.analysis.traces.kernel_classes import CLASS_LABELS, COMM_CLASSES
@@ -137,9 +138,9 @@ def class_phases(
         if n_r < 2 or not n_s:
             continue
         # the median over steps: one step a busy machine stretched does not decide
-        typical = np.median(bubble if klass == "pp_send_recv" else seconds[:, :, c], axis=1)
+        typical = median_of(bubble if klass == "pp_send_recv" else seconds[:, :, c], axis=1)
         low = int(np.argmin(typical))
-        others = float(np.median(np.delete(typical, low)))
+        others = float(median_of(np.delete(typical, low)))
         wait = others - float(typical[low])
         if wait > STRAGGLER_SHARE * others and wait > STRAGGLER_MIN_SECONDS:
             stragglers.append(ClassStraggler(int(ranks[low]), klass, wait))

@@ -134,8 +134,8 @@ def comm_timeline(ev: EventTable, table: ClassTable) -> CommTimeline:
     cpu = (kind == EventKind.CPU_OP) | (kind == EventKind.ANNOTATION)
     has_gpu = bool(gpu.any())
     end = ev.ts_us + ev.dur_us
-    gpu_match = {int(i): table.classify(names[i], "gpu") for i in np.unique(ev.name[gpu]).tolist()}
-    cpu_match = {int(i): table.classify(names[i], "cpu") for i in np.unique(ev.name[cpu]).tolist()}
+    gpu_match = {int(i): table.classify(names[i], "gpu") for i in distinct(ev.name[gpu]).tolist()}
+    cpu_match = {int(i): table.classify(names[i], "cpu") for i in distinct(ev.name[cpu]).tolist()}
 
     is_launch = np.zeros(len(names), dtype=bool)
     for n, m in cpu_match.items():
@@ -189,7 +189,7 @@ def comm_timeline(ev: EventTable, table: ClassTable) -> CommTimeline:
     else:
         transfer = np.array(transfer_rows, dtype=np.int64)
         parts = []
-        for t in np.unique(ev.thread[rows]).tolist():
+        for t in distinct(ev.thread[rows]).tolist():
             mine = rows[ev.thread[rows] == t]
             own = transfer[ev.thread[transfer] == t]
             parts.append(_minus(merge(ev.ts_us[mine], end[mine]), merge(ev.ts_us[own], end[own])))
@@ -199,7 +199,7 @@ def comm_timeline(ev: EventTable, table: ClassTable) -> CommTimeline:
         )
     unclassified: dict[str, float] = {}
     unknown = unknown_rows
-    for n in np.unique(ev.name[unknown]).tolist():
+    for n in distinct(ev.name[unknown]).tolist():
         sel = unknown[ev.name[unknown] == n]
         unclassified[names[n]] = merge(ev.ts_us[sel], end[sel]).total() / 1e6
     return CommTimeline(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from hpcscope.analysis.traces.arrays import codes_present, distinct
+from hpcscope.analysis.traces.arrays import codes_present, distinct, member_of
 from hpcscope.analysis.traces.intervals import merge
 from hpcscope.model.trace_events import EventKind, EventTable
 
@@ -66,7 +66,7 @@ def gpu_breakdown(ev: EventTable, *, steps: npt.NDArray[np.float64]) -> GpuBreak
         runtime = np.flatnonzero(ev.kind == EventKind.RUNTIME)
         early = runtime[ev.ts_us[runtime] < last_start]
         allowed = distinct(ev.correlation[early])
-        rows = rows[np.isin(ev.correlation[rows], allowed)]
+        rows = rows[member_of(ev.correlation[rows], allowed)]
     if rows.shape[0] == 0:
         return None
     start, end = ev.ts_us[rows], ev.ts_us[rows] + ev.dur_us[rows]

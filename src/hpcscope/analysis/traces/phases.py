@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hpcscope.analysis.traces.arrays import distinct
+from hpcscope.analysis.traces.arrays import median as median_of
 from hpcscope.analysis.traces.intervals import Intervals, clip, merge
 from hpcscope.analysis.traces.rank_timeline import PHASES, REGION_PHASES, RankTimeline
 
@@ -139,7 +140,7 @@ def collective_waits(timelines: Sequence[RankTimeline]) -> tuple[list[F64], int,
         mine = chosen[bounds[r] : bounds[r + 1]]
         waits[r][row[mine]] = wait[mine]
     spreads = spread[size >= 2]
-    skew = float(np.median(spreads)) if spreads.shape[0] else None
+    skew = float(median_of(spreads)) if spreads.shape[0] else None
     return waits, matched, unmatched, skew
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from hpcscope.analysis.traces.arrays import codes_present, distinct
+from hpcscope.analysis.traces.arrays import codes_present, distinct, member_of
 from hpcscope.analysis.traces.comm_timeline import CommTimeline, comm_timeline
 from hpcscope.analysis.traces.gpu_breakdown import GpuBreakdown, gpu_breakdown
 from hpcscope.analysis.traces.intervals import Intervals, clip, covers, hull, intersect, merge
@@ -297,7 +297,7 @@ def rank_timeline(trace: RankTrace, classes: ClassTable | None = None) -> RankTi
     # ---- CPU operators executing (what hides a collective on a CPU-only run)
     cpu_coll = cpu & flags(CPU_COLLECTIVE_RE)[ev.name]
     coll_threads = distinct(ev.thread[cpu_coll])
-    busy_rows = (kind == EventKind.CPU_OP) & ~comm_op & ~np.isin(ev.thread, coll_threads)
+    busy_rows = (kind == EventKind.CPU_OP) & ~comm_op & ~member_of(ev.thread, coll_threads)
     busy = merge(ev.ts_us[busy_rows], end[busy_rows])
     cpu_busy: dict[str, Intervals] = {}
     claimed = Intervals.empty()

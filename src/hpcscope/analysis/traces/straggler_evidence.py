@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from hpcscope.analysis.traces.arrays import median as median_of
 from hpcscope.analysis.traces.phases import PhaseTable
 from hpcscope.analysis.traces.rank_timeline import PHASES, RankTimeline
 from hpcscope.analysis.traces.stragglers import Straggler, StragglerReport
@@ -142,8 +143,8 @@ def straggler_evidence(
     out: dict[int, tuple[Evidence, ...]] = {}
     if not report.stragglers or len(table.ranks) < 2:
         return out
-    median = np.median(table.seconds, axis=1)  # [rank, phase]
-    step = float(np.median(table.step_seconds))
+    median = median_of(table.seconds, axis=1)  # [rank, phase]
+    step = float(median_of(table.step_seconds))
     by_rank = {tl.rank: tl for tl in timelines}
     compute_excess = _compute_excess(median)
     software = (
@@ -190,7 +191,7 @@ def hardware_evidence(
 
 def _phase(median: F64, r: int, peers: list[int], name: str) -> tuple[float, float]:
     i = PHASES.index(name)
-    return float(median[r, i]), float(np.median(median[peers, i]))
+    return float(median[r, i]), float(median_of(median[peers, i]))
 
 
 def _compute_excess(median: F64) -> float:
@@ -201,7 +202,7 @@ def _compute_excess(median: F64) -> float:
         i = PHASES.index(name)
         for r in range(n):
             others = np.delete(median[:, i], r)
-            worst = max(worst, float(median[r, i] - np.median(others)))
+            worst = max(worst, float(median[r, i] - median_of(others)))
     return worst
 
 
@@ -292,7 +293,7 @@ def _series_medians(
     ]
     if not any(v.any() for v in series):
         return None
-    return np.array([float(np.median(v)) for v in series])
+    return np.array([float(median_of(v)) for v in series])
 
 
 def _software(
@@ -310,7 +311,7 @@ def _software(
         if medians is None:
             continue  # the traces do not record it (no GC events, CPU-only traces)
         own = float(medians[r])
-        theirs = float(np.median(medians[peers]))
+        theirs = float(median_of(medians[peers]))
         key = attribute.removesuffix("_seconds")
         figures: dict[str, float | int | str | None] = {
             f"{key}_seconds_per_step": own,
@@ -336,8 +337,8 @@ def _software(
                 )
             )
     if s.phase == "other" and not any(e.supports for e in items):
-        own = float(np.median(table.seconds[r, :, PHASES.index("other")]))
-        theirs = float(np.median(np.median(table.seconds[peers, :, PHASES.index("other")], 1)))
+        own = float(median_of(table.seconds[r, :, PHASES.index("other")]))
+        theirs = float(median_of(median_of(table.seconds[peers, :, PHASES.index("other")], 1)))
         items.append(
             Evidence(
                 "software",
@@ -362,7 +363,7 @@ def _hardware(rank: int, gpus: Mapping[int, GpuTelemetry], peer_ranks: list[int]
         return []
     where = f"node {own.node} GPU {own.gpu}"
     items: list[Evidence] = []
-    peer_share = float(np.median([p.slowdown_share or 0.0 for p in peers]))
+    peer_share = float(median_of([p.slowdown_share or 0.0 for p in peers]))
     own_share = own.slowdown_share or 0.0
     slowed = own.throttle_reasons & SLOWDOWN_MASK
     peers_throttled = sum(1 for p in peers if p.throttle_reasons & slowed)
@@ -387,37 +388,37 @@ def _hardware(rank: int, gpus: Mapping[int, GpuTelemetry], peer_ranks: list[int]
         )
     peer_clocks = [p.sm_clock_hertz for p in peers if p.sm_clock_hertz]
     if own.sm_clock_hertz and peer_clocks:
-        ratio = own.sm_clock_hertz / float(np.median(peer_clocks))
+        ratio = own.sm_clock_hertz / float(median_of(peer_clocks))
         if ratio < CLOCK_RATIO:
             items.append(
                 Evidence(
                     "hardware",
                     True,
                     f"{where} ran at {own.sm_clock_hertz / 1e9:.2f} GHz SM clock against "
-                    f"{float(np.median(peer_clocks)) / 1e9:.2f} GHz on its peers "
+                    f"{float(median_of(peer_clocks)) / 1e9:.2f} GHz on its peers "
                     f"({(1 - ratio):.0%} slower)",
                     {
                         **base,
                         "sm_clock_hertz": own.sm_clock_hertz,
-                        "peers_sm_clock_hertz": float(np.median(peer_clocks)),
+                        "peers_sm_clock_hertz": float(median_of(peer_clocks)),
                     },
                 )
             )
     peer_temps = [p.max_temperature_celsius for p in peers if p.max_temperature_celsius]
     if own.max_temperature_celsius and peer_temps:
-        hotter = own.max_temperature_celsius - float(np.median(peer_temps))
+        hotter = own.max_temperature_celsius - float(median_of(peer_temps))
         if hotter >= HOTTER_CELSIUS:
             items.append(
                 Evidence(
                     "hardware",
                     True,
                     f"{where} reached {own.max_temperature_celsius:.0f} °C against "
-                    f"{float(np.median(peer_temps)):.0f} °C on its peers (+{hotter:.0f} °C): "
+                    f"{float(median_of(peer_temps)):.0f} °C on its peers (+{hotter:.0f} °C): "
                     "check its cooling (fans, airflow, a blocked heatsink)",
                     {
                         **base,
                         "max_temperature_celsius": own.max_temperature_celsius,
-                        "peers_max_temperature_celsius": float(np.median(peer_temps)),
+                        "peers_max_temperature_celsius": float(median_of(peer_temps)),
                     },
                 )
             )

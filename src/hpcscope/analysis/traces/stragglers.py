@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from hpcscope.analysis.traces.arrays import median as median_of
 from hpcscope.analysis.traces.phases import PhaseTable
 from hpcscope.analysis.traces.rank_timeline import PHASES
 
@@ -143,7 +144,7 @@ LATE_START_HINT = (
 
 def busy_seconds(table: PhaseTable) -> F64:
     """``[rank, step]`` busy seconds: the step (median over ranks) minus the barrier wait."""
-    common = np.median(table.step_seconds, axis=0)  # [step]
+    common: F64 = median_of(table.step_seconds, axis=0)  # [step]
     return common[np.newaxis, :] - table.phase("barrier_wait")
 
 
@@ -167,35 +168,35 @@ def straggler_report(
         empty = WhatIf(0.0, 0.0, 1.0, None, None, 0.0)
         return StragglerReport((), {}, {}, (), empty, threshold)
     busy = busy_seconds(table)  # [rank, step]
-    step_common = np.median(table.step_seconds, axis=0)
+    step_common = median_of(table.step_seconds, axis=0)
     per_step: list[StepStraggler] = []
     for s, step in enumerate(table.steps):
         r = int(np.argmax(busy[:, s]))
         peers = np.delete(busy[:, s], r)
-        excess = float(busy[r, s] - np.median(peers)) if peers.size else 0.0
+        excess = float(busy[r, s] - median_of(peers)) if peers.size else 0.0
         per_step.append(StepStraggler(step, ranks[r], float(busy[r, s]), excess, step_common[s]))
-    busy_median = np.median(busy, axis=1)
+    busy_median = median_of(busy, axis=1)
     reference = np.array(
         [
-            float(np.median(np.delete(busy_median, r))) if n_ranks > 1 else busy_median[r]
+            float(median_of(np.delete(busy_median, r))) if n_ranks > 1 else busy_median[r]
             for r in range(n_ranks)
         ]
     )
     scores = np.where(busy_median > 0, reference / np.where(busy_median > 0, busy_median, 1), 1.0)
-    phase_median = np.median(table.seconds, axis=1)  # [rank, phase]
-    median_step = float(np.median(step_common))
+    phase_median = median_of(table.seconds, axis=1)  # [rank, phase]
+    median_step = float(median_of(step_common))
     stragglers: list[Straggler] = []
     for r in range(n_ranks):
         peers = np.delete(np.arange(n_ranks), r)
         if not peers.size:
             break
-        excess_by_step = busy[r] - np.median(busy[peers], axis=0)
-        excess = float(np.median(excess_by_step))
+        excess_by_step = busy[r] - median_of(busy[peers], axis=0)
+        excess = float(median_of(excess_by_step))
         slow_share = float(np.mean(excess_by_step >= min_excess_ratio * step_common))
         if scores[r] >= threshold or excess < min_excess_ratio * median_step or slow_share < 0.5:
             continue
         phase_excess = {
-            name: float(phase_median[r, i] - np.median(phase_median[peers, i]))
+            name: float(phase_median[r, i] - median_of(phase_median[peers, i]))
             for i, name in enumerate(PHASES)
             if name in CAUSE_PHASES
         }
@@ -236,9 +237,9 @@ def what_if(table: PhaseTable, *, busy: F64, worst: int) -> WhatIf:
         worst: row of the rank to fix alone (the one with the largest median busy); the
             ideal is the median over the other ranks (all ranks when there is only one).
     """
-    actual = np.median(table.step_seconds, axis=0)  # [step]
+    actual = median_of(table.step_seconds, axis=0)  # [step]
     peers = np.delete(busy, worst, axis=0) if busy.shape[0] > 1 else busy
-    ideal = np.median(peers, axis=0)  # [step]
+    ideal = median_of(peers, axis=0)  # [step]
     fixed_busy = busy.copy()
     fixed_busy[worst, :] = ideal
     fixed = actual - (busy.max(axis=0) - fixed_busy.max(axis=0))

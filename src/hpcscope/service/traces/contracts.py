@@ -91,7 +91,7 @@ class WhatIf(Contract):
     ideal_step_seconds: Number
     slowdown: Number
     worst_rank: int | None
-    worst_rank_share: Number
+    worst_rank_share: Number | None  # None with one rank (no peers to compare)
     fixed_worst_step_seconds: Number
 
 

@@ -5,6 +5,12 @@ A file holds ``schema: hpcscope.kernel-classes/1`` and ``rules:``, a list of ent
 ``docs/traces.md``). Validation is strict (unknown keys, an unknown op or dimension, a pattern
 that is not a regular expression) and every error names the file and the line of the entry,
 as for ``deploy/rules/`` (:mod:`hpcscope.service.alerts.rules`).
+
+A file that is valid loads without pydantic, with libyaml composing it once
+(:func:`_accepted`: every check of the pydantic model below, on plain values); anything else is
+read again as before, by PyYAML's own loader and the model, whose messages name the problem.
+``traces analyze`` loads the bundled table on every run: this keeps pydantic and the
+pure-Python YAML parser out of its start-up (``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -12,12 +18,18 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hpcscope.analysis.traces.kernel_classes import ClassRule, ClassTable
+from hpcscope.analysis.traces.kernel_classes import (
+    DIMENSIONS,
+    EVENTS,
+    OPS,
+    ROLES,
+    ClassRule,
+    ClassTable,
+)
 from hpcscope.model.errors import SourceError
 from hpcscope.service.yaml_lines import line_of as _line_of
 
@@ -28,45 +40,61 @@ class ClassFileError(SourceError):
     """A kernel class file that cannot be used."""
 
 
-class _Rule(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+#: The keys of an entry, and those it must have.
+_RULE_KEYS = frozenset({"match", "events", "op", "dimension", "role", "library"})
+_REQUIRED_KEYS = frozenset({"match", "events", "op", "dimension"})
+#: libyaml's loader when PyYAML was built with it (the same nodes and values, ~10x faster).
+_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", None)
 
-    match: str = Field(min_length=1)
-    events: Literal["gpu", "cpu"]
-    op: Literal[
-        "all_reduce",
-        "reduce_scatter",
-        "all_gather",
-        "all_to_all",
-        "send",
-        "recv",
-        "send_recv",
-        "broadcast",
-        "reduce",
-        "barrier",
-        "collective",
-        "peer_copy",
-        "compute",
-    ]
-    dimension: Literal["dp", "tp", "ep", "pp", "none"]
-    role: Literal["transfer", "launch"] = "transfer"
-    library: str = ""
 
-    @field_validator("match")
-    @classmethod
-    def _regex(cls, value: str) -> str:
+def _accepted(text: str, source: str) -> tuple[ClassRule, ...] | None:
+    """The rules of a valid file, read without pydantic; None when anything is off (the
+    slow path then says what)."""
+    if _FAST_LOADER is None:
+        return None
+    try:
+        node = yaml.compose(text, Loader=_FAST_LOADER)
+    except yaml.YAMLError:
+        return None
+    if node is None:
+        return None
+    raw: Any = yaml.SafeLoader("").construct_document(node)
+    if type(raw) is not dict or raw.keys() != {"schema", "rules"} or raw["schema"] != FILE_SCHEMA:
+        return None
+    entries = raw["rules"]
+    if type(entries) is not list:
+        return None
+    rules = []
+    for i, entry in enumerate(entries):
+        if type(entry) is not dict or not _REQUIRED_KEYS <= entry.keys() <= _RULE_KEYS:
+            return None
+        values = {"role": "transfer", "library": "", **entry}
+        if not all(type(v) is str for v in values.values()):
+            return None
+        if (
+            not values["match"]
+            or values["events"] not in EVENTS
+            or values["op"] not in OPS
+            or values["dimension"] not in DIMENSIONS
+            or values["role"] not in ROLES
+        ):
+            return None
         try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {exc}") from None
-        return value
-
-
-class _File(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    schema_: Literal["hpcscope.kernel-classes/1"] = Field(alias="schema")
-    rules: list[_Rule]
+            re.compile(values["match"])
+        except re.error:
+            return None
+        rules.append(
+            ClassRule(
+                pattern=values["match"],
+                events=values["events"],
+                op=values["op"],
+                dimension=values["dimension"],
+                role=values["role"],
+                library=values["library"],
+                source=f"{source}:{_line_of(node, ['rules', i])}",
+            )
+        )
+    return tuple(rules)
 
 
 def bundled_classes_file() -> Path:
@@ -97,6 +125,13 @@ def load_class_file(path: Path) -> tuple[ClassRule, ...]:
         raise ClassFileError(
             f"not UTF-8 text (byte {exc.start}: {exc.reason})", source=source
         ) from None
+    fast = _accepted(text, source)
+    if fast is not None:
+        return fast
+    from pydantic import ValidationError
+
+    from hpcscope.service.traces.class_file_model import ClassFile
+
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         raw: Any = yaml.safe_load(text)
@@ -108,7 +143,7 @@ def load_class_file(path: Path) -> tuple[ClassRule, ...]:
             line=None if mark is None else mark.line + 1,
         ) from None
     try:
-        parsed = _File.model_validate(raw if raw is not None else {})
+        parsed = ClassFile.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = list(first["loc"])
