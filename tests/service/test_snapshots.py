@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from hpcscope.service.snapshots import Snapshots
+from hpcscope.service.snapshots import SnapshotMiss, Snapshots, cache_only, caching_only
 
 
 class Writes:
@@ -217,3 +217,48 @@ def test_a_refresh_computes_at_the_generation_it_starts_in_and_skips_a_current_e
     assert snapshots.get("a", compute) == 3
     held.run()  # the queued refresh finds the entry current and computes nothing
     assert len(calls) == 3
+
+
+def test_cache_only_serves_hits_and_raises_instead_of_computing() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    calls, compute = counter()
+    with pytest.raises(SnapshotMiss):
+        cache_only(snapshots.get, "a", compute)
+    assert calls == []  # nothing computed on a miss
+    assert snapshots.get("a", compute) == 1
+    assert cache_only(snapshots.get, "a", compute) == 1  # a hit, served
+    assert not caching_only()  # the mode ends with the call
+    snapshots.publish()
+    writes.count += 1
+    snapshots.publish()
+    assert cache_only(snapshots.get, "a", compute) == 1  # stale: served, refreshed behind
+    assert len(held.jobs) == 1
+    held.run()  # the refresh computes outside the mode
+    assert cache_only(snapshots.get, "a", compute) == 2
+    clock.now += 31.0  # too old to serve: a miss again
+    with pytest.raises(SnapshotMiss):
+        cache_only(snapshots.get, "a", compute)
+    assert calls == [1, 1]
+
+
+def test_cache_only_does_not_wait_for_another_computation() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> int:
+        started.set()
+        release.wait(10)
+        return 7
+
+    worker = threading.Thread(target=lambda: snapshots.get("a", slow))
+    worker.start()
+    try:
+        assert started.wait(10)
+        with pytest.raises(SnapshotMiss):  # at once, not after the computation
+            cache_only(snapshots.get, "a", slow)
+    finally:
+        release.set()
+        worker.join(10)
+    assert cache_only(snapshots.get, "a", slow) == 7

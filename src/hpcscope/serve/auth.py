@@ -19,6 +19,12 @@ through :func:`authenticate`: the app's
 A principal that may change nothing (a ``read`` token, an auditor) gets 403 on every
 state-changing request in :func:`require_principal`, one place for every route, except its own
 API tokens' routes (``/tokens``, ``/api/tokens``), which check their own rules.
+
+The dependencies (:func:`require_principal`, :func:`optional_principal`, :func:`site_viewer`)
+are async: a session cookie or a proxy's header resolves from the read snapshots on the event
+loop (:func:`hpcscope.serve.offload.answer`, no thread-pool hop), and a password or a token
+check, or a snapshot miss, runs the same sync rule (:func:`check_principal`, :func:`identify`,
+:func:`check_site_viewer`) in a worker thread.
 """
 
 from __future__ import annotations
@@ -26,21 +32,27 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 from urllib.parse import quote
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import AccessError
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.tokens import PREFIX as TOKEN_PREFIX
 from hpcscope.serve.edge import PROXY_USER_KEY, SAFE_METHODS
+from hpcscope.serve.offload import answer
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.live import diagram_viewer
 from hpcscope.service.identity.login_guard import LoginGuard
 from hpcscope.service.identity.tokens import ApiTokens, token_principal
 from hpcscope.service.identity.users import UserRecord
+
+_T = TypeVar("_T")
 
 #: Paths where a principal that changes nothing may still post: its own API tokens.
 CREDENTIAL_PATHS = ("/tokens", "/api/tokens")
@@ -177,8 +189,8 @@ def _is_api(request: Request) -> bool:
     return path.startswith("/api/") or path.endswith(".json") or path == "/metrics"
 
 
-def require_principal(request: Request) -> Principal:
-    """FastAPI dependency: the authenticated principal, or 401 / redirect to login."""
+def check_principal(request: Request) -> Principal:
+    """The authenticated principal, or 401 / redirect to login (:func:`require_principal`)."""
     principal = identify(request)
     if principal is None:
         if _is_api(request):
@@ -199,16 +211,41 @@ def _manages_credentials(path: str) -> bool:
     return any(path == base or path.startswith(base + "/") for base in CREDENTIAL_PATHS)
 
 
-def optional_principal(request: Request) -> Principal | None:
-    """FastAPI dependency for pages that anonymous visitors may see in part."""
-    return identify(request)
-
-
-def site_viewer(request: Request) -> Principal | None:
-    """FastAPI dependency for the pages a site may open to anonymous visitors (the diagram,
-    the step player, the simulator): anyone when ``anonymous_diagram`` is on — None stands for
-    the anonymous visitor — else the authenticated principal (401 / login redirect)."""
+def check_site_viewer(request: Request) -> Principal | None:
+    """Anyone when ``anonymous_diagram`` is on — None stands for the anonymous visitor — else
+    the authenticated principal (401 / login redirect); see :func:`site_viewer`."""
     viewer = diagram_viewer(service_of(request).settings, identify(request))
     if viewer is None:
-        return require_principal(request)  # raises LoginRequired (page) or Unauthorized (API)
+        return check_principal(request)  # raises LoginRequired (page) or Unauthorized (API)
     return viewer.principal
+
+
+def _checks_a_secret(request: Request) -> bool:
+    """Whether identifying this request checks a password (Basic) or an API token: a hash or
+    a store query, never on the event loop."""
+    return _basic_credentials(request) is not None or (
+        _bearer(request) is not None and _is_api(request)
+    )
+
+
+async def _resolved(request: Request, rule: Callable[[Request], _T]) -> _T:
+    if _checks_a_secret(request):
+        return await run_in_threadpool(rule, request)
+    return await answer(rule, request)
+
+
+async def require_principal(request: Request) -> Principal:
+    """FastAPI dependency: the authenticated principal, or 401 / redirect to login
+    (:func:`check_principal`)."""
+    return await _resolved(request, check_principal)
+
+
+async def optional_principal(request: Request) -> Principal | None:
+    """FastAPI dependency for pages that anonymous visitors may see in part."""
+    return await _resolved(request, identify)
+
+
+async def site_viewer(request: Request) -> Principal | None:
+    """FastAPI dependency for the pages a site may open to anonymous visitors (the diagram,
+    the step player, the simulator): :func:`check_site_viewer`."""
+    return await _resolved(request, check_site_viewer)

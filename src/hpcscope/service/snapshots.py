@@ -25,6 +25,13 @@ callers key per-principal answers by :meth:`~hpcscope.model.access.Principal.job
 same scope is, by construction, the same answer), and check visibility with the principal
 *before* they read a per-job entry (:meth:`hpcscope.service.core.Service.can_see_job`). A key
 never names a principal's answer under another principal's scope.
+
+**Cache-only reads** (:func:`cache_only`). The web server answers a read on its event loop,
+without a thread-pool hop, when every snapshot it needs can be served: inside
+:func:`cache_only`, a :meth:`Snapshots.get` that would compute (or wait for another
+request's computation) raises :class:`SnapshotMiss` instead, and the caller runs the same
+function again in a worker thread, where it computes. The code path, access checks included,
+is the same either way.
 """
 
 from __future__ import annotations
@@ -35,12 +42,39 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+_CACHE_ONLY: ContextVar[bool] = ContextVar("hpcscope_snapshots_cache_only", default=False)
+
+
+class SnapshotMiss(Exception):
+    """Raised inside :func:`cache_only` by a read that would compute or wait: run the same
+    function where it may block (a worker thread)."""
+
+
+def cache_only(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``function(*args, **kwargs)`` with every :meth:`Snapshots.get` served from memory or
+    raising :class:`SnapshotMiss` (module docstring). Refreshes of stale entries still start
+    in the background."""
+    token = _CACHE_ONLY.set(True)
+    try:
+        return function(*args, **kwargs)
+    finally:
+        _CACHE_ONLY.reset(token)
+
+
+def caching_only() -> bool:
+    """Whether the caller runs inside :func:`cache_only` (code that would block on something
+    other than a snapshot raises :class:`SnapshotMiss` itself)."""
+    return _CACHE_ONLY.get()
+
 
 #: An entry of an unchanged generation is recomputed after this many seconds all the same.
 MAX_AGE_SECONDS = 10.0
@@ -126,7 +160,11 @@ class Snapshots:
             self._entries.clear()
 
     def get(self, key: Hashable, compute: Callable[[], T]) -> T:
-        """The value of ``key``: current, or stale and being refreshed, or computed now."""
+        """The value of ``key``: current, or stale and being refreshed, or computed now.
+
+        Raises:
+            SnapshotMiss: inside :func:`cache_only`, instead of computing or waiting.
+        """
         generation = self.generation()
         now = self._clock()
         refresh = False
@@ -146,6 +184,8 @@ class Snapshots:
                     if not refresh:
                         return served
             running = self._computing.get(key) if not refresh else None
+            if not refresh and _CACHE_ONLY.get():
+                raise SnapshotMiss(key)
             mine = running is None and not refresh
             if mine:
                 running = self._computing[key] = Future()

@@ -14,6 +14,10 @@ Routes:
 Every route resolves the viewer first: a logged-in principal, or an anonymous visitor when the
 site setting ``anonymous_diagram`` is on; otherwise a login redirect (pages) or 401 (API). The
 service constrains every query with the viewer's job scope.
+
+The page and the live poll are async: a snapshot hit is answered on the event loop, a miss (or
+a page with an open card, which is not cached) computes in a worker thread
+(``serve/offload.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from hpcscope.model.timeutil import utcnow
@@ -32,11 +37,13 @@ from hpcscope.serve.diagram.contracts import DiagramPage, DiagramState
 from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role
 from hpcscope.serve.diagram.view import duration, jsonable, live_payload, shape_view
+from hpcscope.serve.offload import answer
 from hpcscope.serve.templating import percent, render, templates
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.cards import ElementCard, UnknownElement, element_card
 from hpcscope.service.diagram.cost import decision_view
 from hpcscope.service.diagram.live import LiveState, Viewer, live_state
+from hpcscope.service.snapshots import SnapshotMiss, caching_only
 
 router = APIRouter()
 templates.env.filters["duration"] = duration
@@ -45,9 +52,9 @@ templates.env.filters["duration"] = duration
 POLL_SECONDS = 7
 
 
-def viewer_of(request: Request) -> Viewer:
+async def viewer_of(request: Request) -> Viewer:
     """Dependency: the diagram's viewer, or a login redirect / 401 when one is needed."""
-    return Viewer(site_viewer(request))
+    return Viewer(await site_viewer(request))
 
 
 ViewerDep = Annotated[Viewer, Depends(viewer_of)]
@@ -71,6 +78,8 @@ def _layout(service: Service, node: str | None) -> DiagramLayout:
     if cached is not None and cached[0] is service.topology:
         _LAYOUTS.move_to_end(key)
         return cached[1]
+    if caching_only():  # a layout takes a while at 1,024 GPUs: not on the event loop
+        raise SnapshotMiss(key)
     layout = layout_diagram(service.topology, service.catalog, zoom_node=node)
     _LAYOUTS[key] = (service.topology, layout)
     while len(_LAYOUTS) > _LAYOUT_CACHE_SIZE:
@@ -120,14 +129,31 @@ def summary_text(state: LiveState) -> str:
     return text
 
 
+Mode = Literal["observe", "threats"]
+Reader = Literal["engineer", "decision"]
+
+
 @router.get("/diagram")
-def diagram_page(
+async def diagram_page(
     request: Request,
     viewer: ViewerDep,
     node: NodeQuery = None,
     element: Annotated[str | None, Query(description="Open this element's card.")] = None,
-    mode: Literal["observe", "threats"] = "observe",
-    reader: Literal["engineer", "decision"] = "engineer",
+    mode: Mode = "observe",
+    reader: Reader = "engineer",
+) -> Response:
+    if element is not None:  # a card reads the store, and the page is not cached
+        return await run_in_threadpool(_diagram_page, request, viewer, node, element, mode, reader)
+    return await answer(_diagram_page, request, viewer, node, element, mode, reader)
+
+
+def _diagram_page(
+    request: Request,
+    viewer: Viewer,
+    node: str | None,
+    element: str | None,
+    mode: Mode,
+    reader: Reader,
 ) -> Response:
     service = service_of(request)
     layout = _layout(service, node)
@@ -195,8 +221,12 @@ def diagram_decision(request: Request, viewer: ViewerDep) -> Response:
 
 
 @router.get("/api/diagram/state", responses={200: {"model": DiagramState}})
-def diagram_state(request: Request, viewer: ViewerDep, node: NodeQuery = None) -> Response:
+async def diagram_state(request: Request, viewer: ViewerDep, node: NodeQuery = None) -> Response:
     """Live classes, accessible names and GPU texts of every drawn shape (polled)."""
+    return await answer(_diagram_state, request, viewer, node)
+
+
+def _diagram_state(request: Request, viewer: Viewer, node: str | None) -> Response:
     service = service_of(request)
     layout = _layout(service, node)
     live = _live(service, viewer, layout)

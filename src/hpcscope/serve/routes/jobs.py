@@ -4,7 +4,8 @@ The list's document is serialised once per job scope and data generation (the se
 snapshots, ``service/snapshots.py``) and answered with an ``ETag`` (304 on a match); a job's
 page and document once per principal (their name and alerts are on it), job, generation and
 alert-state change, after the principal's access check, from the job's report, notes and
-phases computed once per job and generation.
+phases computed once per job and generation. These three routes are async: a snapshot hit is
+answered on the event loop, a miss computes in a worker thread (``serve/offload.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from starlette.responses import HTMLResponse, Response
 
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import require_principal, service_of
+from hpcscope.serve.offload import answer
 from hpcscope.serve.templating import render
 from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts, JobReportWithAlerts
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
@@ -55,8 +57,12 @@ def cached_json(request: Request, body: bytes, etag: str) -> Response:
 
 
 @router.get("/api/jobs", response_model=JobList)
-def jobs_json(request: Request, principal: PrincipalDep) -> Response:
+async def jobs_json(request: Request, principal: PrincipalDep) -> Response:
     """Every job you may see: reported vs real, GPU-hours, cost, verdict (newest first)."""
+    return await answer(_jobs_json, request, principal)
+
+
+def _jobs_json(request: Request, principal: Principal) -> Response:
     service = service_of(request)
 
     def serialised() -> tuple[bytes, str]:
@@ -68,7 +74,11 @@ def jobs_json(request: Request, principal: PrincipalDep) -> Response:
 
 
 @router.get("/jobs/{job_id}")
-def job_page(request: Request, job_id: str, principal: PrincipalDep) -> Response:
+async def job_page(request: Request, job_id: str, principal: PrincipalDep) -> Response:
+    return await answer(_job_page, request, job_id, principal)
+
+
+def _job_page(request: Request, job_id: str, principal: Principal) -> Response:
     service = service_of(request)
     report = service.job_report(principal, job_id)
     if report is None:
@@ -102,9 +112,13 @@ def job_page(request: Request, job_id: str, principal: PrincipalDep) -> Response
 
 
 @router.get("/api/jobs/{job_id}", response_model=JobReportWithPhases)
-def job_json(request: Request, job_id: str, principal: PrincipalDep) -> Response:
+async def job_json(request: Request, job_id: str, principal: PrincipalDep) -> Response:
     """One job's report, with its alerts and captured phases; 404 when it does not exist or
     you may not see it."""
+    return await answer(_job_json, request, job_id, principal)
+
+
+def _job_json(request: Request, job_id: str, principal: Principal) -> Response:
     service = service_of(request)
     report = service.job_report(principal, job_id)
     phases = job_phases(service, principal, job_id)
