@@ -65,7 +65,8 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      │    └── _Failed                (the scraper's internal signal, recorded, never escapes)
      ├── DeliveryError               (a notification not delivered: SMTP, webhook, Alertmanager)
      ├── CancelFailed                (scancel did not cancel a job)
-     └── MetricsBackendError         (a Prometheus API backend that did not answer; a RuntimeError)
+     ├── MetricsBackendError         (a Prometheus API backend that did not answer; a RuntimeError)
+     └── SnapshotMiss                (a cached read that would compute on the event loop: internal)
 """
 
 from __future__ import annotations

@@ -46,6 +46,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
+from hpcscope.model.errors import HpcscopeError
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -54,9 +56,9 @@ P = ParamSpec("P")
 _CACHE_ONLY: ContextVar[bool] = ContextVar("hpcscope_snapshots_cache_only", default=False)
 
 
-class SnapshotMiss(Exception):
+class SnapshotMiss(HpcscopeError):
     """Raised inside :func:`cache_only` by a read that would compute or wait: run the same
-    function where it may block (a worker thread)."""
+    function where it may block (a worker thread). An internal signal: never reaches a user."""
 
 
 def cache_only(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
