@@ -66,11 +66,13 @@ unit: venv
 	$(BIN)/pytest -q
 
 # Two workers (pytest-xdist): half the suite waits on real processes, so a second worker uses
-# the time; tests that share a machine-wide resource are grouped on one worker (tests/conftest.py).
+# the time; tests that share a machine-wide resource are grouped on one worker (tests/conftest.py);
+# tests that measure real processes' timings (marker `serial`) run alone afterwards.
 PYTEST_WORKERS ?= 2
 
 test: venv system-deps torch check sbom
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not serial"
+	$(BIN)/pytest -q -m serial
 
 # Release tooling in its own venv (never a runtime or test dependency): pip-tools, pip-audit,
 # cyclonedx-bom, pinned in requirements/tools.txt.
