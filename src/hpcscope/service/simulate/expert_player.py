@@ -10,7 +10,6 @@ player and ``GET /api/step/expert`` (schema in ``docs/simulate.md``). It reads o
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict
 
 from hpcscope.analysis.simulate.collectives import CollectiveModelError
 from hpcscope.analysis.simulate.expert_timeline import ExpertTimeline, expert_step_timeline
@@ -27,6 +26,7 @@ from hpcscope.service.simulate.inputs import (
     fabric_for,
     model_input_errors,
 )
+from hpcscope.service.simulate.step_player import allreduce_and_ring_json
 
 
 def expert_player(
@@ -117,23 +117,7 @@ def expert_player(
                 "bus_bandwidth_bytes_per_second": a2a.bus_bandwidth_bytes_per_second,
                 "overlapped": request.alltoall_overlap,
             },
-            "allreduce": {
-                "algorithm": cost.algorithm,
-                "protocol": cost.protocol,
-                "seconds": cost.seconds,
-                "bandwidth_seconds": cost.bandwidth_seconds,
-                "latency_seconds": cost.latency_seconds,
-                "message_bytes": cost.message_bytes,
-                "bus_bandwidth_bytes_per_second": cost.bus_bandwidth_bytes_per_second,
-                "ring_steps": ring.steps,
-                "seconds_per_ring_step": cost.seconds / ring.steps if ring.steps else 0.0,
-            },
-            "ring": {
-                "hops": [asdict(hop) for hop in ring.hops],
-                "transfers": [[t.step, t.source, t.target, t.chunk] for t in ring.transfers],
-                "transfer_columns": ["step", "source", "target", "chunk"],
-                "reduce_scatter_steps": ring.gpus - 1,
-            },
+            **allreduce_and_ring_json(cost, ring),
             "healthy": expert_json(timelines["healthy"]),
             "straggler": expert_json(timelines["straggler"]),
         }

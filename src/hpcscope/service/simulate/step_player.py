@@ -11,8 +11,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict
 
+from hpcscope.analysis.simulate.collectives import AllReduceCost
 from hpcscope.analysis.simulate.step_model import StepModel, Straggler
-from hpcscope.analysis.simulate.step_timeline import MAX_TIMELINE_GPUS, StepTimeline, step_timeline
+from hpcscope.analysis.simulate.step_timeline import (
+    MAX_TIMELINE_GPUS,
+    RingSchedule,
+    StepTimeline,
+    step_timeline,
+)
 from hpcscope.model.nccl_latency import NcclLatencies, default_nccl_latencies
 from hpcscope.model.topology import Topology
 from hpcscope.service.simulate.contracts import StepPlayer, StepScenario
@@ -82,27 +88,34 @@ def step_player(
                 "nodes": [node.name for node in topology.nodes],
                 "labels": labels,
             },
-            "allreduce": {
-                "algorithm": cost.algorithm,
-                "protocol": cost.protocol,
-                "seconds": cost.seconds,
-                "bandwidth_seconds": cost.bandwidth_seconds,
-                "latency_seconds": cost.latency_seconds,
-                "message_bytes": cost.message_bytes,
-                "bus_bandwidth_bytes_per_second": cost.bus_bandwidth_bytes_per_second,
-                "ring_steps": ring.steps,
-                "seconds_per_ring_step": cost.seconds / ring.steps if ring.steps else 0.0,
-            },
-            "ring": {
-                "hops": [asdict(hop) for hop in ring.hops],
-                "transfers": [[t.step, t.source, t.target, t.chunk] for t in ring.transfers],
-                "transfer_columns": ["step", "source", "target", "chunk"],
-                "reduce_scatter_steps": ring.gpus - 1,
-            },
+            **allreduce_and_ring_json(cost, ring),
             "healthy": timeline_json(timelines["healthy"]),
             "straggler": timeline_json(timelines["straggler"]),
         }
     )
+
+
+def allreduce_and_ring_json(cost: AllReduceCost, ring: RingSchedule) -> dict[str, object]:
+    """The ``allreduce`` and ``ring`` sections every step player sends (plain and expert)."""
+    return {
+        "allreduce": {
+            "algorithm": cost.algorithm,
+            "protocol": cost.protocol,
+            "seconds": cost.seconds,
+            "bandwidth_seconds": cost.bandwidth_seconds,
+            "latency_seconds": cost.latency_seconds,
+            "message_bytes": cost.message_bytes,
+            "bus_bandwidth_bytes_per_second": cost.bus_bandwidth_bytes_per_second,
+            "ring_steps": ring.steps,
+            "seconds_per_ring_step": cost.seconds / ring.steps if ring.steps else 0.0,
+        },
+        "ring": {
+            "hops": [asdict(hop) for hop in ring.hops],
+            "transfers": [[t.step, t.source, t.target, t.chunk] for t in ring.transfers],
+            "transfer_columns": ["step", "source", "target", "chunk"],
+            "reduce_scatter_steps": ring.gpus - 1,
+        },
+    }
 
 
 def timeline_json(timeline: StepTimeline) -> StepScenario:
