@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -29,6 +27,7 @@ from pydantic import (
 from hpcscope.model.alerts import RuleSpec, Severity, Vector
 from hpcscope.model.errors import SourceError
 from hpcscope.service.settings import REPO_ROOT
+from hpcscope.service.yaml_lines import compose_and_load, validation_failure
 from hpcscope.service.yaml_lines import line_of as _line_of
 
 
@@ -99,27 +98,11 @@ def load_rule_file(
         raise RuleFileError(
             f"not UTF-8 text (byte {exc.start}: {exc.reason})", source=source
         ) from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise RuleFileError(
-            f"not YAML: {getattr(exc, 'problem', None) or exc}",
-            source=source,
-            line=None if mark is None else mark.line + 1,
-        ) from None
+    node, raw = compose_and_load(text, source=source, error=RuleFileError)
     try:
         parsed = _RuleFile.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = list(first["loc"])
-        raise RuleFileError(
-            first["msg"],
-            source=source,
-            line=_line_of(node, loc),
-            field=".".join(str(p) for p in loc) or None,
-        ) from None
+        raise validation_failure(exc, node, source=source, error=RuleFileError) from None
     specs: list[RuleSpec] = []
     seen: set[str] = set()
     for index, rule in enumerate(parsed.rules):

@@ -31,6 +31,7 @@ from hpcscope.analysis.traces.kernel_classes import (
     ClassTable,
 )
 from hpcscope.model.errors import SourceError
+from hpcscope.service.yaml_lines import compose_and_load, validation_failure
 from hpcscope.service.yaml_lines import line_of as _line_of
 
 FILE_SCHEMA = "hpcscope.kernel-classes/1"
@@ -132,27 +133,11 @@ def load_class_file(path: Path) -> tuple[ClassRule, ...]:
 
     from hpcscope.service.traces.class_file_model import ClassFile
 
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ClassFileError(
-            f"not YAML: {getattr(exc, 'problem', None) or exc}",
-            source=source,
-            line=None if mark is None else mark.line + 1,
-        ) from None
+    node, raw = compose_and_load(text, source=source, error=ClassFileError)
     try:
         parsed = ClassFile.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = list(first["loc"])
-        raise ClassFileError(
-            first["msg"],
-            source=source,
-            line=_line_of(node, loc),
-            field=".".join(str(p) for p in loc) or None,
-        ) from None
+        raise validation_failure(exc, node, source=source, error=ClassFileError) from None
     return tuple(
         ClassRule(
             pattern=r.match,
