@@ -4,12 +4,13 @@ small event tables whose answer is known (hypothesis draws the intervals)."""
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcscope.analysis.traces.comm_phases import class_phases
-from hpcscope.analysis.traces.comm_timeline import comm_timeline
+from hpcscope.analysis.traces.comm_timeline import comm_timeline, gpu_step_windows
 from hpcscope.analysis.traces.kernel_classes import ClassRule, ClassTable, report_class
 from hpcscope.model.trace_events import EventKind, EventTable
 
@@ -22,6 +23,7 @@ TABLE = ClassTable(
         ClassRule("^ncclDevKernel_SendRecv", "gpu", "send_recv", "pp"),
         ClassRule("^aten::", "cpu", "compute", "none"),
         ClassRule("gemm", "gpu", "compute", "none"),
+        ClassRule("dpsk::ep::", "gpu", "all_to_all", "ep"),
     )
 )
 
@@ -135,3 +137,64 @@ def test_the_rank_the_others_wait_for_is_named_with_its_class() -> None:
     assert straggler.wait_seconds_per_step == pytest.approx(0.0085)
     balanced = [comm_timeline(rank(w), TABLE) for w in (9000.0, 9500.0, 8700.0, 8800.0)]
     assert not class_phases(balanced, [0, 1, 2, 3], [1], windows, np.full((4, 1), 0.01)).stragglers
+
+
+def test_gpu_work_that_runs_past_its_cpu_step_stays_in_that_step() -> None:
+    """A one-step GPU rank whose last kernels run after the CPU step ended (as on the public
+    H800 MoE rank): the step on the GPU holds all of them, the hidden part counts compute on
+    the other stream."""
+    rows = [(EventKind.ANNOTATION, "ProfilerStep#1", 1, 0.0, 100.0, -1)]
+    for corr, (name, stream, start, dur) in enumerate(
+        [
+            ("dpsk::ep::internode::dispatch", 27, 10.0, 60.0),
+            ("sgemm_128", 7, 20.0, 40.0),
+            ("dpsk::ep::internode::combine", 27, 90.0, 50.0),  # runs to 140 > 100
+            ("sgemm_128", 7, 95.0, 35.0),
+        ]
+    ):
+        rows.append((EventKind.RUNTIME, "cudaLaunchKernel", 1, 1.0 + corr, 1.0, corr))
+        rows.append((EventKind.KERNEL, name, stream, start, dur, corr))
+    step_start, step_end = np.array([0.0]), np.array([100.0])
+    timeline = comm_timeline(_table(rows), TABLE, step_start, step_end)
+    assert timeline.step_windows_us is not None
+    assert timeline.step_windows_us.tolist() == [[10.0, 140.0]]
+    phases = class_phases(
+        [timeline], [0], [1], timeline.step_windows_us[None, :, :], np.array([[1e-4]])
+    )
+    assert phases.seconds[0, 0, 0] * 1e6 == pytest.approx(110.0)
+    assert phases.hidden[0, 0, 0] * 1e6 == pytest.approx(40.0 + 35.0)
+    # without the step's CPU windows (the old call) nothing is placed on the GPU
+    assert comm_timeline(_table(rows), TABLE).step_windows_us is None
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    steps=st.integers(1, 5),
+    kernels=st.lists(
+        st.tuples(st.floats(0, 499), st.floats(0, 200), st.floats(0, 300)), max_size=30
+    ),
+)
+def test_gpu_step_windows_split_the_gpu_time_without_loss_or_overlap(
+    steps: int, kernels: list[tuple[float, float, float]]
+) -> None:
+    """Steps of 100 µs on the CPU; kernels (launch, delay, duration), each step's kernels
+    starting after the previous step's. The windows are contiguous and in order, each starts
+    at or before its own first kernel, and together they hold every kernel the steps launched
+    from the first one's start to the last one's end."""
+    step_start = np.arange(steps, dtype=np.float64) * 100.0
+    step_end: npt.NDArray[np.float64] = step_start + 100.0
+    launch = np.array([k[0] for k in kernels], dtype=np.float64)
+    start = np.sort(launch) + np.array([k[1] for k in kernels], dtype=np.float64)
+    launch = np.sort(launch)
+    start = np.maximum.accumulate(start) if len(start) else start
+    end = start + np.array([k[2] for k in kernels], dtype=np.float64)
+    w = gpu_step_windows(launch, start, end, step_start, step_end)
+    assert w.shape == (steps, 2)
+    assert (w[:, 1] >= w[:, 0]).all()
+    assert (w[1:, 0] == w[:-1, 1]).all()
+    step = np.floor(launch / 100.0).astype(int)
+    inside = step < steps
+    for k in np.flatnonzero(inside).tolist():
+        s = int(step[k])
+        assert w[s, 0] <= start[k]
+        assert end[k] <= w[-1, 1]

@@ -42,6 +42,30 @@ NAMES = [
     ),
     ("void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(int*, int)", "gpu", "ep_all_to_all"),
     ("void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int)", "gpu", "ep_all_to_all"),
+    # DeepSeek's own build, as the public H800 training rank (deepseek-ai/profile-data) names it
+    (
+        "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*, float*)",
+        "gpu",
+        "ep_all_to_all",
+    ),
+    (
+        "void dpsk::ep::internode::cached_notify<false>(int, int, int, int, int*)",
+        "gpu",
+        "ep_all_to_all",
+    ),
+    (
+        "void cuda::per_token_cast_to_fp8_with_channels<__nv_bfloat16, 128, false, 128, false>"
+        "(__nv_bfloat16 const*, int)",
+        "gpu",
+        "compute",
+    ),
+    (
+        "void layer_norm::ln_fwd_kernel<layer_norm::Kernel_traits<__nv_bfloat16, float>>"
+        "(layer_norm::FwdParams)",
+        "gpu",
+        "compute",
+    ),
+    ("rotary_kernel", "gpu", "compute"),
     (
         "void allreduce8<__half>(__half*, __half*, mscclpp::DeviceHandle<mscclpp::SmChannel>*)",
         "gpu",

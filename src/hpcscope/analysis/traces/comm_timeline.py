@@ -16,6 +16,11 @@ ClassTable` in, merged intervals out).
   runtime call with its correlation id; CPU: the event itself) on the launching thread, or for
   a CPU transfer run by a worker thread (gloo), the last one started before it on another
   thread.
+* **Step windows on the GPU.** A kernel runs after the CPU step that launched it, often into
+  the next step's CPU window (a one-step trace ends with its GPU work cut off): on a GPU rank
+  step ``s`` is, on the GPU, from the start of the first GPU event its CPU window launched to
+  the start of the next step's (the last step: to the end of the last event), so the
+  steps split the GPU time between them and none of a step's kernels is left out.
 * **Compute that hides.** GPU: the union of compute kernels, memcpy and memset on any stream
   (a stream runs one thing at a time, so it never overlaps its own transfers). CPU: per
   thread, its compute operators minus that thread's own transfers (an operator nested inside a
@@ -47,6 +52,9 @@ class CommTimeline:
         compute: merged intervals of compute that can hide a transfer (see module docstring).
         unclassified: event name -> seconds (union of its events) of events no rule matched.
         transfers: number of transfer events classified.
+        step_windows_us: on a GPU rank, ``[step, 2]`` start and end (µs) of each step on the
+            GPU (see the module docstring), aligned with the rank's steps; None on a CPU rank
+            (its steps' own windows hold its transfers).
     """
 
     classes: dict[str, Intervals] = field(default_factory=dict)
@@ -54,6 +62,34 @@ class CommTimeline:
     compute: Intervals = field(default_factory=Intervals.empty)
     unclassified: dict[str, float] = field(default_factory=dict)
     transfers: int = 0
+    step_windows_us: F64 | None = None
+
+
+def gpu_step_windows(
+    launch_us: F64, start_us: F64, end_us: F64, step_start_us: F64, step_end_us: F64
+) -> F64:
+    """``[step, 2]`` windows on the GPU (module docstring) from the GPU events' launch times,
+    starts and ends. A step starts where its first GPU event starts (a step that launched
+    nothing: at its CPU start), never before the previous step; it ends where the next one
+    starts, the last at the steps' last event's end (or its CPU end): the windows are
+    contiguous and hold every event the steps launched."""
+    n = step_start_us.shape[0]
+    if n == 0:
+        return np.zeros((0, 2))
+    step = np.searchsorted(step_start_us, launch_us, side="right") - 1
+    inside = (step >= 0) & (launch_us < step_end_us[np.clip(step, 0, None)])
+    step, start, end = step[inside], start_us[inside], end_us[inside]
+    first = np.full(n, np.inf)
+    last = np.full(n, -np.inf)
+    np.minimum.at(first, step, start)
+    np.maximum.at(last, step, end)
+    seen = np.isfinite(first)
+    lo = np.maximum.accumulate(np.where(seen, first, step_start_us.astype(np.float64)))
+    hi = np.empty(n)
+    hi[:-1] = lo[1:]
+    tail = float(step_end_us[-1]) if not seen[-1] else float(lo[-1])
+    hi[-1] = max(tail, float(last[seen].max()) if seen.any() else tail)
+    return np.stack([lo, hi], axis=1)
 
 
 def _minus(a: Intervals, b: Intervals) -> Intervals:
@@ -126,8 +162,14 @@ class _Launchers:
         return None
 
 
-def comm_timeline(ev: EventTable, table: ClassTable) -> CommTimeline:
-    """Classify one rank's events (see the module docstring)."""
+def comm_timeline(
+    ev: EventTable,
+    table: ClassTable,
+    step_start_us: F64 | None = None,
+    step_end_us: F64 | None = None,
+) -> CommTimeline:
+    """Classify one rank's events (see the module docstring); with the rank's CPU step
+    windows, a GPU rank's steps are also placed on the GPU (``step_windows_us``)."""
     names = ev.names
     kind = ev.kind
     gpu = (kind == EventKind.KERNEL) | (kind == EventKind.MEMCPY) | (kind == EventKind.MEMSET)
@@ -202,10 +244,16 @@ def comm_timeline(ev: EventTable, table: ClassTable) -> CommTimeline:
     for n in distinct(ev.name[unknown]).tolist():
         sel = unknown[ev.name[unknown] == n]
         unclassified[names[n]] = merge(ev.ts_us[sel], end[sel]).total() / 1e6
+    windows = None
+    if has_gpu and step_start_us is not None and step_end_us is not None:
+        windows = gpu_step_windows(
+            launch_time[gpu], ev.ts_us[gpu], end[gpu], step_start_us, step_end_us
+        )
     return CommTimeline(
         classes=classes,
         bubble=bubble,
         compute=compute,
         unclassified=unclassified,
         transfers=len(transfer_rows),
+        step_windows_us=windows,
     )

@@ -65,6 +65,10 @@ class CommBytes(msgspec.Struct, frozen=True):
     compute: IntervalBytes
     unclassified: dict[str, float]
     transfers: int
+    #: ``[step, 2]`` GPU step windows (µs) as little-endian float64 bytes, start and end
+    #: interleaved; empty on a CPU rank (and in summaries written before the field existed,
+    #: which the reader takes as the CPU windows).
+    step_windows_us: bytes = b""
 
 
 class RankSummary(msgspec.Struct, frozen=True):
@@ -174,6 +178,9 @@ def _comm_bytes(comm: CommTimeline) -> CommBytes:
         compute=sets[" "],
         unclassified=dict(comm.unclassified),
         transfers=comm.transfers,
+        step_windows_us=b""
+        if comm.step_windows_us is None
+        else _f64(comm.step_windows_us.reshape(-1)),
     )
 
 
@@ -181,12 +188,21 @@ def _comm(comm: CommBytes | None, where: str) -> CommTimeline | None:
     if comm is None:
         return None
     sets = _interval_sets({**comm.classes, "": comm.bubble, " ": comm.compute}, "comm", where)
+    windows = None
+    if comm.step_windows_us:
+        flat = _array(comm.step_windows_us, _F64, "comm.step_windows_us", where)
+        if flat.shape[0] % 2:
+            raise SourceError(
+                "summary field comm.step_windows_us: an odd number of values", source=where
+            )
+        windows = flat.reshape(-1, 2)
     return CommTimeline(
         classes={k: v for k, v in sets.items() if k.strip()},
         bubble=sets[""],
         compute=sets[" "],
         unclassified=dict(comm.unclassified),
         transfers=comm.transfers,
+        step_windows_us=windows,
     )
 
 

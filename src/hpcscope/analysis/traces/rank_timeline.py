@@ -370,7 +370,7 @@ def rank_timeline(trace: RankTrace, classes: ClassTable | None = None) -> RankTi
         launch_gap_seconds=_launch_gaps(ev, gpu, launch, step_start, step_end),
         gpu_index=trace.gpu_index,
         epoch_offset_us=_epoch_offset(trace, ev),
-        comm=None if classes is None else comm_timeline(ev, classes),
+        comm=None if classes is None else comm_timeline(ev, classes, step_start, step_end),
     )
 
 

@@ -36,10 +36,51 @@ def comm_phases(timelines: Sequence[RankTimeline], table: PhaseTable) -> ClassPh
             return None
         comms.append(tl.comm)
         index = {number: i for i, number in enumerate(tl.steps)}
+        gpu = tl.comm.step_windows_us
         for s, number in enumerate(table.steps):
             i = index[number]
-            windows[r, s] = (tl.step_start_us[i], tl.step_end_us[i])
+            if gpu is not None and gpu.shape[0] == len(tl.steps):
+                windows[r, s] = gpu[i]  # a GPU rank: the step's work on the GPU
+            else:
+                windows[r, s] = (tl.step_start_us[i], tl.step_end_us[i])
     return class_phases(comms, table.ranks, table.steps, windows, table.step_seconds)
+
+
+def class_notes(phases: ClassPhases | None, communication_seconds: float) -> list[str]:
+    """Notes for the document when the classes find communication the phase columns do not
+    show (their ``communication`` and ``barrier_wait`` split the collectives the training
+    loop waits for, such as DDP's all-reduce; an expert all-to-all run by its own kernels,
+    hidden under compute, is not one): per class, its time, hidden share and exposed time, so
+    that "communication 0 %" is never the whole answer. ``communication_seconds``: the phase
+    table's mean communication plus barrier wait per rank and step; no note when it is at
+    least a tenth of the classes' time."""
+    if phases is None or not phases.classes:
+        return []
+    p = phases
+    per_class = p.seconds.mean(axis=(0, 1))
+    if communication_seconds >= 0.1 * float(per_class.sum()):
+        return []
+    exposed = p.exposed.mean(axis=(0, 1))
+    hidden = p.hidden.sum(axis=(0, 1))
+    total = p.seconds.sum(axis=(0, 1))
+    parts = []
+    for c, klass in enumerate(p.classes):
+        if per_class[c] <= 0:
+            continue
+        share = float(hidden[c] / total[c]) if total[c] else 0.0
+        parts.append(
+            f"{CLASS_LABELS[klass]} {per_class[c] * 1e3:.1f} ms per step "
+            f"({share:.0%} hidden under compute, {exposed[c] * 1e3:.1f} ms exposed)"
+        )
+    if not parts:
+        return []
+    return [
+        "The phase columns' communication and barrier wait "
+        f"({communication_seconds * 1e3:.1f} ms per step) count the collectives the training "
+        "loop waits for; the kernel classes find more: "
+        + "; ".join(parts)
+        + "; see communication by class."
+    ]
 
 
 def _r(value: float) -> float:

@@ -21,7 +21,12 @@ from hpcscope.analysis.traces.straggler_evidence import Evidence, straggler_evid
 from hpcscope.analysis.traces.stragglers import StragglerReport, busy_seconds, straggler_report
 from hpcscope.model.errors import SourceError
 from hpcscope.model.timeutil import from_epoch_micros, iso_z
-from hpcscope.service.traces.comm_report import bundled_table, comm_json, comm_phases
+from hpcscope.service.traces.comm_report import (
+    bundled_table,
+    class_notes,
+    comm_json,
+    comm_phases,
+)
 from hpcscope.service.traces.inputs import TraceInput, find_traces, parse_ranks
 
 SCHEMA = "hpcscope.traces.analysis/1"
@@ -179,7 +184,17 @@ def to_json(result: TraceAnalysis) -> dict[str, Any]:
         "steps": len(table.steps),
         "step_numbers": list(table.steps),
         "partial": table.partial,
-        "notes": list(table.notes),
+        "notes": [
+            *table.notes,
+            *class_notes(
+                result.comm,
+                float(
+                    mean[:, [PHASES.index("communication"), PHASES.index("barrier_wait")]]
+                    .sum(axis=1)
+                    .mean()
+                ),
+            ),
+        ],
         "phases": {
             str(rank): {p: _round(float(mean[r, i])) for i, p in enumerate(PHASES)}
             for r, rank in enumerate(ranks)
