@@ -21,7 +21,7 @@ RULE_FILES = sorted(p for p in DEPLOY.glob("*.yml") if not p.name.endswith(".tes
 METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 #: Rule files Debian's vmalert (1.79) refuses, and why (a site on VictoriaMetrics cannot load
 #: them as they are; the dashboards do not read them).
-VMALERT_REFUSES = {"hpcscope-rules.yml": "keep_firing_for (a Prometheus 2.42 field)"}
+VMALERT_REFUSES: dict[str, str] = {}
 
 
 def _promtool() -> str:
