@@ -94,6 +94,7 @@ def after_cycle_hooks(
         service.rules,
         port_gpus=telemetry_port_gpus(service.topology),
         spools=spools_from_settings(service.store, service.settings),
+        every_seconds=service.settings.telemetry_rules_every_seconds,
     )  # the telemetry rules (RD-, SC-4, GM-1/2, DP-; service/telemetry_rules/engine.py)
     hooks: list[Callable[[], object]] = [
         service.upkeep().after_cycle,

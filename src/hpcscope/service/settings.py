@@ -206,6 +206,12 @@ class Settings(BaseModel):
         description="The collector summarises finished jobs and runs the retention pass on its "
         "first cycle and then once per this many cycles.",
     )
+    telemetry_rules_every_seconds: float = Field(
+        15.0,
+        ge=0,
+        description="The collector evaluates the telemetry rules (RD-, SC-4, GM-, DP-) after a "
+        "cycle when this long has passed since their last run (0: every cycle).",
+    )
 
     tls_certfile: Path | None = Field(
         None, description="PEM certificate chain: serve HTTPS (needs tls_keyfile)."

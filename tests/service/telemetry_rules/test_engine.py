@@ -104,6 +104,29 @@ def test_after_cycle_never_raises(rules: dict[str, RuleSpec], tmp_path: Path) ->
     assert engine.after_cycle() is None  # a closed store: logged, collection goes on
 
 
+def test_after_cycle_runs_the_rules_once_per_interval(
+    rules: dict[str, RuleSpec], tmp_path: Path
+) -> None:
+    """The collector's hook evaluates at most once per ``every_seconds`` of its clock: a
+    cycle in between gets the last run's figures, the first cycle past it a new run."""
+    clock = [from_epoch_seconds(T0 / SECOND_NS)]
+    store = Store(tmp_path / "s.duckdb")
+    try:
+        engine = TelemetryRules(store, rules, now=lambda: clock[0], every_seconds=15.0)
+        first = engine.after_cycle()
+        assert first is not None and first.at == clock[0]
+        clock[0] += timedelta(seconds=14)
+        assert engine.after_cycle() is first
+        clock[0] += timedelta(seconds=2)
+        again = engine.after_cycle()
+        assert again is not None and again is not first and again.at == clock[0]
+        every = TelemetryRules(store, rules, now=lambda: clock[0])  # 0: every cycle
+        one = every.after_cycle()
+        assert every.after_cycle() is not one
+    finally:
+        store.close()
+
+
 def test_bad_window_in_a_rule_file_is_named(tmp_path: Path) -> None:
     text = (Path(__file__).resolve().parents[3] / "deploy" / "rules" /
             "security-telemetry.yaml").read_text()  # fmt: skip

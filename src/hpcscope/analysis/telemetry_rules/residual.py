@@ -60,30 +60,43 @@ def node_series(rates: pl.DataFrame) -> dict[str, list[NodePoint]]:
     out: dict[str, list[NodePoint]] = {}
     if rates.height == 0:
         return out
-    frame = rates.select("node", "device", "port", "ts", "interval_seconds", TX, RX).sort(
-        "node", "ts", "device", "port"
-    )
-    grouped: dict[tuple[str, datetime], list[tuple[str, int, float, float | None, float | None]]]
-    grouped = {}
-    for node, device, port, ts, interval, tx, rx in frame.iter_rows():
-        grouped.setdefault((str(node), ts), []).append(
-            (str(device), int(port), float(interval), tx, rx)
+    # one group per (node, scrape) in Polars, Python only for the points: a loop over every
+    # port row took seconds per evaluation at 128 nodes and an hour of reads
+    known = pl.col(TX).is_not_null() & pl.col(RX).is_not_null()
+
+    def top(rate: str, key: str) -> pl.Expr:
+        # the port with the highest rate, ties to the highest device name then lowest port
+        order = pl.col(key).sort_by([rate, "device", "port"], descending=[True, True, False])
+        return order.first()
+
+    points = (
+        rates.group_by("node", "ts")
+        .agg(
+            pl.len().alias("ports"),
+            known.sum().alias("known"),
+            pl.col("interval_seconds").max().alias("interval"),
+            pl.col(TX).sum().alias("tx"),
+            pl.col(RX).sum().alias("rx"),
+            top(TX, "device").alias("tx_device"),
+            top(TX, "port").alias("tx_port"),
+            top(RX, "device").alias("rx_device"),
+            top(RX, "port").alias("rx_port"),
         )
-    for (node, ts), ports in grouped.items():
-        known = [(d, p, i, float(t), float(r)) for d, p, i, t, r in ports
-                 if t is not None and r is not None]  # fmt: skip
-        if len(known) < len(ports):
-            continue
-        tx_top = max(known, key=lambda k: (k[3], k[0]))
-        rx_top = max(known, key=lambda k: (k[4], k[0]))
-        out.setdefault(node, []).append(
+        .filter(pl.col("known") == pl.col("ports"))
+        .sort("node", "ts")
+    )
+    columns = ("node", "ts", "interval", "tx", "rx", "tx_device", "tx_port", "rx_device", "rx_port")
+    for node, ts, interval, tx, rx, tx_dev, tx_port, rx_dev, rx_port in points.select(
+        columns
+    ).iter_rows():
+        out.setdefault(str(node), []).append(
             NodePoint(
                 ts=ts,
-                interval_seconds=max(k[2] for k in known),
-                tx=sum(k[3] for k in known),
-                rx=sum(k[4] for k in known),
-                top_tx=(tx_top[0], tx_top[1]),
-                top_rx=(rx_top[0], rx_top[1]),
+                interval_seconds=float(interval),
+                tx=float(tx),
+                rx=float(rx),
+                top_tx=(str(tx_dev), int(tx_port)),
+                top_rx=(str(rx_dev), int(rx_port)),
             )
         )
     return out

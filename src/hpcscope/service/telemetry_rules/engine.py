@@ -29,6 +29,7 @@ import polars as pl
 import pyarrow as pa
 
 from hpcscope.analysis.alerts.posture import posture_alerts, postures_from_facts
+from hpcscope.analysis.infiniband import in_port_order
 from hpcscope.analysis.telemetry_rules.common import JobSpan, PortKey
 from hpcscope.analysis.telemetry_rules.gpu import GpuAllocation
 from hpcscope.analysis.telemetry_rules.rules import TelemetryInputs, evaluate
@@ -113,6 +114,8 @@ class TelemetryRules:
         now: the clock (the collector's; tests pass simulated time).
         spools: the changelog and process spools read before each run
             (:mod:`hpcscope.service.telemetry_rules.spool`).
+        every_seconds: :meth:`after_cycle` runs the rules when this long has passed since
+            their last run (0: every call); :meth:`evaluate_once` always runs them.
     """
 
     def __init__(
@@ -123,8 +126,10 @@ class TelemetryRules:
         port_gpus: Mapping[PortKey, int] | None = None,
         now: Callable[[], datetime] = utcnow,
         spools: Sequence[ChangelogSpool | ProcessSpool] = (),
+        every_seconds: float = 0.0,
     ) -> None:
         self.store = store
+        self.every_seconds = every_seconds
         self.spools = tuple(spools)
         self.rules = dict(rules)
         self.port_gpus = dict(port_gpus or {})
@@ -177,9 +182,7 @@ class TelemetryRules:
                         until=min(job.start + calibration + slot, since),
                     )
                 )
-        ib = _frame(pa.concat_tables(tables)).unique(
-            subset=["ts", "node", "device", "port"], keep="first"
-        )
+        ib = in_port_order(_frame(pa.concat_tables(tables)))
         gpu_since = now - timedelta(seconds=GPU_LOOKBACK_SECONDS)
         allocations = tuple(
             GpuAllocation(
@@ -253,9 +256,13 @@ class TelemetryRules:
         return self.last
 
     def after_cycle(self) -> TelemetryCycle | None:
-        """The collector's hook: one run; a failure is logged, never raised (collection goes
-        on, the next cycle tries again)."""
+        """The collector's hook: one run when ``every_seconds`` have passed since the last
+        (else the last run's figures); a failure is logged, never raised (collection goes on,
+        the next cycle tries again)."""
         try:
+            last = self.last
+            if last is not None and (self._now() - last.at).total_seconds() < self.every_seconds:
+                return last
             return self.evaluate_once()
         except Exception:  # the rules must never stop collection
             log.exception("telemetry rules failed")
