@@ -56,6 +56,25 @@ def jobs_on(jobs: Iterable[JobSpan], node: str, ts: datetime) -> list[JobSpan]:
     return sorted((j for j in jobs if node in j.nodes and j.running(ts)), key=lambda j: j.job_id)
 
 
+def jobs_by_node(jobs: Iterable[JobSpan]) -> dict[str, list[JobSpan]]:
+    """Node -> the jobs that ever held it, by job id: a series of a node's points asks only
+    these (:func:`jobs_on` over every job for every point was most of an evaluation at 128
+    nodes and an hour of reads)."""
+    out: dict[str, list[JobSpan]] = {}
+    for job in sorted(jobs, key=lambda j: j.job_id):
+        for node in dict.fromkeys(job.nodes):
+            out.setdefault(node, []).append(job)
+    return out
+
+
+def first_running(node_jobs: Sequence[JobSpan], ts: datetime) -> JobSpan | None:
+    """The first job by id of a node's ``node_jobs`` holding it at ``ts`` (``jobs_on(...)[0]``)."""
+    for job in node_jobs:
+        if job.running(ts):
+            return job
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class TimeWindow:
     """A maintenance or known-faulty window: nodes matching ``node_pattern`` (shell glob)

@@ -40,7 +40,8 @@ from hpcscope.analysis.telemetry_rules.common import (
     JobSpan,
     PortKey,
     enabled,
-    jobs_on,
+    first_running,
+    jobs_by_node,
     median,
     megabytes,
     merge,
@@ -83,12 +84,14 @@ def rd1_idle_traffic(
     """RD-1 (CRITICAL): a node without a running job transmits or receives in bulk."""
     floor = spec.threshold("floor_bytes_per_second")
     out: list[Alert] = []
+    by_node = jobs_by_node(jobs)
     for node, points in sorted(series.items()):
+        mine = by_node.get(node, [])
         idle = [
             p
             for p in points
-            if not jobs_on(jobs, node, p.ts)
-            and not jobs_on(jobs, node, p.ts - timedelta(seconds=p.interval_seconds))
+            if first_running(mine, p.ts) is None
+            and first_running(mine, p.ts - timedelta(seconds=p.interval_seconds)) is None
         ]
         quiet = [max(p.tx, p.rx) for p in idle if max(p.tx, p.rx) <= floor]
         p999 = quantile(quiet, spec.threshold("idle_quantile")) or 0.0

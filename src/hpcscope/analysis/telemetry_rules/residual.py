@@ -31,7 +31,13 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from hpcscope.analysis.telemetry_rules.common import JobSpan, jobs_on, median, robust_sigma
+from hpcscope.analysis.telemetry_rules.common import (
+    JobSpan,
+    first_running,
+    jobs_by_node,
+    median,
+    robust_sigma,
+)
 from hpcscope.model.timeutil import epoch_seconds
 
 TX = "port_data_transmitted_bytes_per_second"
@@ -194,10 +200,11 @@ def residual_series(
         )
 
     owner: dict[tuple[str, datetime], JobSpan | None] = {}
+    by_node = jobs_by_node(jobs)
     for node, points in series.items():
+        held_by = by_node.get(node, [])
         for p in points:
-            held = jobs_on(jobs, node, p.ts)
-            owner[node, p.ts] = held[0] if held else None
+            owner[node, p.ts] = first_running(held_by, p.ts)
     for job in sorted(jobs, key=lambda j: j.job_id):
         if job.start is None:
             continue
