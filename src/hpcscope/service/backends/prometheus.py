@@ -19,6 +19,7 @@ import httpx2
 import pyarrow as pa
 
 from hpcscope.ingest.promql import dcgm_matrix_to_samples, dcgm_series_selector
+from hpcscope.ingest.tls import default_tls_context
 from hpcscope.model.errors import HpcscopeError
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA
 from hpcscope.model.timeutil import as_naive_utc, epoch_seconds, utcnow
@@ -112,7 +113,9 @@ class PrometheusSamples:
             return GPU_SAMPLE_SCHEMA.empty_table()
         query = dcgm_series_selector(job_ids)
         tables = []
-        with httpx2.Client(timeout=self.timeout_seconds, transport=self._transport) as client:
+        with httpx2.Client(
+            timeout=self.timeout_seconds, transport=self._transport, verify=default_tls_context()
+        ) as client:
             for chunk_start, chunk_end, step_ms in read_grid(start, end, self.step_seconds):
                 tables.append(self._query_range(client, query, chunk_start, chunk_end, step_ms))
         return pa.concat_tables(tables)

@@ -39,6 +39,7 @@ from hpcscope.ingest.slurm import (
     parse_sacctmgr_parsable,
     parse_slurmrestd_jobs,
 )
+from hpcscope.ingest.tls import default_tls_context
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 from hpcscope.model.timeutil import from_epoch_seconds
@@ -87,7 +88,11 @@ class SlurmrestdSource:
             headers["X-SLURM-USER-TOKEN"] = self.token
         transport = httpx2.HTTPTransport(uds=self.unix_socket) if self.unix_socket else None
         return httpx2.Client(
-            base_url=self.url, headers=headers, transport=transport, timeout=self.timeout_seconds
+            base_url=self.url,
+            headers=headers,
+            transport=transport,
+            timeout=self.timeout_seconds,
+            verify=default_tls_context(),  # a client per poll, not a TLS context per poll
         )
 
     def get(self, path: str) -> bytes:

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 import httpx2
 
+from hpcscope.ingest.tls import default_tls_context
 from hpcscope.model.access import JobScope
 from hpcscope.model.alerts import VECTOR_NAMES, Alert, AlertState
 from hpcscope.model.timeutil import iso_z, utcnow
@@ -93,7 +94,10 @@ class AlertmanagerClient:
             return
         try:
             response = httpx2.post(
-                f"{self.url}/api/v2/alerts", json=list(alerts), timeout=self.timeout_seconds
+                f"{self.url}/api/v2/alerts",
+                json=list(alerts),
+                timeout=self.timeout_seconds,
+                verify=default_tls_context(),
             )
         except httpx2.HTTPError as exc:
             raise DeliveryError(f"Alertmanager {self.url}: {exc}") from None

@@ -17,6 +17,7 @@ from typing import Protocol
 
 import httpx2
 
+from hpcscope.ingest.tls import default_tls_context
 from hpcscope.model.errors import HpcscopeError
 
 
@@ -140,7 +141,10 @@ class WebhookChannel:
     def deliver(self, message: Message) -> None:
         try:
             response = httpx2.post(
-                self.url, json=self.payload(message), timeout=self.timeout_seconds
+                self.url,
+                json=self.payload(message),
+                timeout=self.timeout_seconds,
+                verify=default_tls_context(),
             )
         except httpx2.HTTPError as exc:
             raise DeliveryError(f"webhook {self.url}: {exc}") from None
