@@ -89,6 +89,43 @@ def test_witnessed_slices_sum_to_the_bucket_sketch(
 
 
 @pytest.mark.torch
+@settings(max_examples=40, deadline=None)
+@given(
+    numel=st.integers(1, 3000),
+    k=st.integers(1, 64),
+    chunk=st.integers(1, 700),
+    divide_by=st.integers(1, 9),
+    dtype=st.sampled_from(["float32", "float64"]),
+)
+def test_the_chunked_pass_is_the_count_sketch_and_divides_as_allreduce_hook(
+    numel: int, k: int, chunk: int, divide_by: int, dtype: str
+) -> None:
+    import torch
+
+    from hpcscope.integrity import CountSketch
+
+    generator = torch.Generator().manual_seed(numel * 7 + k)
+    flat = torch.randn(numel, generator=generator, dtype=getattr(torch, dtype)) * 3
+    sketcher = CountSketch(5, k, chunk_elements=chunk)  # many chunks, and a tail
+    signs = sketcher.signs(0, flat)
+    # the definition, position by position: sketch[m] = sum over j = m (mod k) of s_j x_j
+    expected = torch.zeros(k, dtype=torch.float64).index_add_(
+        0, torch.arange(numel) % k, (flat * signs).double()
+    )
+    sent = flat.clone()
+    sketch, squares = sketcher.measure(0, sent, divide_by)
+    assert torch.allclose(sketch.double(), expected, rtol=1e-4, atol=1e-4)
+    assert torch.allclose(squares.double(), flat.double().square().sum(), rtol=1e-4)
+    # what allreduce_hook sends, to the bit (its tensor.div_(world size))
+    assert torch.equal(sent, flat.clone().div_(divide_by))
+    start = numel // k // 2 * k
+    part = torch.zeros(k, dtype=torch.float64).index_add_(
+        0, torch.arange(start, numel) % k, (flat * signs)[start:].double()
+    )
+    assert torch.allclose(sketcher.part(0, flat, start, numel).double(), part, atol=1e-4)
+
+
+@pytest.mark.torch
 def test_sketch_preserves_cosines_approximately() -> None:
     import torch
 

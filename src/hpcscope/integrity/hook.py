@@ -15,9 +15,12 @@ JSON line goes to
 (``checksum_every``) the line also carries a digest of the replica's parameters (GI-4).
 
 The hook never changes what DDP computes: the buffer it sends and the result it returns are
-the default hook's. Its cost is two passes over each bucket (a dot product for the norm; sign
-multiply and reshape-sum for the sketch) before the AllReduce, 2/n of the sketch pass after
-it, plus one line per step; ``bench/gradient_integrity.py`` measures it.
+the default hook's, to the bit (``allreduce_hook``'s division by the world size, then the same
+AllReduce). Its cost is one pass over each bucket before the AllReduce, which also does that
+division (:meth:`CountSketch.measure`: per cache-sized chunk, sign multiply, row sum, sum of
+squares, divide), so the bucket is read from memory once where ``allreduce_hook`` alone reads
+it once too; 2/n of a sketch pass after it; one line per step. ``bench/gradient_integrity.py``
+measures it.
 
 Tests and the bench compose :meth:`IntegrityHook.observe` and :meth:`IntegrityHook.send`
 themselves to model attacks (a rank that sends one gradient and reports another); nothing in
@@ -180,22 +183,28 @@ class IntegrityHook:
         """Measure a bucket as it is about to be sent (``flat``: what to measure instead of
         ``bucket.buffer()``, for tests that model a lying rank). Advances the step counter on
         the step's last bucket."""
+        return self._observe(bucket, bucket.buffer() if flat is None else flat, None)
+
+    def _observe(self, bucket: Any, tensor: Any, divide_by: int | None) -> Observation:
+        """:meth:`observe`; with ``divide_by``, also divide ``tensor`` by it in place, in the
+        same pass (see :meth:`CountSketch.measure`)."""
         import torch
 
-        tensor = bucket.buffer() if flat is None else flat
         with torch.no_grad():
-            # a dot product is one read of the bucket, without vector_norm's scaling pass
-            # (1.5x faster on the CPU); only a sum of squares past the float range (or a
-            # NaN/Inf) needs the careful norm, and the count of non-finite elements
-            norm = torch.dot(tensor, tensor).sqrt()
+            # the sum of squares in the sketch's pass, without vector_norm's scaling pass; only
+            # a sum of squares past the float range (or a NaN/Inf) needs the careful norm, and
+            # the count of non-finite elements (a division by the world size keeps both
+            # non-finite: the norm of the divided bucket is scaled back)
+            sketch, squares = self.sketcher.measure(bucket.index(), tensor, divide_by)
+            norm = squares.sqrt()
             if tensor.is_cuda:  # counted on the device, read back later: no sync here
                 nonfinite: Any = (~torch.isfinite(tensor)).sum()
             else:  # on the CPU reading the norm is free, and a finite norm means no NaN/Inf
                 value = float(norm)
+                nonfinite = 0
                 if not math.isfinite(value):
-                    norm = torch.linalg.vector_norm(tensor)
-                nonfinite = 0 if math.isfinite(value) else int((~torch.isfinite(tensor)).sum())
-            sketch = self.sketcher(bucket.index(), tensor)
+                    norm = torch.linalg.vector_norm(tensor) * (divide_by or 1)
+                    nonfinite = int((~torch.isfinite(tensor)).sum())
         with self._lock:
             step = self._step
             entry = self._pending.setdefault(step, {"buckets": [], "expected": None})
@@ -212,8 +221,10 @@ class IntegrityHook:
         """PyTorch's ``allreduce_hook`` on the bucket, then the reduced sketch and the record."""
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-        future = allreduce_hook(process_group, bucket)
+        return self._then_record(allreduce_hook(process_group, bucket), observation)
 
+    def _then_record(self, future: Any, observation: Observation) -> Any:
+        """Chain the witness sketches and the record on ``future`` (of the averaged bucket)."""
         of, *slices = witnessed_slices(
             self.rank, observation.step, self.world_size, observation.numel, self.sketcher.k
         )
@@ -222,19 +233,32 @@ class IntegrityHook:
             import torch
 
             averaged = fut.value()
+            if isinstance(averaged, list):  # the AllReduce's own future: its tensors
+                averaged = averaged[0]
             parts: list[dict[str, Any]] = []
             with torch.no_grad():
                 for index in slices:
                     start, stop = slice_bounds(observation.numel, self.sketcher.k, of, index)
                     sketch = self.sketcher.part(observation.index, averaged, start, stop)
-                    parts.append({"slice": index, "of": of, "sketch": sketch.double().tolist()})
+                    parts.append({"slice": index, "of": of, "sketch": sketch.tolist()})
             self._complete(observation, parts)
             return averaged
 
         return future.then(reduced)
 
     def __call__(self, process_group: Any, bucket: Any) -> Any:
-        return self.send(process_group, bucket, self.observe(bucket))
+        """What :meth:`send` after :meth:`observe` does, in fewer passes: the division by the
+        world size that ``allreduce_hook`` makes before the AllReduce happens in the sketch's
+        pass, then the same AllReduce (``allreduce_hook``'s code, less its division)."""
+        import torch.distributed as dist
+
+        group = process_group if process_group is not None else dist.group.WORLD
+        if group is None:  # what allreduce_hook would fail on too
+            raise RuntimeError("the integrity hook needs torch.distributed initialised")
+        buffer = bucket.buffer()
+        observation = self._observe(bucket, buffer, group.size())
+        work = dist.all_reduce(buffer, group=group, async_op=True)
+        return self._then_record(work.get_future(), observation)
 
     def parameter_checksum(self) -> str | None:
         """A digest of this replica's parameters (identical on every honest replica)."""
@@ -253,7 +277,7 @@ class IntegrityHook:
             "numel": observation.numel,
             "norm": float(observation.norm),
             "nonfinite": int(observation.nonfinite),
-            "sketch": observation.sketch.double().tolist(),
+            "sketch": observation.sketch.tolist(),  # float32 to float is exact
         }
         if parts and parts[0]["of"] > 1:
             bucket["reduced_slices"] = parts
