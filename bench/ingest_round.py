@@ -12,7 +12,7 @@ no after-cycle hooks, no web server), into a fresh store:
 * ``parse``: :meth:`ExpositionParser.parse` of the 128 pages;
 * ``convert``: the collector's per-page work (dcgm conversion, Xid facts, health, scrape rows);
 * ``table``: :func:`readings_table` of the round;
-* ``attribute``: :func:`attribute_readings` (the jobs of every GPU row);
+* ``attribute``: :class:`ReadingsAttributor` (the jobs of every GPU row, as the collector);
 * ``append``: the store's append of the readings and their rollup rows, and the scrapes rows.
 
 Each figure is CPU milliseconds (``time.process_time``, all threads) per round, median over the
@@ -39,7 +39,7 @@ from bench.ingest_vs_prometheus import twin_load
 from hpcscope.ingest.exporters.dcgm import DcgmConversion, readings_table
 from hpcscope.ingest.exposition import parser as parser_module
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
-from hpcscope.service.collect.attribution import attribute_readings
+from hpcscope.service.collect.attribution import ReadingsAttributor
 from hpcscope.service.collect.collector import Collector, CollectorConfig, CycleReport
 from hpcscope.store import Store
 
@@ -70,6 +70,7 @@ async def rounds(
     timer = _ParseTimer()
     figures: dict[str, list[float]] = {stage: [] for stage in STAGES}
     store = collector.store
+    attributor = ReadingsAttributor(store)
     for index in range(warmup + count):
         measured = index >= warmup
         if measured and profile is not None:
@@ -88,7 +89,7 @@ async def rounds(
         marks.append(time.process_time())
         table = readings_table(conversions)
         marks.append(time.process_time())
-        stored, _ = attribute_readings(store, table)
+        stored, _ = attributor.attribute(table)
         marks.append(time.process_time())
         store.append("gpu_samples", stored).result()
         store.append("scrapes", pa.Table.from_pylist(scrape_rows, schema=SCRAPE_SCHEMA)).result()

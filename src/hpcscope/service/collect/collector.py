@@ -52,7 +52,7 @@ from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.model.timeutil import epoch_seconds
 from hpcscope.service.alerts.engine import SecurityCollection
-from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_readings
+from hpcscope.service.collect.attribution import MappingRoot, ReadingsAttributor
 from hpcscope.service.collect.clock import Clock, SystemClock
 from hpcscope.service.collect.health import CollectionHealth
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
@@ -204,6 +204,7 @@ class Collector:
         )
         self._converters: dict[str, DcgmConverter] = {}
         self._facts: dict[str, FactSeries] = {}
+        self._attributor = ReadingsAttributor(store)
         self._targets: list[Target] = list(config.static_targets)
         self._targets_mtime: float | None = None
         # seeded from the store: a restart after an outage records the outage as a gap
@@ -380,7 +381,7 @@ class Collector:
             # (service/collect/attribution.py)
             await self._stored()  # one round in flight at most, stored in order
             storing = asyncio.ensure_future(
-                asyncio.to_thread(store_dcgm_readings, self.store, table)
+                asyncio.to_thread(self._attributor.store_readings, table)
             )
             if overlap:
                 self._pending = storing
