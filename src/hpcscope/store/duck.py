@@ -400,6 +400,15 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(f"store {self.path}: query failed: {exc}") from exc
 
+    def query_row(self, sql: str, params: Sequence[object] = ()) -> tuple[Any, ...] | None:
+        """The first row of a small read-only query as a tuple (None when it has none): half
+        the CPU of :meth:`query` for a query asked every second (no Arrow result to build)."""
+        try:
+            rows = self._cursor().execute(sql, list(params)).fetchall()
+        except duckdb.Error as exc:
+            raise StoreError(f"store {self.path}: query failed: {exc}") from exc
+        return tuple(rows[0]) if rows else None
+
     @staticmethod
     def scope_sql(
         scope: JobScope, *, user_column: str = '"user"', account_column: str = "account"

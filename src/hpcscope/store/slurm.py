@@ -177,6 +177,24 @@ def job_id_for_labels(store: Store, labels: list[str]) -> dict[str, str]:
     return {label: resolved.get(label, label) for label in unique}
 
 
+def attribution_state(
+    store: Store, *, since: datetime, until: datetime
+) -> tuple[tuple[object, ...], int]:
+    """What GPU attribution reads, in one query: a fingerprint of every allocation and alias
+    (count and sum of row hashes), and how many allocation starts or ends fall in
+    ``(since, until]`` (where the jobs of a GPU may change without any row changing)."""
+    row = store.query_row(
+        "SELECT * FROM (SELECT count(*), "
+        "sum(hash(job_id, node, gpu, gpu_instance_id, start_time, end_time)), "
+        "count(*) FILTER ((start_time > ? AND start_time <= ?) "
+        "OR (end_time > ? AND end_time <= ?)) "
+        "FROM job_allocations), (SELECT count(*), sum(hash(raw_job_id, job_id)) FROM job_aliases)",
+        [since, until, since, until],
+    )
+    assert row is not None
+    return (row[0], row[1], row[3], row[4]), int(row[2])
+
+
 def allocations_between(
     store: Store, start: datetime, end: datetime, *, job_ids: list[str] | None = None
 ) -> pa.Table:

@@ -9,7 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcscope.analysis.alerts.posture import FLAGS, postures_from_facts
-from hpcscope.ingest.exporters.node_facts import posture_rows, xid_count_rows
+from hpcscope.ingest.exporters.node_facts import (
+    FactSeries,
+    is_xid_count,
+    posture_rows,
+    xid_count_rows,
+)
 from hpcscope.ingest.exposition.parser import ExpositionParser
 from hpcscope.model.timeutil import from_epoch_seconds
 from hpcscope.twin.dcgm import render_page
@@ -96,3 +101,31 @@ def test_a_page_without_posture_series_has_no_rows() -> None:
     other = "\n".join(line for line in text.splitlines() if "hpcscope_posture" not in line)
     rows = posture_rows(_page(other + "\n"), ts=TS, node="gpu01")  # type: ignore[arg-type]
     assert rows.table.num_rows == 0 and rows.errors == ()
+
+
+def test_a_target_s_fact_series_follow_its_pages() -> None:
+    """The remembered positions give the rows a full look gives, page after page: no Xid, an
+    Xid appearing (a new series), the same page again, another GPU's, none, a new table."""
+    node_gpus = gpus("gpu01")
+    quiet = {g.index: _counters(GpuState()) for g in node_gpus}
+
+    def page_with(xids: dict[int, tuple[tuple[int, int], ...]]) -> str:
+        counters = dict(quiet)
+        for gpu, counts in xids.items():
+            counters[gpu] = _counters(GpuState(job_id="7", xid_counts=counts))
+        return render_page(node_gpus, counters, {"3": ["7"]}, hostname="gpu01")
+
+    pages = [page_with({}), page_with({3: ((13, 6),)}), page_with({3: ((13, 7),)}),
+             page_with({5: ((31, 1),), 3: ((13, 7),)}), page_with({})]  # fmt: skip
+    parser = ExpositionParser()
+    picker = FactSeries(is_xid_count)
+    counts = []
+    for text in pages:
+        page = parser.parse(text, source="gpu01")
+        picked = xid_count_rows(page, ts=TS, node="gpu01", picker=picker).table.to_pylist()
+        assert picked == xid_count_rows(page, ts=TS, node="gpu01").table.to_pylist()
+        counts.append(len(picked))
+    assert counts == [0, 1, 1, 2, 0]
+    page = ExpositionParser().parse(pages[3], source="gpu01")  # another table, other ids
+    rows = xid_count_rows(page, ts=TS, node="gpu01", picker=picker).table.to_pylist()
+    assert [(r["gpu"], r["xid"], r["xid_count"]) for r in rows] == [(3, 13, 7.0), (5, 31, 1.0)]

@@ -45,17 +45,18 @@ import pyarrow as pa
 from hpcscope.ingest.exporters.dcgm import DcgmConversion, DcgmConverter, readings_table
 from hpcscope.ingest.exporters.infiniband import infiniband_rows
 from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN
+from hpcscope.ingest.exporters.node_facts import FactSeries
 from hpcscope.ingest.exposition.scrape import Scraper, ScrapeResult, Target, load_file_sd
 from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.errors import SourceError
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.model.timeutil import epoch_seconds
 from hpcscope.service.alerts.engine import SecurityCollection
-from hpcscope.service.collect.attribution import MappingRoot, store_dcgm_readings
+from hpcscope.service.collect.attribution import MappingRoot, ReadingsAttributor
 from hpcscope.service.collect.clock import Clock, SystemClock
 from hpcscope.service.collect.health import CollectionHealth
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
-from hpcscope.service.collect.node_facts import store_node_facts
+from hpcscope.service.collect.node_facts import fact_series, store_node_facts
 from hpcscope.service.collect.scheduler import (
     AssociationSource,
     BoundedPoll,
@@ -202,6 +203,8 @@ class Collector:
             transport=transport,
         )
         self._converters: dict[str, DcgmConverter] = {}
+        self._facts: dict[str, FactSeries] = {}
+        self._attributor = ReadingsAttributor(store)
         self._targets: list[Target] = list(config.static_targets)
         self._targets_mtime: float | None = None
         # seeded from the store: a restart after an outage records the outage as a gap
@@ -378,7 +381,7 @@ class Collector:
             # (service/collect/attribution.py)
             await self._stored()  # one round in flight at most, stored in order
             storing = asyncio.ensure_future(
-                asyncio.to_thread(store_dcgm_readings, self.store, table)
+                asyncio.to_thread(self._attributor.store_readings, table)
             )
             if overlap:
                 self._pending = storing
@@ -478,7 +481,10 @@ class Collector:
                 conversions.append(conversion)
                 samples = conversion.gpu_rows
         if ok and result.page is not None:  # Xid counts, posture: service/collect/node_facts
-            store_node_facts(self.store, target, result.page, ts=ts)
+            picker = self._facts.get(target.url)
+            if picker is None:
+                picker = self._facts[target.url] = fact_series(target.exporter)
+            store_node_facts(self.store, target, result.page, ts=ts, picker=picker)
         if ok:
             report.ok += 1
         else:
