@@ -6,11 +6,10 @@ as the documented JSON contract (``docs/traces.md``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcscope.analysis.traces.arrays import median as median_of
 from hpcscope.analysis.traces.comm_phases import ClassPhases
@@ -23,6 +22,9 @@ from hpcscope.model.errors import SourceError
 from hpcscope.model.timeutil import from_epoch_micros, iso_z
 from hpcscope.service.traces.comm_report import bundled_table, comm_json, comm_phases
 from hpcscope.service.traces.inputs import TraceInput, find_traces, parse_ranks
+
+if TYPE_CHECKING:  # a server passes its pool; the command line imports no pool module
+    from concurrent.futures import Executor
 
 SCHEMA = "hpcscope.traces.analysis/1"
 
