@@ -4,8 +4,9 @@ Each block of events is decoded with one call to msgspec's typed decoder, which 
 fields declared below (unknown keys are skipped inside the C decoder, never materialised as
 Python objects), then becomes numpy column chunks at once: ``map`` over attribute getters and
 interning dicts, no per-event Python loop. Strings (names, process groups, threads named by
-Kineto) are interned to integer codes. Only complete events of the categories the analysis uses
-are kept (see ``_CATEGORIES``).
+Kineto) are interned to integer codes. Only complete events (``"ph": "X"`` with a ``dur``; an
+event without a ``ph`` counts as one when it has a ``dur``) of the categories the analysis uses
+are kept (see ``_CATEGORIES``); every other phase is decoded to a struct with no field.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class _LooseEvent(msgspec.Struct, gc=False):
 #: Their ``cat``/``dur`` attributes are defaults under a JSON name no event has, so the
 #: category test drops them without a special case. A phase not listed (or no ``ph``) makes
 #: the block fail typed decoding: it is then converted event by event, with the same result.
-_OTHER_PHASES = tuple("BEiICbnestfPNODMVvRc()")
+_OTHER_PHASES = tuple("BEiICbnestfSTpFPNODMVvRc()")
 _NO_KEY = "~hpcscope-absent~"
 _OTHER_EVENTS = tuple(
     msgspec.defstruct(
@@ -269,11 +270,16 @@ class EventColumns:
             return np.fromiter(map(self.threads.__getitem__, map(_TID, events)), np.int64, n)
 
     def add_loose(self, raw: list[Any]) -> None:
-        """Events that do not fit the typed decoder (odd types): convert field by field."""
+        """Events that do not fit the typed decoder (odd types, a phase it does not list, no
+        phase): convert field by field; an event of another phase than ``X`` is dropped, as
+        the typed decoder drops it."""
         typed: list[_LooseEvent] = []
         for item in raw:
             if not isinstance(item, dict):
                 self.skipped += 1
+                continue
+            phase = item.get("ph", "X")
+            if type(phase) is str and phase != "X":
                 continue
             try:
                 typed.append(msgspec.convert(item, _LooseEvent, strict=False))
