@@ -176,6 +176,10 @@ def run(argv: list[str]) -> int | None:
     arguments = parse(command, argv[2:])
     if arguments is None:
         return None
+    # The trace analysis never calls BLAS; OpenBLAS otherwise starts a thread per core when
+    # numpy is imported, which spins: about half of numpy's import CPU (0.07 of 0.14 s,
+    # docs/benchmarks.md, issue 19). A user's own setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from hpcscope.cli import traces_run
 
     runner: Callable[..., None] = getattr(traces_run, command.runner)

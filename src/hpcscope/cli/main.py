@@ -129,13 +129,17 @@ def main() -> None:
             print_help(HELP, listing)
         return
     from hpcscope.cli.fast_path import run
+
+    # `traces analyze` and `traces merge` without Typer, and before logging is configured:
+    # they log nothing, and `logging` (with the traceback and json modules it pulls in) was
+    # ~10 ms of their start-up (tests/cli/test_main.py fails when they import it)
+    code = run(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
     from hpcscope.cli.logs import LOG_LEVELS, configure_logging
 
     level = os.environ.get("HPCSCOPE_LOG_LEVEL", "info")
     configure_logging(level if level.lower() in LOG_LEVELS else "info")
-    code = run(sys.argv[1:])  # `traces analyze` and `traces merge` without Typer
-    if code is not None:
-        sys.exit(code)
     from hpcscope.cli.group import app
 
     app()

@@ -56,7 +56,6 @@ class EventTable:
         thread: CPU thread id for CPU events, stream id for GPU events (see ``kind``).
         ts_us / dur_us: start and duration, microseconds, rank-local clock.
         correlation: launch/kernel correlation id (``args.correlation``), -1 when absent.
-        external_id: ``args["External id"]``, -1 when absent.
         group: index into :attr:`groups` (``args["Process Group Name"]``), -1 when absent.
         names / groups: the interned strings.
     """
@@ -67,7 +66,6 @@ class EventTable:
     ts_us: F64
     dur_us: F64
     correlation: I64
-    external_id: I64
     group: I32
     names: tuple[str, ...]
     groups: tuple[str, ...] = ()
@@ -89,7 +87,6 @@ class EventTable:
                 "ts_us": pa.array(self.ts_us),
                 "dur_us": pa.array(self.dur_us),
                 "correlation": pa.array(self.correlation),
-                "external_id": pa.array(self.external_id),
                 "group": pa.DictionaryArray.from_arrays(
                     pa.array(np.where(self.group < 0, 0, self.group)), groups
                 ),

@@ -37,7 +37,6 @@ def _table(rows: list[tuple[EventKind, str, int, float, float, int]]) -> EventTa
         ts_us=np.array([r[3] for r in rows], dtype=np.float64),
         dur_us=np.array([r[4] for r in rows], dtype=np.float64),
         correlation=np.array([r[5] for r in rows], dtype=np.int64),
-        external_id=np.full(len(rows), -1, dtype=np.int64),
         group=np.full(len(rows), -1, dtype=np.int32),
         names=tuple(names),
     )

@@ -169,3 +169,37 @@ def test_boundary_inside_a_string_is_not_a_cut(tmp_path: Path) -> None:
     trace = read_kineto(path, block_bytes=1024)
     assert len(trace.events) == 200
     assert trace.events.names[0].startswith("x}, {y")
+
+
+def _events_of(tmp_path: Path, events: list[str]) -> list[tuple[str, float]]:
+    path = tmp_path / "rank-0.json"
+    path.write_text('{"traceEvents": [\n' + ",\n".join(events) + "\n]}\n")
+    trace = read_kineto(path)
+    assert trace.problems == ()
+    names, times = trace.events.name.tolist(), trace.events.ts_us.tolist()
+    return [(trace.events.names[n], t) for n, t in zip(names, times, strict=True)]
+
+
+ODD = '{"cat": "cpu_op", "name": "odd", "tid": 1, "ts": "100", "dur": 1%s}'
+
+
+@pytest.mark.parametrize("odd", [None, ODD % "", ODD % ', "ph": "Z"'])
+def test_only_complete_events_are_kept_typed_or_converted_one_by_one(
+    tmp_path: Path, odd: str | None
+) -> None:
+    # every phase of the Chrome trace format with a kept category and a duration: only "X"
+    # (and an event without a phase) is a complete event; ``odd`` adds an event the typed
+    # decoder refuses (a time written as a string; a phase it does not know), so that block
+    # is converted event by event, with the same result
+    phases = "XBEiICbnestfSTpFPNODMVvRc()"
+    events = [
+        f'{{"ph": "{p}", "cat": "cpu_op", "name": "op{p}", "tid": 1, "ts": {i}, "dur": 1}}'
+        for i, p in enumerate(phases)
+    ]
+    events.append('{"cat": "cpu_op", "name": "no phase", "tid": 1, "ts": 99, "dur": 1}')
+    if odd is not None:
+        events.append(odd)
+    expected = [("opX", 0.0), ("no phase", 99.0)]
+    if odd == ODD % "":
+        expected.append(("odd", 100.0))
+    assert _events_of(tmp_path, events) == expected

@@ -3,6 +3,7 @@ pydantic model gives, and takes no file the model refuses."""
 
 from __future__ import annotations
 
+import marshal
 from pathlib import Path
 from typing import Any, get_args
 
@@ -98,3 +99,53 @@ def test_a_file_reads_the_same_with_and_without_pydantic(
     with pytest.MonkeyPatch.context() as monkeypatch:
         slow = _slow(path, monkeypatch)
     assert fast == slow
+
+
+def test_the_bundled_rules_come_back_from_the_cache_as_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = bundled_classes_file()
+    first = kernel_classes._bundled_rules(path)  # read from the YAML, then cached
+    assert first == load_class_file(path)
+    assert len(list((tmp_path / "hpcscope").glob("kernel-classes-*.marshal"))) == 1
+
+    def no_yaml(text: str, source: str) -> None:
+        raise AssertionError("the YAML was read again")
+
+    monkeypatch.setattr(kernel_classes, "_accepted", no_yaml)
+    assert kernel_classes._bundled_rules(path) == first
+
+
+def test_a_stale_or_broken_cache_is_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = bundled_classes_file()
+    expected = load_class_file(path)
+    kernel_classes._bundled_rules(path)
+    (cache,) = (tmp_path / "hpcscope").glob("*.marshal")
+    source, text = str(path), path.read_text(encoding="utf-8")
+    form = kernel_classes._CACHE_FORMAT
+    kernel_classes._to_cache(cache, source, text + "# edited\n", expected[:1])  # another text
+    assert kernel_classes._bundled_rules(path) == expected
+    for broken in (
+        b"",
+        b"\xffnot marshal",
+        marshal.dumps(("hpcscope.kernel-classes.cache/0", source, text, ())),
+        marshal.dumps((form, source + "x", text, ())),
+        marshal.dumps((form, source, text, (("x",) * 7,))),
+        marshal.dumps((form, source, text, (("^a", "gpu", "compute", "none", "transfer", ""),))),
+    ):
+        cache.write_bytes(broken)
+        assert kernel_classes._bundled_rules(path) == expected
+
+
+def test_a_cache_directory_that_cannot_be_written_is_no_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    path = bundled_classes_file()
+    assert kernel_classes._bundled_rules(path) == load_class_file(path)

@@ -152,6 +152,25 @@ class _Launchers:
             i -= 1
         return None
 
+    def enclosing_each(self, threads: npt.NDArray[np.int64], times: F64) -> list[Match | None]:
+        """:meth:`enclosing` of every (thread, time) pair: one search per thread; only a
+        point whose latest-started operator has already ended walks back one by one."""
+        out: list[Match | None] = [None] * int(times.shape[0])
+        for thread in distinct(threads).tolist():
+            found = self.by_thread.get(int(thread))
+            if found is None:
+                continue
+            start, end, matches = found
+            sel = np.flatnonzero(threads == thread)
+            at = times[sel]
+            latest = np.searchsorted(start, at, side="right") - 1
+            hit = (latest >= 0) & (end[np.clip(latest, 0, None)] > at)
+            for k, i in zip(sel[hit].tolist(), latest[hit].tolist(), strict=True):
+                out[k] = matches[i]
+            for k in sel[~hit & (latest > 0)].tolist():
+                out[k] = self.enclosing(int(thread), float(times[k]))
+        return out
+
     def before(self, thread: int, time: float) -> Match | None:
         """The last launch operator started at or before ``time`` on another thread."""
         i = int(np.searchsorted(self.start, time, side="right")) - 1
@@ -208,11 +227,10 @@ def comm_timeline(
     launch_time, launch_thread = _launch_rows(ev)
     by_class: dict[str, list[int]] = {}
     bubble_rows: list[int] = []
-    for row, match in zip(transfer_rows, transfer_matches, strict=True):
-        thread = int(launch_thread[row])
-        found = launchers.enclosing(thread, float(launch_time[row]))
+    enclosing = launchers.enclosing_each(launch_thread[transfer_rows], launch_time[transfer_rows])
+    for row, match, found in zip(transfer_rows, transfer_matches, enclosing, strict=True):
         if found is None and not has_gpu:
-            found = launchers.before(thread, float(ev.ts_us[row]))
+            found = launchers.before(int(launch_thread[row]), float(ev.ts_us[row]))
         # the launcher decides only what the transfer's own name leaves open or says otherwise
         # (a SendRecv kernel under nccl:all_to_all; a gloo all_reduce of a reduce-scatter)
         chosen = match if found is None or found.op in ("collective", match.op) else found

@@ -122,6 +122,9 @@ class ClassTable:
                 raise ValueError(f"rule {rule.pattern!r}: unknown role or events")
         self.rules = rules
         self._compiled = tuple(re.compile(r.pattern) for r in rules)
+        # computed once: ``classify``'s cache hashes the table on every call, and hashing the
+        # rules each time was most of classifying a small rank (issue 19)
+        self._hash = hash(rules)
 
     def __reduce__(self) -> tuple[type[ClassTable], tuple[tuple[ClassRule, ...]]]:
         return (ClassTable, (self.rules,))
@@ -130,7 +133,7 @@ class ClassTable:
         return isinstance(other, ClassTable) and other.rules == self.rules
 
     def __hash__(self) -> int:
-        return hash(self.rules)
+        return self._hash
 
     @functools.lru_cache(maxsize=1 << 16)  # noqa: B019 - tables live as long as the process
     def classify(self, name: str, events: str) -> Match | None:

@@ -4,8 +4,9 @@ Each block of events is decoded with one call to msgspec's typed decoder, which 
 fields declared below (unknown keys are skipped inside the C decoder, never materialised as
 Python objects), then becomes numpy column chunks at once: ``map`` over attribute getters and
 interning dicts, no per-event Python loop. Strings (names, process groups, threads named by
-Kineto) are interned to integer codes. Only complete events of the categories the analysis uses
-are kept (see ``_CATEGORIES``).
+Kineto) are interned to integer codes. Only complete events (``"ph": "X"`` with a ``dur``; an
+event without a ``ph`` counts as one when it has a ``dur``) of the categories the analysis uses
+are kept (see ``_CATEGORIES``); every other phase is decoded to a struct with no field.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import compress
 from operator import attrgetter
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -37,7 +38,6 @@ _GC_NAME = "Python GC"
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
-    external_id: int | str | None = msgspec.field(default=-1, name="External id")
     correlation: int | None = -1
     stream: int | str | None = -1
     device: int | str | None = -1
@@ -47,7 +47,9 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
 _NO_ARGS = _Args()
 
 
-class _Event(msgspec.Struct, gc=False):
+class _Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    """A complete event: the only phase that carries ``dur``, so the only one kept."""
+
     cat: str = ""
     name: str = ""
     tid: int | str = 0
@@ -56,7 +58,42 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args | None = _NO_ARGS
 
 
-_DECODER = msgspec.json.Decoder(list[_Event])
+class _LooseEvent(msgspec.Struct, gc=False):
+    """An event converted field by field (:meth:`EventColumns.add_loose`), whatever its ``ph``
+    says: the duration test decides, as for a typed block."""
+
+    cat: str = ""
+    name: str = ""
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = -1.0
+    args: _Args | None = _NO_ARGS
+
+
+#: Every other phase of the Chrome trace format (instant, counter, flow, async, object,
+#: metadata... events): decoded to a struct with no field at all, so the decoder skips their
+#: keys and builds nothing (a 54 MB rank holds ~90,000 such events: flow arrows, instants).
+#: Their ``cat``/``dur`` attributes are defaults under a JSON name no event has, so the
+#: category test drops them without a special case. A phase not listed (or no ``ph``) makes
+#: the block fail typed decoding: it is then converted event by event, with the same result.
+_OTHER_PHASES = tuple("BEiICbnestfSTpFPNODMVvRc()")
+_NO_KEY = "~hpcscope-absent~"
+_OTHER_EVENTS = tuple(
+    msgspec.defstruct(
+        f"_Phase{ord(phase)}",
+        [
+            ("cat", str, msgspec.field(default="", name=_NO_KEY + "cat")),
+            ("dur", float, msgspec.field(default=-1.0, name=_NO_KEY + "dur")),
+        ],
+        gc=False,
+        tag_field="ph",
+        tag=phase,
+    )
+    for phase in _OTHER_PHASES
+)
+
+_ANY_EVENT: Any = Union[(_Event, *_OTHER_EVENTS)]  # built from a tuple of types
+_DECODER = msgspec.json.Decoder(list[_ANY_EVENT])
 
 
 class _Codes(dict[Any, int]):
@@ -134,7 +171,6 @@ _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
 _ARGS = attrgetter("args")
 _CORRELATION = attrgetter("correlation")
-_EXTERNAL = attrgetter("external_id")
 _STREAM = attrgetter("stream")
 _GROUP = attrgetter("group")
 _DEVICE = attrgetter("device")
@@ -163,21 +199,27 @@ class EventColumns:
         self.devices: dict[int, int] = {}
         self.skipped = 0
 
-    def add(self, events: list[_Event]) -> None:
+    def add(self, events: list[Any]) -> None:
         n = len(events)
         if not n:
             return
         kind = np.fromiter(map(self.kinds.__getitem__, map(_CAT, events)), np.int8, n)
+        keep = kind >= 0
+        if not keep.all():  # other phases and categories: dropped before any other column
+            events = list(compress(events, keep.tolist()))
+            kind, n = kind[keep], len(events)
+            if not n:
+                return
+        # complete events only: the duration test (in the Chrome trace format only "X"
+        # events carry "dur"; instant, flow, counter and metadata events have none) also
+        # holds for a block converted event by event, whatever its ``ph``
         dur = np.fromiter(map(_DUR, events), np.float64, n)
-        keep = (kind >= 0) & (dur >= 0)
+        keep = dur >= 0
         if not keep.all():
             events = list(compress(events, keep.tolist()))
             kind, dur, n = kind[keep], dur[keep], len(events)
             if not n:
                 return
-        # complete events only: the duration filter above is that test (in the Chrome trace
-        # format only "X" events carry "dur"; instant, flow, counter and metadata events have
-        # none), so ``ph`` is not read at all
         names = np.fromiter(map(self.names.__getitem__, map(_NAME, events)), np.int32, n)
         python = kind == EventKind.PYTHON_GC
         if python.any():
@@ -194,11 +236,16 @@ class EventColumns:
         on_stream = (kind >= EventKind.KERNEL) & (kind != EventKind.RUNTIME)
         on_stream &= kind != EventKind.PYTHON_GC
         if on_stream.any():
-            stream = np.fromiter(map(self.streams.__getitem__, map(_STREAM, args)), np.int64, n)
-            thread = np.where(on_stream & (stream >= 0), stream, thread)
-            kernels = kind == EventKind.KERNEL
+            # only the GPU events' streams are read (a third of the events on a GPU rank)
+            rows = np.flatnonzero(on_stream)
+            gpu_args = list(compress(args, on_stream.tolist()))
+            stream = np.fromiter(
+                map(self.streams.__getitem__, map(_STREAM, gpu_args)), np.int64, rows.shape[0]
+            )
+            thread[rows] = np.where(stream >= 0, stream, thread[rows])
+            kernels = kind[rows] == EventKind.KERNEL
             if kernels.any():
-                kernel_args = list(compress(args, kernels.tolist()))
+                kernel_args = list(compress(gpu_args, kernels.tolist()))
                 device = _ints(_DEVICE, kernel_args, len(kernel_args))
                 values, counts = np.unique(device[device >= 0], return_counts=True)
                 for value, count in zip(values.tolist(), counts.tolist(), strict=True):
@@ -211,7 +258,6 @@ class EventColumns:
                 np.fromiter(map(_TS, events), np.float64, n),
                 dur,
                 _ints(_CORRELATION, args, n),
-                _ints(_EXTERNAL, args, n),
                 np.fromiter(map(self.groups.__getitem__, map(_GROUP, args)), np.int32, n),
             )
         )
@@ -224,14 +270,19 @@ class EventColumns:
             return np.fromiter(map(self.threads.__getitem__, map(_TID, events)), np.int64, n)
 
     def add_loose(self, raw: list[Any]) -> None:
-        """Events that do not fit the typed decoder (odd types): convert field by field."""
-        typed: list[_Event] = []
+        """Events that do not fit the typed decoder (odd types, a phase it does not list, no
+        phase): convert field by field; an event of another phase than ``X`` is dropped, as
+        the typed decoder drops it."""
+        typed: list[_LooseEvent] = []
         for item in raw:
             if not isinstance(item, dict):
                 self.skipped += 1
                 continue
+            phase = item.get("ph", "X")
+            if type(phase) is str and phase != "X":
+                continue
             try:
-                typed.append(msgspec.convert(item, _Event, strict=False))
+                typed.append(msgspec.convert(item, _LooseEvent, strict=False))
             except msgspec.ValidationError:
                 self.skipped += 1
         self.add(typed)
@@ -253,13 +304,13 @@ class EventColumns:
 
     def consume(self, events: list[Any]) -> None:
         """Add a decoded block."""
-        if events and not isinstance(events[0], _Event):
+        if events and not isinstance(events[0], msgspec.Struct):  # a typed block: structs
             self.add_loose(events)
         else:
             self.add(events)
 
     def table(self) -> EventTable:
-        dtypes = (np.int8, np.int32, np.int64, np.float64, np.float64, np.int64, np.int64, np.int32)
+        dtypes = (np.int8, np.int32, np.int64, np.float64, np.float64, np.int64, np.int32)
         columns = [
             np.concatenate([c[i] for c in self.chunks]) if self.chunks else np.zeros(0, dtype)
             for i, dtype in enumerate(dtypes)
@@ -272,8 +323,7 @@ class EventColumns:
             ts_us=columns[3],
             dur_us=columns[4],
             correlation=columns[5],
-            external_id=columns[6],
-            group=columns[7],
+            group=columns[6],
             names=tuple(self.names),
             groups=self.groups.names(),
         )

@@ -15,23 +15,24 @@ DuckDB file), so no request pays the start-up.
 from __future__ import annotations
 
 import io
-import multiprocessing
 import os
+import pickle
 import shutil
 import struct
 import tarfile
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from hpcscope.analysis.traces.kernel_classes import ClassTable
 from hpcscope.analysis.traces.rank_timeline import RankTimeline, rank_timeline
 from hpcscope.ingest.compressed import DEFLATE_ERRORS, gunzip_bytes
 from hpcscope.ingest.traces.kineto import TraceError, read_kineto
 from hpcscope.model.errors import SourceError
+
+if TYPE_CHECKING:  # the pool's modules load when a pool is used (~15 ms of a small run)
+    from concurrent.futures import Executor
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
@@ -260,6 +261,10 @@ def parse_ranks(
         )
         results = _with_fork_helper(items, progress) if helper else _in_process(items, progress)
     else:
+        import multiprocessing
+        import tempfile
+        from concurrent.futures import ProcessPoolExecutor
+
         with tempfile.TemporaryDirectory(prefix="hpcscope-members-") as tmp:
             files = _extract_members(items, Path(tmp))
             if executor is not None:
@@ -362,28 +367,33 @@ def _with_fork_helper(
         return out
 
     mine, theirs = list(range(0, len(items), 2)), list(range(1, len(items), 2))
-    # IPC with our own child, as a process pool does (never used for files from users)
-    receiver, sender = multiprocessing.Pipe(duplex=False)
+    # IPC with our own child, as a process pool does (never used for files from users); a
+    # plain pipe and pickle: multiprocessing's Pipe would import its connection module and
+    # what it pulls in (~5 ms of a small run's start-up)
+    receiver, sender = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child; its results are checked in the parent
         code = 1
         try:
-            receiver.close()
-            sender.send(parse(theirs))
-            sender.close()
+            os.close(receiver)
+            with open(sender, "wb") as out:
+                pickle.dump(parse(theirs), out, protocol=pickle.HIGHEST_PROTOCOL)
             code = 0
         finally:
             os._exit(code)
-    sender.close()
+    os.close(sender)
     results: dict[int, RankTimeline | _ErrorTuple] = dict(zip(mine, parse(mine), strict=True))
-    try:
-        received: list[RankTimeline | _ErrorTuple] | None = receiver.recv()
-    except (EOFError, OSError):
-        received = None
-    finally:
-        receiver.close()
+    with open(receiver, "rb") as incoming:
+        try:
+            data = incoming.read()
+        except OSError:
+            data = b""
     _, status = os.waitpid(pid, 0)
-    if status != 0 or received is None or len(received) != len(theirs):
+    # only a child that exited 0 wrote its whole pickle
+    received: list[RankTimeline | _ErrorTuple] | None = (
+        pickle.loads(data) if status == 0 and data else None  # our own child's results
+    )
+    if received is None or len(received) != len(theirs):
         received = parse(theirs)
     results.update(zip(theirs, received, strict=True))
     if progress:

@@ -10,17 +10,23 @@ A file that is valid loads without pydantic, with libyaml composing it once
 (:func:`_accepted`: every check of the pydantic model below, on plain values); anything else is
 read again as before, by PyYAML's own loader and the model, whose messages name the problem.
 ``traces analyze`` loads the bundled table on every run: this keeps pydantic and the
-pure-Python YAML parser out of its start-up (``docs/benchmarks.md``).
+pure-Python YAML parser out of its start-up (``docs/benchmarks.md``). The bundled table's
+rules, once accepted, are also kept in the user's cache directory (``$XDG_CACHE_HOME`` or
+``~/.cache``, ``hpcscope/``) as marshal data together with the file's text: a run whose
+bundled file has that same text reads them back without importing PyYAML at all (~20 ms of
+a small run's start-up); anything else about the cache (missing, unreadable, another text,
+another format) reads the YAML as before.
 """
 
 from __future__ import annotations
 
+import marshal
+import os
 import re
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from hpcscope.analysis.traces.kernel_classes import (
     DIMENSIONS,
@@ -31,8 +37,6 @@ from hpcscope.analysis.traces.kernel_classes import (
     ClassTable,
 )
 from hpcscope.model.errors import SourceError
-from hpcscope.service.yaml_lines import compose_and_load, validation_failure
-from hpcscope.service.yaml_lines import line_of as _line_of
 
 FILE_SCHEMA = "hpcscope.kernel-classes/1"
 
@@ -44,8 +48,11 @@ class ClassFileError(SourceError):
 #: The keys of an entry, and those it must have.
 _RULE_KEYS = frozenset({"match", "events", "op", "dimension", "role", "library"})
 _REQUIRED_KEYS = frozenset({"match", "events", "op", "dimension"})
-#: libyaml's loader when PyYAML was built with it (the same nodes and values, ~10x faster).
-_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", None)
+#: The name of libyaml's loader in PyYAML, used when PyYAML was built with it (the same nodes
+#: and values, ~10x faster); None: always the pure-Python loader and the model.
+_FAST_LOADER: Any = "CSafeLoader"
+#: Version of the cached form of the bundled table (see the module docstring).
+_CACHE_FORMAT = "hpcscope.kernel-classes.cache/1"
 
 
 def _accepted(text: str, source: str) -> tuple[ClassRule, ...] | None:
@@ -53,8 +60,15 @@ def _accepted(text: str, source: str) -> tuple[ClassRule, ...] | None:
     slow path then says what)."""
     if _FAST_LOADER is None:
         return None
+    import yaml
+
+    from hpcscope.service.yaml_lines import line_of
+
+    loader = getattr(yaml, _FAST_LOADER, None)
+    if loader is None:
+        return None
     try:
-        node = yaml.compose(text, Loader=_FAST_LOADER)
+        node = yaml.compose(text, Loader=loader)
     except yaml.YAMLError:
         return None
     if node is None:
@@ -92,7 +106,7 @@ def _accepted(text: str, source: str) -> tuple[ClassRule, ...] | None:
                 dimension=values["dimension"],
                 role=values["role"],
                 library=values["library"],
-                source=f"{source}:{_line_of(node, ['rules', i])}",
+                source=f"{source}:{line_of(node, ['rules', i])}",
             )
         )
     return tuple(rules)
@@ -111,27 +125,33 @@ def bundled_classes_file() -> Path:
     raise FileNotFoundError("no bundled kernel class table")
 
 
-def load_class_file(path: Path) -> tuple[ClassRule, ...]:
-    """Load and validate one class file.
-
-    Raises:
-        ClassFileError: unreadable, not YAML, or an invalid entry (file, line, field named).
-    """
+def _read_text(path: Path) -> str:
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ClassFileError(f"cannot read: {exc.strerror or exc}", source=source) from None
     except UnicodeDecodeError as exc:
         raise ClassFileError(
             f"not UTF-8 text (byte {exc.start}: {exc.reason})", source=source
         ) from None
+
+
+def load_class_file(path: Path, text: str | None = None) -> tuple[ClassRule, ...]:
+    """Load and validate one class file (``text``: its content, when already read).
+
+    Raises:
+        ClassFileError: unreadable, not YAML, or an invalid entry (file, line, field named).
+    """
+    source = str(path)
+    text = _read_text(path) if text is None else text
     fast = _accepted(text, source)
     if fast is not None:
         return fast
     from pydantic import ValidationError
 
     from hpcscope.service.traces.class_file_model import ClassFile
+    from hpcscope.service.yaml_lines import compose_and_load, line_of, validation_failure
 
     node, raw = compose_and_load(text, source=source, error=ClassFileError)
     try:
@@ -146,7 +166,7 @@ def load_class_file(path: Path) -> tuple[ClassRule, ...]:
             dimension=r.dimension,
             role=r.role,
             library=r.library,
-            source=f"{source}:{_line_of(node, ['rules', i])}",
+            source=f"{source}:{line_of(node, ['rules', i])}",
         )
         for i, r in enumerate(parsed.rules)
     )
@@ -159,6 +179,98 @@ def load_class_table(site_files: Iterable[Path] = ()) -> ClassTable:
         ClassFileError: a file that cannot be used.
     """
     rules: list[ClassRule] = []
-    for path in (*site_files, bundled_classes_file()):
+    for path in site_files:
         rules.extend(load_class_file(Path(path)))
+    rules.extend(_bundled_rules(bundled_classes_file()))
     return ClassTable(tuple(rules))
+
+
+def _cache_file(source: str, text: str) -> Path | None:
+    """Where the cached rules of this file and text would be; None without a home."""
+    try:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    except RuntimeError:  # no home directory to expand
+        return None
+    key = zlib.crc32(f"{source}\0{text}".encode())  # the text itself is compared on load
+    return base / "hpcscope" / f"kernel-classes-{key:08x}.marshal"
+
+
+def _bundled_rules(path: Path) -> tuple[ClassRule, ...]:
+    """The bundled file's rules: from the cache when it holds this file's text, else read
+    (and cached when the file is accepted as it is)."""
+    source, text = str(path), _read_text(path)
+    cache = _cache_file(source, text)
+    if cache is not None:
+        cached = _from_cache(cache, source, text)
+        if cached is not None:
+            return cached
+    rules = _accepted(text, source)
+    if rules is None:
+        return load_class_file(path, text)
+    if cache is not None:
+        _to_cache(cache, source, text, rules)
+    return rules
+
+
+_FIELDS = 7
+
+
+def _from_cache(cache: Path, source: str, text: str) -> tuple[ClassRule, ...] | None:
+    try:
+        data = cache.read_bytes()
+    except OSError:
+        return None
+    try:
+        # written by _to_cache for this user only (their cache directory); any other shape
+        # is ignored
+        loaded = marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        return None
+    if not (
+        type(loaded) is tuple
+        and len(loaded) == 4
+        and loaded[:3] == (_CACHE_FORMAT, source, text)
+        and type(loaded[3]) is tuple
+    ):
+        return None
+    rules = []
+    for entry in loaded[3]:
+        if not (
+            type(entry) is tuple
+            and len(entry) == _FIELDS
+            and all(type(value) is str for value in entry)
+        ):
+            return None
+        pattern, events, op, dimension, role, library, where = entry
+        if events not in EVENTS or op not in OPS or dimension not in DIMENSIONS:
+            return None
+        if role not in ROLES:
+            return None
+        rules.append(
+            ClassRule(
+                pattern=pattern,
+                events=events,
+                op=op,
+                dimension=dimension,
+                role=role,
+                library=library,
+                source=where,
+            )
+        )
+    return tuple(rules)
+
+
+def _to_cache(cache: Path, source: str, text: str, rules: tuple[ClassRule, ...]) -> None:
+    entries = tuple(
+        (r.pattern, r.events, r.op, r.dimension, r.role, r.library, r.source) for r in rules
+    )
+    temporary = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_bytes(marshal.dumps((_CACHE_FORMAT, source, text, entries)))
+        os.replace(temporary, cache)  # a reader sees the old file or the whole new one
+    except OSError:
+        try:
+            temporary.unlink(missing_ok=True)
+        except OSError:
+            pass

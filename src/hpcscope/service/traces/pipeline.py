@@ -6,11 +6,10 @@ as the documented JSON contract (``docs/traces.md``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcscope.analysis.traces.arrays import median as median_of
 from hpcscope.analysis.traces.comm_phases import ClassPhases
@@ -28,6 +27,9 @@ from hpcscope.service.traces.comm_report import (
     comm_phases,
 )
 from hpcscope.service.traces.inputs import TraceInput, find_traces, parse_ranks
+
+if TYPE_CHECKING:  # a server passes its pool; the command line imports no pool module
+    from concurrent.futures import Executor
 
 SCHEMA = "hpcscope.traces.analysis/1"
 
