@@ -88,3 +88,21 @@ def test_a_servers_pool_gives_the_same_document() -> None:
     with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
         pooled = json.dumps(to_json(analyze([PARAM], executor=pool)), sort_keys=True)
     assert pooled == _doc(PARAM, workers=1)
+
+
+def test_the_fork_helpers_pipe_gives_back_each_rank_and_error_exactly() -> None:
+    """What the forked child sends (a summary per rank, the tuple per error) decodes to the
+    same reductions: nothing falls back to parsing again in the parent."""
+    from hpcscope.analysis.traces.rank_summary import encode_summary, summarize
+
+    items = find_traces([HTA_2RANK])
+    parsed = [trace_inputs.parse_one(item) for item in items]
+    error = ("bad JSON", "rank9.json", 3, 14)
+    sent = [*parsed, error]
+    back = trace_inputs._decode_results(trace_inputs._encode_results(sent))
+    assert back is not None and len(back) == len(sent)
+    for mine, theirs in zip(parsed, back[:-1], strict=True):
+        assert not isinstance(mine, tuple) and not isinstance(theirs, tuple)
+        assert encode_summary(summarize(theirs)) == encode_summary(summarize(mine))
+    assert back[-1] == error
+    assert trace_inputs._decode_results(b"\x93not msgpack") is None

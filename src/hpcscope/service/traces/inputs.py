@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import os
-import pickle
 import shutil
 import struct
 import tarfile
@@ -367,9 +366,10 @@ def _with_fork_helper(
         return out
 
     mine, theirs = list(range(0, len(items), 2)), list(range(1, len(items), 2))
-    # IPC with our own child, as a process pool does (never used for files from users); a
-    # plain pipe and pickle: multiprocessing's Pipe would import its connection module and
-    # what it pulls in (~5 ms of a small run's start-up)
+    # a plain pipe (multiprocessing's Pipe would import its connection module and what it
+    # pulls in, ~5 ms of a small run's start-up) carrying the ranks' versioned summaries
+    # (msgpack, typed on decode: no unpickling in src/, tests/ingest/nccl), which give the
+    # reduction back exactly (:func:`~hpcscope.analysis.traces.rank_summary.to_timeline`)
     receiver, sender = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child; its results are checked in the parent
@@ -377,7 +377,7 @@ def _with_fork_helper(
         try:
             os.close(receiver)
             with open(sender, "wb") as out:
-                pickle.dump(parse(theirs), out, protocol=pickle.HIGHEST_PROTOCOL)
+                out.write(_encode_results(parse(theirs)))
             code = 0
         finally:
             os._exit(code)
@@ -389,16 +389,56 @@ def _with_fork_helper(
         except OSError:
             data = b""
     _, status = os.waitpid(pid, 0)
-    # only a child that exited 0 wrote its whole pickle
-    received: list[RankTimeline | _ErrorTuple] | None = (
-        pickle.loads(data) if status == 0 and data else None  # our own child's results
-    )
+    # only a child that exited 0 wrote all its results
+    received = _decode_results(data) if status == 0 and data else None
     if received is None or len(received) != len(theirs):
         received = parse(theirs)
     results.update(zip(theirs, received, strict=True))
     if progress:
         progress(len(items), len(items))
     return [results[i] for i in range(len(items))]
+
+
+def _encode_results(results: Sequence[RankTimeline | _ErrorTuple]) -> bytes:
+    """The child's results for the pipe: a summary per parsed rank, the tuple per error."""
+    import msgspec
+
+    from hpcscope.analysis.traces.rank_summary import encode_summary, summarize
+
+    return msgspec.msgpack.encode(
+        [
+            ("rank", encode_summary(summarize(r)))
+            if isinstance(r, RankTimeline)
+            else ("error", list(r))
+            for r in results
+        ]
+    )
+
+
+def _decode_results(data: bytes) -> list[RankTimeline | _ErrorTuple] | None:
+    """What :func:`_encode_results` wrote; None when it cannot be read (parse here instead)."""
+    import msgspec
+
+    from hpcscope.analysis.traces.rank_summary import decode_summary, to_timeline
+
+    try:
+        rows = msgspec.msgpack.decode(data, type=list[tuple[str, bytes | list[str | int | None]]])
+        out: list[RankTimeline | _ErrorTuple] = []
+        for kind, payload in rows:
+            if kind == "rank" and isinstance(payload, bytes):
+                out.append(to_timeline(decode_summary(payload, source="fork helper")))
+            elif kind == "error" and isinstance(payload, list) and len(payload) == 4:
+                message, source, line, column = payload
+                out.append((str(message), str(source), _opt_int(line), _opt_int(column)))
+            else:
+                return None
+        return out
+    except (msgspec.DecodeError, msgspec.ValidationError, SourceError):
+        return None
+
+
+def _opt_int(value: object) -> int | None:
+    return value if isinstance(value, int) else None
 
 
 def _read_members(items: Sequence[TraceInput]) -> dict[int, bytes | _ErrorTuple]:
