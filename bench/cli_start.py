@@ -15,6 +15,7 @@ alternating with this tree's. Medians are printed; the last line is one JSON obj
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import re
@@ -90,6 +91,11 @@ def main() -> None:
     trees = {"this": ROOT / "src"}
     if args.baseline_src is not None:
         trees["baseline"] = args.baseline_src.resolve()
+    # bytecode written first, as installing a package does: with PYTHONDONTWRITEBYTECODE set
+    # (or a fresh checkout) every timed process would compile the modules it imports
+    # (bench/traces_whole_process.py does the same)
+    for src in trees.values():
+        compileall.compile_dir(str(src / "hpcscope"), quiet=1)
     samples: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     anchor: list[tuple[float, float, float]] = []
     for _ in range(args.runs):
