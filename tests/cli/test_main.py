@@ -205,3 +205,21 @@ def test_an_ordinary_traces_command_line_imports_no_typer(name: str, tmp_path: P
     # nor logging: the fast path runs before logging is configured (hpcscope.cli.main)
     chains = importer_chains(result.stderr, ("typer", "click", "pydantic", "numpy.ma", "logging"))
     assert not chains, f"`hpcscope traces {name}` imports:\n" + "\n".join(chains[:5])
+
+
+@pytest.mark.parametrize("args", [["version"], ["version", "--json"]])
+def test_version_prints_what_the_typer_command_prints_without_typer(args: list[str]) -> None:
+    env = dict(os.environ, PYTHONPATH=str(Path(hpcscope.__file__).parents[1]))
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "hpcscope", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not importer_chains(result.stderr, ("typer", "click", "pydantic"))
+    typer_path = CliRunner().invoke(app, args)
+    assert typer_path.exit_code == 0
+    assert result.stdout == typer_path.output

@@ -128,6 +128,16 @@ def main() -> None:
 
             print_help(HELP, listing)
         return
+    if sys.argv[1:] in (["version"], ["version", "--json"]):  # without Typer: ~0.3 s of CPU
+        from hpcscope import __version__
+
+        if sys.argv[2:]:
+            from hpcscope.cli.output import print_json
+
+            print_json({"version": __version__})
+        else:
+            print(f"hpcscope {__version__}")
+        return
     from hpcscope.cli.fast_path import run
 
     # `traces analyze` and `traces merge` without Typer, and before logging is configured:
