@@ -26,46 +26,25 @@ import re
 import sys
 from pathlib import Path
 
+from tests.support.plain_intervals import length, overlap, union
+
 from hpcscope.service.traces.pipeline import analyze, to_json
 
 _EP = re.compile(r"dpsk::ep::|deep_ep::")
 _GPU = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 
-def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for start, end in sorted(spans):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
-
-
-def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    i = j = 0
-    total = 0.0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        total += max(0.0, hi - lo)
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def truth(path: Path) -> dict[str, float]:
     """The expert all-to-all's time and hidden share from the trace's intervals (seconds)."""
     events = json.loads(path.read_bytes())["traceEvents"]
     gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in _GPU]
-    ep = _union([(e["ts"], e["ts"] + e["dur"]) for e in gpu if _EP.search(e["name"])])
-    rest = _union([(e["ts"], e["ts"] + e["dur"]) for e in gpu if not _EP.search(e["name"])])
-    ep_us = sum(end - start for start, end in ep)
-    busy_us = sum(end - start for start, end in _union([*ep, *rest]))
+    ep = union([(e["ts"], e["ts"] + e["dur"]) for e in gpu if _EP.search(e["name"])])
+    rest = union([(e["ts"], e["ts"] + e["dur"]) for e in gpu if not _EP.search(e["name"])])
+    ep_us = length(ep)
+    busy_us = length(union([*ep, *rest]))
     return {
         "seconds": ep_us / 1e6,
-        "hidden_ratio": _overlap(ep, rest) / ep_us if ep_us else 0.0,
+        "hidden_ratio": overlap(ep, rest) / ep_us if ep_us else 0.0,
         "share_of_gpu_busy": ep_us / busy_us if busy_us else 0.0,
     }
 

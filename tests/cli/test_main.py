@@ -53,6 +53,19 @@ CLIENT_COMMANDS = {
 }
 
 
+def _importtime(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``hpcscope ARGS`` in a fresh process under ``-X importtime`` (the import log on stderr)."""
+    env = dict(os.environ, PYTHONPATH=str(Path(hpcscope.__file__).parents[1]), COLUMNS="100")
+    return subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "hpcscope", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
 def _first_paragraph(text: str | None) -> str:
     return " ".join((text or "").split("\n\n")[0].split())
 
@@ -143,15 +156,7 @@ def test_importer_chains_name_the_importers() -> None:
 
 @pytest.mark.parametrize("name", list(CLIENT_COMMANDS))
 def test_a_client_command_imports_no_web_framework_store_or_twin(name: str) -> None:
-    env = dict(os.environ, PYTHONPATH=str(Path(hpcscope.__file__).parents[1]), COLUMNS="100")
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "hpcscope", *CLIENT_COMMANDS[name]],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    result = _importtime(CLIENT_COMMANDS[name])
     assert result.returncode in (0, 1), result.stderr[-2000:]  # 1: no server for jobs/job
     assert "Traceback" not in result.stderr
     chains = importer_chains(result.stderr, FORBIDDEN)
@@ -168,15 +173,7 @@ JSON_COMMANDS = ("version", "traces analyze", "jobs", "slo", "alerts", "chargeba
 def test_a_json_client_command_imports_no_rich(name: str) -> None:
     args = CLIENT_COMMANDS[name]
     assert "--json" in args
-    env = dict(os.environ, PYTHONPATH=str(Path(hpcscope.__file__).parents[1]), COLUMNS="100")
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "hpcscope", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    result = _importtime(args)
     assert result.returncode in (0, 1), result.stderr[-2000:]
     chains = importer_chains(result.stderr, ("rich",))
     assert not chains, f"`hpcscope {' '.join(args)}` imports:\n" + "\n".join(chains[:5])
@@ -192,15 +189,7 @@ def test_an_ordinary_traces_command_line_imports_no_typer(name: str, tmp_path: P
         )
         assert summarized.exit_code == 0, summarized.output
         paths = [str(tmp_path)]
-    env = dict(os.environ, PYTHONPATH=str(Path(hpcscope.__file__).parents[1]), COLUMNS="100")
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "hpcscope", "traces", name, *paths, "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    result = _importtime(["traces", name, *paths, "--json"])
     assert result.returncode == 0, result.stderr[-2000:]
     # nor logging: the fast path runs before logging is configured (hpcscope.cli.main)
     chains = importer_chains(result.stderr, ("typer", "click", "pydantic", "numpy.ma", "logging"))
@@ -209,15 +198,7 @@ def test_an_ordinary_traces_command_line_imports_no_typer(name: str, tmp_path: P
 
 @pytest.mark.parametrize("args", [["version"], ["version", "--json"]])
 def test_version_prints_what_the_typer_command_prints_without_typer(args: list[str]) -> None:
-    env = dict(os.environ, PYTHONPATH=str(Path(hpcscope.__file__).parents[1]))
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "hpcscope", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    result = _importtime(args)
     assert result.returncode == 0, result.stderr[-2000:]
     assert not importer_chains(result.stderr, ("typer", "click", "pydantic"))
     typer_path = CliRunner().invoke(app, args)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hpcscope.analysis.simulate.expert_timeline import ExpertTimeline, expert_step_timeline
 from hpcscope.analysis.simulate.step_model import SimulationParameterError, StepModel, Straggler
 from hpcscope.analysis.simulate.step_timeline import Segment
+from tests.support.plain_intervals import overlap, union
 
 SEEDS = StepModel()  # data 2, forward 10, backward 20, optimizer 4 ms
 
@@ -37,26 +38,12 @@ def layout(
     )
 
 
-def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for start, end in sorted(spans):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
-
-
-def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    return sum(max(0.0, min(e1, e2) - max(s1, s2)) for s1, e1 in a for s2, e2 in b)
-
-
 def _hidden_from_intervals(segments: tuple[Segment, ...], comm: tuple[Segment, ...]) -> float:
     """The truth, from the intervals alone: second-stream time under the GEMMs."""
     gemm_phases = ("forward", "backward")
-    gemms = _union([(s.start_seconds, s.end_seconds) for s in segments if s.phase in gemm_phases])
-    transfers = _union([(s.start_seconds, s.end_seconds) for s in comm])
-    return _intersection(gemms, transfers)
+    gemms = union([(s.start_seconds, s.end_seconds) for s in segments if s.phase in gemm_phases])
+    transfers = union([(s.start_seconds, s.end_seconds) for s in comm])
+    return overlap(gemms, transfers)
 
 
 def test_overlapped_step_is_the_longer_of_gemm_and_all_to_all_per_layer() -> None:

@@ -20,12 +20,12 @@ import pytest
 
 from hpcscope.service.traces.pipeline import analyze, to_json
 from tests.support.comm_ranks import CommScenario, generate
+from tests.support.plain_intervals import Interval, length, union
 
 # serial: it measures real ranks sharing the 2 cores; `make test` runs it alone after the
 # parallel part (a second worker beside it skewed the timings: seen in a full run)
 pytestmark = [pytest.mark.torch, pytest.mark.serial]
 
-Interval = tuple[float, float]
 
 #: the slow rank's delay: 40 ms per step in each scenario, large against the contention of
 #: four ranks on a shared two-core machine (at 20 ms a loaded machine hid it in one run of 3)
@@ -51,20 +51,6 @@ def _analysis(path: Path, scenario: CommScenario) -> dict[str, Any]:
     return result
 
 
-def _union(spans: list[Interval]) -> list[Interval]:
-    out: list[Interval] = []
-    for lo, hi in sorted(s for s in spans if s[1] > s[0]):
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
-
-
-def _length(spans: list[Interval]) -> float:
-    return sum(hi - lo for lo, hi in spans)
-
-
 def _cut(a: list[Interval], b: list[Interval], keep_inside: bool) -> list[Interval]:
     """``a ∩ b`` (keep_inside) or ``a \\ b``, both unions."""
     points = sorted({p for s in a + b for p in s})
@@ -75,7 +61,7 @@ def _cut(a: list[Interval], b: list[Interval], keep_inside: bool) -> list[Interv
         in_b = any(x <= mid < y for x, y in b)
         if in_a and in_b == keep_inside:
             pieces.append((lo, hi))
-    return _union(pieces)
+    return union(pieces)
 
 
 def _truth(trace: Path, recv_only: bool = False) -> dict[str, float]:
@@ -96,16 +82,16 @@ def _truth(trace: Path, recv_only: bool = False) -> dict[str, float]:
                 recv.append(span)
         elif e.get("cat") == "cpu_op" and e["name"].startswith("aten::"):
             own[0].append(span)
-    compute = _union(
-        [s for ops, mine in by_thread.values() for s in _cut(_union(ops), _union(mine), False)]
+    compute = union(
+        [s for ops, mine in by_thread.values() for s in _cut(union(ops), union(mine), False)]
     )
-    window = _union(steps)
-    comm_in = _cut(_union(comm), window, True)
-    recv_in = _cut(_union(recv), window, True)
+    window = union(steps)
+    comm_in = _cut(union(comm), window, True)
+    recv_in = _cut(union(recv), window, True)
     return {
-        "seconds": _length(comm_in) / 1e6,
-        "hidden": _length(_cut(comm_in, compute, True)) / 1e6,
-        "bubble": _length(_cut(recv_in, compute, False)) / 1e6,
+        "seconds": length(comm_in) / 1e6,
+        "hidden": length(_cut(comm_in, compute, True)) / 1e6,
+        "bubble": length(_cut(recv_in, compute, False)) / 1e6,
     }
 
 

@@ -47,17 +47,6 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
 _NO_ARGS = _Args()
 
 
-class _Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
-    """A complete event: the only phase that carries ``dur``, so the only one kept."""
-
-    cat: str = ""
-    name: str = ""
-    tid: int | str = 0
-    ts: float = 0.0
-    dur: float = -1.0
-    args: _Args | None = _NO_ARGS
-
-
 class _LooseEvent(msgspec.Struct, gc=False):
     """An event converted field by field (:meth:`EventColumns.add_loose`), whatever its ``ph``
     says: the duration test decides, as for a typed block."""
@@ -68,6 +57,11 @@ class _LooseEvent(msgspec.Struct, gc=False):
     ts: float = 0.0
     dur: float = -1.0
     args: _Args | None = _NO_ARGS
+
+
+class _Event(_LooseEvent, tag_field="ph", tag="X"):
+    """A complete event: the only phase that carries ``dur``, so the only one kept (the same
+    fields, tagged for the decoder's union)."""
 
 
 #: Every other phase of the Chrome trace format (instant, counter, flow, async, object,
