@@ -121,6 +121,8 @@ class CountSketch:
     ) -> tuple[Any, Any]:  # fmt: skip
         import torch
 
+        if not flat.is_cuda and flat.dtype in (torch.float32, torch.float64):
+            return self._pass_numpy(index, flat, start, stop, sum_squares, divide_by)
         k = self.k
         signs = self.signs(index, flat)
         body = (stop - start) // k * k
@@ -158,3 +160,54 @@ class CountSketch:
             elif divide_by is not None:
                 tail.div_(divide_by)
         return sums.sum(0), (squares.sum() if squares is not None else None)
+
+    def _pass_numpy(
+        self, index: int, flat: Any, start: int, stop: int, sum_squares: bool,
+        divide_by: int | None,
+    ) -> tuple[Any, Any]:  # fmt: skip
+        """:meth:`_pass` on a CPU tensor through NumPy views of the same memory: NumPy's
+        ``einsum("ij,ij->j")`` multiplies and sums the rows in one loop (PyTorch needs a
+        multiply into a scratch buffer, then a row sum), and each NumPy call costs about a
+        microsecond against several for a PyTorch op. On a cold 1 M-element bucket here: 1.3-1.4
+        ms for the measuring pass against 2.4 ms, 0.6 ms for a 650 K witness part against 1.2
+        ms in the ranks. Same signs, same rows, same division (IEEE, so the sent buffer is the
+        same to the bit); the sums differ from the PyTorch path's by float rounding only."""
+        import numpy as np
+        import torch
+
+        k = self.k
+        values = flat.detach().numpy()
+        signs = self.signs(index, flat).numpy()
+        body = (stop - start) // k * k
+        chunk = min(body, self.chunk) if sum_squares or divide_by is not None else body
+        sums = np.zeros(k, dtype=values.dtype)
+        squares = values.dtype.type(0)
+        reciprocal = (
+            values.dtype.type(1.0 / divide_by)
+            if divide_by and divide_by & (divide_by - 1) == 0
+            else None
+        )
+        with np.errstate(over="ignore", invalid="ignore"):  # an Inf/NaN is reported, not raised
+            for first in range(start, start + body, chunk or 1):
+                last = min(first + chunk, start + body)
+                part = values[first:last]
+                sums += np.einsum("ij,ij->j", part.reshape(-1, k), signs[first:last].reshape(-1, k))
+                if sum_squares:
+                    squares += np.dot(part, part)
+                if reciprocal is not None:
+                    np.multiply(part, reciprocal, out=part)
+                elif divide_by is not None:
+                    np.divide(part, divide_by, out=part)
+            tail = values[start + body : stop]
+            if tail.size:
+                sums[: tail.size] += tail * signs[start + body : stop]
+                if sum_squares:
+                    squares += np.dot(tail, tail)
+                if reciprocal is not None:
+                    np.multiply(tail, reciprocal, out=tail)
+                elif divide_by is not None:
+                    np.divide(tail, divide_by, out=tail)
+        return (
+            torch.from_numpy(sums),
+            torch.from_numpy(np.asarray(squares, dtype=values.dtype)) if sum_squares else None,
+        )
