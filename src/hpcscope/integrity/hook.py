@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hpcscope.integrity.sketch import CountSketch, job_seed
+from hpcscope.integrity.sketch import CountSketch, job_seed, on_host
 from hpcscope.model.integrity import (
     DEFAULT_SKETCH_DIM,
     FORMAT,
@@ -95,8 +95,9 @@ def comm_hook(fn: F) -> F:
 class Observation:
     """What a rank reports about one bucket before sending it.
 
-    ``norm``, ``nonfinite`` and ``sketch`` are tensors on the bucket's device: they are read
-    back only when the AllReduce has completed, so a GPU rank does not stall its stream.
+    ``norm``, ``nonfinite`` and ``sketch`` of a GPU bucket are tensors on its device: they are
+    read back only when the AllReduce has completed, so a GPU rank does not stall its stream.
+    Of a CPU bucket they are host values (float, int, NumPy array).
     """
 
     step: int
@@ -105,6 +106,22 @@ class Observation:
     norm: Any
     nonfinite: Any
     sketch: Any
+
+
+def _careful_norm(tensor: Any) -> Any:
+    """PyTorch's scaled L2 norm (a 0-d tensor): right where a plain sum of squares overflows."""
+    import torch
+
+    with torch.no_grad():
+        return torch.linalg.vector_norm(tensor)
+
+
+def _nonfinite_count(tensor: Any) -> Any:
+    """NaN and Inf elements of ``tensor`` (a 0-d tensor)."""
+    import torch
+
+    with torch.no_grad():
+        return (~torch.isfinite(tensor)).sum()
 
 
 def _env_int(name: str, default: int) -> int:
@@ -176,6 +193,7 @@ class IntegrityHook:
         self._step = 0
         self._observed = 0  # buckets observed in the current step
         self._pending: dict[int, dict[str, Any]] = {}
+        self._allreduce_options: Any = None
 
     # ------------------------------------------------------------------ the parts
 
@@ -188,6 +206,14 @@ class IntegrityHook:
     def _observe(self, bucket: Any, tensor: Any, divide_by: int | None) -> Observation:
         """:meth:`observe`; with ``divide_by``, also divide ``tensor`` by it in place, in the
         same pass (see :meth:`CountSketch.measure`)."""
+        if on_host(tensor):  # a CPU rank: NumPy values, no PyTorch op on small tensors
+            sketch, squares = self.sketcher.host_measure(bucket.index(), tensor, divide_by)
+            norm: Any = math.sqrt(squares)
+            nonfinite: Any = 0
+            if not math.isfinite(norm):  # the careful norm and the count, as below
+                norm = float(_careful_norm(tensor)) * (divide_by or 1)
+                nonfinite = int(_nonfinite_count(tensor))
+            return self._observed_bucket(bucket, tensor, norm, nonfinite, sketch)
         import torch
 
         with torch.no_grad():
@@ -198,13 +224,19 @@ class IntegrityHook:
             sketch, squares = self.sketcher.measure(bucket.index(), tensor, divide_by)
             norm = squares.sqrt()
             if tensor.is_cuda:  # counted on the device, read back later: no sync here
-                nonfinite: Any = (~torch.isfinite(tensor)).sum()
+                nonfinite = (~torch.isfinite(tensor)).sum()
             else:  # on the CPU reading the norm is free, and a finite norm means no NaN/Inf
                 value = float(norm)
                 nonfinite = 0
                 if not math.isfinite(value):
-                    norm = torch.linalg.vector_norm(tensor) * (divide_by or 1)
-                    nonfinite = int((~torch.isfinite(tensor)).sum())
+                    norm = _careful_norm(tensor) * (divide_by or 1)
+                    nonfinite = int(_nonfinite_count(tensor))
+        return self._observed_bucket(bucket, tensor, norm, nonfinite, sketch)
+
+    def _observed_bucket(
+        self, bucket: Any, tensor: Any, norm: Any, nonfinite: Any, sketch: Any
+    ) -> Observation:
+        """Count the bucket into its step (the step advances on its last bucket)."""
         with self._lock:
             step = self._step
             entry = self._pending.setdefault(step, {"buckets": [], "expected": None})
@@ -236,10 +268,12 @@ class IntegrityHook:
             if isinstance(averaged, list):  # the AllReduce's own future: its tensors
                 averaged = averaged[0]
             parts: list[dict[str, Any]] = []
+            host = on_host(averaged)
             with torch.no_grad():
                 for index in slices:
                     start, stop = slice_bounds(observation.numel, self.sketcher.k, of, index)
-                    sketch = self.sketcher.part(observation.index, averaged, start, stop)
+                    measure = self.sketcher.host_part if host else self.sketcher.part
+                    sketch = measure(observation.index, averaged, start, stop)
                     parts.append({"slice": index, "of": of, "sketch": sketch.tolist()})
             self._complete(observation, parts)
             return averaged
@@ -257,7 +291,15 @@ class IntegrityHook:
             raise RuntimeError("the integrity hook needs torch.distributed initialised")
         buffer = bucket.buffer()
         observation = self._observe(bucket, buffer, group.size())
-        work = dist.all_reduce(buffer, group=group, async_op=True)
+        if self._allreduce_options is None:
+            options = dist.AllreduceOptions()
+            options.reduceOp = dist.ReduceOp.SUM  # type: ignore[assignment]  # torch's stub
+            options.asyncOp = True
+            self._allreduce_options = options
+        # the process group's own allreduce, what ``dist.all_reduce`` ends in after its
+        # checks (a real tensor, a group this rank is in, no coalescing context: all true of
+        # a DDP bucket in its comm hook), without its Python wrapper's cost per call
+        work = group.allreduce([buffer], self._allreduce_options)
         return self._then_record(work.get_future(), observation)
 
     def parameter_checksum(self) -> str | None:

@@ -68,6 +68,7 @@ class CountSketch:
         self.chunk = k * max(1, chunk_elements // k)
         self._signs: dict[tuple[int, int, str, str], Any] = {}
         self._scratch: dict[tuple[int, str, str], Any] = {}
+        self._host: dict[tuple[int, int, Any], Any] = {}  # NumPy views of the CPU signs
 
     def signs(self, index: int, flat: Any) -> Any:
         """The Rademacher signs of bucket ``index`` (cached), on ``flat``'s device and dtype."""
@@ -121,8 +122,13 @@ class CountSketch:
     ) -> tuple[Any, Any]:  # fmt: skip
         import torch
 
-        if not flat.is_cuda and flat.dtype in (torch.float32, torch.float64):
-            return self._pass_numpy(index, flat, start, stop, sum_squares, divide_by)
+        if on_host(flat):
+            host_sums, host_squares = self._host_pass(
+                index, flat, start, stop, sum_squares, divide_by
+            )
+            return torch.from_numpy(host_sums), (
+                torch.tensor(host_squares, dtype=flat.dtype) if sum_squares else None
+            )
         k = self.k
         signs = self.signs(index, flat)
         body = (stop - start) // k * k
@@ -161,10 +167,34 @@ class CountSketch:
                 tail.div_(divide_by)
         return sums.sum(0), (squares.sum() if squares is not None else None)
 
-    def _pass_numpy(
+    def host_measure(
+        self, index: int, flat: Any, divide_by: int | None = None
+    ) -> tuple[Any, float]:
+        """:meth:`measure` of a CPU tensor (:func:`on_host`) as host values: the sketch as a
+        NumPy array, the sum of squares as a float (what the hook records; a PyTorch op on a
+        0-d or 128-element tensor costs more than the arithmetic, ~15-50 us each on the
+        bench's loaded ranks)."""
+        return self._host_pass(index, flat, 0, int(flat.numel()), True, divide_by)
+
+    def host_part(self, index: int, flat: Any, start: int, stop: int) -> Any:
+        """:meth:`part` of a CPU tensor (:func:`on_host`), as a NumPy array."""
+        if start % self.k:
+            raise ValueError(
+                f"a part starts on a sketch row: {start} is not a multiple of {self.k}"
+            )
+        return self._host_pass(index, flat, start, stop, False, None)[0]
+
+    def _host_signs(self, index: int, flat: Any) -> Any:
+        key = (index, int(flat.numel()), flat.dtype)
+        signs = self._host.get(key)
+        if signs is None:
+            signs = self._host[key] = self.signs(index, flat).numpy()
+        return signs
+
+    def _host_pass(
         self, index: int, flat: Any, start: int, stop: int, sum_squares: bool,
         divide_by: int | None,
-    ) -> tuple[Any, Any]:  # fmt: skip
+    ) -> tuple[Any, float]:  # fmt: skip
         """:meth:`_pass` on a CPU tensor through NumPy views of the same memory: NumPy's
         ``einsum("ij,ij->j")`` multiplies and sums the rows in one loop (PyTorch needs a
         multiply into a scratch buffer, then a row sum), and each NumPy call costs about a
@@ -173,11 +203,10 @@ class CountSketch:
         ms in the ranks. Same signs, same rows, same division (IEEE, so the sent buffer is the
         same to the bit); the sums differ from the PyTorch path's by float rounding only."""
         import numpy as np
-        import torch
 
         k = self.k
         values = flat.detach().numpy()
-        signs = self.signs(index, flat).numpy()
+        signs = self._host_signs(index, flat)
         body = (stop - start) // k * k
         chunk = min(body, self.chunk) if sum_squares or divide_by is not None else body
         sums = np.zeros(k, dtype=values.dtype)
@@ -207,7 +236,12 @@ class CountSketch:
                     np.multiply(tail, reciprocal, out=tail)
                 elif divide_by is not None:
                     np.divide(tail, divide_by, out=tail)
-        return (
-            torch.from_numpy(sums),
-            torch.from_numpy(np.asarray(squares, dtype=values.dtype)) if sum_squares else None,
-        )
+        return sums, float(squares)
+
+
+def on_host(flat: Any) -> bool:
+    """Whether :class:`CountSketch`'s host methods take ``flat``: a CPU tensor of float32 or
+    float64 (NumPy has no bfloat16; a GPU tensor stays with PyTorch's ops on the device)."""
+    import torch
+
+    return not flat.is_cuda and flat.dtype in (torch.float32, torch.float64)
