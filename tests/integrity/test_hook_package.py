@@ -144,3 +144,58 @@ def test_sketch_preserves_cosines_approximately() -> None:
     # true cosine ~0.61; k = 128: standard error ~ (1 - cos^2) / sqrt(k) ~ 0.056
     assert sum(errors) / len(errors) < 0.07
     assert max(errors) < 0.2
+
+
+@pytest.mark.torch
+def test_a_bfloat16_bucket_takes_the_pytorch_pass_and_agrees() -> None:
+    import torch
+
+    from hpcscope.integrity import CountSketch
+
+    flat = torch.randn(5_000, generator=torch.Generator().manual_seed(9))
+    sketcher = CountSketch(11, 32, chunk_elements=700)
+    host_sent, torch_sent = flat.clone(), flat.to(torch.bfloat16)
+    host_sketch, host_squares = sketcher.host_measure(0, host_sent, 4)
+    sketch, squares = sketcher.measure(0, torch_sent, 4)  # NumPy has no bfloat16
+    assert sketch.dtype == torch.bfloat16
+    assert torch.allclose(sketch.double(), torch.from_numpy(host_sketch).double(), atol=0.5)
+    assert abs(float(squares) - host_squares) < 0.02 * host_squares
+    assert torch.equal(torch_sent, flat.to(torch.bfloat16).div_(4))
+    assert torch.equal(host_sent, flat.clone().div_(4))
+
+
+class _Bucket:
+    """The part of ``torch.distributed.GradBucket`` the hook reads (a fake)."""
+
+    def __init__(self, index: int, buffer: object, last: bool) -> None:
+        self._index, self._buffer, self._last = index, buffer, last
+
+    def buffer(self) -> object:
+        return self._buffer
+
+    def index(self) -> int:
+        return self._index
+
+    def is_last(self) -> bool:
+        return self._last
+
+
+@pytest.mark.torch
+def test_a_cpu_bucket_with_nan_and_inf_is_counted(tmp_path: Path) -> None:
+    import math
+
+    import torch
+
+    from hpcscope.integrity import IntegrityHook
+
+    hook = IntegrityHook(tmp_path, job_id="7", rank=0, world_size=4, seed=1, node="n", gpu=0)
+    flat = torch.ones(1_000)
+    flat[3], flat[500] = float("nan"), float("inf")
+    observation = hook._observe(_Bucket(0, flat, True), flat, 4)
+    assert observation.nonfinite == 2
+    assert math.isnan(observation.norm)
+    finite = torch.full((1_000,), 2.0)
+    observation = hook._observe(_Bucket(0, finite, True), finite, 4)
+    assert (observation.nonfinite, observation.norm) == (0, pytest.approx(2.0 * math.sqrt(1_000)))
+    assert observation.sketch.shape == (hook.sketcher.k,)
+    hook.close()
