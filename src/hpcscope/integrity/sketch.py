@@ -12,12 +12,13 @@ price: when a gradient's mass sits in a few positions the estimate is noisier th
 random hash.
 
 On the CPU the pass over a bucket before it is sent runs chunk by chunk
-(:data:`CHUNK_ELEMENTS`, :meth:`CountSketch.measure`): the signed product of a chunk goes to a
-small scratch buffer that stays in the core's cache and is summed from there, and the hook's
-other reads of the bucket (its sum of squares, the division by the world size before the
-AllReduce) happen on the same chunk while it is in cache, so the bucket is read from memory
-once instead of four times. A witness's part (:meth:`CountSketch.part`) is one multiply and
-one row sum over its range. On a GPU each is the same few kernels over the whole range.
+(:data:`CHUNK_ELEMENTS`, :meth:`CountSketch.host_measure`) on NumPy views of the tensor's
+memory: ``einsum("ij,ij->j")`` multiplies a chunk by its signs and sums its rows in one loop,
+then the chunk's sum of squares and the division by the world size before the AllReduce happen
+while it is still in cache, so the bucket is read from memory once instead of three times. A
+witness's part (:meth:`CountSketch.host_part`) is one ``einsum`` over its range. PyTorch's ops
+do the same on a GPU (a few kernels over the whole range) and for dtypes NumPy lacks
+(bfloat16), with a multiply into a per-thread scratch buffer and a row sum.
 
 Memory: one sign per parameter, cached per bucket, in the gradient's dtype (4 bytes per
 parameter in float32), and one scratch buffer per thread (a chunk, or the largest part or
