@@ -103,7 +103,7 @@ def _minus(a: Intervals, b: Intervals) -> Intervals:
     return merge(lo[keep], hi[keep])
 
 
-def _launch_rows(ev: EventTable) -> tuple[F64, npt.NDArray[np.int64]]:
+def launch_points(ev: EventTable) -> tuple[F64, npt.NDArray[np.int64]]:
     """For every event: the time and thread of the runtime call with its correlation id (its
     own start and thread when there is none)."""
     time = ev.ts_us.copy()
@@ -186,9 +186,11 @@ def comm_timeline(
     table: ClassTable,
     step_start_us: F64 | None = None,
     step_end_us: F64 | None = None,
+    launch: tuple[F64, npt.NDArray[np.int64]] | None = None,
 ) -> CommTimeline:
     """Classify one rank's events (see the module docstring); with the rank's CPU step
-    windows, a GPU rank's steps are also placed on the GPU (``step_windows_us``)."""
+    windows, a GPU rank's steps are also placed on the GPU (``step_windows_us``). ``launch``
+    is :func:`launch_points` of ``ev`` when the caller has it already."""
     names = ev.names
     kind = ev.kind
     gpu = (kind == EventKind.KERNEL) | (kind == EventKind.MEMCPY) | (kind == EventKind.MEMSET)
@@ -224,7 +226,7 @@ def comm_timeline(
     compute_rows = np.flatnonzero(row_code == 1)
     unknown_rows = np.flatnonzero(row_code == 0)
 
-    launch_time, launch_thread = _launch_rows(ev)
+    launch_time, launch_thread = launch_points(ev) if launch is None else launch
     by_class: dict[str, list[int]] = {}
     bubble_rows: list[int] = []
     enclosing = launchers.enclosing_each(launch_thread[transfer_rows], launch_time[transfer_rows])

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hpcscope.analysis.traces.arrays import codes_present, distinct, member_of
-from hpcscope.analysis.traces.comm_timeline import CommTimeline, comm_timeline
+from hpcscope.analysis.traces.comm_timeline import CommTimeline, comm_timeline, launch_points
 from hpcscope.analysis.traces.gpu_breakdown import GpuBreakdown, gpu_breakdown
 from hpcscope.analysis.traces.intervals import Intervals, clip, covers, hull, intersect, merge
 from hpcscope.analysis.traces.kernel_classes import ClassTable
@@ -312,7 +312,8 @@ def rank_timeline(trace: RankTrace, classes: ClassTable | None = None) -> RankTi
     kernel_names = _nccl_kernel_flags(names, codes_present(ev.name[gpu], len(names)))
     nccl = gpu & (kind == EventKind.KERNEL) & kernel_names[ev.name]
     compute = gpu & ~nccl
-    launch = _launch_times(ev)
+    launch_at = launch_points(ev)  # shared with the class reduction below: one search
+    launch = launch_at[0]
     gpu_compute: dict[str, Intervals] = {}
     if has_gpu:
         rows = np.flatnonzero(compute)
@@ -370,7 +371,9 @@ def rank_timeline(trace: RankTrace, classes: ClassTable | None = None) -> RankTi
         launch_gap_seconds=_launch_gaps(ev, gpu, launch, step_start, step_end),
         gpu_index=trace.gpu_index,
         epoch_offset_us=_epoch_offset(trace, ev),
-        comm=None if classes is None else comm_timeline(ev, classes, step_start, step_end),
+        comm=None
+        if classes is None
+        else comm_timeline(ev, classes, step_start, step_end, launch=launch_at),
     )
 
 
@@ -449,24 +452,6 @@ def _ordinals(step_index: I64, keys: I64) -> I64:
     new_run[1:] = (step_index[1:] != step_index[:-1]) | (keys[1:] != keys[:-1])
     run_start = np.maximum.accumulate(np.where(new_run, np.arange(n), 0))
     return (np.arange(n) - run_start).astype(np.int64)
-
-
-def _launch_times(ev: EventTable) -> F64:
-    """For every event, the CPU time of the runtime call with its correlation id (its own
-    start when there is none)."""
-    launch = ev.ts_us.copy()
-    runtime = np.flatnonzero((ev.kind == EventKind.RUNTIME) & (ev.correlation >= 0))
-    targets = np.flatnonzero((ev.kind != EventKind.RUNTIME) & (ev.correlation >= 0))
-    if runtime.shape[0] == 0 or targets.shape[0] == 0:
-        return launch
-    corr = ev.correlation[runtime]
-    order = np.argsort(corr, kind="stable")
-    corr, times = corr[order], ev.ts_us[runtime][order]
-    pos = np.searchsorted(corr, ev.correlation[targets])
-    pos_safe = np.clip(pos, 0, corr.shape[0] - 1)
-    found = corr[pos_safe] == ev.correlation[targets]
-    launch[targets[found]] = times[pos_safe[found]]
-    return launch
 
 
 def _phase_at(regions: dict[str, Intervals], points: F64) -> npt.NDArray[np.int64]:
