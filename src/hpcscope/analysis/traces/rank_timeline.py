@@ -325,13 +325,19 @@ def rank_timeline(trace: RankTrace, classes: ClassTable | None = None) -> RankTi
     # ---- collectives
     coll_rows = np.flatnonzero(nccl | cpu_coll)
     key_names: dict[str, int] = {}
-    keys = np.empty(coll_rows.shape[0], dtype=np.int64)
-    for i, row in enumerate(coll_rows):
+    # one label per distinct (name, process group), numbered in order of first appearance,
+    # as a loop over the rows numbers them (thousands of rows, a few dozen pairs)
+    pair = ev.name[coll_rows].astype(np.int64) * (len(ev.groups) + 1) + ev.group[coll_rows] + 1
+    _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    codes = np.empty(first.shape[0], dtype=np.int64)
+    for u in np.argsort(first, kind="stable").tolist():
+        row = int(coll_rows[first[u]])
         label = _collective_key(names[ev.name[row]])
-        group = ev.group[row]
+        group = int(ev.group[row])
         if group >= 0:
             label = f"{label}@{ev.groups[group]}"
-        keys[i] = key_names.setdefault(label, len(key_names))
+        codes[u] = key_names.setdefault(label, len(key_names))
+    keys = codes[inverse.reshape(-1)]
     anchor = np.where(nccl[coll_rows], launch[coll_rows], ev.ts_us[coll_rows])
     step_index = np.searchsorted(step_start, anchor, side="right") - 1
     outside = (step_index < 0) | (anchor >= step_end[np.clip(step_index, 0, None)])
