@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hpcscope.analysis.traces.arrays import distinct
@@ -64,6 +64,14 @@ def test_clip_to_is_clip(iv: Intervals, lo: float, hi: float) -> None:
     sources=st.lists(st.tuples(st.integers(0, len(PHASES) - 1), _SETS), max_size=8),
     lo=_TIMES,
     hi=_TIMES,
+)
+@example(  # an unsorted set: a binary search there answers by the queries before it
+    sources=[
+        (0, Intervals(np.array([0.0]), np.array([1.0]))),
+        (0, Intervals(np.array([0.0, 2.0, 0.0]), np.array([2.0, 3.0, 1.0]))),
+    ],
+    lo=0.0,
+    hi=3.0,
 )
 def test_label_is_the_plain_labelling(
     sources: list[tuple[int, Intervals]], lo: float, hi: float

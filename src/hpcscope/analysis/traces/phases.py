@@ -170,20 +170,25 @@ def _label(window: tuple[float, float], sources: list[tuple[int, Intervals, bool
     out = np.zeros(len(PHASES))
     if hi <= lo:
         return out
-    clipped = [(phase, _clip_to(iv, ordered, lo, hi)) for phase, iv, ordered in sources]
+    clipped = [(phase, _clip_to(iv, ordered, lo, hi), ordered) for phase, iv, ordered in sources]
     points = [np.array([lo, hi])]
-    points += [iv.start for _, iv in clipped] + [iv.end for _, iv in clipped]
+    points += [iv.start for _, iv, _ in clipped] + [iv.end for _, iv, _ in clipped]
     edges = distinct(np.concatenate(points))
     length = np.diff(edges)
     mid = (edges[:-1] + edges[1:]) / 2
     label = np.full(mid.shape[0], PHASES.index("other"), dtype=np.int64)
     free = np.arange(mid.shape[0])  # the midpoints no source has claimed yet
-    for phase, iv in clipped:
+    for phase, iv, ordered in clipped:
         if not len(iv) or not free.shape[0]:
             continue
-        at = mid[free]
-        index = np.searchsorted(iv.start, at, side="right") - 1
-        inside = (index >= 0) & (iv.end[np.clip(index, 0, None)] > at)
+        if ordered:
+            at = mid[free]
+            index = np.searchsorted(iv.start, at, side="right") - 1
+            inside = (index >= 0) & (iv.end[np.clip(index, 0, None)] > at)
+        else:  # every instant searched, as first written: in an unsorted set a binary
+            # search's answer depends on the queries before it
+            index = np.searchsorted(iv.start, mid, side="right") - 1
+            inside = ((index >= 0) & (iv.end[np.clip(index, 0, None)] > mid))[free]
         label[free[inside]] = phase
         free = free[~inside]
     np.add.at(out, label, length)
