@@ -103,7 +103,7 @@ def _minus(a: Intervals, b: Intervals) -> Intervals:
     return merge(lo[keep], hi[keep])
 
 
-def _launch_rows(ev: EventTable) -> tuple[F64, npt.NDArray[np.int64]]:
+def launch_points(ev: EventTable) -> tuple[F64, npt.NDArray[np.int64]]:
     """For every event: the time and thread of the runtime call with its correlation id (its
     own start and thread when there is none)."""
     time = ev.ts_us.copy()
@@ -122,21 +122,24 @@ def _launch_rows(ev: EventTable) -> tuple[F64, npt.NDArray[np.int64]]:
 
 
 class _Launchers:
-    """The launch operators of a rank, searchable by (thread, time)."""
+    """The launch operators of a rank, searchable by (thread, time); each is kept as its name
+    code and its rule found through ``by_name`` (no per-operator Python list)."""
 
-    def __init__(self, ev: EventTable, rows: npt.NDArray[np.int64], matches: list[Match]) -> None:
-        self.by_thread: dict[int, tuple[F64, F64, list[Match]]] = {}
+    def __init__(
+        self, ev: EventTable, rows: npt.NDArray[np.int64], by_name: dict[int, Match | None]
+    ) -> None:
+        self.by_name = by_name
+        self.by_thread: dict[int, tuple[F64, F64, npt.NDArray[np.int32]]] = {}
         order = rows[np.argsort(ev.ts_us[rows], kind="stable")]
-        index = {int(r): m for r, m in zip(rows.tolist(), matches, strict=True)}
         self.start = ev.ts_us[order]
         self.thread = ev.thread[order]
-        self.matches = [index[int(r)] for r in order.tolist()]
+        self.name = ev.name[order]
         for t in distinct(self.thread.astype(np.float64)).astype(np.int64).tolist():
             sel = np.flatnonzero(self.thread == t)
             self.by_thread[t] = (
                 self.start[sel],
                 ev.ts_us[order[sel]] + ev.dur_us[order[sel]],
-                [self.matches[i] for i in sel.tolist()],
+                self.name[sel],
             )
 
     def enclosing(self, thread: int, time: float) -> Match | None:
@@ -144,11 +147,11 @@ class _Launchers:
         found = self.by_thread.get(thread)
         if found is None:
             return None
-        start, end, matches = found
+        start, end, name = found
         i = int(np.searchsorted(start, time, side="right")) - 1
         while i >= 0:  # the latest start first: the innermost of nested operators
             if end[i] > time:
-                return matches[i]
+                return self.by_name[int(name[i])]
             i -= 1
         return None
 
@@ -156,17 +159,18 @@ class _Launchers:
         """:meth:`enclosing` of every (thread, time) pair: one search per thread; only a
         point whose latest-started operator has already ended walks back one by one."""
         out: list[Match | None] = [None] * int(times.shape[0])
+        by_name = self.by_name
         for thread in distinct(threads).tolist():
             found = self.by_thread.get(int(thread))
             if found is None:
                 continue
-            start, end, matches = found
+            start, end, name = found
             sel = np.flatnonzero(threads == thread)
             at = times[sel]
             latest = np.searchsorted(start, at, side="right") - 1
             hit = (latest >= 0) & (end[np.clip(latest, 0, None)] > at)
-            for k, i in zip(sel[hit].tolist(), latest[hit].tolist(), strict=True):
-                out[k] = matches[i]
+            for k, code in zip(sel[hit].tolist(), name[latest[hit]].tolist(), strict=True):
+                out[k] = by_name[code]
             for k in sel[~hit & (latest > 0)].tolist():
                 out[k] = self.enclosing(int(thread), float(times[k]))
         return out
@@ -176,7 +180,7 @@ class _Launchers:
         i = int(np.searchsorted(self.start, time, side="right")) - 1
         while i >= 0:
             if int(self.thread[i]) != thread:
-                return self.matches[i]
+                return self.by_name[int(self.name[i])]
             i -= 1
         return None
 
@@ -186,9 +190,11 @@ def comm_timeline(
     table: ClassTable,
     step_start_us: F64 | None = None,
     step_end_us: F64 | None = None,
+    launch: tuple[F64, npt.NDArray[np.int64]] | None = None,
 ) -> CommTimeline:
     """Classify one rank's events (see the module docstring); with the rank's CPU step
-    windows, a GPU rank's steps are also placed on the GPU (``step_windows_us``)."""
+    windows, a GPU rank's steps are also placed on the GPU (``step_windows_us``). ``launch``
+    is :func:`launch_points` of ``ev`` when the caller has it already."""
     names = ev.names
     kind = ev.kind
     gpu = (kind == EventKind.KERNEL) | (kind == EventKind.MEMCPY) | (kind == EventKind.MEMSET)
@@ -202,11 +208,7 @@ def comm_timeline(
     for n, m in cpu_match.items():
         is_launch[n] = m is not None and m.role == "launch"
     launch_rows = np.flatnonzero(cpu & is_launch[ev.name])
-    launchers = _Launchers(
-        ev,
-        launch_rows,
-        [cpu_match[int(n)] for n in ev.name[launch_rows].tolist()],  # type: ignore[misc]
-    )
+    launchers = _Launchers(ev, launch_rows, cpu_match)
 
     # per name id: 0 unknown, 1 compute, 2 transfer, 3 launch (or nothing to count)
     code = np.full(len(names), 3, dtype=np.int8)
@@ -224,7 +226,7 @@ def comm_timeline(
     compute_rows = np.flatnonzero(row_code == 1)
     unknown_rows = np.flatnonzero(row_code == 0)
 
-    launch_time, launch_thread = _launch_rows(ev)
+    launch_time, launch_thread = launch_points(ev) if launch is None else launch
     by_class: dict[str, list[int]] = {}
     bubble_rows: list[int] = []
     enclosing = launchers.enclosing_each(launch_thread[transfer_rows], launch_time[transfer_rows])

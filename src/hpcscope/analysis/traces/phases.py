@@ -144,27 +144,53 @@ def collective_waits(timelines: Sequence[RankTimeline]) -> tuple[list[F64], int,
     return waits, matched, unmatched, skew
 
 
-def _label(window: tuple[float, float], sources: list[tuple[int, Intervals]]) -> F64:
-    """Seconds per phase in ``window``: each instant goes to the first source covering it."""
+def _ordered(iv: Intervals) -> bool:
+    """Whether both ends of ``iv`` are non-decreasing (true of every merged set), so that the
+    intervals meeting a window are one slice of it (:func:`_clip_to`)."""
+    return len(iv) < 2 or bool(
+        (iv.start[1:] >= iv.start[:-1]).all() and (iv.end[1:] >= iv.end[:-1]).all()
+    )
+
+
+def _clip_to(iv: Intervals, ordered: bool, lo: float, hi: float) -> Intervals:
+    """``clip(iv, lo, hi)``, the same arrays; for an ordered set only the slice of intervals
+    that end after ``lo`` and start before ``hi`` is clipped (the others clip to nothing), not
+    the whole rank's set once per step."""
+    if ordered and len(iv):
+        first = int(np.searchsorted(iv.end, lo, side="right"))
+        stop = max(first, int(np.searchsorted(iv.start, hi, side="left")))
+        iv = Intervals(iv.start[first:stop], iv.end[first:stop])
+    return clip(iv, lo, hi)
+
+
+def _label(window: tuple[float, float], sources: list[tuple[int, Intervals, bool]]) -> F64:
+    """Seconds per phase in ``window``: each instant goes to the first source covering it
+    (``(phase, intervals, ordered)``, see :func:`_ordered`)."""
     lo, hi = window
     out = np.zeros(len(PHASES))
     if hi <= lo:
         return out
-    clipped = [(phase, clip(iv, lo, hi)) for phase, iv in sources]
+    clipped = [(phase, _clip_to(iv, ordered, lo, hi), ordered) for phase, iv, ordered in sources]
     points = [np.array([lo, hi])]
-    points += [iv.start for _, iv in clipped] + [iv.end for _, iv in clipped]
+    points += [iv.start for _, iv, _ in clipped] + [iv.end for _, iv, _ in clipped]
     edges = distinct(np.concatenate(points))
     length = np.diff(edges)
     mid = (edges[:-1] + edges[1:]) / 2
     label = np.full(mid.shape[0], PHASES.index("other"), dtype=np.int64)
-    free = np.ones(mid.shape[0], dtype=bool)
-    for phase, iv in clipped:
-        if not len(iv) or not free.any():
+    free = np.arange(mid.shape[0])  # the midpoints no source has claimed yet
+    for phase, iv, ordered in clipped:
+        if not len(iv) or not free.shape[0]:
             continue
-        index = np.searchsorted(iv.start, mid, side="right") - 1
-        inside = (index >= 0) & (iv.end[np.clip(index, 0, None)] > mid) & free
-        label[inside] = phase
-        free &= ~inside
+        if ordered:
+            at = mid[free]
+            index = np.searchsorted(iv.start, at, side="right") - 1
+            inside = (index >= 0) & (iv.end[np.clip(index, 0, None)] > at)
+        else:  # every instant searched, as first written: in an unsorted set a binary
+            # search's answer depends on the queries before it
+            index = np.searchsorted(iv.start, mid, side="right") - 1
+            inside = ((index >= 0) & (iv.end[np.clip(index, 0, None)] > mid))[free]
+        label[free[inside]] = phase
+        free = free[~inside]
     np.add.at(out, label, length)
     return out / 1e6
 
@@ -243,7 +269,7 @@ def attribute_phases(
         start, end, wait = tl.collective_start_us, tl.collective_end_us, waits[r]
         wait_iv = merge(start, start + np.minimum(wait, end - start))
         comm_iv = merge(start + np.minimum(wait, end - start), end)
-        sources = _sources(tl, comm_iv, wait_iv)
+        sources = [(phase, iv, _ordered(iv)) for phase, iv in _sources(tl, comm_iv, wait_iv)]
         index = {number: i for i, number in enumerate(tl.steps)}
         for s, number in enumerate(steps):
             i = index[number]

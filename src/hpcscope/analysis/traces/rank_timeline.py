@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hpcscope.analysis.traces.arrays import codes_present, distinct, member_of
-from hpcscope.analysis.traces.comm_timeline import CommTimeline, comm_timeline
+from hpcscope.analysis.traces.comm_timeline import CommTimeline, comm_timeline, launch_points
 from hpcscope.analysis.traces.gpu_breakdown import GpuBreakdown, gpu_breakdown
 from hpcscope.analysis.traces.intervals import Intervals, clip, covers, hull, intersect, merge
 from hpcscope.analysis.traces.kernel_classes import ClassTable
@@ -312,7 +312,8 @@ def rank_timeline(trace: RankTrace, classes: ClassTable | None = None) -> RankTi
     kernel_names = _nccl_kernel_flags(names, codes_present(ev.name[gpu], len(names)))
     nccl = gpu & (kind == EventKind.KERNEL) & kernel_names[ev.name]
     compute = gpu & ~nccl
-    launch = _launch_times(ev)
+    launch_at = launch_points(ev)  # shared with the class reduction below: one search
+    launch = launch_at[0]
     gpu_compute: dict[str, Intervals] = {}
     if has_gpu:
         rows = np.flatnonzero(compute)
@@ -324,13 +325,19 @@ def rank_timeline(trace: RankTrace, classes: ClassTable | None = None) -> RankTi
     # ---- collectives
     coll_rows = np.flatnonzero(nccl | cpu_coll)
     key_names: dict[str, int] = {}
-    keys = np.empty(coll_rows.shape[0], dtype=np.int64)
-    for i, row in enumerate(coll_rows):
+    # one label per distinct (name, process group), numbered in order of first appearance,
+    # as a loop over the rows numbers them (thousands of rows, a few dozen pairs)
+    pair = ev.name[coll_rows].astype(np.int64) * (len(ev.groups) + 1) + ev.group[coll_rows] + 1
+    _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    codes = np.empty(first.shape[0], dtype=np.int64)
+    for u in np.argsort(first, kind="stable").tolist():
+        row = int(coll_rows[first[u]])
         label = _collective_key(names[ev.name[row]])
-        group = ev.group[row]
+        group = int(ev.group[row])
         if group >= 0:
             label = f"{label}@{ev.groups[group]}"
-        keys[i] = key_names.setdefault(label, len(key_names))
+        codes[u] = key_names.setdefault(label, len(key_names))
+    keys = codes[inverse.reshape(-1)]
     anchor = np.where(nccl[coll_rows], launch[coll_rows], ev.ts_us[coll_rows])
     step_index = np.searchsorted(step_start, anchor, side="right") - 1
     outside = (step_index < 0) | (anchor >= step_end[np.clip(step_index, 0, None)])
@@ -370,7 +377,9 @@ def rank_timeline(trace: RankTrace, classes: ClassTable | None = None) -> RankTi
         launch_gap_seconds=_launch_gaps(ev, gpu, launch, step_start, step_end),
         gpu_index=trace.gpu_index,
         epoch_offset_us=_epoch_offset(trace, ev),
-        comm=None if classes is None else comm_timeline(ev, classes, step_start, step_end),
+        comm=None
+        if classes is None
+        else comm_timeline(ev, classes, step_start, step_end, launch=launch_at),
     )
 
 
@@ -449,24 +458,6 @@ def _ordinals(step_index: I64, keys: I64) -> I64:
     new_run[1:] = (step_index[1:] != step_index[:-1]) | (keys[1:] != keys[:-1])
     run_start = np.maximum.accumulate(np.where(new_run, np.arange(n), 0))
     return (np.arange(n) - run_start).astype(np.int64)
-
-
-def _launch_times(ev: EventTable) -> F64:
-    """For every event, the CPU time of the runtime call with its correlation id (its own
-    start when there is none)."""
-    launch = ev.ts_us.copy()
-    runtime = np.flatnonzero((ev.kind == EventKind.RUNTIME) & (ev.correlation >= 0))
-    targets = np.flatnonzero((ev.kind != EventKind.RUNTIME) & (ev.correlation >= 0))
-    if runtime.shape[0] == 0 or targets.shape[0] == 0:
-        return launch
-    corr = ev.correlation[runtime]
-    order = np.argsort(corr, kind="stable")
-    corr, times = corr[order], ev.ts_us[runtime][order]
-    pos = np.searchsorted(corr, ev.correlation[targets])
-    pos_safe = np.clip(pos, 0, corr.shape[0] - 1)
-    found = corr[pos_safe] == ev.correlation[targets]
-    launch[targets[found]] = times[pos_safe[found]]
-    return launch
 
 
 def _phase_at(regions: dict[str, Intervals], points: F64) -> npt.NDArray[np.int64]:
