@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections.abc import Callable
@@ -115,6 +116,22 @@ def after_cycle_hooks(
     return hooks
 
 
+#: Allocations (minus deallocations) of container objects between two collections of the young
+#: generation while serving. CPython's 700 ran about ten collections per 1,024-GPU scrape
+#: round (each walking the round's parsed pages and tables): ~10 ms of CPU a round.
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    """Once start-up is done: what exists now (modules, app, settings) moves to the permanent
+    generation, which no collection walks again, and the young generation is collected less
+    often (:data:`GC_YOUNG_THRESHOLD`). Cycles are still collected, later."""
+    gc.collect()
+    gc.freeze()
+    _, middle, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, oldest)
+
+
 def run_server(
     service: Service,
     *,
@@ -171,6 +188,7 @@ def run_server(
                 on_ready(url)
 
         threading.Thread(target=announce, name="announce", daemon=True).start()
+    tune_gc()
     try:
         server.run()
     finally:

@@ -98,7 +98,9 @@ class Store:
         self.read_only = read_only
         self.rollup_grace_seconds = rollup_grace_seconds
         self._rollup_boundary: Any = None
+        self._rollup_pending: Any = None  # ``pending_from`` (migration 17)
         self._has_rollups = False
+        self._has_pending = False
         self._has_readings = False
         if self.path != ":memory:" and not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -125,6 +127,9 @@ class Store:
                 self._has_readings = readings.raw_table(self._con) == readings.READINGS
                 if self._has_rollups:
                     self._rollup_boundary = rollups.initial_boundary(self._con)
+                    self._has_pending = rollups.has_pending(self._con)
+                    if self._has_pending:
+                        self._rollup_pending = rollups.pending_from(self._con)
         except duckdb.Error as exc:  # a block whose checksum fails, a truncated file
             self._con.close()
             raise StoreError(
@@ -293,7 +298,19 @@ class Store:
             # no register/unregister pair that could fail inside an aborted transaction.
             incoming = arrow  # noqa: F841
             con.execute(f"INSERT INTO {target} BY NAME SELECT * FROM incoming")
-            if table == "gpu_samples" and self._has_rollups:
+            if table == "gpu_samples" and self._has_pending:
+                try:
+                    self._rollup_boundary, self._rollup_pending = rollups.update_pending(
+                        con,
+                        arrow,
+                        grace_seconds=self.rollup_grace_seconds,
+                        boundary=self._rollup_boundary,
+                        pending=self._rollup_pending,
+                    )
+                except BaseException:
+                    self._reload_rollup_state(con)
+                    raise
+            elif table == "gpu_samples" and self._has_rollups:
                 self._rollup_boundary = rollups.update_minutes(
                     con,
                     readings.by_job(arrow),
@@ -357,12 +374,30 @@ class Store:
         of :mod:`hpcscope.store.rollups`, for when collection stopped)."""
 
         def write(con: duckdb.DuckDBPyConnection) -> None:
-            if self._has_rollups:
+            if self._has_pending:
+                try:
+                    self._rollup_boundary, self._rollup_pending = rollups.finalise_pending(
+                        con,
+                        cutoff=cutoff,
+                        boundary=self._rollup_boundary,
+                        pending=self._rollup_pending,
+                    )
+                except BaseException:
+                    self._reload_rollup_state(con)
+                    raise
+            elif self._has_rollups:
                 self._rollup_boundary = rollups.finalise_before(
                     con, cutoff=cutoff, boundary=self._rollup_boundary
                 )
 
         return self.submit_write(write)
+
+    def _reload_rollup_state(self, con: duckdb.DuckDBPyConnection) -> None:
+        """After a failed rollup step: the committed state, once the write has rolled back."""
+        con.execute("ROLLBACK")
+        con.execute("BEGIN TRANSACTION")  # the write loop rolls back once more
+        self._rollup_boundary = rollups.initial_boundary(con)
+        self._rollup_pending = rollups.pending_from(con)
 
     def flush(self) -> None:
         """Wait until every write queued so far is done."""

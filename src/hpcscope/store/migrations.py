@@ -63,6 +63,24 @@ _JOB_ROLLUP_COLUMNS = ",\n    ".join(
     for name, _ in ROLLUP_METRICS
 )
 
+#: Migration 17: the rollup rows' table, the time from which raw samples are not yet in it,
+#: and ``gpu_rollups_1m`` as the view of both (:mod:`hpcscope.store.rollups`, "Pending").
+ROLLUP_ROWS = "gpu_rollup_rows"
+ROLLUP_STATE = "rollup_state"
+
+_PENDING_SQL = f"""
+ALTER TABLE gpu_rollups_1m RENAME TO {ROLLUP_ROWS};
+CREATE TABLE {ROLLUP_STATE} (pending_from TIMESTAMP);
+INSERT INTO {ROLLUP_STATE} SELECT max(minute) + INTERVAL '1 minute' FROM {ROLLUP_ROWS};
+CREATE VIEW gpu_rollups_1m AS
+SELECT * FROM {ROLLUP_ROWS}
+UNION ALL BY NAME
+(SELECT {ROLLUP_SELECT}, FALSE AS final FROM gpu_samples s
+ WHERE s.ts >= (SELECT pending_from FROM {ROLLUP_STATE}) GROUP BY ALL);
+"""
+"""The rows stored so far stay as they are (partial rows included): every sample of a minute
+after the newest rollup row is still raw and none before it is."""
+
 #: Default seconds after a minute's end before it is final (the backfill of migration 8 uses it;
 #: the store's ``rollup_grace_seconds`` setting rules afterwards).
 DEFAULT_ROLLUP_GRACE_SECONDS = 120.0
@@ -376,5 +394,10 @@ CREATE TABLE api_tokens (
         16,
         "gpu_xid_counts, node_posture: Xid counts (GM-4), posture checks (SC-7, CE-5, GM-5, DP-3)",
         NODE_FACTS_DDL,
+    ),
+    Migration(
+        17,
+        "rollups of the open minutes read from raw samples; partial rows written once a minute",
+        _PENDING_SQL,
     ),
 )

@@ -18,7 +18,9 @@ import pyarrow as pa
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.schemas import JOB_GPU_SUMMARY_SCHEMA, JOB_SUMMARY_SCHEMA
+from hpcscope.store import rollups
 from hpcscope.store.duck import Store
+from hpcscope.store.migrations import ROLLUP_STATE
 from hpcscope.store.readings import READINGS, SHARED_JOB_IDS, raw_table
 
 #: Scheduler states of a job that will not run again (Slurm's terminal states).
@@ -131,11 +133,17 @@ def delete_raw_samples(store: Store, *, before: datetime) -> Future[int]:
             if samples == READINGS
             else ""
         )
+        # minutes not yet final keep their raw samples, and so do those not yet rolled up
+        pending = (
+            f", coalesce((SELECT max(pending_from) FROM {ROLLUP_STATE}), ?)"
+            if rollups.has_pending(con)
+            else ""
+        )
         rows = con.execute(
             f"DELETE FROM {samples} WHERE ts < least(?, coalesce("
-            "(SELECT min(minute) FROM gpu_rollups_1m WHERE NOT final), ?)) "
-            f"AND job_id IN (SELECT job_id FROM job_summaries) {shared}",
-            [before, before],
+            f"(SELECT min(minute) FROM {rollups.rollup_table(con)} WHERE NOT final), ?)"
+            f"{pending}) AND job_id IN (SELECT job_id FROM job_summaries) {shared}",
+            [before, before, before] if pending else [before, before],
         ).fetchall()
         return int(rows[0][0]) if rows else 0
 
@@ -147,7 +155,7 @@ def delete_final_rollups(store: Store, *, before: datetime) -> Future[int]:
 
     def write(con: duckdb.DuckDBPyConnection) -> int:
         rows = con.execute(
-            "DELETE FROM gpu_rollups_1m WHERE final AND minute < ?", [before]
+            f"DELETE FROM {rollups.rollup_table(con)} WHERE final AND minute < ?", [before]
         ).fetchall()
         return int(rows[0][0]) if rows else 0
 

@@ -214,10 +214,10 @@ class ExpositionParser:
         elif not slow and (
             misses == 0 or (self._layout is not None and self._layout.misses == misses)
         ):
-            # Every line was a known series or a remembered comment (no new series, no
-            # rejected line): the next page with the same heads needs no look-up at all.
-            layout = self._layout if misses else None
-            self._steady = _Steady(heads, mask, fast_sids.copy(), layout)
+            # Every line known (no new series, no rejected line): the next page with the same
+            # heads needs no look-up. Its heads are kept as the key cache's strings, no copy.
+            shared = cast(list[str], list(map({k: k for k in self._keys}.get, heads, heads)))
+            self._steady = _Steady(shared, mask, fast_sids.copy(), self._layout if misses else None)
         if slow:
             self._merge(sids, fast_sids, values, slow, page)
         else:
