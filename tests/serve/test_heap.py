@@ -33,15 +33,22 @@ def test_settling_freezes_what_is_alive_and_drops_the_cyclic_garbage() -> None:
     assert kept.me is kept
 
 
-def test_the_hook_settles_once_after_its_cycles() -> None:
-    settler = HeapSettler(after_cycles=3)
+def test_the_hook_settles_when_the_old_generation_grew_at_most_max_settles_times() -> None:
+    settler = HeapSettler(old_objects=1_000, max_settles=2)
+    settle_heap()
+    gc.unfreeze()  # all alive in the old generation now
+    gc.collect()
+    assert len(gc.get_objects(generation=2)) > 1_000
     settler.after_cycle()
+    assert settler.settles == 1 and gc.get_freeze_count() > 1_000
+    settler.after_cycle()  # the old generation is small now: nothing to do
+    assert settler.settles == 1
+    kept = [[i] for i in range(2_000)]  # new long-lived objects
+    gc.collect()
     settler.after_cycle()
-    assert gc.get_freeze_count() == 0
-    settler.after_cycle()
-    assert settler.settled
-    frozen = gc.get_freeze_count()
-    assert frozen > 0
+    assert settler.settles == 2
+    assert not any(o is kept for o in gc.get_objects())
     gc.unfreeze()
+    gc.collect()
     settler.after_cycle()  # never again: later objects are collected as before
-    assert gc.get_freeze_count() == 0
+    assert settler.settles == 2 and gc.get_freeze_count() == 0

@@ -10,9 +10,9 @@ flight waited for it, the tail of the latency figures.
 
 :func:`settle_heap` collects once (so that no garbage is kept), then :func:`gc.freeze` moves
 every object alive into the permanent generation, which no collection walks again; reference
-counting still frees them. The server settles at start-up and once more after its first
-collection cycles (:class:`HeapSettler`), when the caches the first cycles and reads build are
-in place. Objects created later are collected as before.
+counting still frees them. The server settles at start-up, and after a collection cycle
+when the old generation has grown again (:class:`HeapSettler`): the caches the first cycles and
+reads build. Objects created later are collected as before.
 """
 
 from __future__ import annotations
@@ -40,20 +40,26 @@ def settle_heap() -> int:
 
 
 class HeapSettler:
-    """An after-cycle hook that settles the heap once, after ``after_cycles`` cycles."""
+    """An after-cycle hook that settles the heap again when the old generation has grown.
 
-    def __init__(self, *, after_cycles: int = 5) -> None:
-        self._left = after_cycles
+    The collector's first cycles build long-lived state after start-up (each target's parser
+    keeps its series table, some 170 series per page; the diagram's and the snapshots' caches
+    fill on the first reads). After a cycle, when the old generation holds more than
+    ``old_objects`` objects, the heap is settled, at most ``max_settles`` times: cyclic
+    garbage made of objects frozen is never collected, so freezing again and again could keep
+    it for the life of the process.
+    """
+
+    def __init__(self, *, old_objects: int = 20_000, max_settles: int = 3) -> None:
+        self.old_objects = old_objects
+        self.max_settles = max_settles
+        self.settles = 0
         self._lock = threading.Lock()
-
-    @property
-    def settled(self) -> bool:
-        return self._left <= 0
 
     def after_cycle(self) -> None:
         with self._lock:
-            if self._left <= 0:
+            if self.settles >= self.max_settles:
                 return
-            self._left -= 1
-            if self._left == 0:
+            if len(gc.get_objects(generation=2)) > self.old_objects:
+                self.settles += 1
                 settle_heap()
