@@ -49,15 +49,19 @@ from hpcscope.service.identity.tokens import ApiTokens
 
 SESSION_COOKIE = "hpcscope_session"
 
+# Matched in this order on every request (each router's routes in turn, twice: FastAPI's
+# include matching, then its dispatch): the most read first, the job list and pages and the
+# diagram's live poll and page (bench/api_load.py). No path of a router matches a route of
+# another, so the order changes no answer (tests/serve/test_route_order.py).
 ROUTERS = [
     health.router,
+    jobs.router,
+    diagram.router,
     auth_routes.router,
     cluster.router,
-    jobs.router,
     alerts.router,
     metrics_route.router,
     simulate.router,
-    diagram.router,
     traces.router,
     ingest.router,
     tokens.router,

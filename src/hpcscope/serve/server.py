@@ -11,6 +11,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from hpcscope.serve.app import create_app
+from hpcscope.serve.heap import HeapSettler, settle_heap
 from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
@@ -150,13 +151,21 @@ def run_server(
     )
     config = CollectorConfig.from_settings(service.settings, rules=service.rules, security=security)
     notifier = notifier_from_settings(service)  # a bad rules file stops the start
+    # the long-lived heap out of the full collections: at start and once the first
+    # cycles' caches are built (serve/heap.py)
+    settler = HeapSettler()
     collector = (
-        Collector(service.store, config, after_cycle=after_cycle_hooks(service, notifier))
+        Collector(
+            service.store,
+            config,
+            after_cycle=[*after_cycle_hooks(service, notifier), settler.after_cycle],
+        )
         if config is not None
         else None
     )
 
     def startup() -> None:
+        settle_heap()
         if collector is not None:
             collector.start()
 

@@ -171,3 +171,32 @@ def test_infiniband_collector_scrapes_node_exporter_into_the_store(tmp_path: Pat
         stored = ib_counters(store, node="gpu-n01")  # one dead target costs its own rows
         assert ib_counters(store, node="gpu-n02").num_rows == 0
     assert stored.num_rows == 2 * 9
+
+
+def test_a_rounds_port_rows_of_all_nodes_are_one_store_write(tmp_path: Path) -> None:
+    import asyncio
+
+    from hpcscope.ingest.exposition.scrape import Target
+    from hpcscope.service.collect.collector import Collector, CollectorConfig
+
+    nodes = ["gpu-n01", "gpu-n02", "gpu-n03"]
+    with node_exporter(H100) as url, Store(tmp_path / "s.duckdb") as store:
+        targets = [Target(url, "node", {"node": node}) for node in nodes]
+        collector = Collector(store, CollectorConfig(static_targets=targets))
+        store.flush()
+        before = store.writes_committed
+
+        async def one_cycle() -> list[str]:
+            try:
+                return (await collector.collect_once()).errors
+            finally:
+                await collector.aclose()
+
+        assert asyncio.run(one_cycle()) == []
+        store.flush()
+        writes = store.writes_committed - before
+        stored = {node: ib_counters(store, node=node).num_rows for node in nodes}
+    assert stored == dict.fromkeys(nodes, 9)
+    # the port rows of the three nodes, the three scrapes rows, the flush's own mark (one
+    # write per node before: 5)
+    assert writes == 3

@@ -8,7 +8,7 @@ keeps its loop to itself). Each cycle:
 3. converts dcgm pages into one ``gpu_readings`` row per GPU and time (its jobs decided by the
    platform's allocations, ``service/collect/attribution.py``; ``gpu_samples`` is the view
    with one row per job) and node-exporter pages into InfiniBand port
-   counters, and appends them through the store's writer;
+   counters, and appends them through the store's writer (one write per kind and round);
 4. records one ``scrapes`` row per attempt, and a ``collection_gaps`` row when a target comes
    back after failing or after a silence (its own outage: seeded from the store at start), and
    the ``OPS-1`` collection-health alert (``service/collect/health.py``; the gap is data:
@@ -371,8 +371,11 @@ class Collector:
         scrape_rows: list[dict[str, object]] = []
         gap_rows: list[dict[str, object]] = []
         conversions: list[DcgmConversion] = []
+        port_tables: list[pa.Table] = []
         for result in results:
-            self._record(result, scrape_rows, gap_rows, conversions, report)
+            self._record(result, scrape_rows, gap_rows, conversions, port_tables, report)
+        if port_tables:  # one write per round, not one per node (128 commits every cycle)
+            append_ib_counters(self.store, pa.concat_tables(port_tables))
         if any(conversion.gpu_rows for conversion in conversions):
             table = readings_table(conversions)  # one table per round, not one per page
             report.samples_written = table.num_rows
@@ -453,6 +456,7 @@ class Collector:
         scrape_rows: list[dict[str, object]],
         gap_rows: list[dict[str, object]],
         conversions: list[DcgmConversion],
+        port_tables: list[pa.Table],
         report: CycleReport,
     ) -> None:
         target = result.target
@@ -469,7 +473,7 @@ class Collector:
             except SourceError as exc:
                 ok, error = False, exc.describe()
             else:
-                append_ib_counters(self.store, ports.table)
+                port_tables.append(ports.table)
                 samples = ports.table.num_rows
         elif result.page is not None:
             converter = self._converters.setdefault(target.url, DcgmConverter())
