@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from hpcscope.serve.server import GC_YOUNG_THRESHOLD, tune_gc
+from hpcscope.serve.heap import GC_YOUNG_THRESHOLD, tune_gc
 
 
 def test_tune_gc_freezes_start_up_and_raises_the_young_threshold() -> None:

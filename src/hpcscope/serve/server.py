@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 from collections.abc import Callable
@@ -11,7 +10,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from hpcscope.serve.app import create_app
-from hpcscope.serve.heap import HeapSettler, settle_heap
+from hpcscope.serve.heap import HeapSettler, settle_heap, tune_gc
 from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
@@ -115,22 +114,6 @@ def after_cycle_hooks(
         hooks.append(notifier.after_cycle)
     hooks.append(service.snapshots.publish)  # last: the cycle's writes are one generation
     return hooks
-
-
-#: Allocations (minus deallocations) of container objects between two collections of the young
-#: generation while serving. CPython's 700 ran about ten collections per 1,024-GPU scrape
-#: round (each walking the round's parsed pages and tables): ~10 ms of CPU a round.
-GC_YOUNG_THRESHOLD = 50_000
-
-
-def tune_gc() -> None:
-    """Once start-up is done: what exists now (modules, app, settings) moves to the permanent
-    generation, which no collection walks again, and the young generation is collected less
-    often (:data:`GC_YOUNG_THRESHOLD`). Cycles are still collected, later."""
-    gc.collect()
-    gc.freeze()
-    _, middle, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, oldest)
 
 
 def run_server(
