@@ -84,8 +84,9 @@ async def rounds(
         scrape_rows: list[dict[str, object]] = []
         gap_rows: list[dict[str, object]] = []
         conversions: list[DcgmConversion] = []
+        port_tables: list[pa.Table] = []  # the 1,024-GPU load has no node-exporter targets
         for result in results:
-            collector._record(result, scrape_rows, gap_rows, conversions, report)
+            collector._record(result, scrape_rows, gap_rows, conversions, port_tables, report)
         marks.append(time.process_time())
         table = readings_table(conversions)
         marks.append(time.process_time())
