@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hpcscope.serve.heap import HeapSettler, settle_heap
+from hpcscope.serve.heap import GC_YOUNG_THRESHOLD, HeapSettler, settle_heap, tune_gc
 
 
 @pytest.fixture(autouse=True)
@@ -52,3 +52,18 @@ def test_the_hook_settles_when_the_old_generation_grew_at_most_max_settles_times
     gc.collect()
     settler.after_cycle()  # never again: later objects are collected as before
     assert settler.settles == 2 and gc.get_freeze_count() == 0
+
+
+def test_tune_gc_freezes_start_up_and_raises_the_young_threshold() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, before[1], before[2])
+        assert gc.get_freeze_count() > 0
+        cycle: list[object] = []
+        cycle.append(cycle)
+        del cycle
+        assert gc.collect() >= 1  # cycles made after start-up are still collected
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

@@ -108,12 +108,17 @@ class Observation:
     sketch: Any
 
 
-def _careful_norm(tensor: Any) -> Any:
-    """PyTorch's scaled L2 norm (a 0-d tensor): right where a plain sum of squares overflows."""
+def _checked(norm: float, tensor: Any, divide_by: int | None) -> tuple[float, int]:
+    """A CPU bucket's norm and NaN/Inf count from its sum of squares' root ``norm``: a finite
+    one means no NaN/Inf; otherwise PyTorch's scaled norm (right where a plain sum of squares
+    overflows; ``tensor`` already divided by ``divide_by``, so scaled back) and the count."""
+    if math.isfinite(norm):
+        return norm, 0
     import torch
 
     with torch.no_grad():
-        return torch.linalg.vector_norm(tensor)
+        careful = float(torch.linalg.vector_norm(tensor) * (divide_by or 1))
+    return careful, int(_nonfinite_count(tensor))
 
 
 def _nonfinite_count(tensor: Any) -> Any:
@@ -208,11 +213,7 @@ class IntegrityHook:
         same pass (see :meth:`CountSketch.measure`)."""
         if on_host(tensor):  # a CPU rank: NumPy values, no PyTorch op on small tensors
             sketch, squares = self.sketcher.host_measure(bucket.index(), tensor, divide_by)
-            norm: Any = math.sqrt(squares)
-            nonfinite: Any = 0
-            if not math.isfinite(norm):  # the careful norm and the count, as below
-                norm = float(_careful_norm(tensor)) * (divide_by or 1)
-                nonfinite = int(_nonfinite_count(tensor))
+            norm, nonfinite = _checked(math.sqrt(squares), tensor, divide_by)
             return self._observed_bucket(bucket, tensor, norm, nonfinite, sketch)
         import torch
 
@@ -224,13 +225,9 @@ class IntegrityHook:
             sketch, squares = self.sketcher.measure(bucket.index(), tensor, divide_by)
             norm = squares.sqrt()
             if tensor.is_cuda:  # counted on the device, read back later: no sync here
-                nonfinite = (~torch.isfinite(tensor)).sum()
-            else:  # on the CPU reading the norm is free, and a finite norm means no NaN/Inf
-                value = float(norm)
-                nonfinite = 0
-                if not math.isfinite(value):
-                    norm = _careful_norm(tensor) * (divide_by or 1)
-                    nonfinite = int(_nonfinite_count(tensor))
+                nonfinite = _nonfinite_count(tensor)
+            else:  # on the CPU reading the norm is free
+                norm, nonfinite = _checked(float(norm), tensor, divide_by)
         return self._observed_bucket(bucket, tensor, norm, nonfinite, sketch)
 
     def _observed_bucket(

@@ -104,11 +104,15 @@ class CountSketch:
         """The sketch of elements ``[start, stop)`` of bucket ``index`` (``start`` a multiple
         of ``k``): the bucket's sketch is the sum of its parts' over any cut into such ranges.
         """
+        self._check_row_start(start)
+        return self._pass(index, flat, start, stop, sum_squares=False, divide_by=None)[0]
+
+    def _check_row_start(self, start: int) -> None:
+        """A part must start on a sketch row, or its positions misalign with the bucket's."""
         if start % self.k:
             raise ValueError(
                 f"a part starts on a sketch row: {start} is not a multiple of {self.k}"
             )
-        return self._pass(index, flat, start, stop, sum_squares=False, divide_by=None)[0]
 
     def measure(self, index: int, flat: Any, divide_by: int | None = None) -> tuple[Any, Any]:
         """One pass over bucket ``index``: its sketch and its sum of squares (0-d tensor), both
@@ -142,9 +146,7 @@ class CountSketch:
         sums = flat.new_zeros(chunks + 1, k)  # the last row takes the tail of < k elements
         squares = flat.new_zeros(chunks + 1) if sum_squares else None
         buffer = self._buffer(flat, chunk)
-        # by a power of two, x * (1/n) is x / n exactly (both round the same real number) and
-        # a multiply is cheaper than a division
-        reciprocal = 1.0 / divide_by if divide_by and divide_by & (divide_by - 1) == 0 else None
+        reciprocal = exact_reciprocal(divide_by)
         values_of = flat[start : start + body].split(chunk) if body else ()
         signs_of = signs[start : start + body].split(chunk) if body else ()
         pieces = zip(values_of, signs_of, strict=True)
@@ -179,10 +181,7 @@ class CountSketch:
 
     def host_part(self, index: int, flat: Any, start: int, stop: int) -> Any:
         """:meth:`part` of a CPU tensor (:func:`on_host`), as a NumPy array."""
-        if start % self.k:
-            raise ValueError(
-                f"a part starts on a sketch row: {start} is not a multiple of {self.k}"
-            )
+        self._check_row_start(start)
         return self._host_pass(index, flat, start, stop, False, None)[0]
 
     def _host_signs(self, index: int, flat: Any) -> Any:
@@ -212,32 +211,37 @@ class CountSketch:
         chunk = min(body, self.chunk) if sum_squares or divide_by is not None else body
         sums = np.zeros(k, dtype=values.dtype)
         squares = values.dtype.type(0)
-        reciprocal = (
-            values.dtype.type(1.0 / divide_by)
-            if divide_by and divide_by & (divide_by - 1) == 0
-            else None
-        )
+        reciprocal = exact_reciprocal(divide_by)
+        scale = None if reciprocal is None else values.dtype.type(reciprocal)
+
+        def fold(piece: Any) -> None:  # what a chunk and the tail both get once sketched
+            nonlocal squares
+            if sum_squares:
+                squares += np.dot(piece, piece)
+            if scale is not None:
+                np.multiply(piece, scale, out=piece)
+            elif divide_by is not None:
+                np.divide(piece, divide_by, out=piece)
+
         with np.errstate(over="ignore", invalid="ignore"):  # an Inf/NaN is reported, not raised
             for first in range(start, start + body, chunk or 1):
                 last = min(first + chunk, start + body)
                 part = values[first:last]
                 sums += np.einsum("ij,ij->j", part.reshape(-1, k), signs[first:last].reshape(-1, k))
-                if sum_squares:
-                    squares += np.dot(part, part)
-                if reciprocal is not None:
-                    np.multiply(part, reciprocal, out=part)
-                elif divide_by is not None:
-                    np.divide(part, divide_by, out=part)
+                fold(part)
             tail = values[start + body : stop]
             if tail.size:
                 sums[: tail.size] += tail * signs[start + body : stop]
-                if sum_squares:
-                    squares += np.dot(tail, tail)
-                if reciprocal is not None:
-                    np.multiply(tail, reciprocal, out=tail)
-                elif divide_by is not None:
-                    np.divide(tail, divide_by, out=tail)
+                fold(tail)
         return sums, float(squares)
+
+
+def exact_reciprocal(divide_by: int | None) -> float | None:
+    """``1 / divide_by`` when it is a power of two, else None: then ``x * (1/n)`` is ``x / n``
+    exactly (both round the same real number) and a multiply is cheaper than a division."""
+    if divide_by and divide_by & (divide_by - 1) == 0:
+        return 1.0 / divide_by
+    return None
 
 
 def on_host(flat: Any) -> bool:

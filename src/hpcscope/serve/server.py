@@ -10,7 +10,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from hpcscope.serve.app import create_app
-from hpcscope.serve.heap import HeapSettler, settle_heap, tune_gc
+from hpcscope.serve.heap import HeapSettler, tune_gc
 from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
@@ -148,7 +148,7 @@ def run_server(
     )
 
     def startup() -> None:
-        settle_heap()
+        tune_gc()  # start-up done (the app's lifespan): settle the heap once, young threshold
         if collector is not None:
             collector.start()
 
@@ -180,7 +180,6 @@ def run_server(
                 on_ready(url)
 
         threading.Thread(target=announce, name="announce", daemon=True).start()
-    tune_gc()
     try:
         server.run()
     finally:
