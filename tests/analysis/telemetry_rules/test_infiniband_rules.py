@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hpcscope.analysis.telemetry_rules.common import JobSpan
@@ -146,6 +146,8 @@ def test_rd7_correlated_residuals_of_two_jobs(rules: dict[str, RuleSpec]) -> Non
 
 @settings(max_examples=3, deadline=None)
 @given(seed=st.integers(0, 2**31))
+@example(seed=404075)  # a quiet calibration of n2's transmit (sigma_R 0.58 of the truth): RD-2
+@example(seed=39)  # a calibration mean 3.4 sigma low (k off by 0.4 %): RD-2b over the hour
 def test_an_hour_of_noisy_ddp_stays_quiet(rules: dict[str, RuleSpec], seed: int) -> None:
     """The twin's 2 % per-port jitter at 10 GB/s a node: the residual's noise alone must not
     pile up into RD-2b (its dead band), nor cross RD-2's threshold."""

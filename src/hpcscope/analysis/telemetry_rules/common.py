@@ -148,12 +148,25 @@ def median(values: Sequence[float]) -> float | None:
 
 
 def robust_sigma(values: Sequence[float]) -> float:
-    """1.4826 x the median absolute deviation (the standard deviation of normal noise)."""
+    """The standard deviation of normal noise, robust to outliers: the standard deviation of
+    the values within 5 MAD-sigmas (1.4826 x the median absolute deviation) of the median.
+
+    The MAD alone is robust but inefficient (37 % for normal noise): over a 20-point
+    calibration window it underestimates sigma by a third or more one time in twelve, and a
+    3-sigma threshold then fires on noise. The one-step trimmed deviation keeps the MAD's
+    robustness to a few outliers at close to the full efficiency of the standard deviation
+    (the cut at 5 sigmas truncates normal noise by less than 1e-4 of its deviation).
+    """
     centre = median(values)
     if centre is None:
         return 0.0
-    mad = median([abs(v - centre) for v in values])
-    return 1.4826 * (mad or 0.0)
+    mad_sigma = 1.4826 * (median([abs(v - centre) for v in values]) or 0.0)
+    kept = [v for v in values if abs(v - centre) <= 5.0 * mad_sigma]
+    if len(kept) < 2:
+        return mad_sigma
+    mean = sum(kept) / len(kept)
+    deviation = math.sqrt(sum((v - mean) ** 2 for v in kept) / (len(kept) - 1))
+    return deviation
 
 
 def megabytes(value: float) -> str:

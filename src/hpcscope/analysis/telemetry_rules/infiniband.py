@@ -131,13 +131,27 @@ def rd1_idle_traffic(
     return out
 
 
-def _rd2_runs(spec: RuleSpec, s: ResidualSeries) -> list[tuple[int, int, str]]:
-    floor = spec.threshold("floor_bytes_per_second")
+def level_allowance(rd2: RuleSpec | None, s: ResidualSeries, way: str) -> float:
+    """What the residual's level may be off by from the short calibration alone (bytes per
+    second): ``calibration_error_sigmas`` (RD-2's model, 3 when a site's file predates it)
+    x :meth:`ResidualSeries.level_error`. Without it, a job whose 5-minute calibration drew
+    low noise carries that offset for its whole life, and an hour of it piles up into RD-2b."""
+    factor = 3.0 if rd2 is None else float(rd2.thresholds.get("calibration_error_sigmas", 3.0))
+    return factor * s.level_error(way)
+
+
+def _rd2_limit(spec: RuleSpec, s: ResidualSeries, way: str) -> float:
     factor = spec.threshold("sigma_factor")
-    limit_tx = max(factor * s.sigma_tx, floor)
-    limit_rx = max(factor * s.sigma_rx, floor)
+    return max(
+        factor * s.sigma(way) + level_allowance(spec, s, way),
+        spec.threshold("floor_bytes_per_second"),
+    )
+
+
+def _rd2_runs(spec: RuleSpec, s: ResidualSeries) -> list[tuple[int, int, str]]:
     found: list[tuple[int, int, str]] = []
-    for way, limit in (("tx", limit_tx), ("rx", limit_rx)):
+    for way in ("tx", "rx"):
+        limit = _rd2_limit(spec, s, way)
         flags = [(p.tx if way == "tx" else p.rx) > limit for p in s.points]
         for first, last in runs(flags):
             if last - first + 1 >= spec.threshold("consecutive_scrapes"):
@@ -156,7 +170,7 @@ def rd2_residual(
         for first, last, way in _rd2_runs(spec, s):
             run = s.points[first : last + 1]
             values = [p.tx if way == "tx" else p.rx for p in run]
-            sigma = s.sigma_tx if way == "tx" else s.sigma_rx
+            sigma = s.sigma(way)
             k = s.k_tx if way == "tx" else s.k_rx
             port = top_port(p.top_tx if way == "tx" else p.top_rx for p in run)
             expected = median([p.expected_tx if way == "tx" else p.expected_rx for p in run])
@@ -175,7 +189,8 @@ def rd2_residual(
                         f"{megabytes(median(values) or 0.0)}/s above the expected "
                         f"{megabytes(expected or 0.0)}/s (k {k or 0.0:.3g} from the job's "
                         f"calibration; threshold max({spec.threshold('sigma_factor'):g} x "
-                        f"sigma_R {megabytes(sigma)}/s, "
+                        f"sigma_R {megabytes(sigma)}/s + calibration allowance "
+                        f"{megabytes(level_allowance(spec, s, way))}/s, "
                         f"{megabytes(spec.threshold('floor_bytes_per_second'))}/s)), most on "
                         f"{port[0]}/{port[1]}"
                     ),
@@ -207,7 +222,7 @@ def rd2b_low_and_slow(
             window = [
                 (i, p) for i, p in enumerate(s.points) if p.ts > since and (i, way) not in flagged
             ]
-            band = spec.threshold("dead_band_sigmas") * (s.sigma_tx if way == "tx" else s.sigma_rx)
+            band = spec.threshold("dead_band_sigmas") * s.sigma(way) + level_allowance(rd2, s, way)
             moved = sum(
                 max((p.tx if way == "tx" else p.rx) - band, 0.0) * p.interval_seconds
                 for _, p in window
