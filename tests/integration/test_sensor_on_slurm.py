@@ -116,9 +116,15 @@ def test_a_job_reading_a_checkpoint_is_named_within_10_s(
                 answered_at = time.time()
                 break
             time.sleep(0.5)
-        assert named is not None and answered_at is not None, (
-            f"no answer naming job {job}: {export.read_text()[-2000:]}\n{cluster.diagnostics()}"
-        )
+        if named is None or answered_at is None:
+            lines = export.read_text().splitlines()
+            mentions = [line for line in lines if str(checkpoints) in line]
+            pytest.fail(
+                f"no answer naming job {job} with {CHECKPOINT_BYTES} bytes read (accessor: "
+                f"{named}); sensor {sensor.stats}; export lines naming the checkpoint:\n"
+                + "\n".join(mentions[-20:])
+                + f"\nexport tail: {export.read_text()[-1500:]}\n{cluster.diagnostics()}"
+            )
         read_at = float(stamp.read_text().strip())
         latency = answered_at - read_at
         print(f"who-read-my-weights answer {latency:.2f} s after job {job} read the checkpoint")

@@ -4,9 +4,11 @@
 the protected prefixes (the topology's checkpoint, weight and dataset roots, plus
 ``/dev/infiniband/uverbs``) and the temp directories whose execs are reported;
 :class:`Sensor` runs ``bpftrace -f json -B line`` on it as root, turns each output line into
-records (:mod:`hpcscope.ingest.security.bpftrace`) and the records into Tetragon export events
-(:mod:`hpcscope.service.security.sensor_events`), one JSON line each, flushed per line so a
-tail sees an event within a second. The file it writes is read like Tetragon's
+records (:mod:`hpcscope.ingest.security.bpftrace`), puts them back in kernel order (the
+per-CPU rings arrive interleaved: :mod:`hpcscope.service.security.sensor_order`, a 0.5 s
+hold) and turns them into Tetragon export events
+(:mod:`hpcscope.service.security.sensor_events`), one JSON line each, flushed as they are
+released so a tail sees an event within a second. The file it writes is read like Tetragon's
 (``tetragon_events_path``).
 
 Requirements: root (or CAP_BPF + CAP_PERFMON + CAP_SYS_ADMIN), tracefs (mounted at
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import selectors
 import shutil
 import subprocess
 import threading
@@ -28,7 +31,7 @@ from typing import IO
 
 import orjson
 
-from hpcscope.ingest.security.bpftrace import parse_sensor_line
+from hpcscope.ingest.security.bpftrace import SensorRecord, parse_sensor_line
 from hpcscope.ingest.security.lines import SecurityEventError
 from hpcscope.model.errors import ConfigError, HpcscopeError
 from hpcscope.service.security.sensor_events import (
@@ -36,6 +39,7 @@ from hpcscope.service.security.sensor_events import (
     SensorStats,
     SensorTranslator,
 )
+from hpcscope.service.security.sensor_order import DEFAULT_HOLD_NS, KernelOrder
 from hpcscope.service.security.sensor_procs import ProcReader
 from hpcscope.service.settings import REPO_ROOT
 
@@ -168,6 +172,8 @@ class Sensor:
         proc_root: where processes are read (``/proc``).
         on_error: called with each output line that could not be read.
         connect_jobs_only: write connects of job processes only (the default).
+        reorder_hold_ns: how long a record waits for earlier ones from other CPUs' rings
+            (:class:`~hpcscope.service.security.sensor_order.KernelOrder`).
     """
 
     program: str
@@ -177,6 +183,7 @@ class Sensor:
     proc_root: Path = Path("/proc")
     on_error: Callable[[SecurityEventError], None] | None = None
     connect_jobs_only: bool = True
+    reorder_hold_ns: int = DEFAULT_HOLD_NS
 
     def __post_init__(self) -> None:
         self.translator = SensorTranslator(
@@ -259,19 +266,51 @@ class Sensor:
                 log.debug("bpftrace: %s", line)
 
     def _pump(self) -> None:
+        """Read bpftrace's lines, put their records back in kernel order
+        (:class:`~hpcscope.service.security.sensor_order.KernelOrder`), translate and write
+        them; wakes every 0.1 s so held records go out while bpftrace is quiet."""
         assert self._process is not None and self._process.stdout is not None
-        for number, raw in enumerate(self._process.stdout, start=1):
-            if not raw.strip():
-                continue
-            try:
-                records = parse_sensor_line(raw, source="bpftrace", line_number=number)
-            except SecurityEventError as exc:
-                if self.on_error is not None:
-                    self.on_error(exc)
-                continue
-            for event in self.translator.feed_all(records):
-                self.output.write(orjson.dumps(event).decode() + "\n")
-                self.output.flush()
-            if not self.attached.is_set() and self.stats.attached_probes:
-                log.info("sensor attached %d probes", self.stats.attached_probes)
-                self.attached.set()
+        descriptor = self._process.stdout.fileno()  # read raw: select sees no buffered bytes
+        order = KernelOrder(self.reorder_hold_ns)
+        number, partial = 0, b""
+        with selectors.DefaultSelector() as selector:
+            selector.register(descriptor, selectors.EVENT_READ)
+            while True:
+                chunk = b""
+                if selector.select(timeout=0.1):
+                    chunk = os.read(descriptor, 1 << 16)
+                    if not chunk:
+                        break
+                *lines, partial = (partial + chunk).split(b"\n")
+                for raw in lines:
+                    number += 1
+                    self._queue(order, raw, number)
+                self._write(order.pop_ready(time.monotonic_ns()))
+        if partial.strip():
+            self._queue(order, partial, number + 1)
+        self._write(order.drain())
+
+    def _queue(self, order: KernelOrder, raw: bytes, number: int) -> None:
+        if not raw.strip():
+            return
+        try:
+            records = parse_sensor_line(raw, source="bpftrace", line_number=number)
+        except SecurityEventError as exc:
+            if self.on_error is not None:
+                self.on_error(exc)
+            return
+        for record in records:
+            self.translator.observe(record)
+        order.push(records, arrival_ns=time.monotonic_ns())
+
+    def _write(self, records: list[SensorRecord]) -> None:
+        if not records:
+            return
+        events = self.translator.feed_all(records)
+        for event in events:
+            self.output.write(orjson.dumps(event).decode() + "\n")
+        if events:
+            self.output.flush()
+        if not self.attached.is_set() and self.stats.attached_probes:
+            log.info("sensor attached %d probes", self.stats.attached_probes)
+            self.attached.set()

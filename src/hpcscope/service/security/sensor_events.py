@@ -101,6 +101,29 @@ class SensorTranslator:
         self._files: dict[tuple[int, int], _OpenFile] = {}
         self._exited: dict[int, int] = {}
         self._last_ns = 0
+        self._cut_paths: dict[tuple[int, int], str] = {}
+
+    def observe(self, record: SensorRecord) -> None:
+        """Read what ``/proc`` says of a record's process the moment it arrives, before it
+        waits in :class:`~hpcscope.service.security.sensor_order.KernelOrder`: a short-lived
+        process (a ``dd``, a dropped binary) may be gone by the time it is translated, and
+        :class:`ProcReader` keeps the last facts of a process it has seen."""
+        pid = record.pid
+        if pid is None or record.kind in ("bytes", "close", "dup", "exit", "mmap"):
+            return
+        if record.ppid is not None:
+            self.reader.process(record.ppid)
+        if record.kind == "exec":
+            self.reader.process(pid, uid=record.uid, comm=record.path, ppid=record.ppid,
+                                fresh=True)  # fmt: skip
+            return
+        self.reader.process(pid, uid=record.uid, comm=record.comm, ppid=record.ppid)
+        path, fd = record.path, record.fd
+        cut = path is not None and len(path.encode()) >= KERNEL_STRLEN - 1
+        if record.kind == "open" and cut and path is not None and fd is not None and fd >= 0:
+            linked = self.reader.path_of_fd(pid, fd)
+            if linked is not None and linked.startswith(path):
+                self._cut_paths[(pid, fd)] = linked
 
     # ---------------------------------------------------------------- building blocks
 
@@ -209,9 +232,12 @@ class SensorTranslator:
             return ()
         full = path
         if len(path.encode()) >= KERNEL_STRLEN - 1:
-            # cut in the kernel: the whole path from /proc, if the descriptor is still that
-            # file (the process may have closed it and reused the number since)
-            linked = self.reader.path_of_fd(record.pid, record.fd)
+            # cut in the kernel: the whole path from /proc, read when the record arrived
+            # (observe) or now, if the descriptor is still that file (the process may have
+            # closed it and reused the number since)
+            linked = self._cut_paths.pop((record.pid, record.fd), None)
+            if linked is None:
+                linked = self.reader.path_of_fd(record.pid, record.fd)
             if linked is not None and linked.startswith(path):
                 full = linked
         info = self.reader.process(record.pid, uid=record.uid, comm=record.comm, ppid=record.ppid)

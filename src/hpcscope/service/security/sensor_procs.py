@@ -129,6 +129,8 @@ class ProcReader:
             if known is not None:
                 return known
             job = self.job(ppid) if ppid is not None else None
+            if job is None and ppid is not None and ppid in self._gone:
+                job = self._gone[ppid].job  # the parent is gone too: its last known job
             if job is not None:
                 job = ProcessJob(job.job_id, job.job_sluid, job.step, f"parent {job.source}")
             return ProcessInfo(pid, self.exec_id(pid, 0), 0, ppid, uid, None, comm or "",
