@@ -16,7 +16,7 @@ from hpcscope.ingest.security.bpftrace import SensorRecord
 from hpcscope.ingest.security.tetragon import tetragon_event_row
 from hpcscope.service.security.sensor_events import SensorTranslator
 from hpcscope.service.security.sensor_order import KernelOrder
-from hpcscope.service.security.sensor_procs import ProcReader
+from hpcscope.service.security.sensor_procs import ProcessJob, ProcReader
 from tests.service.security.test_sensor_translation import _proc
 
 MS = 1_000_000
@@ -114,3 +114,38 @@ def test_records_within_the_hold_come_out_in_kernel_order(
     assert sorted(r.pid or 0 for r in released) == list(range(len(events)))
     if all(delay <= hold_ns for _, delay in events):
         assert [r.ns for r in released] == sorted(ns for ns, _ in events)
+
+
+def test_a_process_exiting_while_read_has_its_parents_job(tmp_path: Path) -> None:
+    """Read while it exits (its stat, then nothing): the walk from it is cut; the event's
+    parent is in the job, and so is the process (a child is in its parent's job)."""
+    root = tmp_path / "proc"
+    _proc(root, 10, 1, "slurmstepd: [42.batch]")
+    _proc(root, 11, 10, "/bin/bash /spool/slurm_script")
+    _proc(root, 99, 11, "dd")
+
+    class ExitingReader(ProcReader):
+        def job(self, pid: int) -> ProcessJob | None:
+            if pid == 99:
+                shutil.rmtree(root / "99", ignore_errors=True)  # dd is reaped now
+            return super().job(pid)
+
+    info = ExitingReader(node="n1", proc_root=root).process(99, ppid=11)
+    assert info.job is not None
+    assert (info.job.job_id, info.job.source) == ("42", "parent stepd")
+    # a process that is there and in no job stays in none (the walk was complete)
+    _proc(root, 30, 1, "sshd: admin")
+    assert ProcReader(node="n1", proc_root=root).process(30, ppid=1).job is None
+
+
+def test_an_exec_read_on_arrival_keeps_its_job_after_its_ancestors_exit(tmp_path: Path) -> None:
+    root = tmp_path / "proc"
+    translator = _translator(root)
+    exec_record = SensorRecord("exec", ns=5 * MS, pid=99, tid=99, uid=1000, ppid=11,
+                               path="/tmp/dropped-true")  # fmt: skip
+    translator.observe(exec_record)
+    for pid in ("11", "10"):
+        shutil.rmtree(root / pid)  # its ancestors exit during the hold; it still runs
+    (event,) = translator.feed(exec_record)
+    process = event["process_exec"]["process"]
+    assert process["slurm_job"]["job_id"] == "42"

@@ -102,6 +102,7 @@ class SensorTranslator:
         self._exited: dict[int, int] = {}
         self._last_ns = 0
         self._cut_paths: dict[tuple[int, int], str] = {}
+        self._observed_execs: set[tuple[int, int | None]] = set()
 
     def observe(self, record: SensorRecord) -> None:
         """Read what ``/proc`` says of a record's process the moment it arrives, before it
@@ -116,6 +117,7 @@ class SensorTranslator:
         if record.kind == "exec":
             self.reader.process(pid, uid=record.uid, comm=record.path, ppid=record.ppid,
                                 fresh=True)  # fmt: skip
+            self._observed_execs.add((pid, record.ns))  # translated from what was read now
             return
         self.reader.process(pid, uid=record.uid, comm=record.comm, ppid=record.ppid)
         path, fd = record.path, record.fd
@@ -282,8 +284,12 @@ class SensorTranslator:
         path = record.path
         if path is None or record.pid is None:
             return ()
+        # re-read after the exec replaced the image, unless observe did when it arrived (the
+        # process, or its ancestors, may be gone by now)
+        observed = (record.pid, record.ns) in self._observed_execs
+        self._observed_execs.discard((record.pid, record.ns))
         info = self.reader.process(
-            record.pid, uid=record.uid, comm=path, ppid=record.ppid, fresh=True
+            record.pid, uid=record.uid, comm=path, ppid=record.ppid, fresh=not observed
         )
         process = self._process_json(info, record.tid)
         if not info.alive or not process.get("binary"):

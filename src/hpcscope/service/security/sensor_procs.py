@@ -18,6 +18,7 @@ parameter (tests point it at a committed tree).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 import re
 from collections import OrderedDict
@@ -135,6 +136,7 @@ class ProcReader:
                 job = ProcessJob(job.job_id, job.job_sluid, job.step, f"parent {job.source}")
             return ProcessInfo(pid, self.exec_id(pid, 0), 0, ppid, uid, None, comm or "",
                                "", "", job, alive=False)  # fmt: skip
+        event_ppid = ppid
         _, ppid, ticks = stat
         key = (pid, ticks)
         cached = self._cache.get(key)
@@ -142,6 +144,18 @@ class ProcReader:
             self._cache.move_to_end(key)
             return cached
         info = self._build(pid, base, ppid, ticks, uid=uid, comm=comm)
+        if info.job is None and _stat(_read(base / "stat")) is None:
+            # it exited while it was read (its stat, then nothing): the walk from it was cut,
+            # and a child is in its parent's job (Slurm's confinement), so the parent's, by
+            # the pid read above or the event's
+            for parent in dict.fromkeys(p for p in (ppid, event_ppid) if p is not None and p > 1):
+                job = self.job(parent)
+                if job is not None:
+                    inherited = ProcessJob(
+                        job.job_id, job.job_sluid, job.step, f"parent {job.source}"
+                    )
+                    info = dataclasses.replace(info, job=inherited)
+                    break
         self._cache[key] = info
         self._gone[pid] = info
         for table in (self._cache, self._gone):
