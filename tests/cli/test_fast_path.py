@@ -216,3 +216,19 @@ def test_the_printed_document_is_the_contracts_dump(tmp_path: Path, case: str) -
     dumped = TraceAnalysisDocument.of(document).model_dump(mode="json", exclude_unset=True)
     assert _print_json_bytes(document) == _print_json_bytes(dumped)
     assert render_report(document) == render_report(dumped)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_imports_run_without_collections_and_are_frozen(enabled: bool) -> None:
+    import gc
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        gc.unfreeze()
+        fast_path._import_quietly()
+        assert gc.get_freeze_count() > 1_000  # what is alive by then is frozen
+        assert gc.isenabled() is enabled  # and the collector is as it was
+    finally:
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()
