@@ -203,3 +203,41 @@ def test_only_complete_events_are_kept_typed_or_converted_one_by_one(
     if odd == ODD % "":
         expected.append(("odd", 100.0))
     assert _events_of(tmp_path, events) == expected
+
+
+KERNEL = (
+    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 3, "ts": 5, "dur": 2, '
+    '"args": {"correlation": 9, "stream": 7, "device": 0}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        # a category Kineto never wrote (the known-category decoder refuses the block)
+        ('{"ph": "X", "cat": "not_a_kineto_category", "name": "u", "ts": 7, "dur": 1}', []),
+        # "args": null (refused too: only the next decoder allows it)
+        (
+            '{"ph": "X", "cat": "cpu_op", "name": "n", "tid": 1, "ts": 8, "dur": 1, "args": null}',
+            [("n", EventKind.CPU_OP, 1, -1)],
+        ),
+        ('{"ph": "i", "cat": "cpu_instant_event", "name": "i", "ts": 9}', []),
+    ],
+)
+def test_any_category_and_null_args_read_as_the_known_ones(
+    tmp_path: Path, extra: str, expected: list[tuple[str, EventKind, int, int]]
+) -> None:
+    path = tmp_path / "rank-0.json"
+    path.write_text('{"traceEvents": [\n' + KERNEL + ",\n" + extra + "\n]}\n")
+    events = read_kineto(path).events
+    got = [
+        (events.names[n], EventKind(k), t, c)
+        for n, k, t, c in zip(
+            events.name.tolist(),
+            events.kind.tolist(),
+            events.thread.tolist(),
+            events.correlation.tolist(),
+            strict=True,
+        )
+    ]
+    assert got == [("k", EventKind.KERNEL, 7, 9), *expected]

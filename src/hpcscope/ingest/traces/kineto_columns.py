@@ -11,10 +11,11 @@ are kept (see ``_CATEGORIES``); every other phase is decoded to a struct with no
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from itertools import compress
 from operator import attrgetter
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 import msgspec
 import numpy as np
@@ -64,6 +65,48 @@ class _Event(_LooseEvent, tag_field="ph", tag="X"):
     fields, tagged for the decoder's union)."""
 
 
+#: The categories Kineto writes (``libkineto/src/ActivityType.cpp``, and the flow and trace
+#: spans of ``output_json.cpp``), and none. Decoded against this list, an event's ``cat`` is
+#: the list's own string, not a new one: no allocation, and the category lookup of
+#: :meth:`EventColumns.add` finds it without hashing or comparing its characters. A block
+#: with a category not listed fails this decoder and is decoded with ``cat`` as any string.
+KINETO_CATEGORIES = (
+    *_CATEGORIES,
+    "",
+    "ac2g",
+    "fwdbwd",
+    "Trace",
+    "cpu_instant_event",
+    "external_correlation",
+    "overhead",
+    "cuda_sync",
+    "cuda_profiler_range",
+    "glow_runtime",
+    "mtia_runtime",
+    "mtia_ccp_events",
+    "mtia_insight",
+    "hpu_op",
+    "xpu_runtime",
+    "xpu_driver",
+    "collective_comm",
+    "privateuse1_runtime",
+    "privateuse1_driver",
+    "gpu_pm_counter",
+)
+_KnownCategory: Any = Literal[KINETO_CATEGORIES]  # built from a tuple of strings
+
+
+class _KnownEvent(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    """:class:`_Event` with ``cat`` one of :data:`KINETO_CATEGORIES`."""
+
+    cat: _KnownCategory = ""
+    name: str = ""
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = -1.0
+    args: _Args = _NO_ARGS  # "args": null fails it (the next decoder takes the block)
+
+
 #: Every other phase of the Chrome trace format (instant, counter, flow, async, object,
 #: metadata... events): decoded to a struct with no field at all, so the decoder skips their
 #: keys and builds nothing (a 54 MB rank holds ~90,000 such events: flow arrows, instants).
@@ -86,8 +129,16 @@ _OTHER_EVENTS = tuple(
     for phase in _OTHER_PHASES
 )
 
-_ANY_EVENT: Any = Union[(_Event, *_OTHER_EVENTS)]  # built from a tuple of types
-_DECODER = msgspec.json.Decoder(list[_ANY_EVENT])
+_KNOWN_EVENT: Any = Union[(_KnownEvent, *_OTHER_EVENTS)]  # built from a tuple of types
+_ANY_EVENT: Any = Union[(_Event, *_OTHER_EVENTS)]
+_DECODER = msgspec.json.Decoder(list[_KNOWN_EVENT])
+
+
+@functools.cache
+def _any_category_decoder() -> msgspec.json.Decoder[list[Any]]:
+    """The decoder of a block with a category :data:`KINETO_CATEGORIES` does not list, or an
+    ``"args": null`` (built on first use: most traces never need it)."""
+    return msgspec.json.Decoder(list[_ANY_EVENT])
 
 
 class _Codes(dict[Any, int]):
@@ -192,8 +243,10 @@ class EventColumns:
         self.kinds = _KindCodes({k: int(v) for k, v in _CATEGORIES.items()})
         self.devices: dict[int, int] = {}
         self.skipped = 0
+        self._null_args = True  # whether the last block decoded may have "args": null
 
-    def add(self, events: list[Any]) -> None:
+    def add(self, events: list[Any], *, null_args: bool = True) -> None:
+        """Add a block of events (``null_args``: whether an ``args`` may be None)."""
         n = len(events)
         if not n:
             return
@@ -224,7 +277,7 @@ class EventColumns:
                 if not n:
                     return
         args = list(map(_ARGS, events))
-        if None in args:  # "args": null
+        if null_args and None in args:  # "args": null
             args = [_NO_ARGS if a is None else a for a in args]
         thread = self._threads(events, n)
         on_stream = (kind >= EventKind.KERNEL) & (kind != EventKind.RUNTIME)
@@ -252,9 +305,16 @@ class EventColumns:
                 np.fromiter(map(_TS, events), np.float64, n),
                 dur,
                 _ints(_CORRELATION, args, n),
-                np.fromiter(map(self.groups.__getitem__, map(_GROUP, args)), np.int32, n),
+                self._groups(args, n),
             )
         )
+
+    def _groups(self, args: list[_Args], n: int) -> npt.NDArray[np.int32]:
+        """Process-group codes; most events name none (a count of the Nones is C-speed)."""
+        groups = list(map(_GROUP, args))
+        if groups.count(None) == n:
+            return np.full(n, -1, np.int32)
+        return np.fromiter(map(self.groups.__getitem__, groups), np.int32, n)
 
     def _threads(self, events: list[_Event], n: int) -> npt.NDArray[np.int64]:
         """Thread ids: integers as they are (one pass), else through :class:`_ThreadCodes`."""
@@ -285,23 +345,27 @@ class EventColumns:
         """A block of events (a JSON array): typed, or as plain values when a field has an
         unexpected type (:meth:`consume` converts those one by one); None when the block is
         not valid JSON."""
-        try:
-            return _DECODER.decode(view)
-        except msgspec.ValidationError:
+        for decoder in (_DECODER, None):
             try:
-                loose: list[Any] = msgspec.json.decode(view)
+                typed: list[Any] = (decoder or _any_category_decoder()).decode(view)
+                self._null_args = decoder is None
+                return typed
+            except msgspec.ValidationError:
+                continue
             except msgspec.DecodeError:
                 return None
-            return loose
+        try:
+            loose: list[Any] = msgspec.json.decode(view)
         except msgspec.DecodeError:
             return None
+        return loose
 
     def consume(self, events: list[Any]) -> None:
         """Add a decoded block."""
         if events and not isinstance(events[0], msgspec.Struct):  # a typed block: structs
             self.add_loose(events)
         else:
-            self.add(events)
+            self.add(events, null_args=self._null_args)
 
     def table(self) -> EventTable:
         dtypes = (np.int8, np.int32, np.int64, np.float64, np.float64, np.int64, np.int32)
