@@ -13,7 +13,6 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.middleware.sessions import SessionMiddleware
 from starlette.responses import Response
 
 from hpcscope import __version__
@@ -25,6 +24,7 @@ from hpcscope.serve.auth import (
     sent_basic,
 )
 from hpcscope.serve.edge import EdgeMiddleware
+from hpcscope.serve.read_lane import ReadLane
 from hpcscope.serve.routes import (
     access,
     alerts,
@@ -42,6 +42,7 @@ from hpcscope.serve.routes import (
     tokens,
     traces,
 )
+from hpcscope.serve.session_cookie import SessionMiddleware
 from hpcscope.serve.templating import STATIC_DIR
 from hpcscope.service.core import Service
 from hpcscope.service.identity.login_guard import LoginGuard
@@ -77,12 +78,15 @@ def create_app(
     *,
     on_startup: Callable[[], None] | None = None,
     on_shutdown: Callable[[], None] | None = None,
+    read_lane: bool = True,
 ) -> FastAPI:
     """Build the web app around an open :class:`Service`.
 
     Args:
         service: owns the store; the app does not close it unless ``on_shutdown`` does.
         on_startup / on_shutdown: hooks run in the lifespan (start the collector, close).
+        read_lane: answer the most read routes from the snapshots past the framework
+            (``serve/read_lane.py``; off only to compare answers in tests).
     """
 
     @asynccontextmanager
@@ -103,12 +107,17 @@ def create_app(
         docs_url=None,  # our own page: vendored Swagger UI, no CDN, no inline script
         openapi_url="/api/openapi.json",
         redoc_url=None,
+        # no OpenTelemetry provider is configured in the server: without this, FastAPI asks
+        # the environment whether one is, on every request
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.service = service
     settings = service.settings
     app.state.login_guard = LoginGuard(max_failures=settings.login_failures_per_minute)
     app.state.api_tokens = ApiTokens(service.store, max_days=settings.api_token_max_days)
     secret = settings.secret_key or secrets.token_urlsafe(32)
+    if read_lane:  # added first, so innermost: behind the edge and the session cookie
+        app.add_middleware(ReadLane, routes=[*jobs.LANE_ROUTES, *diagram.LANE_ROUTES])
     app.add_middleware(
         SessionMiddleware,
         secret_key=secret,

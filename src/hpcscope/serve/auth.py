@@ -220,7 +220,7 @@ def check_site_viewer(request: Request) -> Principal | None:
     return viewer.principal
 
 
-def _checks_a_secret(request: Request) -> bool:
+def checks_a_secret(request: Request) -> bool:
     """Whether identifying this request checks a password (Basic) or an API token: a hash or
     a store query, never on the event loop."""
     return _basic_credentials(request) is not None or (
@@ -229,7 +229,7 @@ def _checks_a_secret(request: Request) -> bool:
 
 
 async def _resolved(request: Request, rule: Callable[[Request], _T]) -> _T:
-    if _checks_a_secret(request):
+    if checks_a_secret(request):
         return await run_in_threadpool(rule, request)
     return await answer(rule, request)
 

@@ -32,12 +32,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from hpcscope.model.timeutil import utcnow
-from hpcscope.serve.auth import service_of, site_viewer
+from hpcscope.serve.auth import check_site_viewer, service_of, site_viewer
 from hpcscope.serve.diagram.contracts import DiagramPage, DiagramState
 from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role
 from hpcscope.serve.diagram.view import duration, jsonable, live_payload, shape_view
 from hpcscope.serve.offload import answer
+from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import percent, render, templates
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.cards import ElementCard, UnknownElement, element_card
@@ -235,6 +236,28 @@ def _diagram_state(request: Request, viewer: Viewer, node: str | None) -> Respon
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers=headers)
     return Response(body, media_type="application/json", headers=headers)
+
+
+def _lane_viewer(request: Request) -> Viewer:
+    """:func:`viewer_of`'s rule, for the read lane."""
+    return Viewer(check_site_viewer(request))
+
+
+#: What the read lane answers past the framework (``serve/read_lane.py``): the page without a
+#: zoom or an open card in its default mode and reader, and the live poll, with these routes'
+#: own functions after :func:`viewer_of`'s rule.
+LANE_ROUTES = (
+    LaneRoute(
+        "/diagram",
+        lambda request, _: _diagram_page(
+            request, _lane_viewer(request), None, None, "observe", "engineer"
+        ),
+    ),
+    LaneRoute(
+        "/api/diagram/state",
+        lambda request, _: _diagram_state(request, _lane_viewer(request), None),
+    ),
+)
 
 
 @router.get("/api/diagram/elements/{element_id}", responses={200: {"model": ElementCard}})

@@ -17,8 +17,9 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from starlette.responses import HTMLResponse, Response
 
 from hpcscope.model.access import Principal
-from hpcscope.serve.auth import require_principal, service_of
+from hpcscope.serve.auth import check_principal, require_principal, service_of
 from hpcscope.serve.offload import answer
+from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
 from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts, JobReportWithAlerts
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
@@ -137,6 +138,21 @@ def _job_json(request: Request, job_id: str, principal: Principal) -> Response:
     key = ("serve.job_json", principal, job_id, service.alert_changes)
     body, etag = service.snapshots.get(key, serialised)
     return cached_json(request, body, etag)
+
+
+#: What the read lane answers past the framework (``serve/read_lane.py``): these routes' own
+#: functions, after :func:`require_principal`'s rule.
+LANE_ROUTES = (
+    LaneRoute("/api/jobs", lambda request, _: _jobs_json(request, check_principal(request))),
+    LaneRoute(
+        "/jobs/{job_id}",
+        lambda request, job_id: _job_page(request, job_id, check_principal(request)),
+    ),
+    LaneRoute(
+        "/api/jobs/{job_id}",
+        lambda request, job_id: _job_json(request, job_id, check_principal(request)),
+    ),
+)
 
 
 @router.get("/api/jobs/{job_id}/phases")

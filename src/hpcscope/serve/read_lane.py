@@ -1,0 +1,119 @@
+"""The read lane: the most read pages answered from the read snapshots, past the framework.
+
+Under the API load bench (``bench/api_load.py``: 50 clients on the job list, job pages and
+documents, the diagram and its live poll) nearly every request is a snapshot hit whose answer
+is ready bytes, yet each cost about 0.4 ms of the event loop's CPU in FastAPI's route
+matching (every included router's routes, twice), its dependency resolution and its
+per-request wrappers: the work itself is a dict lookup. The loop is one thread behind one GIL,
+shared with the collector, so that cost, times 50 clients, was the latency.
+
+:class:`ReadLane` is a pure ASGI middleware inside the web edge and the session middleware
+(their CSRF check, headers, proxy trust and session cookie apply as before). For a ``GET``
+without a query string on one of the routes listed in :data:`LaneRoute` tables (the routes'
+own modules list them), it runs the route's own answer function with the route's own
+principal rule, on the event loop inside :func:`~hpcscope.service.snapshots.cache_only`,
+exactly as :func:`hpcscope.serve.offload.answer` does behind the framework, and sends the
+response it returns. Whenever that cannot be done as cheaply, the request goes on to the app
+untouched, which answers it the usual way:
+
+* a request that checks a secret (HTTP Basic, an API token: a hash or a store query, never on
+  the loop), any other method, a query string, a path no lane route names;
+* any exception while answering: a snapshot miss (the app computes in a worker thread), no
+  principal (the app's 401 or login redirect), a job not visible, anything unexpected.
+
+Nothing is sent before the answer is complete, so falling through is always possible, and the
+same function answers either way: the lane changes what a request costs, never its answer
+(``tests/serve/test_read_lane.py`` compares both for every principal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from hpcscope.serve.auth import checks_a_secret
+from hpcscope.service.snapshots import cache_only
+
+#: The answer of a lane route: the request and the path's one parameter ("" when none).
+LaneAnswer = Callable[[Request, str], Response]
+
+
+@dataclass(frozen=True, slots=True)
+class LaneRoute:
+    """One route the lane may answer.
+
+    Args:
+        path: the route's path, either literal (``/api/jobs``) or ending in one parameter of
+            the default ``str`` kind (``/jobs/{job_id}``: one non-empty segment, no ``/``).
+        answer: what the route answers with: its principal rule, then its snapshot reads.
+    """
+
+    path: str
+    answer: LaneAnswer
+
+    @property
+    def prefix(self) -> str | None:
+        """The literal part before a trailing ``{parameter}``; None for a literal path."""
+        head, brace, tail = self.path.rpartition("/{")
+        if not brace:
+            return None
+        if "{" in head or not tail.endswith("}") or ":" in tail:
+            raise ValueError(f"lane route {self.path!r}: one trailing str parameter at most")
+        return head + "/"
+
+
+class ReadLane:
+    """The read lane (module docstring) in front of ``app``.
+
+    Args:
+        app: the rest of the stack (the framework's exception handling and routes).
+        routes: the routes the lane answers; a path listed twice is an error.
+    """
+
+    def __init__(self, app: ASGIApp, *, routes: Iterable[LaneRoute]) -> None:
+        self.app = app
+        self._literal: dict[str, LaneAnswer] = {}
+        self._prefixed: dict[str, LaneAnswer] = {}
+        for route in routes:
+            prefix = route.prefix
+            table, key = (self._literal, route.path) if prefix is None else (self._prefixed, prefix)
+            if key in table:
+                raise ValueError(f"lane route {route.path!r} listed twice")
+            table[key] = route.answer
+        self.answered = 0
+        """Requests the lane answered itself (for tests and benches)."""
+
+    def _route(self, path: str) -> tuple[LaneAnswer, str] | None:
+        literal = self._literal.get(path)
+        if literal is not None:
+            return literal, ""
+        cut = path.rfind("/") + 1
+        prefixed = self._prefixed.get(path[:cut])
+        if prefixed is not None and cut < len(path):
+            return prefixed, path[cut:]
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
+            found = self._route(scope["path"])
+            if found is not None:
+                response = _answer(Request(scope, receive), *found)
+                if response is not None:
+                    self.answered += 1
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+def _answer(request: Request, answer: LaneAnswer, parameter: str) -> Response | None:
+    """The route's answer from the snapshots, or None: the app answers (module docstring)."""
+    if checks_a_secret(request):
+        return None
+    try:
+        return cache_only(answer, request, parameter)
+    except Exception:  # the app answers it, raising it again where it has its handlers
+        return None

@@ -1,0 +1,160 @@
+"""The read lane answers what the routes answer, for every kind of viewer (issue 17 part 4).
+
+One service with the fleet of ``tests/support/fleet.py``, two apps on it: with the read lane
+(``serve/read_lane.py``) and without. Every request goes to the app without the lane first
+(it computes the snapshots), then to the one with it; status, headers and body must be the
+same, for each researcher, the team lead, the admin, an anonymous visitor with the site's
+anonymous diagram on and off, a forged cookie and HTTP Basic, on every path the lane names
+(jobs visible or not, a job that does not exist) and a few it does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+from starlette.requests import Request
+from starlette.responses import Response
+
+from hpcscope.model.timeutil import utcnow
+from hpcscope.serve.app import create_app
+from hpcscope.serve.read_lane import LaneRoute, ReadLane
+from hpcscope.serve.routes import diagram, jobs
+from hpcscope.service.core import Service
+from tests.conftest import DEMO_PASSWORDS, basic_auth
+from tests.support.fleet import JOBS, write_fleet
+
+JOB_IDS = [job[0] for job in JOBS]
+LANE_PATHS = [
+    "/api/jobs",
+    "/diagram",
+    "/api/diagram/state",
+    *(f"/jobs/{job}" for job in [*JOB_IDS, "999999"]),
+    *(f"/api/jobs/{job}" for job in [*JOB_IDS, "999999"]),
+]
+#: Paths near the lane's that it must leave to the app.
+OTHER_PATHS = [
+    "/api/jobs?x=1",
+    "/diagram?mode=threats",
+    "/api/diagram/state?node=gpu01",
+    "/jobs/",
+    "/api/jobs/",
+    f"/api/jobs/{JOB_IDS[0]}/alerts",
+    "/jobs",
+]
+USERS = ["admin", "carol", "alice", "bob", "dave"]
+
+
+def _lane(app: object) -> ReadLane:
+    layer: Any = getattr(app, "middleware_stack", None)
+    while layer is not None and not isinstance(layer, ReadLane):
+        layer = getattr(layer, "app", None)
+    assert isinstance(layer, ReadLane), "the lane is in the app's middleware stack"
+    return layer
+
+
+@pytest.fixture
+def apps(service: Service) -> Iterator[tuple[TestClient, TestClient]]:
+    write_fleet(service.store, now=utcnow())
+    origin = {"Origin": "http://testserver"}
+    with (
+        TestClient(create_app(service, read_lane=False), headers=origin) as plain,
+        TestClient(create_app(service), headers=origin) as laned,
+    ):
+        yield plain, laned
+
+
+def _cookie(client: TestClient, user: str) -> str:
+    response = client.post(
+        "/login",
+        data={"username": user, "password": DEMO_PASSWORDS[user], "next": "/"},
+        follow_redirects=False,
+    )
+    assert response.status_code == 303
+    return response.headers["set-cookie"].split(";", 1)[0]
+
+
+def _same_answers(
+    plain: TestClient, laned: TestClient, headers: dict[str, str], paths: list[str]
+) -> None:
+    for path in paths:
+        first = plain.get(path, headers=headers, follow_redirects=False)
+        etag = first.headers.get("etag")
+        for extra in [{}, {"If-None-Match": etag}] if etag else [{}]:
+            want = plain.get(path, headers=headers | extra, follow_redirects=False)
+            got = laned.get(path, headers=headers | extra, follow_redirects=False)
+            assert (got.status_code, got.headers.items(), got.content) == (
+                want.status_code,
+                want.headers.items(),
+                want.content,
+            ), path
+
+
+def test_each_logged_in_user_gets_what_the_routes_answer(
+    apps: tuple[TestClient, TestClient],
+) -> None:
+    """One service for all, the admin first: the snapshots then hold answers of wider scopes
+    than the next users', which the lane must not hand them."""
+    plain, laned = apps
+    for user in USERS:
+        before = _lane(laned.app).answered
+        _same_answers(plain, laned, {"Cookie": _cookie(plain, user)}, LANE_PATHS + OTHER_PATHS)
+        assert _lane(laned.app).answered > before, user
+
+
+@pytest.mark.parametrize("anonymous_diagram", [False, True])
+def test_an_anonymous_visitor_gets_what_the_routes_answer(
+    apps: tuple[TestClient, TestClient], service: Service, anonymous_diagram: bool
+) -> None:
+    service.settings.anonymous_diagram = anonymous_diagram
+    plain, laned = apps
+    _same_answers(plain, laned, {}, LANE_PATHS + OTHER_PATHS)
+    answered = _lane(laned.app).answered
+    # with the site setting the diagram and its poll are the visitor's; jobs never are
+    assert answered == (
+        3 if anonymous_diagram else 0
+    )  # the page, the poll with and without its ETag
+
+
+def test_forged_cookies_and_basic_credentials_are_left_to_the_app(
+    apps: tuple[TestClient, TestClient],
+) -> None:
+    plain, laned = apps
+    cookie = _cookie(plain, "admin")
+    forged = cookie[:-3] + ("AAA" if not cookie.endswith("AAA") else "BBB")
+    _same_answers(plain, laned, {"Cookie": forged}, LANE_PATHS)
+    _same_answers(plain, laned, basic_auth("alice"), LANE_PATHS)
+    _same_answers(plain, laned, basic_auth("alice", "wrong"), ["/api/jobs"])
+    assert _lane(laned.app).answered == 0
+
+
+def test_every_lane_route_is_a_get_route_of_its_router() -> None:
+    """A lane entry names a route the app has, so a renamed route cannot leave it behind."""
+    routes = [*jobs.LANE_ROUTES, *diagram.LANE_ROUTES]
+    paths = {
+        route.path
+        for router in (jobs.router, diagram.router)
+        for route in router.routes
+        if isinstance(route, APIRoute) and route.methods and "GET" in route.methods
+    }
+    assert {route.path for route in routes} <= paths
+
+
+def _nothing(request: Request, parameter: str) -> Response:
+    return Response()
+
+
+def test_a_lane_route_has_one_trailing_parameter_at_most() -> None:
+    assert LaneRoute("/api/jobs", _nothing).prefix is None
+    assert LaneRoute("/jobs/{job_id}", _nothing).prefix == "/jobs/"
+    for path in ["/jobs/{a}/{b}", "/jobs/{a}/x", "/files/{path:path}"]:
+        with pytest.raises(ValueError, match="one trailing str parameter"):
+            _ = LaneRoute(path, _nothing).prefix
+
+
+def test_a_path_listed_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="listed twice"):
+        ReadLane(Response(), routes=[LaneRoute("/a/{x}", _nothing), LaneRoute("/a/{y}", _nothing)])
