@@ -102,6 +102,9 @@ def demo(
     """Run the demo: twin cluster + collection + analysis + web UI on localhost."""
     level = log_level_or_default(log_level)
     configure_logging(level, log_format)
+    from hpcscope.serve.allocator import tune_allocator
+
+    tune_allocator()  # before any thread: the store's writer has its arena too
     from hpcscope.serve.server import run_server
     from hpcscope.service.core import Service
     from hpcscope.service.identity.users import DEMO_LOGINS

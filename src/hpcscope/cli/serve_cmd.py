@@ -46,6 +46,9 @@ def serve(
     """Serve the web UI and API; collect from the configured targets and scheduler."""
     level = log_level_or_default(log_level)
     configure_logging(level, log_format)
+    from hpcscope.serve.allocator import tune_allocator
+
+    tune_allocator()  # before any thread: the store's writer has its arena too
     from hpcscope.serve.server import run_server
     from hpcscope.service.core import Service
     from hpcscope.service.settings import load_settings

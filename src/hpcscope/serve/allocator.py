@@ -1,0 +1,85 @@
+"""The serving process's C allocator: freed memory goes back to the system.
+
+Memory that CPython frees (objects over 512 bytes, buffers, response bodies) goes to the C
+library's ``malloc``. With glibc's defaults, a long-running server's resident memory grows
+though what it holds does not:
+
+- every thread that allocates while another holds an arena's lock gets an arena of its own,
+  up to eight per core, and the free space of each one is kept for it;
+- the threshold above which a block is its own ``mmap`` (given back on ``free``) rises to the
+  size of every such block freed, up to 32 MiB, so a server's large transient buffers (a
+  1,024-GPU scrape round's pages, a job list's JSON) end up in the arenas, where freed space is
+  fragmented and rarely given back.
+
+Measured under the soak (``bench/soak.py``: the 128-node twin collected, 50 clients, 360 s;
+``docs/benchmarks.md``, "Soak"): glibc's arenas grew 178 -> 216 MiB while 81-113 MiB of them
+were in use (91-132 MiB free and kept), and the server's RSS grew 31 % end over start. With
+two arenas and a fixed 128 KiB threshold, the arenas held 97-104 MiB (15-22 MiB free) and RSS
+7.5 %.
+
+:func:`tune_allocator` sets these with ``mallopt(3)`` at start, before the server's threads
+exist. glibc's own environment variables (``MALLOC_ARENA_MAX``, ``MALLOC_MMAP_THRESHOLD_``),
+when set, win: the site's choice is kept. On another C library it does nothing.
+
+Written by hand with :mod:`ctypes`: no maintained package wraps ``mallopt``, and the call is
+three lines.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+#: ``mallopt`` parameters, from glibc's ``malloc.h``.
+M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
+
+#: Arenas at most: the server runs Python on one thread at a time (the GIL) and on two
+#: cores in the measured set-up; more arenas only keep more free space.
+ARENA_MAX = 2
+#: Blocks of this size and over are their own ``mmap``, given back when freed; setting it
+#: also turns off glibc's raising of it (``mallopt(3)``).
+MMAP_THRESHOLD_BYTES = 128 * 1024
+
+#: glibc's environment variable for each parameter: set, it wins over this module.
+ENVIRONMENT = {M_ARENA_MAX: "MALLOC_ARENA_MAX", M_MMAP_THRESHOLD: "MALLOC_MMAP_THRESHOLD_"}
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The process's C library if it is glibc (``gnu_get_libc_version`` and ``mallopt``)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):
+        return None
+    return libc
+
+
+def tune_allocator(
+    *,
+    arena_max: int = ARENA_MAX,
+    mmap_threshold_bytes: int = MMAP_THRESHOLD_BYTES,
+    environ: dict[str, str] | None = None,
+) -> dict[str, int]:
+    """Set glibc's arena count and mmap threshold (module docstring); returns what was set,
+    by environment variable name (empty on another C library, or where the site set them)."""
+    libc = _glibc()
+    if libc is None:
+        return {}
+    env = os.environ if environ is None else environ
+    applied: dict[str, int] = {}
+    for parameter, value in ((M_ARENA_MAX, arena_max), (M_MMAP_THRESHOLD, mmap_threshold_bytes)):
+        name = ENVIRONMENT[parameter]
+        if name in env:
+            continue
+        if libc.mallopt(ctypes.c_int(parameter), ctypes.c_int(value)) == 1:  # 1: success
+            applied[name] = value
+        else:
+            log.warning("mallopt(%s, %d) refused", name, value)
+    log.debug("allocator tuned: %s", applied)
+    return applied
