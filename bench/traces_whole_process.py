@@ -3,12 +3,19 @@
 The ``--whole-process`` mode of ``bench/traces_vs_hta.py`` (see its docstring): what a user
 waits for, imports and process start-up included. Every run is a fresh process; the two tools
 alternate (ours, HTA, ours, HTA...) so a burst of load on the shared machine hits both alike;
-medians are reported. Peak memory is sampled every 2 ms over the whole process tree (a pool's
-workers count): the ratios use the tree's proportional set size (PSS: a page that forked
-workers share with their parent counts once, as the kernel charges it), never less than the
-main process's own peak RSS (its ``VmHWM``, which a peak between two samples cannot escape;
-``wait4``'s ``ru_maxrss`` is not used: after ``fork`` + ``exec`` it still counts the forking
-parent's memory); the sum of the processes' RSS is printed too.
+medians are reported.
+
+Time and memory are measured in separate runs. A timed run is not observed: the wall time from
+start to exit and the CPU time from ``wait4``. A memory run samples the whole process tree
+every 2 ms (a pool's workers count): the ratios use the tree's proportional set size (PSS: a
+page that forked workers share with their parent counts once, as the kernel charges it), never
+less than the main process's own peak RSS (its ``VmHWM``, which a peak between two samples
+cannot escape; ``wait4``'s ``ru_maxrss`` is not used: after ``fork`` + ``exec`` it still counts
+the forking parent's memory); the sum of the processes' RSS is printed too. The sampler reads
+``smaps_rollup``, which walks the page tables under the process's memory-map lock, and it needs
+a core: on two cores it slowed hpcscope's big8 run, which keeps both cores busy, from 0.94 to
+1.26 s (medians of 5, alternating), while HTA, mostly on one core, had a core to spare. So the
+memory runs' wall times are printed but never used for a speed-up.
 """
 
 from __future__ import annotations
@@ -86,16 +93,19 @@ class Run(NamedTuple):
     cpu: float
 
 
-def run_process(argv: list[str]) -> Run:
-    """Run ``argv`` as a fresh process and measure it (see :class:`Run`)."""
+def run_process(argv: list[str], *, sample: bool = True) -> Run:
+    """Run ``argv`` as a fresh process and measure it (see :class:`Run`); with ``sample``
+    False, nothing watches it while it runs (its memory fields are 0)."""
     env = dict(os.environ, HTA_DISABLE_NS_ROUNDING="0")
     with tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env)
         peak, peak_rss, own_peak = 0, 0, 0
         done = threading.Event()
+        if not sample:
+            done.set()
 
-        def sample() -> None:
+        def sample_tree() -> None:
             nonlocal peak, peak_rss, own_peak
             while not done.is_set():
                 pss, rss = _tree_memory_bytes(proc.pid)
@@ -103,7 +113,7 @@ def run_process(argv: list[str]) -> Run:
                 peak, peak_rss = max(peak, pss), max(peak_rss, rss)
                 time.sleep(0.002)
 
-        thread = threading.Thread(target=sample, daemon=True)
+        thread = threading.Thread(target=sample_tree, daemon=True)
         thread.start()
         # reap only after the last sample: a zombie's /proc entry still answers, a reaped one not
         os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
@@ -158,26 +168,32 @@ def _totals_of(document: dict[str, Any]) -> dict[str, list[float]]:
 
 
 def compare(path: Path, repeat: int, label: str) -> dict[str, float]:
-    """Alternate the two tools ``repeat`` times on ``path``; print and return the medians."""
+    """Alternate the two tools ``repeat`` times on ``path``, timed runs then memory runs;
+    print and return the medians (time) and maxima (memory)."""
     ours: list[Run] = []
     theirs: list[Run] = []
+    our_mem: list[Run] = []
+    hta_mem: list[Run] = []
     worst = 0.0
     for _ in range(repeat):
-        ours.append(run_process(hpcscope_argv(path)))
+        ours.append(run_process(hpcscope_argv(path), sample=False))
         mine = _totals_of(json.loads(ours[-1].text))
-        theirs.append(run_process(hta_argv(path)))
+        theirs.append(run_process(hta_argv(path), sample=False))
         hta: dict[str, list[float]] = json.loads(theirs[-1].text.strip().splitlines()[-1])
         for rank, values in hta.items():
             for a, b in zip(mine[rank], values, strict=True):
                 worst = max(worst, abs(a - b) / b * 100 if b else 0.0)
+    for _ in range(repeat):
+        our_mem.append(run_process(hpcscope_argv(path)))
+        hta_mem.append(run_process(hta_argv(path)))
     our_wall = statistics.median(r.wall for r in ours)
     hta_wall = statistics.median(r.wall for r in theirs)
     our_cpu = statistics.median(r.cpu for r in ours)
     hta_cpu = statistics.median(r.cpu for r in theirs)
-    our_rss = max(r.memory for r in ours)
-    hta_rss = max(r.memory for r in theirs)
-    our_sum = max(r.summed_rss for r in ours)
-    hta_sum = max(r.summed_rss for r in theirs)
+    our_rss = max(r.memory for r in our_mem)
+    hta_rss = max(r.memory for r in hta_mem)
+    our_sum = max(r.summed_rss for r in our_mem)
+    hta_sum = max(r.summed_rss for r in hta_mem)
     print(
         f"== {label}: whole process, median of {repeat} alternating runs "
         f"(load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)\n"
@@ -190,7 +206,9 @@ def compare(path: Path, repeat: int, label: str) -> dict[str, float]:
         f"  speed-up {hta_wall / our_wall:.1f}x (CPU time {hta_cpu / our_cpu:.1f}x), "
         f"memory ratio {our_rss / hta_rss:.3f} "
         f"(summed RSS {our_sum / hta_sum:.3f}), "
-        f"largest idle/compute/non-compute difference {worst:.3f} %",
+        f"largest idle/compute/non-compute difference {worst:.3f} %\n"
+        f"  memory runs' wall (sampled every 2 ms, not used): hpcscope "
+        f"{[round(r.wall, 3) for r in our_mem]}, HTA {[round(r.wall, 3) for r in hta_mem]}",
         flush=True,
     )
     return {"speedup": hta_wall / our_wall, "rss_ratio": our_rss / hta_rss}
@@ -198,7 +216,10 @@ def compare(path: Path, repeat: int, label: str) -> dict[str, float]:
 
 def help_seconds(repeat: int) -> float:
     """Median wall seconds of ``python -m hpcscope --help``."""
-    runs = [run_process([sys.executable, "-m", "hpcscope", "--help"]) for _ in range(repeat)]
+    runs = [
+        run_process([sys.executable, "-m", "hpcscope", "--help"], sample=False)
+        for _ in range(repeat)
+    ]
     walls = [run.wall for run in runs]
     print(
         f"== hpcscope --help: median {statistics.median(walls):.3f} s, runs "
