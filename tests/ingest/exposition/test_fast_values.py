@@ -62,5 +62,6 @@ def test_every_plain_token_of_an_exporter_page_is_read_on_the_fast_path() -> Non
 
 
 def test_what_float_accepts_and_the_format_does_not_is_declined() -> None:
-    for odd in ["1_0", "nan", "Inf", " 1", "1e400", "", "1,5", "--1", "1e", "١"]:
+    # tokens are what follows a line's last space, so they never hold a space themselves
+    for odd in ["1_0", "nan", "Inf", "\t1", "1\x0b", "1e400", "", "1,5", "--1", "1e", "١"]:
         assert fast_values(["1", odd]) is None, odd
