@@ -123,11 +123,12 @@ def test_overlap_hides_the_all_to_all_and_the_pipeline_has_a_bubble(
 ) -> None:
     sync, overlap = (_analysis(runs[s.name], s)["classes"][0] for s in SCENARIOS[:2])
     assert sync["hidden_ratio"] == 0.0  # the main thread waits: nothing runs meanwhile
-    # the slow rank arrives last, so its all-to-all is the transfer alone, under its compute
-    # (the others wait for it past their compute: their share is small)
-    slow = str(SCENARIOS[1].slow_rank)
-    share = overlap["hidden_seconds_per_step"][slow] / overlap["seconds_per_step"][slow]
-    assert share > 0.2, overlap
+    # with the all-to-all on gloo's worker thread, the compute issued after it runs meanwhile.
+    # Which rank's share is largest depends on how the 4 ranks share the 2 cores: the slow
+    # rank's transfer alone (3-6 ms) was 98 % hidden in three runs, 8.5 % (of 1.1 ms) in one
+    # full `make test`; the class as a whole was 21-25 % hidden in all four, so the class is
+    # asserted here (each rank's figure is checked against the trace's own intervals above)
+    assert overlap["hidden_ratio"] > 0.1, overlap
     doc = _analysis(runs["pipeline"], SCENARIOS[3])
     # stage 1 waits for stage 0's first forward and for its slow forwards: a bubble every step
     assert doc["bubble_seconds_per_step"]["1"] > 0.01, doc["bubble_seconds_per_step"]
