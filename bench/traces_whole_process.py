@@ -102,8 +102,6 @@ def run_process(argv: list[str], *, sample: bool = True) -> Run:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env)
         peak, peak_rss, own_peak = 0, 0, 0
         done = threading.Event()
-        if not sample:
-            done.set()
 
         def sample_tree() -> None:
             nonlocal peak, peak_rss, own_peak
@@ -114,12 +112,14 @@ def run_process(argv: list[str], *, sample: bool = True) -> Run:
                 time.sleep(0.002)
 
         thread = threading.Thread(target=sample_tree, daemon=True)
-        thread.start()
+        if sample:
+            thread.start()
         # reap only after the last sample: a zombie's /proc entry still answers, a reaped one not
         os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
         wall = time.perf_counter() - t0
         done.set()
-        thread.join()
+        if sample:
+            thread.join()
         _, status, usage = os.wait4(proc.pid, 0)  # CPU time of it and its reaped children
         cpu = usage.ru_utime + usage.ru_stime
         proc.returncode = os.waitstatus_to_exitcode(status)

@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from hpcscope.serve.allocator import ARENA_MAX, MMAP_THRESHOLD_BYTES, tune_allocator
+from hpcscope.serve.allocator import ARENA_MAX, MMAP_THRESHOLD_BYTES
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -75,6 +75,6 @@ def test_the_sites_environment_variables_win() -> None:
 
 
 def test_one_variable_set_leaves_the_other_to_the_module() -> None:
-    applied = tune_allocator(environ={"MALLOC_ARENA_MAX": "8"}, mmap_threshold_bytes=1 << 20)
-    assert applied == {"MALLOC_MMAP_THRESHOLD_": 1 << 20}
-    tune_allocator(environ={"MALLOC_ARENA_MAX": "8"})  # back to the serving default
+    result = _probe("tuned", MALLOC_ARENA_MAX="8")
+    assert result["applied"] == {"MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD_BYTES}
+    assert result["mmapped_blocks"] == 40

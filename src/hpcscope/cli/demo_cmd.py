@@ -104,7 +104,7 @@ def demo(
     configure_logging(level, log_format)
     from hpcscope.serve.allocator import tune_allocator
 
-    tune_allocator()  # before any thread: the store's writer has its arena too
+    tune_allocator()  # before Service.open starts the store's writer (serve/allocator.py)
     from hpcscope.serve.server import run_server
     from hpcscope.service.core import Service
     from hpcscope.service.identity.users import DEMO_LOGINS

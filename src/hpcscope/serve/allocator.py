@@ -12,14 +12,16 @@ though what it holds does not:
   fragmented and rarely given back.
 
 Measured under the soak (``bench/soak.py``: the 128-node twin collected, 50 clients, 360 s;
-``docs/benchmarks.md``, "Soak"): glibc's arenas grew 178 -> 216 MiB while 81-113 MiB of them
-were in use (91-132 MiB free and kept), and the server's RSS grew 31 % end over start. With
-two arenas and a fixed 128 KiB threshold, the arenas held 97-104 MiB (15-22 MiB free) and RSS
-7.5 %.
+``docs/benchmarks.md``, "API load and soak"): glibc's arenas grew 178 -> 216 MiB while 81-113
+MiB of them were in use (91-132 MiB free and kept), and the server's RSS grew 31 % end over
+start. With two arenas and a fixed 128 KiB threshold, the arenas held 97-104 MiB (15-22 MiB
+free) and RSS 7.5 %.
 
-:func:`tune_allocator` sets these with ``mallopt(3)`` at start, before the server's threads
-exist. glibc's own environment variables (``MALLOC_ARENA_MAX``, ``MALLOC_MMAP_THRESHOLD_``),
-when set, win: the site's choice is kept. On another C library it does nothing.
+:func:`tune_allocator` sets these with ``mallopt(3)``. The serving commands (``hpcscope serve``,
+``hpcscope demo``) call it first, before :meth:`Service.open` starts the store's writer thread:
+an arena made before the call stays. glibc's own environment variables
+(``MALLOC_ARENA_MAX``, ``MALLOC_MMAP_THRESHOLD_``), when set, win: the site's choice is kept.
+On another C library it does nothing.
 
 Written by hand with :mod:`ctypes`: no maintained package wraps ``mallopt``, and the call is
 three lines.
@@ -45,8 +47,12 @@ ARENA_MAX = 2
 #: also turns off glibc's raising of it (``mallopt(3)``).
 MMAP_THRESHOLD_BYTES = 128 * 1024
 
-#: glibc's environment variable for each parameter: set, it wins over this module.
-ENVIRONMENT = {M_ARENA_MAX: "MALLOC_ARENA_MAX", M_MMAP_THRESHOLD: "MALLOC_MMAP_THRESHOLD_"}
+#: Each parameter, glibc's environment variable for it (set, it wins over this module), and
+#: the value set here.
+SETTINGS = (
+    (M_ARENA_MAX, "MALLOC_ARENA_MAX", ARENA_MAX),
+    (M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_", MMAP_THRESHOLD_BYTES),
+)
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -60,22 +66,15 @@ def _glibc() -> ctypes.CDLL | None:
     return libc
 
 
-def tune_allocator(
-    *,
-    arena_max: int = ARENA_MAX,
-    mmap_threshold_bytes: int = MMAP_THRESHOLD_BYTES,
-    environ: dict[str, str] | None = None,
-) -> dict[str, int]:
+def tune_allocator() -> dict[str, int]:
     """Set glibc's arena count and mmap threshold (module docstring); returns what was set,
     by environment variable name (empty on another C library, or where the site set them)."""
     libc = _glibc()
     if libc is None:
         return {}
-    env = os.environ if environ is None else environ
     applied: dict[str, int] = {}
-    for parameter, value in ((M_ARENA_MAX, arena_max), (M_MMAP_THRESHOLD, mmap_threshold_bytes)):
-        name = ENVIRONMENT[parameter]
-        if name in env:
+    for parameter, name, value in SETTINGS:
+        if name in os.environ:
             continue
         if libc.mallopt(ctypes.c_int(parameter), ctypes.c_int(value)) == 1:  # 1: success
             applied[name] = value

@@ -9,7 +9,6 @@ from collections.abc import Callable
 import uvicorn
 from fastapi import FastAPI
 
-from hpcscope.serve.allocator import tune_allocator
 from hpcscope.serve.app import create_app
 from hpcscope.serve.heap import HeapSettler, tune_gc
 from hpcscope.service.alerts.engine import SecurityCollection
@@ -130,7 +129,6 @@ def run_server(
     ``debug``). The collector starts in the app's lifespan and stops before the store closes,
     so queued writes are flushed and no data is lost on a clean stop.
     """
-    tune_allocator()  # before the collector's and the server's threads (serve/allocator.py)
     security = security_collection(
         service, SecurityEventBuffer(max_rows=service.settings.security_buffer_rows)
     )
