@@ -43,3 +43,16 @@ def ib_counters(
         f"SELECT * FROM ib_port_counters {where.sql()} ORDER BY node, device, port, ts",
         where.params,
     )
+
+
+def ib_rows_per_slot(
+    store: Store, *, after: datetime, before: datetime, slot_seconds: float
+) -> dict[int, int]:
+    """Port rows stored with ``after < ts < before``, by scrape slot (``floor(epoch seconds /
+    slot_seconds)``): how the telemetry rules see that rows arrived behind what they read."""
+    rows = store.query(
+        "SELECT floor(epoch_us(ts) / ?)::BIGINT AS slot, count(*) AS n FROM ib_port_counters "
+        "WHERE ts > ? AND ts < ? GROUP BY slot",
+        [slot_seconds * 1e6, after, before],
+    ).to_pylist()
+    return {int(r["slot"]): int(r["n"]) for r in rows}

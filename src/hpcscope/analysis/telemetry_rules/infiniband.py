@@ -35,7 +35,6 @@ from datetime import timedelta
 
 import polars as pl
 
-from hpcscope.analysis.infiniband import port_rates
 from hpcscope.analysis.telemetry_rules.common import (
     JobSpan,
     PortKey,
@@ -52,8 +51,10 @@ from hpcscope.analysis.telemetry_rules.common import (
     span_text,
     telemetry_alert,
 )
+from hpcscope.analysis.telemetry_rules.ib_view import IbView, ib_view
 from hpcscope.analysis.telemetry_rules.port_events import (
     RD5_COUNTERS,
+    rd5_columns,
     rd5_error_counters,
     rd6_counter_resets,
     rd7_correlated_pairs,
@@ -66,7 +67,6 @@ from hpcscope.analysis.telemetry_rules.residual import (
     ResidualSeries,
     bucket,
     lustre_at,
-    node_series,
     residual_series,
     top_port,
 )
@@ -283,14 +283,15 @@ def rd3_asymmetry(
                 net.setdefault(n, []).append((p, p.tx - ltx, p.rx - lrx))
                 slots.setdefault(bucket(p.ts, bucket_seconds), []).append(p.tx - ltx)
         calibration_end = job.start + timedelta(seconds=calibration_seconds)
+        medians = {key: median(values) or 0.0 for key, values in slots.items()}
         for n in nodes:
             rows = net.get(n, [])
 
             def hot(
-                row: tuple[NodePoint, float, float], slots: dict[int, list[float]] = slots
+                row: tuple[NodePoint, float, float], medians: dict[int, float] = medians
             ) -> bool:
                 p, tx, rx = row
-                med = median(slots[bucket(p.ts, bucket_seconds)]) or 0.0
+                med = medians[bucket(p.ts, bucket_seconds)]
                 if med < min_rate:
                     return False
                 ratio = tx / med
@@ -308,7 +309,7 @@ def rd3_asymmetry(
                 if sum(r[0].interval_seconds for r in run) < spec.threshold("min_seconds"):
                     continue
                 port = top_port(r[0].top_tx for r in run)
-                ratios = [r[1] / (median(slots[bucket(r[0].ts, bucket_seconds)]) or 1.0)
+                ratios = [r[1] / (medians[bucket(r[0].ts, bucket_seconds)] or 1.0)
                           for r in run]  # fmt: skip
                 out.append(
                     telemetry_alert(
@@ -356,9 +357,22 @@ def infiniband_alerts(
         port_gpus: (node, device, port) -> the GPU beside that HCA.
         widths_bits: counter widths (32-bit legacy counters saturate).
     """
+    view = ib_view(counters, rise_columns=rd5_columns(rules.get("RD-5")), widths_bits=widths_bits)
+    return view_alerts(view, jobs, rules=rules, lustre=lustre, port_gpus=port_gpus)
+
+
+def view_alerts(
+    view: IbView,
+    jobs: Iterable[JobSpan],
+    *,
+    rules: Mapping[str, RuleSpec],
+    lustre: LustreRates,
+    port_gpus: Mapping[PortKey, int],
+) -> list[Alert]:
+    """Every enabled RD rule over an :class:`~hpcscope.analysis.telemetry_rules.ib_view.IbView`
+    (what :func:`infiniband_alerts` judges of its rows; the service keeps one run to run)."""
     jobs = list(jobs)
-    rates = port_rates(counters, widths_bits=widths_bits) if counters.height else counters
-    series = node_series(rates) if rates.height else {}
+    series = view.series
     out: list[Alert] = []
     if (spec := enabled(rules, "RD-1")) is not None:
         out += rd1_idle_traffic(spec, series, jobs, port_gpus)
@@ -390,10 +404,10 @@ def infiniband_alerts(
             calibration_seconds=calibration,
             port_gpus=port_gpus,
         )
-    if (spec := enabled(rules, "RD-5")) is not None and rates.height:
-        out += rd5_error_counters(spec, rates, jobs, port_gpus)
-    if (spec := enabled(rules, "RD-6")) is not None and counters.height:
-        out += rd6_counter_resets(spec, counters, jobs, port_gpus)
+    if (spec := enabled(rules, "RD-5")) is not None and view.rises.height:
+        out += rd5_error_counters(spec, view.rises, jobs, port_gpus)
+    if (spec := enabled(rules, "RD-6")) is not None and view.resets.height:
+        out += rd6_counter_resets(spec, view.resets, jobs, port_gpus)
     if (spec := enabled(rules, "RD-7")) is not None:
         out += rd7_correlated_pairs(
             spec, residuals, bucket_seconds=bucket_seconds, port_gpus=port_gpus
@@ -401,4 +415,4 @@ def infiniband_alerts(
     return merge(out)
 
 
-__all__ = ["RD5_COUNTERS", "RX", "TX", "infiniband_alerts"]
+__all__ = ["RD5_COUNTERS", "RX", "TX", "infiniband_alerts", "view_alerts"]

@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from hpcscope.analysis.infiniband import counter_resets
 from hpcscope.analysis.telemetry_rules.common import (
     JobSpan,
     PortKey,
@@ -39,6 +38,14 @@ RD5_COUNTERS: tuple[str, ...] = (
     "req_remote_access_errors_total",
     "resp_remote_access_errors_total",
 )
+
+
+def rd5_columns(spec: RuleSpec | None) -> tuple[str, ...]:
+    """The ``<counter>_per_second`` rate columns RD-5 watches (none when it is off)."""
+    if spec is None or not spec.enabled:
+        return ()
+    return tuple(c.removesuffix("_total") + "_per_second"
+                 for c in (spec.items("counters") or RD5_COUNTERS))  # fmt: skip
 
 
 def rd5_error_counters(
@@ -96,13 +103,16 @@ def rd5_error_counters(
 
 def rd6_counter_resets(
     spec: RuleSpec,
-    counters: pl.DataFrame,
+    resets: pl.DataFrame,
     jobs: Sequence[JobSpan],
     port_gpus: Mapping[PortKey, int],
 ) -> list[Alert]:
-    """RD-6 (HIGH): a port counter went down (``perfquery -r/-R``) outside maintenance."""
+    """RD-6 (HIGH): a port counter went down (``perfquery -r/-R``) outside maintenance.
+
+    ``resets`` are :func:`~hpcscope.analysis.infiniband.counter_resets` rows."""
     windows = parse_windows(spec.items("maintenance_windows"))
-    resets = counter_resets(counters)
+    if resets.height == 0:
+        return []
     grouped: dict[tuple[PortKey, datetime], list[tuple[str, float, float]]] = {}
     for row in resets.iter_rows(named=True):
         node, ts = str(row["node"]), row["ts"]

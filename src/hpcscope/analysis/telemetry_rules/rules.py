@@ -21,7 +21,8 @@ from hpcscope.analysis.telemetry_rules.common import (
     parse_windows,
 )
 from hpcscope.analysis.telemetry_rules.gpu import GpuAllocation, gpu_alerts
-from hpcscope.analysis.telemetry_rules.infiniband import infiniband_alerts
+from hpcscope.analysis.telemetry_rules.ib_view import IbView
+from hpcscope.analysis.telemetry_rules.infiniband import infiniband_alerts, view_alerts
 from hpcscope.analysis.telemetry_rules.lustre import (
     lustre_alerts,
     node_lustre_rates,
@@ -99,7 +100,10 @@ class TelemetryInputs:
     """What the rules judge, as the service read it from the store.
 
     Attributes:
-        ib_counters: ``ib_port_counters`` rows (the window, plus running jobs' calibration).
+        ib_counters: ``ib_port_counters`` rows (the window, plus running jobs' calibration);
+            judged when ``ib`` is None.
+        ib: the same window already in the rules' form (the service keeps it run to run,
+            :mod:`hpcscope.analysis.telemetry_rules.ib_view`); ``ib_counters`` is then unused.
         gpu_samples: ``gpu_samples`` rows (``ts, node, gpu, job_id`` and the ratios, FB used).
         gpu_processes: ``gpu_processes`` rows (NVML compute processes, with their job).
         job_stats: ``lustre_job_stats`` rows.
@@ -119,19 +123,21 @@ class TelemetryInputs:
     allocations: tuple[GpuAllocation, ...] = ()
     port_gpus: Mapping[PortKey, int] = field(default_factory=dict)
     xid_counts: pl.DataFrame = field(default_factory=_empty)
+    ib: IbView | None = None
 
 
 def evaluate(inputs: TelemetryInputs, rules: Mapping[str, RuleSpec]) -> list[Alert]:
     """Every enabled telemetry rule over ``inputs``; alerts merged by deduplication key."""
     by_id = {j.job_id: j for j in inputs.jobs}
     lustre = node_lustre_rates(inputs.job_stats, by_id) if inputs.job_stats.height else {}
-    out = infiniband_alerts(
-        inputs.ib_counters,
-        inputs.jobs,
-        rules=rules,
-        lustre=lustre,
-        port_gpus=inputs.port_gpus,
-    )
+    if inputs.ib is not None:
+        out = view_alerts(
+            inputs.ib, inputs.jobs, rules=rules, lustre=lustre, port_gpus=inputs.port_gpus
+        )
+    else:
+        out = infiniband_alerts(
+            inputs.ib_counters, inputs.jobs, rules=rules, lustre=lustre, port_gpus=inputs.port_gpus
+        )
     out += gpu_alerts(
         inputs.gpu_samples, inputs.gpu_processes, inputs.allocations, by_id, rules=rules
     )

@@ -12,6 +12,10 @@ collector keeps from the same pages (migration 16, ``service/collect/node_facts.
 judged here too: Xid counts (GM-4, with the GPU rules) and each node's latest posture check
 (SC-7, CE-5, GM-5, DP-3; :meth:`TelemetryRules.posture`).
 
+The InfiniBand part of the window is kept between runs (:mod:`~hpcscope.service.
+telemetry_rules.ib_window`): a run reads the port rows stored since the last one, not the hour
+again; :meth:`TelemetryRules.read` without a window reads it all (the detection bench, tests).
+
 The rules see the whole window every run, so an episode is found again on the next run: an
 alert is written only when its ``last_seen`` moved past what this engine wrote before (a
 condition that goes on grows the stored alert's ``count`` by one per run, never re-counts an
@@ -29,20 +33,21 @@ import polars as pl
 import pyarrow as pa
 
 from hpcscope.analysis.alerts.posture import posture_alerts, postures_from_facts
-from hpcscope.analysis.infiniband import in_port_order
 from hpcscope.analysis.telemetry_rules.common import JobSpan, PortKey
 from hpcscope.analysis.telemetry_rules.gpu import GpuAllocation
+from hpcscope.analysis.telemetry_rules.ib_view import calibration_spans
+from hpcscope.analysis.telemetry_rules.port_events import rd5_columns
 from hpcscope.analysis.telemetry_rules.rules import TelemetryInputs, evaluate
 from hpcscope.model.alerts import Alert, RuleSpec
 from hpcscope.model.hostlist import HostlistError, expand_hostlist
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology
 from hpcscope.service.settings import Settings
+from hpcscope.service.telemetry_rules.ib_window import IbWindow
 from hpcscope.service.telemetry_rules.spool import ChangelogSpool, ProcessSpool, fid2path
 from hpcscope.store import Store
 from hpcscope.store import alerts as alert_store
 from hpcscope.store import telemetry_rules as queries
-from hpcscope.store.infiniband import ib_counters
 from hpcscope.store.lustre import job_stats
 from hpcscope.store.node_facts import latest_posture, xid_counts
 from hpcscope.store.slurm import allocations_between
@@ -135,6 +140,7 @@ class TelemetryRules:
         self.port_gpus = dict(port_gpus or {})
         self._now = now
         self._written: dict[str, datetime] = {}
+        self._ib = self.ib_window()
         self.last: TelemetryCycle | None = None
 
     def _threshold(self, rule_id: str, name: str, default: float) -> float:
@@ -151,11 +157,24 @@ class TelemetryRules:
         ]
         return max(windows) + 2 * self._threshold("RD-2", "bucket_seconds", 15.0)
 
-    def read(self, now: datetime) -> TelemetryInputs:
-        """What the rules judge at ``now``, from the store."""
+    def ib_window(self) -> IbWindow:
+        """An empty InfiniBand window for these rules (:meth:`read`)."""
+        return IbWindow(
+            rise_columns=rd5_columns(self.rules.get("RD-5")),
+            slot_seconds=self._threshold("RD-2", "bucket_seconds", 15.0),
+        )
+
+    def read(self, now: datetime, *, window: IbWindow | None = None) -> TelemetryInputs:
+        """What the rules judge at ``now``, from the store.
+
+        Args:
+            now: the run's time.
+            window: the InfiniBand window to advance (only the rows since its last run are
+                read); None: all of the window is read (:meth:`evaluate_once` advances the
+                engine's own).
+        """
+        window = window or self.ib_window()
         since = now - timedelta(seconds=self.lookback_seconds())
-        calibration = timedelta(seconds=self._threshold("RD-2", "calibration_seconds", 300.0))
-        slot = timedelta(seconds=self._threshold("RD-2", "bucket_seconds", 15.0))
         job_rows = queries.jobs_overlapping(self.store, since=since, until=now).to_pylist()
         allocated = queries.allocation_nodes(self.store, [str(r["job_id"]) for r in job_rows])
         jobs = tuple(
@@ -171,18 +190,13 @@ class TelemetryRules:
             )
             for r in job_rows
         )
-        tables = [ib_counters(self.store, since=since, until=now)]
-        for job in jobs:  # calibration minutes of jobs that started before the window
-            if job.start is not None and job.start < since and job.nodes:
-                tables.append(
-                    ib_counters(
-                        self.store,
-                        nodes=list(job.nodes),
-                        since=job.start - slot,
-                        until=min(job.start + calibration + slot, since),
-                    )
-                )
-        ib = in_port_order(_frame(pa.concat_tables(tables)))
+        spans = calibration_spans(  # calibration minutes of jobs that started before `since`
+            jobs,
+            since=since,
+            calibration_seconds=self._threshold("RD-2", "calibration_seconds", 300.0),
+            slot_seconds=self._threshold("RD-2", "bucket_seconds", 15.0),
+        )
+        ib = window.view(self.store, since=since, now=now, spans=spans)
         gpu_since = now - timedelta(seconds=GPU_LOOKBACK_SECONDS)
         allocations = tuple(
             GpuAllocation(
@@ -204,7 +218,7 @@ class TelemetryRules:
                 for j, (u, a) in owners.items()
             )
         return TelemetryInputs(
-            ib_counters=ib,
+            ib=ib,
             gpu_samples=_frame(queries.gpu_samples(self.store, since=gpu_since, until=now)),
             gpu_processes=_frame(queries.gpu_processes(self.store, since=gpu_since, until=now)),
             job_stats=_frame(job_stats(self.store, since=since, until=now)),
@@ -238,12 +252,12 @@ class TelemetryRules:
             read = spool.collect_once()
             for error in read.errors[:5]:
                 log.warning("telemetry spool: %s", error)
-        inputs = self.read(at)
+        inputs = self.read(at, window=self._ib)
         alerts = self._fresh(evaluate(inputs, self.rules) + self.posture(at))
         written = alert_store.upsert_alerts(self.store, alerts).result() if alerts else 0
         self.last = TelemetryCycle(
             at=at,
-            ib_rows=inputs.ib_counters.height,
+            ib_rows=self._ib.rows_read,
             gpu_rows=inputs.gpu_samples.height,
             process_rows=inputs.gpu_processes.height,
             job_stats_rows=inputs.job_stats.height,
