@@ -62,11 +62,11 @@ from hpcscope.analysis.telemetry_rules.port_events import (
 from hpcscope.analysis.telemetry_rules.residual import (
     RX,
     TX,
+    LustreAt,
     LustreRates,
     NodePoint,
     ResidualSeries,
     bucket,
-    lustre_at,
     residual_series,
     top_port,
 )
@@ -276,10 +276,11 @@ def rd3_asymmetry(
         net: dict[str, list[tuple[NodePoint, float, float]]] = {}
         slots: dict[int, list[float]] = {}
         for n in nodes:
+            lustre_of = LustreAt(lustre.get(n, ()))
             for p in series[n]:
                 if not job.running(p.ts):
                     continue
-                lrx, ltx = lustre_at(lustre.get(n, ()), p.ts)
+                lrx, ltx = lustre_of(p.ts)
                 net.setdefault(n, []).append((p, p.tx - ltx, p.rx - lrx))
                 slots.setdefault(bucket(p.ts, bucket_seconds), []).append(p.tx - ltx)
         calibration_end = job.start + timedelta(seconds=calibration_seconds)

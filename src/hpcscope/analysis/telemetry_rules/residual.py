@@ -24,6 +24,7 @@ Limit: traffic present from the job's first scrape is learned as the job's own.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -138,6 +139,40 @@ def lustre_at(intervals: Sequence[LustreInterval], ts: datetime) -> tuple[float,
     return rx, tx
 
 
+class LustreAt:
+    """:func:`lustre_at` over one node's intervals, by bisection: the rules ask it for every
+    interval of the node (an hour of them), and a scan of the node's every job_stats interval
+    per question was a quarter of a run at 128 nodes. Intervals are bisected by start within
+    the longest of the usual ones (up to 4x the median length); the few longer ones (a job's
+    first snapshot counts from the job's start) are scanned. Sums in the intervals' own order,
+    so the figures are :func:`lustre_at`'s to the bit."""
+
+    def __init__(self, intervals: Sequence[LustreInterval]) -> None:
+        lengths = sorted(i.end - i.start for i in intervals)
+        usual = lengths[len(lengths) // 2] * 4 if lengths else timedelta(0)
+        numbered = list(enumerate(intervals))
+        self._long = [(n, i) for n, i in numbered if i.end - i.start > usual]
+        self._items = sorted(
+            ((n, i) for n, i in numbered if i.end - i.start <= usual),
+            key=lambda pair: pair[1].start,
+        )
+        self._starts = [i.start for _, i in self._items]
+        self._longest = max((i.end - i.start for _, i in self._items), default=timedelta(0))
+
+    def __call__(self, ts: datetime) -> tuple[float, float]:
+        if not self._starts and not self._long:  # a node without Lustre traffic
+            return 0.0, 0.0
+        first = bisect.bisect_left(self._starts, ts - self._longest)
+        last = bisect.bisect_left(self._starts, ts)  # start < ts
+        hits = [(n, i) for n, i in (*self._items[first:last], *self._long)
+                if i.start < ts <= i.end]  # fmt: skip
+        rx = tx = 0.0
+        for _, item in sorted(hits, key=lambda pair: pair[0]):
+            rx += item.read_bytes_per_second
+            tx += item.write_bytes_per_second
+        return rx, tx
+
+
 @dataclass(frozen=True, slots=True)
 class ResidualPoint:
     """``R(t)`` each way for one interval, with what ``E(t)`` was made of."""
@@ -218,8 +253,10 @@ def residual_series(
     jobs = list(jobs)
     out: list[ResidualSeries] = []
 
+    lustre_of = {node: LustreAt(lustre.get(node, ())) for node in series}
+
     def net(node: str, p: NodePoint) -> tuple[float, float]:
-        lrx, ltx = lustre_at(lustre.get(node, ()), p.ts)
+        lrx, ltx = lustre_of[node](p.ts)
         return (
             p.tx - ltx - background_bytes_per_second,
             p.rx - lrx - background_bytes_per_second,
