@@ -12,11 +12,12 @@ grows, as it does in production.
 
 Growth is measured between the first and the last tenth of the window (at least 3 samples
 each): ``rss_start_mb`` and ``rss_end_mb`` are the medians of those samples. The server's RSS
-is not flat between two samples: the telemetry rules' evaluation, every ~15 s over a window of
-InfiniBand counters that fills for an hour, holds 100-220 MiB for a few seconds and hands it
-back (mmap'd, see ``serve/allocator.py``), so one sample at each end measures whether a
-transient happened to be live then (one run: 385.7 -> 509.1 MiB, +32 %, with the medians of
-the two ends 407.1 and 424.0 MiB, +4.2 %, and a floor of 380 then 413 MiB). A leak raises the
+is not flat between two samples: the telemetry rules' evaluation, every ~15 s, holds 20-80 MiB
+for about a second and hands it back (mmap'd, see ``serve/allocator.py``; 100-220 MiB for
+several seconds before the rules kept their InfiniBand window between runs), so one sample at
+each end measures whether a transient happened to be live then (one run: 385.7 -> 509.1 MiB,
++32 %, with the medians of the two ends 407.1 and 424.0 MiB, +4.2 %, and a floor of 380 then
+413 MiB). A leak raises the
 median and the floor of the last tenth; a transient of a steady size raises neither, one that
 grows with the store (the rules' past 10 minutes, ``docs/benchmarks.md``) raises the median.
 The point figures are printed too (``rss_first_sample_mb``, ``rss_last_sample_mb``,
