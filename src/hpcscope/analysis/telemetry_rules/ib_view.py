@@ -15,7 +15,6 @@ only the calibration minutes of the jobs still in the window (their ``k`` and ``
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,7 +23,7 @@ import polars as pl
 
 from hpcscope.analysis.infiniband import counter_resets, in_port_order, port_rates
 from hpcscope.analysis.telemetry_rules.common import JobSpan
-from hpcscope.analysis.telemetry_rules.residual import NodePoint, node_series
+from hpcscope.analysis.telemetry_rules.residual import NodePoint, node_intervals, series_of
 
 PORT_COLUMNS = ("node", "device", "port")
 
@@ -38,20 +37,27 @@ class IbView:
     """What the RD rules judge of some port rows.
 
     Attributes:
-        series: node -> its intervals, oldest first (:func:`node_series`).
+        intervals: each node's intervals (:func:`~hpcscope.analysis.telemetry_rules.residual.
+            node_intervals`, by node and time); :attr:`series` as the rules read them.
         rises: ``port_rates`` rows (ports, ``ts``, ``interval_seconds`` and the watched
             ``<counter>_per_second`` columns) where a watched counter rose (RD-5).
         resets: :func:`~hpcscope.analysis.infiniband.counter_resets` rows (RD-6).
     """
 
-    series: Mapping[str, Sequence[NodePoint]] = field(default_factory=dict)
+    intervals: pl.DataFrame = field(default_factory=_empty)
     rises: pl.DataFrame = field(default_factory=_empty)
     resets: pl.DataFrame = field(default_factory=_empty)
 
     @property
+    def series(self) -> dict[str, list[NodePoint]]:
+        """Node -> its intervals, oldest first (built on each call: the service keeps the
+        columns, the rules' objects live for one run)."""
+        return series_of(self.intervals)
+
+    @property
     def points(self) -> int:
         """Node intervals held."""
-        return sum(len(p) for p in self.series.values())
+        return self.intervals.height
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +122,7 @@ def ib_view(
         rises = rates.filter(rose).select(*keys, *present)
     else:
         rises = rates.head(0).select(*keys)
-    return IbView(series=node_series(rates), rises=rises, resets=resets)
-
-
-def _cut(points: Sequence[NodePoint], ts: datetime) -> int:
-    """The index of the first point after ``ts`` (points are oldest first)."""
-    return bisect.bisect_right(points, ts, key=lambda p: p.ts)
+    return IbView(intervals=node_intervals(rates), rises=rises, resets=resets)
 
 
 def _concat(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
@@ -129,6 +130,10 @@ def _concat(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
     if not kept:
         return pl.DataFrame()
     return pl.concat(kept, how="diagonal_relaxed") if len(kept) > 1 else kept[0]
+
+
+def _filtered(frame: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
+    return frame.filter(keep) if frame.height else frame
 
 
 def merged(
@@ -141,62 +146,37 @@ def merged(
 ) -> IbView:
     """``old`` with what it held in ``after < ts <= until`` (until None: to the end) on
     ``nodes`` (None: every node) replaced by ``new``'s (which covers that range)."""
-    chosen = set(old.series) | set(new.series) if nodes is None else set(nodes)
-    series: dict[str, Sequence[NodePoint]] = dict(old.series)
-    for node in chosen:
-        points = old.series.get(node, ())
-        first = _cut(points, after)
-        last = len(points) if until is None else _cut(points, until)
-        joined = [*points[:first], *new.series.get(node, ()), *points[last:]]
-        if joined:
-            series[node] = joined
-        else:
-            series.pop(node, None)
     in_range = pl.col("ts") > after
     if until is not None:
         in_range = in_range & (pl.col("ts") <= until)
     if nodes is not None:
         in_range = in_range & pl.col("node").is_in(list(nodes))
 
-    def frame(before: pl.DataFrame, added: pl.DataFrame) -> pl.DataFrame:
-        kept = before.filter(~in_range) if before.height else before
-        out = _concat([kept, added])
-        return out.sort([*PORT_COLUMNS, "ts"]) if out.height else out
+    def frame(before: pl.DataFrame, added: pl.DataFrame, order: Sequence[str]) -> pl.DataFrame:
+        out = _concat([_filtered(before, ~in_range), added])
+        return out.sort(order) if out.height else out
 
-    return IbView(series=series, rises=frame(old.rises, new.rises),
-                  resets=frame(old.resets, new.resets))  # fmt: skip
+    return IbView(
+        intervals=frame(old.intervals, new.intervals, ("node", "ts")),
+        rises=frame(old.rises, new.rises, (*PORT_COLUMNS, "ts")),
+        resets=frame(old.resets, new.resets, (*PORT_COLUMNS, "ts")),
+    )
 
 
 def pruned(view: IbView, *, since: datetime, keep: Sequence[CalibrationSpan] = ()) -> IbView:
     """``view`` without what is at or before ``since``, except inside ``keep``'s spans."""
-    spans: dict[str, list[tuple[datetime, datetime]]] = {}
+    kept = pl.col("ts") > since
     for span in keep:
-        for node in span.nodes:
-            spans.setdefault(node, []).append((span.after, span.until))
-
-    def kept(node: str, ts: datetime) -> bool:
-        return any(lo < ts <= hi for lo, hi in spans.get(node, ()))
-
-    series: dict[str, Sequence[NodePoint]] = {}
-    for node, points in view.series.items():
-        first = _cut(points, since)
-        older = [p for p in points[:first] if kept(node, p.ts)] if node in spans else []
-        joined = [*older, *points[first:]] if older else points[first:]
-        if joined:
-            series[node] = joined
-
-    def frame(rows: pl.DataFrame) -> pl.DataFrame:
-        if rows.height == 0:
-            return rows
-        old = rows.filter(pl.col("ts") <= since)
-        if old.height == 0:
-            return rows
-        # rises and resets are rare (a healthy fabric has none): Python over the old ones only
-        mask = [ts > since or kept(str(node), ts)
-                for node, ts in rows.select("node", "ts").iter_rows()]  # fmt: skip
-        return rows.filter(pl.Series(mask, dtype=pl.Boolean))
-
-    return IbView(series=series, rises=frame(view.rises), resets=frame(view.resets))
+        kept = kept | (
+            pl.col("node").is_in(list(span.nodes))
+            & (pl.col("ts") > span.after)
+            & (pl.col("ts") <= span.until)
+        )
+    return IbView(
+        intervals=_filtered(view.intervals, kept),
+        rises=_filtered(view.rises, kept),
+        resets=_filtered(view.resets, kept),
+    )
 
 
 __all__ = [

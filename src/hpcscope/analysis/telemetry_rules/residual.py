@@ -65,9 +65,21 @@ def node_series(rates: pl.DataFrame) -> dict[str, list[NodePoint]]:
     """Node -> its intervals, oldest first, from :func:`hpcscope.analysis.infiniband.port_rates`
     output (``node, device, port, ts, interval_seconds`` and the data rates). Intervals whose
     data rate is unknown (a saturated narrow counter) are left out."""
-    out: dict[str, list[NodePoint]] = {}
+    return series_of(node_intervals(rates))
+
+
+#: The columns of :func:`node_intervals`, one row per node and interval.
+INTERVAL_COLUMNS = (
+    "node", "ts", "interval", "tx", "rx", "tx_device", "tx_port", "rx_device", "rx_port",
+)  # fmt: skip
+
+
+def node_intervals(rates: pl.DataFrame) -> pl.DataFrame:
+    """:func:`node_series` as a frame (:data:`INTERVAL_COLUMNS`, by node and time): what the
+    service keeps between runs (columns, not a Python object per interval: objects kept
+    among each run's garbage held the heap's pages, ``docs/benchmarks.md``)."""
     if rates.height == 0:
-        return out
+        return pl.DataFrame()
     # one group per (node, scrape) in Polars, Python only for the points: a loop over every
     # port row took seconds per evaluation at 128 nodes and an hour of reads
     known = pl.col(TX).is_not_null() & pl.col(RX).is_not_null()
@@ -77,7 +89,7 @@ def node_series(rates: pl.DataFrame) -> dict[str, list[NodePoint]]:
         order = pl.col(key).sort_by([rate, "device", "port"], descending=[True, True, False])
         return order.first()
 
-    points = (
+    return (
         rates.group_by("node", "ts")
         .agg(
             pl.len().alias("ports"),
@@ -92,12 +104,18 @@ def node_series(rates: pl.DataFrame) -> dict[str, list[NodePoint]]:
         )
         .filter(pl.col("known") == pl.col("ports"))
         .sort("node", "ts")
+        .select(INTERVAL_COLUMNS)
     )
-    columns = ("node", "ts", "interval", "tx", "rx", "tx_device", "tx_port", "rx_device", "rx_port")
-    # one tuple per port name: the service keeps an hour of points (230 k at 128 nodes)
-    ports: dict[tuple[str, int], tuple[str, int]] = {}
-    for node, ts, interval, tx, rx, tx_dev, tx_port, rx_dev, rx_port in points.select(
-        columns
+
+
+def series_of(intervals: pl.DataFrame) -> dict[str, list[NodePoint]]:
+    """Node -> its :class:`NodePoint` list, from :func:`node_intervals` rows (by node, time)."""
+    out: dict[str, list[NodePoint]] = {}
+    if intervals.height == 0:
+        return out
+    ports: dict[tuple[str, int], tuple[str, int]] = {}  # one tuple per port name
+    for node, ts, interval, tx, rx, tx_dev, tx_port, rx_dev, rx_port in intervals.select(
+        INTERVAL_COLUMNS
     ).iter_rows():
         top_tx = (str(tx_dev), int(tx_port))
         top_rx = (str(rx_dev), int(rx_port))
