@@ -44,8 +44,11 @@ def rd5_columns(spec: RuleSpec | None) -> tuple[str, ...]:
     """The ``<counter>_per_second`` rate columns RD-5 watches (none when it is off)."""
     if spec is None or not spec.enabled:
         return ()
-    return tuple(c.removesuffix("_total") + "_per_second"
-                 for c in (spec.items("counters") or RD5_COUNTERS))  # fmt: skip
+    return tuple(_rate(c) for c in (spec.items("counters") or RD5_COUNTERS))
+
+
+def _rate(counter: str) -> str:
+    return counter.removesuffix("_total") + "_per_second"
 
 
 def rd5_error_counters(
@@ -58,7 +61,7 @@ def rd5_error_counters(
     rose outside a known-faulty window."""
     windows = parse_windows(spec.items("faulty_windows"))
     watched = list(spec.items("counters") or RD5_COUNTERS)
-    columns = [c.removesuffix("_total") + "_per_second" for c in watched]
+    columns = [_rate(c) for c in watched]
     present = [(c, col) for c, col in zip(watched, columns, strict=True) if col in rates.columns]
     out: list[Alert] = []
     if rates.height == 0 or not present:

@@ -29,9 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-import polars as pl
-import pyarrow as pa
-
 from hpcscope.analysis.alerts.posture import posture_alerts, postures_from_facts
 from hpcscope.analysis.telemetry_rules.common import JobSpan, PortKey
 from hpcscope.analysis.telemetry_rules.gpu import GpuAllocation
@@ -43,7 +40,7 @@ from hpcscope.model.hostlist import HostlistError, expand_hostlist
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology
 from hpcscope.service.settings import Settings
-from hpcscope.service.telemetry_rules.ib_window import IbWindow
+from hpcscope.service.telemetry_rules.ib_window import IbWindow, frame_of
 from hpcscope.service.telemetry_rules.spool import ChangelogSpool, ProcessSpool, fid2path
 from hpcscope.store import Store
 from hpcscope.store import alerts as alert_store
@@ -87,12 +84,6 @@ class TelemetryCycle:
     changelog_rows: int = 0
     jobs: int = 0
     alerts: int = 0
-
-
-def _frame(table: pa.Table) -> pl.DataFrame:
-    frame = pl.from_arrow(table)
-    assert isinstance(frame, pl.DataFrame)
-    return frame
 
 
 def _nodes(row: Mapping[str, object], allocated: Mapping[str, list[str]]) -> tuple[str, ...]:
@@ -219,14 +210,14 @@ class TelemetryRules:
             )
         return TelemetryInputs(
             ib=ib,
-            gpu_samples=_frame(queries.gpu_samples(self.store, since=gpu_since, until=now)),
-            gpu_processes=_frame(queries.gpu_processes(self.store, since=gpu_since, until=now)),
-            job_stats=_frame(job_stats(self.store, since=since, until=now)),
-            changelog=_frame(queries.changelog(self.store, since=since, until=now)),
+            gpu_samples=frame_of(queries.gpu_samples(self.store, since=gpu_since, until=now)),
+            gpu_processes=frame_of(queries.gpu_processes(self.store, since=gpu_since, until=now)),
+            job_stats=frame_of(job_stats(self.store, since=since, until=now)),
+            changelog=frame_of(queries.changelog(self.store, since=since, until=now)),
             jobs=jobs,
             allocations=allocations,
             port_gpus=self.port_gpus,
-            xid_counts=_frame(xid_counts(self.store, since=gpu_since, until=now)),
+            xid_counts=frame_of(xid_counts(self.store, since=gpu_since, until=now)),
         )
 
     def posture(self, now: datetime) -> list[Alert]:

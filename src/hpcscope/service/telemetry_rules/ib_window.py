@@ -45,7 +45,8 @@ from hpcscope.store.infiniband import ib_counters, ib_rows_per_slot
 log = logging.getLogger(__name__)
 
 
-def _frame(table: pa.Table) -> pl.DataFrame:
+def frame_of(table: pa.Table) -> pl.DataFrame:
+    """A store read as a Polars frame (what the telemetry rules take)."""
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     return frame
@@ -108,7 +109,7 @@ class IbWindow:
             self._rebuild(store, since, now)
         else:
             assert cut is not None and self._view is not None
-            rows = _frame(ib_counters(store, since=cut, until=now))
+            rows = frame_of(ib_counters(store, since=cut, until=now))
             self.rows_read = rows.height
             self.rebuilt = False
             frame = pl.concat([self._tail, rows], how="diagonal_relaxed") if self._tail.width \
@@ -128,7 +129,7 @@ class IbWindow:
         return ib_view(frame, after=after, rise_columns=self.rise_columns)
 
     def _rebuild(self, store: Store, since: datetime, now: datetime) -> None:
-        frame = _frame(ib_counters(store, since=since - self.overlap, until=now))
+        frame = frame_of(ib_counters(store, since=since - self.overlap, until=now))
         self.rows_read = frame.height
         self.rebuilt = True
         self._view = self._view_of(frame, after=since)
@@ -188,7 +189,7 @@ class IbWindow:
             table = ib_counters(
                 store, nodes=list(span.nodes), since=span.after - self.overlap, until=span.until
             )
-            frame = _frame(table)
+            frame = frame_of(table)
             self.rows_read += frame.height
             self._view = merged(
                 self._view,
