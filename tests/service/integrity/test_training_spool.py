@@ -12,7 +12,7 @@ import pytest
 from hpcscope.model.access import JobScope
 from hpcscope.model.alerts import Severity
 from hpcscope.service.alerts.rules import load_site_rules
-from hpcscope.service.integrity.replay import replay_training
+from tests.support.integrity_replay import replay_training
 from hpcscope.service.integrity.spool import IntegritySpool
 from hpcscope.store.alerts import alerts
 from hpcscope.twin import attacks_training

@@ -14,7 +14,7 @@ from hpcscope.model.alerts import RuleSpec, Severity
 from hpcscope.model.timeutil import from_epoch_seconds
 from hpcscope.service.alerts.rules import RuleFileError, load_site_rules
 from hpcscope.service.telemetry_rules.engine import TelemetryRules
-from hpcscope.service.telemetry_rules.replay import detection_delays, replay, with_lists
+from tests.support.telemetry_replay import detection_delays, replay, with_lists
 from hpcscope.store import Store
 from hpcscope.store import telemetry_rules as queries
 from hpcscope.store.alerts import alerts
