@@ -163,6 +163,19 @@ class ProcReader:
                 table.popitem(last=False)
         return info
 
+    def peek(self, pid: int) -> ProcessInfo | None:
+        """The last facts known of ``pid`` without reading ``/proc`` (None: never seen)."""
+        return self._gone.get(pid)
+
+    def remember(self, info: ProcessInfo) -> None:
+        """Take ``info`` as what ``pid`` is now (an exec's identity, from the sensor's own
+        record), until the next fresh read."""
+        key = (info.pid, info.start_ns * CLOCK_TICKS // 1_000_000_000)
+        if info.alive:
+            self._cache[key] = info
+            self._cache.move_to_end(key)
+        self._gone[info.pid] = info
+
     def _build(
         self, pid: int, base: Path, ppid: int, ticks: int, *, uid: int | None, comm: str | None
     ) -> ProcessInfo:
