@@ -85,13 +85,13 @@ def register(app: typer.Typer) -> None:
 
 def _offline(store: Path, job_id: str | None, as_json: bool, *, notes: bool = False) -> Any:
     from hpcscope.model.access import system_principal
+    from hpcscope.model.errors import StoreError
     from hpcscope.service.alerts.contracts import JobReportWithAlerts
     from hpcscope.service.core import Service
     from hpcscope.service.jobs.contracts import JobList, JobReportDocument
     from hpcscope.service.settings import Settings
     from hpcscope.service.traces.capture_contracts import JobReportWithPhases
     from hpcscope.service.traces.job_phases import job_phases
-    from hpcscope.store import StoreError
 
     try:
         service = Service.open_read_only(Settings(store_path=store))
