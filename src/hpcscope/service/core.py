@@ -12,7 +12,6 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import WEIGHT_EXTENSIONS, Principal, WeightPaths
@@ -182,7 +181,7 @@ class Service:
             extensions=tuple(sorted(set(WEIGHT_EXTENSIONS) | formats)),
         )
 
-    def open_alert_counts(self) -> list[dict[str, Any]] | None:
+    def open_alert_counts(self) -> list[diagram_queries.OpenAlertCount] | None:
         """Open alerts per vector name, node and severity, unscoped (counts name no job: the
         diagram's aggregate and ``/metrics``); None without an alerts table."""
         return diagram_queries.open_alert_counts(self.store)
