@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from hpcscope.cli.output import (
     EXIT_OK,
     EXIT_RUNTIME_ERROR,
     print_json,
     print_table,
-    stderr_console,
+    say_error,
     stdout_console,
 )
 
@@ -86,9 +85,7 @@ def analyze(
                 where += f":{error['column']}"
         if error.get("field"):
             where += f" ({error['field']})"
-        err = stderr_console()
-        err.print("[bold red]error:[/] ", end="", highlight=False)
-        err.print(f"{where}: {error['message']}", markup=False, highlight=False)
+        say_error(f"{where}: {error['message']}")
     raise typer.Exit(EXIT_RUNTIME_ERROR if errors else EXIT_OK)
 
 
@@ -354,9 +351,8 @@ def _say(console: Console, text: str) -> None:
 def _table(
     title: str, columns: list[str], rows: list[list[Any]], *, numeric: list[str] | None = None
 ) -> None:
-    """A table whose title and cells print as written (Rich markup escaped: ``[0]mlx5_0``)."""
-    cells = [[escape(c) if isinstance(c, str) else c for c in row] for row in rows]
-    print_table(escape(title), columns, cells, numeric=numeric or [])
+    """A table whose title and cells print as written (``[0]mlx5_0``: tables are plain text)."""
+    print_table(title, columns, rows, numeric=numeric or [])
 
 
 def _pg(event: WatchdogEvent) -> str | None:
