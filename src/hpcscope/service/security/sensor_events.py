@@ -44,6 +44,7 @@ Storage and io_uring bypass them (``docs/security.md``, limits).
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -82,6 +83,19 @@ class _OpenFile:
     policy: str
     read_bytes: int = 0
     written_bytes: int = 0
+
+
+def _binary(path: str, info: ProcessInfo) -> str:
+    """An exec's ``binary``: the file name execve was given, as Tetragon writes it (a script,
+    not its interpreter; made absolute with the cwd), ``/proc``'s ``exe`` when the kernel cut
+    the name or there was none (``fexecve``); ``/proc`` may already show a later image."""
+    if len(path.encode()) >= KERNEL_STRLEN - 1 and info.alive and info.binary.startswith(path):
+        return info.binary
+    if path.startswith("/"):
+        return path
+    if path and info.cwd:
+        return os.path.normpath(os.path.join(info.cwd, path))
+    return info.binary or path
 
 
 def rfc3339_ns(time_ns: int) -> str:
@@ -170,16 +184,24 @@ class SensorTranslator(CallEvents):
         info = self.reader.process(pid, uid=record.uid, comm=record.path, ppid=record.ppid,
                                    fresh=True)  # fmt: skip
         argv, cut = self.images.argv(record.tid or pid, record.ns or 0, record.length or 0)
-        binary = info.binary if info.alive and info.binary else (record.path or info.binary)
         image = dataclasses.replace(
             info,
             exec_id=self.reader.exec_id(pid, record.ns or info.start_ns),
-            binary=binary,
+            binary=_binary(record.path or "", info),
             arguments=merged_arguments(argv, cut, info.arguments if info.alive else None),
             uid=record.uid,
         )
         if before is not None and before.start_ns != info.start_ns:
             before = None
+        if before is not None and info.ppid is not None:
+            # what it did before this exec, it did as a fork of its parent (Tetragon's clone:
+            # its own exec_id, the parent's binary and arguments; /proc may show this image)
+            parent = self._parent(info, record.ns)
+            if parent is not None:
+                before = dataclasses.replace(
+                    before, exec_id=self.reader.exec_id(pid, before.start_ns),
+                    binary=parent.binary, arguments=parent.arguments,
+                )  # fmt: skip
         self.images.add(pid, record.ns or 0, image, before)
         self.reader.remember(image)
         self._execs[(pid, record.ns)] = image

@@ -134,8 +134,12 @@ class ProcReader:
                 job = self._gone[ppid].job  # the parent is gone too: its last known job
             if job is not None:
                 job = ProcessJob(job.job_id, job.job_sluid, job.step, f"parent {job.source}")
-            return ProcessInfo(pid, self.exec_id(pid, 0), 0, ppid, uid, None, comm or "",
+            gone = ProcessInfo(pid, self.exec_id(pid, 0), 0, ppid, uid, None, comm or "",
                                "", "", job, alive=False)  # fmt: skip
+            self._gone[pid] = gone  # what an exec of it later knows of it before
+            while len(self._gone) > self._max_entries:
+                self._gone.popitem(last=False)
+            return gone
         event_ppid = ppid
         _, ppid, ticks = stat
         key = (pid, ticks)

@@ -125,14 +125,12 @@ class SensorWatch:
         object.__setattr__(self, "_networks", tuple(networks))
 
     @classmethod
-    def from_rules(
-        cls, rules: Mapping[str, RuleSpec], *, protected: Sequence[str]
-    ) -> SensorWatch:
+    def from_rules(cls, rules: Mapping[str, RuleSpec], *, protected: Sequence[str]) -> SensorWatch:
         """The site's lists where its rules name them, added to the policies' own (posting
         more than a rule reads costs a line; posting less loses an alert): CE-4
-        ``secret_paths``, ``sensitive_write_prefixes`` and ``host_only_prefixes``, SC-8 ``reverse_shell_tools``,
-        SC-2 ``temp_prefixes``; SC-3's ``cluster_cidrs`` replace the policy's (a site that
-        counts loopback as outside posts loopback connects)."""
+        ``secret_paths``, ``sensitive_write_prefixes`` and ``host_only_prefixes``, SC-8
+        ``reverse_shell_tools``, SC-2 ``temp_prefixes``; SC-3's ``cluster_cidrs`` replace
+        the policy's (a site that counts loopback as outside posts loopback connects)."""
 
         def items(rule_id: str, name: str) -> tuple[str, ...]:
             spec = rules.get(rule_id)
