@@ -110,7 +110,7 @@ def analyze(paths: Sequence[Path], *, world_size: int | None = None) -> dict[str
         "schema": SCHEMA,
         "inputs": [nccl_report.log_input(log) for log in inputs.logs]
         + [nccl_report.dump_input(d) for d in inputs.dumps],
-        "errors": [e.to_dict() for e in inputs.errors],
+        "errors": [{**e.to_dict(), "bound": getattr(e, "bound", None)} for e in inputs.errors],
         "nccl": nccl_report.nccl_section(records),
         "findings": [nccl_report.finding(f) for f in findings]
         + nccl_report.nccl_tests_findings(tests),
