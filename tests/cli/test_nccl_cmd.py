@@ -69,7 +69,7 @@ def test_unreadable_input_exits_1_and_still_reports_the_rest(tmp_path: Path) -> 
         app, ["nccl", "analyze", str(missing), str(NCCL / "nccl_init_timings_2.22.log")]
     )
     assert result.exit_code == 1
-    assert f"error: {missing}: cannot read" in result.stderr
+    assert f"hpcscope: {missing}: cannot read" in result.stderr
     assert "Init timings: 6 ranks, slowest rank" in result.stdout
     assert "Traceback" not in result.output
 

@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -24,6 +23,7 @@ from pydantic import (
 from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN, compile_jobid_pattern
 from hpcscope.model import bounded_yaml
 from hpcscope.model.errors import ConfigError
+from hpcscope.service.engine_settings import EngineSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -43,7 +43,7 @@ def bundled_topology(name: str = "2x8-h100") -> Path:
     raise FileNotFoundError(f"no bundled topology named {name!r}")
 
 
-class Settings(BaseModel):
+class Settings(EngineSettings):
     """Everything a site configures. Defaults suit a single-machine install."""
 
     model_config = ConfigDict(extra="forbid")
@@ -82,23 +82,6 @@ class Settings(BaseModel):
     )
     scrape_interval_seconds: float = Field(15.0, gt=0, description="Seconds between scrapes.")
     scrape_timeout_seconds: float = Field(5.0, gt=0, description="Per-target scrape timeout.")
-    metrics_backend: Literal["embedded", "prometheus"] = Field(
-        "embedded",
-        description="Where job reports read GPU samples: embedded (this server's store) or "
-        "prometheus (the Prometheus HTTP API at prometheus_url: Prometheus, VictoriaMetrics, "
-        "Thanos, Mimir).",
-    )
-    prometheus_url: str | None = Field(
-        None,
-        description="Base URL of the Prometheus HTTP API the prometheus backend reads "
-        "(http://prom:9090; VictoriaMetrics http://vm:8428).",
-    )
-    prometheus_lookback_seconds: float = Field(
-        7 * 86400.0, gt=0, description="How far back the prometheus backend reads a job's samples."
-    )
-    prometheus_timeout_seconds: float = Field(
-        30.0, gt=0, description="Per-request timeout of the prometheus backend."
-    )
     scheduler_source: Literal["slurmrestd", "commands", "none"] = Field(
         "slurmrestd",
         description="Where Slurm's jobs come from: slurmrestd (needs "
@@ -307,12 +290,6 @@ class Settings(BaseModel):
             raise ValueError(
                 "proxy_auth_header needs proxy_auth_addresses: the proxies it is believed from"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _prometheus_backend_url(self) -> Settings:
-        if self.metrics_backend == "prometheus" and not self.prometheus_url:
-            raise ValueError("metrics_backend prometheus needs prometheus_url")
         return self
 
     @model_validator(mode="after")
