@@ -57,6 +57,7 @@ class Service:
     _alert_changes_lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False
     )
+    _changes: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         store = self.store
@@ -117,6 +118,17 @@ class Service:
             ("identity.known", name), lambda: identity_store.known_to_slurm(self.store, name)
         )
         return self.users.principal(name, coordinated_from_slurm=coordinated, known_to_slurm=known)
+
+    def changes(self, kind: str) -> int:
+        """How many writes of ``kind`` (``traces``: an upload or a link) this service made
+        outside the collector's cycles: a kept answer that shows them keys on this count, so
+        the next read sees the write (``serve/kept.py``)."""
+        return self._changes.get(kind, 0)
+
+    def note_change(self, kind: str) -> None:
+        """Count a write of ``kind`` (see :meth:`changes`), after it committed."""
+        with self._alert_changes_lock:
+            self._changes[kind] = self._changes.get(kind, 0) + 1
 
     # ------------------------------------------------------------------ alerts
 

@@ -10,7 +10,6 @@ answered on the event loop, a miss computes in a worker thread (``serve/offload.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -18,6 +17,7 @@ from starlette.responses import HTMLResponse, Response
 
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import check_principal, require_principal, service_of
+from hpcscope.serve.kept import cached_json, etag_of
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
@@ -42,19 +42,6 @@ def jobs_page(request: Request, principal: PrincipalDep) -> Response:
         {"reports": reports, "topology": service.topology},
         principal=principal,
     )
-
-
-def etag_of(body: bytes) -> str:
-    """A strong ETag of a response body."""
-    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
-
-
-def cached_json(request: Request, body: bytes, etag: str) -> Response:
-    """``body`` as JSON with its ETag, or 304 when the client already has it."""
-    headers = {"ETag": etag, "Cache-Control": "no-cache", "Vary": "Cookie, Authorization"}
-    if request.headers.get("if-none-match") == etag:
-        return Response(status_code=304, headers=headers)
-    return Response(body, media_type="application/json", headers=headers)
 
 
 @router.get("/api/jobs", response_model=JobList)
