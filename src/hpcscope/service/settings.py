@@ -486,7 +486,7 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         try:
             text = Path(path).read_text(encoding="utf-8")
             loaded = bounded_yaml.safe_load(text, source=source) or {}
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read settings: {exc}", source=source) from None
         if not isinstance(loaded, dict):
             raise ConfigError("settings must be a mapping", source=source, line=1)

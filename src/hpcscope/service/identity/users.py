@@ -175,6 +175,10 @@ class UserDirectory:
             parsed = _UsersFile.model_validate(raw)
         except OSError as exc:
             raise ConfigError(f"cannot read users file: {exc.strerror}", source=str(path)) from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"not UTF-8 text (byte {exc.start}: {exc.reason})", source=str(path)
+            ) from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"not valid YAML: {exc}", source=str(path)) from None
         except ValidationError as exc:
