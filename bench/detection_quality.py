@@ -4,7 +4,7 @@ replayed through the production pipeline (issue 12 acceptance, T1 tier of the se
 Telemetry scenarios (``hpcscope.twin.attacks_telemetry``: InfiniBand counters, DCGM pages,
 NVML process lists, Lustre job_stats and changelog) go through the collector's parsers, the
 spools and the telemetry rules of ``service/telemetry_rules`` instead
-(``service/telemetry_rules/replay.py``); their alerts must name the scenario's GPU too.
+(``tests/support/telemetry_replay.py``); their alerts must name the scenario's GPU too.
 
 Each scenario of ``hpcscope.twin.attacks`` is written as the real tools write it (a Falco
 ``file_output`` and a Tetragon export, the processes' ``/proc/<pid>/cgroup``), tailed by
@@ -23,7 +23,7 @@ recall: expected alerts found over expected alerts, a rule counting min(found, e
 scenario (and an attack scenario with a rule found more often than expected is reported as
 ``exact: false``); mttd_seconds: per telemetry rule with a detection-time target, the
 seconds from an attack's onset to the first after-cycle run (every 15 s) that raises it
-(``service/telemetry_rules/replay.py``: ``detection_delays``);
+(``tests/support/telemetry_replay.py``: ``detection_delays``);
 benign_high / benign_medium: alerts of benign scenarios at HIGH or above /
 at MEDIUM; attribution_ok: share of alerts whose node, job, user and account are the
 scenario's (GPU: null for every syscall event, and the evidence says so); rules_covered: rule
@@ -43,16 +43,18 @@ import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))  # tests.support: the replay harnesses
+
+from tests.support.integrity_replay import replay_training  # noqa: E402
+from tests.support.telemetry_replay import detection_delays  # noqa: E402
+from tests.support.telemetry_replay import replay as replay_telemetry  # noqa: E402
 
 from hpcscope.model.access import JobScope  # noqa: E402
 from hpcscope.model.alerts import Alert, Severity  # noqa: E402
 from hpcscope.model.schemas import JOB_SCHEMA  # noqa: E402
 from hpcscope.service.alerts.engine import SecurityCollection  # noqa: E402
 from hpcscope.service.alerts.rules import load_site_rules  # noqa: E402
-from hpcscope.service.integrity.replay import replay_training  # noqa: E402
 from hpcscope.service.security.buffer import SecurityEventBuffer  # noqa: E402
-from hpcscope.service.telemetry_rules.replay import detection_delays  # noqa: E402
-from hpcscope.service.telemetry_rules.replay import replay as replay_telemetry  # noqa: E402
 from hpcscope.store import Store  # noqa: E402
 from hpcscope.store.alerts import alerts  # noqa: E402
 from hpcscope.twin import attacks, attacks_telemetry  # noqa: E402

@@ -91,7 +91,7 @@ def test_bad_parameters_are_usage_errors_naming_the_option(args: list[str], opti
     result = runner.invoke(app, ["simulate", *args])
     assert result.exit_code == 2, result.output
     assert result.stdout == ""
-    assert f"error: {option}" in result.stderr
+    assert result.stderr.startswith(f"hpcscope: {option}")
     assert "Traceback" not in result.output
     as_json = runner.invoke(app, ["simulate", *args, "--json"])
     assert as_json.exit_code == 2

@@ -51,7 +51,7 @@ def test_slo_through_a_server_is_scoped(tmp_path: Path) -> None:
             out = table.stdout  # type: ignore[attr-defined]
             assert table.exit_code == 0  # type: ignore[attr-defined]
             assert "SLOs over own jobs, last 30 days" in out
-            assert "Successful jobs" in out and "Burn 1 h" in out and "p95 (min)" in out
+            assert "Successful jobs" in out and "burn rate 1 h" in out and "p95 wait (min)" in out
             assert "node_failure" in out or "user_error" in out
     finally:
         service.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcscope.analysis.telemetry_rules.rules import TELEMETRY_RULE_IDS
+from hpcscope.analysis.registry import RuleKind, registry
 
 pytestmark = pytest.mark.prometheus
 
@@ -58,7 +58,7 @@ def test_alerts_name_a_telemetry_rule_and_its_runbook() -> None:
             assert rule["alert"].startswith("Hpcscope")
             assert rule["labels"]["severity"] in {"info", "warning", "critical"}
             rule_id = rule["labels"]["rule_id"]
-            assert rule_id in TELEMETRY_RULE_IDS
+            assert rule_id in registry().ids(RuleKind.TELEMETRY)
             assert rule["annotations"]["runbook_url"].endswith(f"#{rule_id.lower()}")
             assert f"`{rule['alert']}`" in doc, f"{rule['alert']} is not in docs/security.md"
             seen.add(rule_id)

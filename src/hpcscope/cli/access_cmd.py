@@ -13,8 +13,17 @@ from urllib.parse import urlencode
 
 import typer
 
-from hpcscope.cli.client import JSON_OPTION, PASSWORD_OPTION, URL_OPTION, USER_OPTION, api_get
+from hpcscope.cli.client import (
+    FORMAT_OPTION,
+    JSON_OPTION,
+    PASSWORD_OPTION,
+    TOKEN_OPTION,
+    URL_OPTION,
+    USER_OPTION,
+    api_get,
+)
 from hpcscope.cli.output import print_json, print_table
+from hpcscope.cli.tables import Column, table_format
 
 PATH_ARGUMENT = typer.Argument(..., help="An absolute path: a file or a directory.")
 SINCE_OPTION = typer.Option(
@@ -36,11 +45,14 @@ def access(
     password: str | None = PASSWORD_OPTION,
     since: str | None = SINCE_OPTION,
     records: bool = RECORDS_OPTION,
+    token: str | None = TOKEN_OPTION,
     json_output: bool = JSON_OPTION,
+    output_format: str = FORMAT_OPTION,
 ) -> None:
     """Who opened, read, mapped or wrote a protected path: jobs, users, processes, bytes."""
+    fmt = table_format(output_format)
     query = {"path": path, **({"since": since} if since else {})}
-    data = api_get(url, f"/api/access?{urlencode(query)}", user, password, json_output)
+    data = api_get(url, f"/api/access?{urlencode(query)}", user, password, json_output, token=token)
     if json_output:
         print_json(data)
         return
@@ -50,9 +62,19 @@ def access(
              r["binary"], r["pid"], r["source_kind"]]
             for r in data["records"]
         ]  # fmt: skip
-        columns = ["Time (UTC)", "Access", "Bytes", "Path", "Job", "User", "Node", "Process",
-                   "PID", "Source"]  # fmt: skip
-        print_table(f"Access records of {path}", columns, rows, numeric=["Bytes", "PID"])
+        columns = [
+            Column("time (UTC)", priority=1),
+            Column("access", priority=1),
+            Column("bytes", priority=2, numeric=True),
+            Column("path", priority=1, wrap=True),
+            Column("job id", priority=0),
+            Column("user", priority=0),
+            Column("node", priority=0),
+            Column("process", priority=2, wrap=True),
+            Column("PID", priority=3, numeric=True),
+            Column("source", priority=3),
+        ]
+        print_table(f"Access records of {path}", columns, rows, fmt=fmt)
         return
     rows = [
         [a["job_id"], a["user"], a["account"], a["node"], a["binary"], a["pid"],
@@ -60,12 +82,18 @@ def access(
          a["first_seen"], a["last_seen"]]
         for a in data["accessors"]
     ]  # fmt: skip
-    columns = ["Job", "User", "Account", "Node", "Process", "PID", "Accesses",
-               "Read (bytes)", "Written (bytes)", "Mapped (bytes)", "First seen (UTC)",
-               "Last seen (UTC)"]  # fmt: skip
-    print_table(
-        f"Who accessed {path}",
-        columns,
-        rows,
-        numeric=["PID", "Read (bytes)", "Written (bytes)", "Mapped (bytes)"],
-    )
+    columns = [
+        Column("job id", priority=0),
+        Column("user", priority=0),
+        Column("account", priority=3),
+        Column("node", priority=0),
+        Column("process", priority=1, wrap=True),
+        Column("PID", priority=3, numeric=True),
+        Column("accesses", priority=1),
+        Column("read (bytes)", priority=2, numeric=True),
+        Column("written (bytes)", priority=2, numeric=True),
+        Column("mapped (bytes)", priority=3, numeric=True),
+        Column("first seen (UTC)", priority=3),
+        Column("last seen (UTC)", priority=2),
+    ]
+    print_table(f"Who accessed {path}", columns, rows, fmt=fmt)

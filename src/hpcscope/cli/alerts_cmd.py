@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 import typer
 
 from hpcscope.cli.client import (
+    FORMAT_OPTION,
     JSON_OPTION,
     PASSWORD_OPTION,
     TOKEN_OPTION,
@@ -20,6 +21,7 @@ from hpcscope.cli.client import (
     api_get,
 )
 from hpcscope.cli.output import print_json, print_table
+from hpcscope.cli.tables import Column, table_format
 
 STATE_OPTION = typer.Option(
     None, "--state", help="Only alerts in this state: open, acknowledged or resolved."
@@ -31,6 +33,22 @@ VECTOR_OPTION = typer.Option(
     None, "--vector", help="Only this threat vector: 1-6 or a name (supply-chain, ...)."
 )
 JOB_OPTION = typer.Option(None, "--job", help="Only this job's alerts.")
+
+#: Rule, job, user and node always; the key (to acknowledge or resolve) is whole or left out
+#: on a narrow terminal, named in the footer (``cli/tables.py``).
+COLUMNS = (
+    Column("severity", priority=1),
+    Column("rule", priority=0),
+    Column("job id", priority=0),
+    Column("user", priority=0),
+    Column("node", priority=0),
+    Column("GPU", priority=3, numeric=True),
+    Column("subject (rank, path, ...)", priority=1, wrap=True),
+    Column("count", priority=3, numeric=True),
+    Column("last seen (UTC)", priority=2),
+    Column("state", priority=1),
+    Column("alert key", priority=2),
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -47,8 +65,10 @@ def alerts(
     vector: str | None = VECTOR_OPTION,
     job: str | None = JOB_OPTION,
     json_output: bool = JSON_OPTION,
+    output_format: str = FORMAT_OPTION,
 ) -> None:
     """List the alerts you may see, most severe and most recent first."""
+    fmt = table_format(output_format)
     query = {
         k: v
         for k, v in (("state", state), ("severity", severity), ("vector", vector), ("job", job))
@@ -75,7 +95,4 @@ def alerts(
         ]
         for a in data["alerts"]
     ]
-    title = f"Alerts ({data['count']})"
-    columns = ["Severity", "Rule", "Job", "User", "Node", "GPU", "Subject", "Count",
-               "Last seen (UTC)", "State", "Key"]  # fmt: skip
-    print_table(title, columns, rows, numeric=["GPU", "Count"])
+    print_table(f"Alerts ({data['count']})", COLUMNS, rows, fmt=fmt)

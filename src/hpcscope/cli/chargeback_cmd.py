@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 import typer
 
 from hpcscope.cli.client import (
+    FORMAT_OPTION,
     JSON_OPTION,
     PASSWORD_OPTION,
     TOKEN_OPTION,
@@ -23,6 +24,7 @@ from hpcscope.cli.client import (
     api_get_text,
 )
 from hpcscope.cli.output import EXIT_USAGE_ERROR, fail, print_json, print_table
+from hpcscope.cli.tables import Column, table_format
 
 BY_OPTION = typer.Option("account", "--by", help="Group by account, user or partition.")
 PERIOD_OPTION = typer.Option(
@@ -48,8 +50,10 @@ def chargeback(
     account: str | None = ACCOUNT_OPTION,
     json_output: bool = JSON_OPTION,
     csv_output: bool = CSV_OPTION,
+    output_format: str = FORMAT_OPTION,
 ) -> None:
     """Chargeback and waste: GPU-hours allocated, useful and lost by cause, and cost."""
+    fmt = table_format(output_format)
     if json_output and csv_output:
         fail("--json and --csv exclude each other", code=EXIT_USAGE_ERROR, as_json=True)
     query = {k: v for k, v in (("by", by), ("period", period), ("account", account)) if v}
@@ -83,15 +87,15 @@ def chargeback(
         for r in [*data["rows"], data["total"]]
     ]
     columns = [
-        data["by"].capitalize(),
-        "Jobs",
-        "Allocated GPU-h",
-        "Useful GPU-h",
-        "Useful",
-        "Lost GPU-h",
-        *(f"{c.replace('_', ' ')} GPU-h" for c in causes),
-        f"Cost {currency}",
-        f"Lost {currency}",
+        Column(data["by"], priority=0),
+        Column("jobs", priority=2, numeric=True),
+        Column("allocated GPU-h", priority=1, numeric=True),
+        Column("useful GPU-h", priority=1, numeric=True),
+        Column("useful share", priority=2, numeric=True),
+        Column("lost GPU-h", priority=1, numeric=True),
+        *(Column(f"lost {c.replace('_', ' ')} GPU-h", priority=3, numeric=True) for c in causes),
+        Column(f"cost {currency}", priority=2, numeric=True),
+        Column(f"cost of lost {currency}", priority=2, numeric=True),
     ]
     title = f"Chargeback {data['period']} by {data['by']} ({data['scope']})"
-    print_table(title, columns, rows, numeric=columns[1:])
+    print_table(title, columns, rows, fmt=fmt)

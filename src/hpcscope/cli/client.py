@@ -6,7 +6,7 @@ token (``--token`` or ``HPCSCOPE_TOKEN``, sent as ``Authorization: Bearer``) whe
 ``--user``/``--password`` (``HPCSCOPE_USER``/``HPCSCOPE_PASSWORD``, HTTP Basic). Errors become
 one line and an exit code: missing credentials and a rejected request (400) are usage errors
 (2); an unreachable server, a refused login or token (401), a denial (403), an id not visible
-(404) and any other status are runtime errors (1).
+(404), a login throttled after failures (429) and any other status are runtime errors (1).
 """
 
 from __future__ import annotations
@@ -34,6 +34,12 @@ TOKEN_OPTION = typer.Option(
     help="API token hps_... (prefer the environment variable); used instead of a password.",
 )
 JSON_OPTION = typer.Option(False, "--json", help="Print JSON (the API's schema).")
+FORMAT_OPTION = typer.Option(
+    "table",
+    "--format",
+    help="table (fitted to the terminal, whole rows in a pipe) or tsv (a header line, then "
+    "one tab-separated line per row).",
+)
 
 
 def api_request(
@@ -86,7 +92,7 @@ def api_request(
     detail = _detail(response)
     if response.status_code == 400:
         fail(detail or "bad request", code=EXIT_USAGE_ERROR, as_json=as_json)
-    if response.status_code in (403, 404):
+    if response.status_code in (403, 404, 429):  # 429: too many failed logins, for a while
         fail(detail or f"HTTP {response.status_code}", as_json=as_json)
     fail(f"{url}{path}: HTTP {response.status_code}", as_json=as_json)
 

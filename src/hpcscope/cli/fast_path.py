@@ -221,14 +221,11 @@ def _invoke(runner: Callable[..., None], arguments: dict[str, Any], *, as_json: 
             report_error(exc, as_json=as_json)
     except KeyboardInterrupt:
         return 130
-    except EOFError:  # Typer: a blank line, then its "Aborted" message
-        from typer import core, rich_utils
+    except EOFError:  # as the group's main: a blank line, then "hpcscope: aborted"
+        from hpcscope.cli.output import say_error
 
         print(file=sys.stderr)
-        if core.HAS_RICH:
-            rich_utils.rich_abort_error()
-        else:
-            print("Aborted!", file=sys.stderr)
+        say_error("aborted")
         return 1
     except BrokenPipeError:
         from typer._click.utils import PacifyFlushWrapper

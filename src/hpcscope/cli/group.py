@@ -7,14 +7,16 @@ the module is imported when its command runs (or its own ``--help`` is asked for
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, MutableMapping
+import sys
+from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any
 
 import typer
+from typer._click.exceptions import ClickException, UsageError
 from typer.core import TyperCommand, TyperGroup
 
 from hpcscope.cli.main import COMMANDS, HELP
-from hpcscope.cli.output import report_error
+from hpcscope.cli.output import EXIT_RUNTIME_ERROR, print_json, report_error, say_error
 from hpcscope.model.errors import HpcscopeError
 
 
@@ -71,8 +73,39 @@ class _Commands(TyperGroup):
     """The command group: lazy sub-commands, and the one handler for errors no command handled.
 
     An :class:`HpcscopeError` becomes one line on stderr and exit code 1 (runtime) or 2 (bad
-    input), never a traceback; other exceptions are bugs and keep their traceback.
+    input), never a traceback; other exceptions are bugs and keep their traceback. A usage error
+    of the command line (an unknown option, a missing argument, a bad value) is one line in the
+    same style, ``hpcscope: jobs: No such option: --bogus (see 'hpcscope jobs --help')``, exit 2.
     """
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(
+                args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra
+            )
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            code = super().main(argv, prog_name, complete_var, False, windows_expand_args, **extra)
+        except ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # its help is printed: no error line
+                sys.exit(exc.exit_code)
+            message = usage_message(exc)
+            say_error(message)
+            if "--json" in argv:
+                print_json({"error": message})
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            say_error("aborted")
+            sys.exit(EXIT_RUNTIME_ERROR)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
@@ -102,6 +135,17 @@ class _Commands(TyperGroup):
             return super().invoke(ctx)
         except HpcscopeError as exc:
             report_error(exc, as_json=bool(ctx.meta.get("hpcscope.json")))
+
+
+def usage_message(error: ClickException) -> str:
+    """One line for a command-line error: the command, Click's message and where help is."""
+    message = " ".join(error.format_message().split()).rstrip(".")
+    ctx = error.ctx if isinstance(error, UsageError) else None
+    if ctx is None:
+        return message
+    path = ctx.command_path
+    command = path.removeprefix(ctx.find_root().info_name or "").strip()
+    return f"{command + ': ' if command else ''}{message}; see '{path} --help'"
 
 
 app = typer.Typer(

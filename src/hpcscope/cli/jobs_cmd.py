@@ -16,6 +16,7 @@ from typing import Any
 import typer
 
 from hpcscope.cli.client import (
+    FORMAT_OPTION,
     JSON_OPTION,
     PASSWORD_OPTION,
     TOKEN_OPTION,
@@ -30,8 +31,51 @@ from hpcscope.cli.output import (
     print_table,
     stdout_console,
 )
+from hpcscope.cli.tables import Column, table_format
 
 STORE_OPTION = typer.Option(None, "--store", help="Read this store file offline instead.")
+
+#: ``hpcscope jobs``: ids, names, users and verdicts always; the rest left out on a narrow
+#: terminal, the highest priority first (``cli/tables.py``).
+JOBS_COLUMNS = (
+    Column("job id", priority=0),
+    Column("job name", priority=0),
+    Column("user", priority=0),
+    Column("account", priority=3),
+    Column("state", priority=2),
+    Column("GPUs", priority=2, numeric=True),
+    Column("reported util", priority=1, numeric=True),
+    Column("real (SM active)", priority=1, numeric=True),
+    Column("useful GPU-h", priority=3, numeric=True),
+    Column("allocated GPU-h", priority=4, numeric=True),
+    Column("verdict", priority=0),
+)
+
+#: ``hpcscope job``: one row per GPU.
+GPU_COLUMNS = (
+    Column("node", priority=0),
+    Column("GPU", priority=0, numeric=True),
+    Column("reported util", priority=1, numeric=True),
+    Column("real (SM active)", priority=1, numeric=True),
+    Column("tensor active", priority=2, numeric=True),
+    Column("max °C", priority=2, numeric=True),
+    Column("Xid", priority=1),
+    Column("verdict", priority=0),
+)
+
+#: ``hpcscope job``: the job's alerts; ``subject`` is what the alert is about (a rank, a path,
+#: a process), free text that wraps.
+JOB_ALERT_COLUMNS = (
+    Column("severity", priority=1),
+    Column("rule", priority=0),
+    Column("what", priority=1, wrap=True),
+    Column("subject (rank, path, ...)", priority=2, wrap=True),
+    Column("node", priority=0),
+    Column("GPU", priority=3, numeric=True),
+    Column("step", priority=3, numeric=True),
+    Column("count", priority=3, numeric=True),
+    Column("state", priority=1),
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -41,13 +85,13 @@ def register(app: typer.Typer) -> None:
 
 def _offline(store: Path, job_id: str | None, as_json: bool, *, notes: bool = False) -> Any:
     from hpcscope.model.access import system_principal
+    from hpcscope.model.errors import StoreError
     from hpcscope.service.alerts.contracts import JobReportWithAlerts
     from hpcscope.service.core import Service
     from hpcscope.service.jobs.contracts import JobList, JobReportDocument
     from hpcscope.service.settings import Settings
     from hpcscope.service.traces.capture_contracts import JobReportWithPhases
     from hpcscope.service.traces.job_phases import job_phases
-    from hpcscope.store import StoreError
 
     try:
         service = Service.open_read_only(Settings(store_path=store))
@@ -90,8 +134,10 @@ def jobs(
     token: str | None = TOKEN_OPTION,
     store: Path | None = STORE_OPTION,
     json_output: bool = JSON_OPTION,
+    output_format: str = FORMAT_OPTION,
 ) -> None:
     """List your jobs: reported GPU utilization beside real efficiency, GPU-hours, verdict."""
+    fmt = table_format(output_format)
     data = (
         _offline(store, None, json_output)
         if store is not None
@@ -121,22 +167,10 @@ def jobs(
         for j in data["jobs"]
     ]
     print_table(
-        "Jobs (util = reported GPU utilization, SM = real efficiency)",
-        [
-            "job",
-            "name",
-            "user",
-            "account",
-            "state",
-            "GPUs",
-            "util",
-            "SM active",
-            "useful GPU-h",
-            "allocated GPU-h",
-            "verdict",
-        ],
+        "Jobs: reported GPU utilization beside real efficiency (SM active)",
+        JOBS_COLUMNS,
         rows,
-        numeric=["GPUs", "util", "SM active", "useful GPU-h", "allocated GPU-h"],
+        fmt=fmt,
     )
 
 
@@ -215,17 +249,12 @@ def job(
         ]
         for g in data["gpus"]
     ]
-    print_table(
-        None,
-        ["node", "GPU", "util", "SM active", "tensor", "max °C", "Xid", "verdict"],
-        rows,
-        numeric=["GPU", "util", "SM active", "tensor", "max °C"],
-    )
+    print_table(None, GPU_COLUMNS, rows)
     alerts = data.get("alerts") or []
     if alerts:
         print_table(
             "Alerts",
-            ["severity", "rule", "what", "rank", "node", "GPU", "step", "count", "state"],
+            JOB_ALERT_COLUMNS,
             [
                 [
                     a["severity"],
@@ -240,7 +269,6 @@ def job(
                 ]
                 for a in alerts
             ],
-            numeric=["GPU", "step", "count"],
         )
     _print_phases(data.get("phases"))
 
@@ -290,10 +318,14 @@ def _print_full_report(data: dict[str, Any]) -> None:
             ]
         )
     print_table(
-        "GPUs (util = reported utilization, SM = real efficiency, memory = peak GiB used/GiB)",
-        ["node", "GPU", "util", "SM", "memory", "mem %", "max °C", "Xid", "verdict"],
+        "GPUs",
+        [
+            *GPU_COLUMNS[:4],
+            Column("peak memory GiB used/total", priority=1, numeric=True),
+            Column("memory used", priority=2, numeric=True),
+            *GPU_COLUMNS[5:],
+        ],
         rows,
-        numeric=["GPU", "util", "SM", "memory", "mem %", "max °C"],
     )
     if not notes["notes"]:
         console.print("Notes: none — nothing to change.", highlight=False)
@@ -334,7 +366,11 @@ def _print_phases(phases: dict[str, Any] | None) -> None:
     names = ["data_load", "forward", "backward", "communication", "optimizer", "barrier_wait"]
     print_table(
         "Phases per rank (ms per step, mean over the window's steps)",
-        ["rank", "node", *names],
+        [
+            Column("rank", priority=0, numeric=True),
+            Column("node", priority=0),
+            *(Column(f"{p.replace('_', ' ')} ms", priority=1, numeric=True) for p in names),
+        ],
         [
             [
                 rank,
@@ -343,5 +379,4 @@ def _print_phases(phases: dict[str, Any] | None) -> None:
             ]
             for rank, values in sorted(window["phases_per_rank"].items(), key=lambda kv: int(kv[0]))
         ],
-        numeric=names,
     )

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 import typer
 
 from hpcscope.cli.client import (
+    FORMAT_OPTION,
     JSON_OPTION,
     PASSWORD_OPTION,
     TOKEN_OPTION,
@@ -21,6 +22,20 @@ from hpcscope.cli.client import (
     api_get,
 )
 from hpcscope.cli.output import print_json, print_table, stdout_console
+from hpcscope.cli.tables import Column, table_format
+
+#: Rule, job and user always; the detail wraps (``cli/tables.py``).
+AUDIT_COLUMNS = (
+    Column("when (UTC)", priority=1),
+    Column("kind", priority=2),
+    Column("rule", priority=0),
+    Column("job id", priority=0),
+    Column("user", priority=0),
+    Column("channel", priority=2),
+    Column("recipient", priority=3),
+    Column("outcome", priority=1),
+    Column("detail", priority=2, wrap=True),
+)
 
 app = typer.Typer(
     help="Notifications: the audit log (admins) and your own preferences.", no_args_is_help=True
@@ -41,8 +56,10 @@ def audit(
     kind: str | None = typer.Option(None, "--kind", help="Only notification or action."),
     limit: int = typer.Option(500, "--limit", min=1, max=5000, help="At most this many."),
     json_output: bool = JSON_OPTION,
+    output_format: str = FORMAT_OPTION,
 ) -> None:
     """Every notification sent or withheld and every action taken, newest first (admins)."""
+    fmt = table_format(output_format)
     query = {k: v for k, v in (("job", job), ("kind", kind)) if v} | {"limit": str(limit)}
     data = api_get(
         url, f"/api/notify/audit?{urlencode(query)}", user, password, json_output, token=token
@@ -55,9 +72,7 @@ def audit(
          e["recipient"] or "", e["outcome"], e["detail"]]
         for e in data["entries"]
     ]  # fmt: skip
-    columns = ["When (UTC)", "Kind", "Rule", "Job", "User", "Channel", "Recipient", "Outcome",
-               "Detail"]  # fmt: skip
-    print_table(f"Notification audit ({len(rows)})", columns, rows)
+    print_table(f"Notification audit ({len(rows)})", AUDIT_COLUMNS, rows, fmt=fmt)
 
 
 @app.command("preferences")

@@ -1,9 +1,10 @@
-"""Shared output helpers: JSON to stdout, tables with Rich, errors to stderr with exit codes.
+"""Shared output helpers: JSON to stdout, tables, errors to stderr with exit codes.
 
-Rich is imported only when a table or a styled error is printed: a ``--json`` command does
-without it (``docs/benchmarks.md``, start-up). Typer only when an error exits (its ``Exit``),
-and pydantic not at all: a contract can only reach :func:`print_json` once pydantic is loaded,
-so a command line that :mod:`hpcscope.cli.fast_path` runs needs neither.
+Tables are plain text (:mod:`hpcscope.cli.tables`); Rich is imported only when styled text is
+printed: a ``--json`` command does without it (``docs/benchmarks.md``, start-up). Typer only
+when an error exits (its ``Exit``), and pydantic not at all: a contract can only reach
+:func:`print_json` once pydantic is loaded, so a command line that
+:mod:`hpcscope.cli.fast_path` runs needs neither.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
+from hpcscope.cli import tables
+from hpcscope.cli.tables import Column
 from hpcscope.model.errors import HpcscopeError, InputError, SourceError
 
 if TYPE_CHECKING:
@@ -28,13 +31,13 @@ EXIT_USAGE_ERROR = 2
 def stdout_console() -> Console:
     from rich.console import Console
 
-    return Console(no_color="NO_COLOR" in os.environ, soft_wrap=True)
+    return Console(no_color=bool(os.environ.get("NO_COLOR")), soft_wrap=True)
 
 
 def stderr_console() -> Console:
     from rich.console import Console
 
-    return Console(stderr=True, no_color="NO_COLOR" in os.environ)
+    return Console(stderr=True, no_color=bool(os.environ.get("NO_COLOR")))
 
 
 def print_json(data: Any) -> None:
@@ -57,19 +60,27 @@ def print_json(data: Any) -> None:
 
 def print_table(
     title: str | None,
-    columns: Sequence[str],
+    columns: Sequence[str | Column],
     rows: Sequence[Sequence[Any]],
     *,
     numeric: Sequence[str] = (),
+    fmt: str = "table",
 ) -> None:
-    from rich.table import Table
+    """Print a table on stdout (rules: :mod:`hpcscope.cli.tables`): fitted to the terminal,
+    whole in a pipe, or as TSV with ``fmt="tsv"``.
 
-    table = Table(title=title, show_lines=False, header_style="bold")
-    for column in columns:
-        table.add_column(column, justify="right" if column in numeric else "left")
-    for row in rows:
-        table.add_row(*["—" if cell is None else str(cell) for cell in row])
-    stdout_console().print(table)
+    Args:
+        columns: :class:`~hpcscope.cli.tables.Column` s, or plain headers (the first never
+            left out, the others right to left; ``numeric`` names the right-aligned ones).
+    """
+    specs = tables.as_columns(columns, numeric)
+    if fmt == "tsv":
+        text = tables.tsv(specs, rows)
+    else:
+        width = tables.terminal_width()
+        text = tables.render(title, specs, rows, width=width, color=tables.color_enabled())
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def fail(
@@ -79,17 +90,24 @@ def fail(
     as_json: bool = False,
     error: SourceError | None = None,
 ) -> NoReturn:
-    """Report an error (stderr, or a JSON error document on stdout with --json) and exit."""
+    """Report an error and exit: ``hpcscope: message`` on stderr (:func:`say_error`), and with
+    ``--json`` also the JSON error document on stdout."""
+    say_error(message)
     if as_json:
         body: dict[str, Any] = {"error": message}
         if error is not None:
             body["where"] = error.to_dict()
         print_json(body)
-    else:
-        stderr_console().print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     import typer
 
     raise typer.Exit(code)
+
+
+def say_error(message: str) -> None:
+    """The one error style of every command: ``hpcscope: message``, one line on stderr."""
+    text = " ".join(message.split()) or "error"
+    sys.stderr.write(f"hpcscope: {text}\n")
+    sys.stderr.flush()
 
 
 def error_exit_code(error: HpcscopeError) -> int:
@@ -119,7 +137,7 @@ def report_error(error: HpcscopeError, *, as_json: bool = False) -> NoReturn:
     """
     import typer
 
-    typer.echo(error_line(error), err=True)
+    say_error(error_line(error).removeprefix("hpcscope: "))
     if as_json:
         body: dict[str, Any] = {"error": error_line(error).removeprefix("hpcscope: ")}
         if isinstance(error, SourceError):

@@ -10,8 +10,17 @@ from typing import Any
 
 import typer
 
-from hpcscope.cli.client import JSON_OPTION, PASSWORD_OPTION, URL_OPTION, USER_OPTION, api_get
+from hpcscope.cli.client import (
+    FORMAT_OPTION,
+    JSON_OPTION,
+    PASSWORD_OPTION,
+    TOKEN_OPTION,
+    URL_OPTION,
+    USER_OPTION,
+    api_get,
+)
 from hpcscope.cli.output import print_json, print_table
+from hpcscope.cli.tables import Column, table_format
 
 
 def register(app: typer.Typer) -> None:
@@ -34,10 +43,16 @@ def slo(
     url: str = URL_OPTION,
     user: str | None = USER_OPTION,
     password: str | None = PASSWORD_OPTION,
+    token: str | None = TOKEN_OPTION,
     json_output: bool = JSON_OPTION,
+    output_format: str = FORMAT_OPTION,
 ) -> None:
-    """Show the SLOs: SLI, error budget left, burn rates and firing burn-rate alerts."""
-    data: dict[str, Any] = api_get(url, "/api/slo", user, password, json_output)
+    """Show the SLOs: SLI, error budget left, burn rates and firing burn-rate alerts.
+
+    ``--format tsv`` prints the SLO table alone (one line per SLO).
+    """
+    fmt = table_format(output_format)
+    data: dict[str, Any] = api_get(url, "/api/slo", user, password, json_output, token=token)
     if json_output:
         print_json(data)
         return
@@ -58,16 +73,19 @@ def slo(
     print_table(
         f"SLOs over {data['scope']}, last {days:g} days",
         [
-            "SLO",
-            "Objective",
-            "SLI",
-            "Good / valid",
-            "Budget left",
-            *(f"Burn {_window(w)}" for w in windows),
-            "Firing",
+            Column("SLO", priority=0),
+            Column("objective", priority=1, numeric=True),
+            Column("SLI", priority=1, numeric=True),
+            Column("good / valid events", priority=2, numeric=True),
+            Column("error budget left", priority=1, numeric=True),
+            *(Column(f"burn rate {_window(w)}", priority=3, numeric=True) for w in windows),
+            Column("firing alerts", priority=1, wrap=True),
         ],
         rows,
+        fmt=fmt,
     )
+    if fmt == "tsv":
+        return
     waits = [
         [
             w["partition"],
@@ -80,9 +98,18 @@ def slo(
     ]
     print_table(
         "Queue waits (submit to start) of jobs started in the window",
-        ["Partition", "QOS", "Jobs", "p50 (min)", "p95 (min)"],
+        [
+            Column("partition", priority=0),
+            Column("QOS", priority=0),
+            Column("jobs", priority=1, numeric=True),
+            Column("p50 wait (min)", priority=1, numeric=True),
+            Column("p95 wait (min)", priority=1, numeric=True),
+        ],
         waits,
-        numeric=["Jobs", "p50 (min)", "p95 (min)"],
     )
     causes = [[cause, count] for cause, count in data["ended_jobs_by_cause"].items()]
-    print_table("Ended jobs by cause", ["Cause", "Jobs"], causes, numeric=["Jobs"])
+    print_table(
+        "Ended jobs by cause",
+        [Column("cause", priority=0), Column("jobs", priority=0, numeric=True)],
+        causes,
+    )

@@ -13,9 +13,8 @@ import typer
 
 from hpcscope.cli.output import print_json, stdout_console
 from hpcscope.model.timeutil import utcnow
-from hpcscope.service.jobs.retention import UpkeepConfig, run_upkeep
+from hpcscope.service.jobs.retention import UpkeepConfig, run_upkeep_on_file
 from hpcscope.service.settings import Settings
-from hpcscope.store import Store
 
 app = typer.Typer(help="Maintain the store file offline.", no_args_is_help=True)
 
@@ -46,10 +45,9 @@ def upkeep(
         rollup_retention_days=rollup_retention_days,
         rollup_grace_seconds=_DEFAULTS.rollup_grace_seconds,
     )
-    with Store(store, rollup_grace_seconds=config.rollup_grace_seconds) as opened:
-        done = run_upkeep(
-            opened, config, now=utcnow(), scrape_interval_seconds=scrape_interval_seconds
-        )
+    done = run_upkeep_on_file(
+        store, config, now=utcnow(), scrape_interval_seconds=scrape_interval_seconds
+    )
     data = {
         "summaries_written": done.summaries_written,
         "raw_samples_deleted": done.raw_samples_deleted,

@@ -12,6 +12,7 @@ from urllib.parse import quote
 import typer
 
 from hpcscope.cli.client import (
+    FORMAT_OPTION,
     JSON_OPTION,
     PASSWORD_OPTION,
     TOKEN_OPTION,
@@ -20,6 +21,20 @@ from hpcscope.cli.client import (
     api_request,
 )
 from hpcscope.cli.output import print_json, print_table
+from hpcscope.cli.tables import Column, table_format
+
+#: The token id (the 8 characters after ``hps_``) and its user always (``cli/tables.py``).
+LIST_COLUMNS = (
+    Column("token id", priority=0),
+    Column("user", priority=0),
+    Column("label", priority=1, wrap=True),
+    Column("scope", priority=2),
+    Column("status", priority=1),
+    Column("created (UTC)", priority=3),
+    Column("expires (UTC)", priority=2),
+    Column("last used (UTC)", priority=3),
+    Column("last used from", priority=4),
+)
 
 app = typer.Typer(
     help="Create, list and revoke API tokens for scripts (Authorization: Bearer hps_...).",
@@ -81,8 +96,10 @@ def list_tokens(
     password: str | None = PASSWORD_OPTION,
     token: str | None = TOKEN_OPTION,
     json_output: bool = JSON_OPTION,
+    output_format: str = FORMAT_OPTION,
 ) -> None:
     """List your tokens (admins and auditors: everyone's); never a secret."""
+    fmt = table_format(output_format)
     data = api_request(
         "GET", url, "/api/tokens", user=user, password=password, token=token, as_json=json_output
     )
@@ -91,7 +108,7 @@ def list_tokens(
         return
     rows = [
         [
-            t["hint"],
+            f"hps_{t['token_id']}",  # what revoke takes, without the ellipsis of the hint
             t["user"],
             t["label"],
             t["scope"],
@@ -103,9 +120,7 @@ def list_tokens(
         ]
         for t in data["tokens"]
     ]
-    columns = ["Token", "User", "Label", "Scope", "Status", "Created (UTC)", "Expires (UTC)",
-               "Last used (UTC)", "From"]  # fmt: skip
-    print_table(f"API tokens ({data['count']})", columns, rows)
+    print_table(f"API tokens ({data['count']})", LIST_COLUMNS, rows, fmt=fmt)
 
 
 @app.command("revoke")

@@ -114,7 +114,7 @@ def _ms(value: float | None) -> str:
 
 
 def _print_human(doc: dict[str, object]) -> None:
-    from hpcscope.analysis.traces.rank_timeline import PHASES
+    from hpcscope.service.traces.pipeline import PHASES
 
     console = stdout_console()
     phases: dict[str, dict[str, float]] = doc["phases"]  # type: ignore[assignment]

@@ -77,13 +77,21 @@ FALCO_ALERT_SCHEMA = pa.schema(
         pa.field("proc_exe", pa.string()),
         pa.field("proc_cmdline", pa.string()),
         pa.field("proc_pname", pa.string()),
+        pa.field("proc_pexe", pa.string()),
+        pa.field("proc_anames", pa.list_(pa.string())),
+        pa.field("proc_tty", pa.int64()),
         pa.field("proc_pid", pa.int64()),
         pa.field("proc_ppid", pa.int64()),
         pa.field("user_name", pa.string()),
         pa.field("user_uid", pa.int64()),
         pa.field("user_loginuid", pa.int64()),
         pa.field("container_id", pa.string()),
+        pa.field("container_name", pa.string()),
         pa.field("container_image", pa.string()),
+        pa.field("container_mounts", pa.string()),
+        pa.field("pod_namespace", pa.string()),
+        pa.field("pod_name", pa.string()),
+        pa.field("evt_flags", pa.string()),
         pa.field("fd_name", pa.string()),
         pa.field("fd_l4proto", pa.string()),
         pa.field("fd_cip", pa.string()),
@@ -102,7 +110,13 @@ FALCO_ALERT_SCHEMA = pa.schema(
 ``priority_level`` its syslog level (0 emergency .. 7 debug). Process, file and connection
 columns are null when the rule's output did not carry the field or Falco could not resolve it
 (``<NA>``). ``target_pid`` is ``evt.arg.pid`` (the traced process of a ptrace or
-``process_vm_readv`` alert)."""
+``process_vm_readv`` alert). ``proc_anames`` are the ancestors' names from the parent up
+(``proc.pname``, then ``proc.aname[2]``, ``proc.aname[3]``... as far as the output carried
+them, unresolved ones left out); ``proc_pexe`` the parent's executable path
+(``proc.pexepath``/``proc.pexe``); ``container_mounts`` Falco's ``container.mounts``
+(``source:dest:mode:rdwr:propagation`` items joined by commas); ``evt_flags``
+``evt.arg.flags`` (``EXE_UPPER_LAYER``, ``O_WRONLY|O_CREAT``...); ``pod_namespace`` and
+``pod_name`` ``k8s.ns.name`` and ``k8s.pod.name``."""
 
 TETRAGON_EVENT_TYPES: tuple[str, ...] = (
     "process_exec",
@@ -110,8 +124,13 @@ TETRAGON_EVENT_TYPES: tuple[str, ...] = (
     "process_kprobe",
     "process_tracepoint",
     "process_lsm",
+    "process_connect",
+    "process_listen",
+    "process_close",
 )
-"""The event types mapped column by column; others keep type, node, time and the raw line."""
+"""The event types mapped column by column; others keep type, node, time and the raw line.
+``process_connect``, ``process_listen`` and ``process_close`` are the legacy network events of
+older Isovalent exports (their addresses go to the ``sock_*`` columns)."""
 
 MAY_WRITE = 2
 MAY_READ = 4
@@ -134,6 +153,7 @@ TETRAGON_EVENT_SCHEMA = pa.schema(
         pa.field("flags", pa.string()),
         pa.field("parent_binary", pa.string()),
         pa.field("container_id", pa.string()),
+        pa.field("container_name", pa.string()),
         pa.field("pod_namespace", pa.string()),
         pa.field("pod_name", pa.string()),
         pa.field("function_name", pa.string()),
@@ -141,8 +161,14 @@ TETRAGON_EVENT_SCHEMA = pa.schema(
         pa.field("action", pa.string()),
         pa.field("file_path", pa.string()),
         pa.field("file_mode", pa.string()),
+        pa.field("entry_path", pa.string()),
         pa.field("access_mask", pa.int64()),
         pa.field("int_args", pa.list_(pa.int64())),
+        pa.field("string_arg", pa.string()),
+        pa.field("cred_uid", pa.int64()),
+        pa.field("cred_euid", pa.int64()),
+        pa.field("module_name", pa.string()),
+        pa.field("module_tainted", pa.list_(pa.string())),
         pa.field("sock_family", pa.string()),
         pa.field("sock_protocol", pa.string()),
         pa.field("sock_saddr", pa.string()),
@@ -158,7 +184,13 @@ TETRAGON_EVENT_SCHEMA = pa.schema(
     ]
 )
 """One row per Tetragon event. ``file_path``/``file_mode`` come from the first ``file_arg`` or
-``path_arg`` (``file_mode`` is Tetragon's ``permission`` string, e.g. ``-rw-r--r--``);
+``path_arg`` (``file_mode`` is Tetragon's ``permission`` string, e.g. ``-rw-r--r--``),
+``entry_path`` from the second (``security_path_unlink``'s dentry, printed up to its mount
+point); ``string_arg`` is the first ``string_arg`` (a requested module's name);
+``cred_uid``/``cred_euid`` the new credentials of a ``process_credentials_arg``
+(``commit_creds``); ``module_name``/``module_tainted`` a ``module_arg`` (``do_init_module``:
+the taint flags, e.g. ``TAINT_UNSIGNED_MODULE``); ``function_name`` is a tracepoint's
+``event``;
 ``access_mask`` is the ``int`` argument of ``security_file_permission`` (:data:`MAY_READ` 4,
 :data:`MAY_WRITE` 2). ``job_source`` says how the job was found: ``cgroup`` (read from
 ``/proc/<pid>/cgroup``), ``parent`` (the process was gone: its parent's job), ``sensor cgroup``

@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hpcscope.analysis.alerts.common import JobOwner
-from hpcscope.analysis.alerts.events import EVENT_RULE_IDS, EventRules
+from hpcscope.analysis.alerts.events import EventRules
+from hpcscope.analysis.registry import RuleKind, registry
 from hpcscope.ingest.security.exec_cache import ExecJobCache
 from hpcscope.ingest.security.falco import parse_falco_lines
 from hpcscope.ingest.security.tetragon import parse_tetragon_lines
@@ -26,6 +27,7 @@ from hpcscope.twin.security_events import Proc, ProcTree, file_access, tcp_conne
 
 T0 = 1_796_126_400 * SECOND_NS  # 2026-12-01T12:00:00Z
 RULES = load_site_rules(None)
+EVENT_RULE_IDS = registry().ids(RuleKind.EVENT)
 OWNERS = {job: JobOwner(user, account) for job, (user, account) in JOBS.items()}
 
 

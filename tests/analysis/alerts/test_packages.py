@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hpcscope.analysis.alerts.common import JobOwner
-from hpcscope.analysis.alerts.events import EventRules, list_errors
+from hpcscope.analysis.alerts.events import EventRules
 from hpcscope.analysis.alerts.packages import (
     InstalledFile,
     installed_file,
@@ -23,6 +23,7 @@ from hpcscope.analysis.alerts.packages import (
     normalise,
     why_high,
 )
+from hpcscope.analysis.registry import registry
 from hpcscope.ingest.security.exec_cache import ExecJobCache
 from hpcscope.ingest.security.tetragon import parse_tetragon_lines
 from hpcscope.model.access import JobScope
@@ -100,10 +101,10 @@ def test_lock_entries_parse_or_are_rejected_at_start() -> None:
     assert lock_entry("Torch == 2.6.0") == ("torch", "2.6.0")
     assert lock_entry("torch>=2.6") is None and lock_entry("torch") is None
     sc5 = replace(RULES["SC-5"], lists={"lockfile": ("torch>=2.6",), "known_bad": ()})
-    assert list_errors({**RULES, "SC-5": sc5}) == [
+    assert registry().list_errors({**RULES, "SC-5": sc5}) == [
         (sc5, "SC-5: lockfile entry 'torch>=2.6' is not name==version")
     ]
-    assert list_errors(RULES) == []
+    assert registry().list_errors(RULES) == []
 
 
 def _alerts(lines: list[str], tree: ProcTree, tmp_path: Path) -> list:  # type: ignore[type-arg]

@@ -13,11 +13,11 @@ from hpcscope.analysis.alerts.correlation import CorrelationRules, Egress
 from hpcscope.analysis.alerts.posture import (
     FLAGS,
     NodePosture,
-    entry_errors,
     posture_alerts,
     postures_from_facts,
     release,
 )
+from hpcscope.analysis.registry import registry
 from hpcscope.model.alerts import Severity
 from hpcscope.service.alerts.rules import RuleFileError, load_rules, load_site_rules
 
@@ -72,7 +72,7 @@ def test_a_bad_entry_is_named_with_its_file(tmp_path: object) -> None:
         "    lists:\n      vulnerable: [runc=1.2]\n      flags: [no_such_flag]\n"
     )
     rules = load_rules(directory)
-    errors = [message for _, message in entry_errors(rules)]
+    errors = [message for _, message in registry().list_errors(rules)]
     assert errors == ["CE-5: 'runc=1.2' is not name<version or name<=version",
                       errors[1]] and "no_such_flag" in errors[1]  # fmt: skip
     with pytest.raises(RuleFileError, match="needs lists"):

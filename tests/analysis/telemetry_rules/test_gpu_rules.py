@@ -9,8 +9,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcscope.analysis.telemetry_rules.common import JobSpan
-from hpcscope.analysis.telemetry_rules.gpu import GpuAllocation, gpu_alerts
+from hpcscope.analysis.telemetry_rules.common import GpuAllocation, JobSpan
+from hpcscope.analysis.telemetry_rules.gpu import gpu_alerts
 from hpcscope.model.alerts import RuleSpec, Severity
 from tests.analysis.telemetry_rules.conftest import T0
 

@@ -9,8 +9,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcscope.analysis.telemetry_rules.common import JobSpan
-from hpcscope.analysis.telemetry_rules.gpu import GpuAllocation
+from hpcscope.analysis.telemetry_rules.common import GpuAllocation, JobSpan
 from hpcscope.analysis.telemetry_rules.rules import TelemetryInputs, evaluate
 from hpcscope.analysis.telemetry_rules.xid import gm4_xid_burst
 from hpcscope.model.alerts import RuleSpec, Severity

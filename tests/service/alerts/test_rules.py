@@ -6,12 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcscope.analysis.alerts.correlation import CORRELATION_RULE_IDS
-from hpcscope.analysis.alerts.events import EVENT_RULE_IDS, REQUIRED_LISTS
-from hpcscope.analysis.alerts.posture import POSTURE_RULE_IDS
-from hpcscope.analysis.integrity.rules import REQUIRED_THRESHOLDS
-from hpcscope.analysis.integrity.training import RULE_IDS as TRAINING_RULE_IDS
-from hpcscope.analysis.telemetry_rules.rules import TELEMETRY_RULE_IDS
+from hpcscope.analysis.registry import registry
 from hpcscope.model.alerts import Severity
 from hpcscope.service.alerts.rules import (
     RuleFileError,
@@ -35,14 +30,8 @@ rules:
 
 def test_bundled_rules_load_with_the_reference_thresholds() -> None:
     rules = load_site_rules(None)
+    assert set(rules) == {r.rule_id for r in registry().in_rule_files()}
     assert set(rules) >= {"GI-1", "GI-2", "GI-3", "GI-4", "GI-ATTR"}
-    assert set(rules) - {"GI-1", "GI-2", "GI-3", "GI-4", "GI-ATTR"} == {
-        *EVENT_RULE_IDS,
-        *TELEMETRY_RULE_IDS,
-        *CORRELATION_RULE_IDS,
-        *POSTURE_RULE_IDS,
-        *TRAINING_RULE_IDS,
-    }
     gi1 = rules["GI-1"]
     assert (gi1.severity, gi1.window_steps, gi1.min_hits) == (Severity.HIGH, 10, 3)
     assert gi1.threshold("norm_z") == 6.0 and gi1.threshold("cosine_z") == 6.0
@@ -70,7 +59,7 @@ def test_mistakes_name_file_and_line(tmp_path: Path, text: str, message: str) ->
     path = tmp_path / "site.yaml"
     path.write_text(text)
     with pytest.raises(RuleFileError) as info:
-        load_rule_file(path, required_thresholds=REQUIRED_THRESHOLDS)
+        load_rule_file(path)
     assert info.value.describe().startswith(str(path) + message), info.value.describe()
 
 
@@ -106,7 +95,7 @@ rules:
 def test_event_rules_load_their_lists_and_falco_names(tmp_path: Path) -> None:
     path = tmp_path / "site.yaml"
     path.write_text(EVENT)
-    (spec,) = load_rule_file(path, required_lists=REQUIRED_LISTS)
+    (spec,) = load_rule_file(path)
     assert spec.items("temp_prefixes") == ("/tmp/",) and spec.items("missing") == ()
     assert spec.falco_rules == ("Drop and execute new binary in container",)
     bundled = load_site_rules(None)
@@ -129,7 +118,7 @@ def test_event_rule_mistakes_name_file_and_line(tmp_path: Path, text: str, messa
     path = tmp_path / "site.yaml"
     path.write_text(text)
     with pytest.raises(RuleFileError) as info:
-        load_rule_file(path, required_lists=REQUIRED_LISTS)
+        load_rule_file(path)
     assert info.value.describe().startswith(str(path) + message), info.value.describe()
 
 

@@ -12,11 +12,11 @@ import pytest
 from hpcscope.model.access import JobScope
 from hpcscope.model.alerts import Severity
 from hpcscope.service.alerts.rules import load_site_rules
-from hpcscope.service.integrity.replay import replay_training
 from hpcscope.service.integrity.spool import IntegritySpool
 from hpcscope.store.alerts import alerts
 from hpcscope.twin import attacks_training
 from hpcscope.twin.telemetry_traces import SECOND_NS
+from tests.support.integrity_replay import replay_training
 
 T0 = 1_796_126_400 * SECOND_NS
 RULES = load_site_rules(None)

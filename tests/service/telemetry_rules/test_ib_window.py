@@ -19,11 +19,11 @@ from hpcscope.model.timeutil import from_epoch_seconds
 from hpcscope.service.alerts.rules import load_site_rules
 from hpcscope.service.telemetry_rules.engine import TelemetryRules
 from hpcscope.service.telemetry_rules.ib_window import IbWindow
-from hpcscope.service.telemetry_rules.replay import load_scenario, port_gpus
 from hpcscope.store import Store
 from hpcscope.twin import attacks_telemetry, benign_telemetry
 from hpcscope.twin.attacks import Scenario
 from hpcscope.twin.telemetry_traces import SECOND_NS
+from tests.support.telemetry_replay import load_scenario, port_gpus
 
 T0 = 1_796_126_400 * SECOND_NS
 START = from_epoch_seconds(T0 / SECOND_NS)

@@ -25,14 +25,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hpcscope.analysis.alerts.common import GPU_UNKNOWN, JobOwner
-from hpcscope.model.alerts import Alert, Evidence, RuleSpec
+from hpcscope.model.alerts import Alert, Evidence, RuleSpec, Vector
+from hpcscope.model.rules import Rule, RuleKind
 
-#: Thresholds and lists W-2 reads (the loader rejects a rule file without them).
-REQUIRED_THRESHOLDS: Mapping[str, tuple[str, ...]] = {
-    "W-2": ("bulk_read_bytes", "bulk_window_seconds", "egress_within_seconds", "egress_ratio")
-}
-REQUIRED_LISTS: Mapping[str, tuple[str, ...]] = {"W-2": ("trigger_rules", "egress_rules")}
-CORRELATION_RULE_IDS: tuple[str, ...] = ("W-2",)
 _MAX_JOBS = 4096
 
 
@@ -197,3 +192,17 @@ class CorrelationRules:
         state.egress = [e for e in state.egress if newest - e.at <= 2 * within]
         while len(state.triggers) > _MAX_JOBS:
             del state.triggers[next(iter(state.triggers))]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "W-2",
+        Vector.DATA_POISONING,
+        RuleKind.CORRELATION,
+        CorrelationRules,
+        thresholds=(
+            "bulk_read_bytes", "bulk_window_seconds", "egress_within_seconds", "egress_ratio",
+        ),
+        lists=("trigger_rules", "egress_rules"),
+    ),
+)  # fmt: skip

@@ -1,11 +1,11 @@
 """The event rules over Falco and Tetragon rows: one engine, its state, merged alerts.
 
-Rules as data (``deploy/rules/security-events.yaml``): SC-1, SC-2, SC-3, SC-6, CE-1, CE-2, CE-3,
-CE-4, GM-3, RD-4, W-1, W-3 (``security.md``). Falco alerts are mapped
-(:mod:`hpcscope.analysis.alerts.falco`), Tetragon events evaluated
-(:mod:`hpcscope.analysis.alerts.tetragon`). Pure: no I/O, no clock (times are the events'),
-the only state is what the rules remember between batches (exec lineage, temp execs for
-SC-2's CRITICAL step, checkpoint creators), bounded.
+Rules as data (``deploy/rules/security-events.yaml``), declared in :data:`RULES` (and in any
+module's ``RULES`` of kind ``event``: the registry, ``docs/development.md``). Falco alerts are
+mapped (:mod:`hpcscope.analysis.alerts.falco`), Tetragon events evaluated by each registered
+evaluator (:mod:`hpcscope.analysis.alerts.tetragon` for the rules here). Pure: no I/O, no
+clock (times are the events'), the only state is what the rules remember between batches
+(exec lineage, temp execs for SC-2's CRITICAL step, checkpoint creators), bounded.
 
 Output: :class:`~hpcscope.model.alerts.Alert` values merged by deduplication key (the same
 rule on the same job, node and subject is one alert whose ``count`` is its firings).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol, cast
 
 import pyarrow as pa
 
@@ -22,61 +23,104 @@ from hpcscope.analysis.alerts.common import JobOwner, networks
 from hpcscope.analysis.alerts.falco import falco_alerts
 from hpcscope.analysis.alerts.packages import lock_entry
 from hpcscope.analysis.alerts.tetragon import TetragonRules
-from hpcscope.model.alerts import Alert, RuleSpec, merge_alerts
-
-#: Lists each event rule's evaluator reads (the loader rejects a rule file without them).
-REQUIRED_LISTS: Mapping[str, tuple[str, ...]] = {
-    "SC-1": ("python_names", "shells", "network_tools", "jit_toolchain"),
-    "SC-2": ("temp_prefixes", "temp_substrings", "known_temp_substrings"),
-    "SC-3": ("cluster_cidrs", "approved_proxies", "resolvers", "miner_ports"),
-    "SC-5": ("lockfile", "known_bad"),
-    "SC-6": ("weight_suffixes", "world_writable_prefixes"),
-    "CE-1": ("module_functions",),
-    "CE-2": ("toolkit_binaries", "env_vars"),
-    "CE-3": ("setns_functions", "container_starters"),
-    "CE-4": ("host_only_prefixes", "secret_paths"),
-    "GM-3": ("trace_functions", "owner_tools"),
-    "RD-4": ("device_prefixes", "daemons"),
-    "W-1": ("service_accounts",),
-}
-
-#: Thresholds each event rule needs.
-REQUIRED_THRESHOLDS: Mapping[str, tuple[str, ...]] = {
-    "SC-2": ("connect_window_seconds",),
-    "SC-6": ("follow_seconds",),
-}
-
-#: The rule ids this engine raises.
-EVENT_RULE_IDS: tuple[str, ...] = (
-    "SC-1", "SC-2", "SC-3", "SC-5", "SC-6", "CE-1", "CE-2", "CE-3", "CE-4", "GM-3", "RD-4",
-    "W-1", "W-3",
-)  # fmt: skip
+from hpcscope.analysis.registry import registry
+from hpcscope.model.alerts import Alert, RuleSpec, Vector, merge_alerts
+from hpcscope.model.rules import ListCheck, Rule, RuleKind, distinct_evaluators
 
 
-def list_errors(rules: Mapping[str, RuleSpec]) -> list[tuple[RuleSpec, str]]:
-    """Values of the event rules' lists that cannot be used (a CIDR or port that does not
-    parse), with the rule they are in; empty when all are good."""
-    errors: list[tuple[RuleSpec, str]] = []
-    sc5 = rules.get("SC-5")
-    if sc5 is not None:
-        errors += [
-            (sc5, f"SC-5: {name} entry {entry!r} is not name==version")
-            for name in ("lockfile", "known_bad")
-            for entry in sc5.items(name)
-            if lock_entry(entry) is None
-        ]
-    sc3 = rules.get("SC-3")
-    if sc3 is None:
-        return errors
-    for cidr in (*sc3.items("cluster_cidrs"), *sc3.items("approved_proxies")):
+class TetragonEvaluator(Protocol):
+    """Evaluates Tetragon rows batch after batch (its state kept between batches)."""
+
+    def evaluate(
+        self, rows: list[dict[str, Any]], *, owners: Mapping[str, JobOwner]
+    ) -> list[Alert]:
+        """Alerts the rows raise, in row order (not merged)."""
+        ...
+
+
+class TetragonFactory(Protocol):
+    """The evaluator of an event rule: built once per engine from the site's enabled rules
+    and the topology's checkpoint roots (:class:`~.tetragon.TetragonRules` is one)."""
+
+    def __call__(
+        self, rules: Mapping[str, RuleSpec], *, checkpoint_roots: tuple[str, ...]
+    ) -> TetragonEvaluator: ...
+
+
+def event_rule(
+    rule_id: str,
+    vector: Vector,
+    evaluator: TetragonFactory | None,
+    *,
+    thresholds: tuple[str, ...] = (),
+    lists: tuple[str, ...] = (),
+    check: ListCheck | None = None,
+) -> Rule:
+    """An event rule's declaration (for a module's ``RULES``).
+
+    Args:
+        evaluator: what evaluates its Tetragon events; None for a rule raised only from
+            Falco alerts (the rule-file entry's ``falco_rules``, or the rule id in a Falco
+            rule's tags: :func:`~.falco.falco_alerts` maps them).
+    """
+    return Rule(
+        rule_id,
+        vector,
+        RuleKind.EVENT,
+        falco_alerts if evaluator is None else evaluator,
+        thresholds=thresholds,
+        lists=lists,
+        check=check,
+    )
+
+
+def _check_sc5(spec: RuleSpec) -> list[str]:
+    return [
+        f"SC-5: {name} entry {entry!r} is not name==version"
+        for name in ("lockfile", "known_bad")
+        for entry in spec.items(name)
+        if lock_entry(entry) is None
+    ]
+
+
+def _check_sc3(spec: RuleSpec) -> list[str]:
+    errors: list[str] = []
+    for cidr in (*spec.items("cluster_cidrs"), *spec.items("approved_proxies")):
         try:
             networks([cidr])
         except ValueError:
-            errors.append((sc3, f"SC-3: {cidr!r} is not an address or CIDR"))
-    for port in sc3.items("miner_ports"):
+            errors.append(f"SC-3: {cidr!r} is not an address or CIDR")
+    for port in spec.items("miner_ports"):
         if not port.isdigit() or not 0 < int(port) < 65536:
-            errors.append((sc3, f"SC-3: miner port {port!r} is not a port number"))
+            errors.append(f"SC-3: miner port {port!r} is not a port number")
     return errors
+
+
+_S, _R, _G, _C, _W = (
+    Vector.SUPPLY_CHAIN, Vector.RDMA, Vector.GPU_MEMORY, Vector.CONTAINER_ESCAPE,
+    Vector.DATA_POISONING,
+)  # fmt: skip
+
+#: The event rules Falco's mapping and :class:`~.tetragon.TetragonRules` raise.
+RULES: tuple[Rule, ...] = (
+    event_rule("SC-1", _S, TetragonRules,
+               lists=("python_names", "shells", "network_tools", "jit_toolchain")),
+    event_rule("SC-2", _S, TetragonRules, thresholds=("connect_window_seconds",),
+               lists=("temp_prefixes", "temp_substrings", "known_temp_substrings")),
+    event_rule("SC-3", _S, TetragonRules, check=_check_sc3,
+               lists=("cluster_cidrs", "approved_proxies", "resolvers", "miner_ports")),
+    event_rule("SC-5", _S, TetragonRules, lists=("lockfile", "known_bad"), check=_check_sc5),
+    event_rule("SC-6", _S, TetragonRules, thresholds=("follow_seconds",),
+               lists=("weight_suffixes", "world_writable_prefixes")),
+    event_rule("CE-1", _C, TetragonRules, lists=("module_functions",)),
+    event_rule("CE-2", _C, TetragonRules, lists=("toolkit_binaries", "env_vars")),
+    event_rule("CE-3", _C, TetragonRules, lists=("setns_functions", "container_starters")),
+    event_rule("CE-4", _C, TetragonRules, lists=("host_only_prefixes", "secret_paths")),
+    event_rule("GM-3", _G, TetragonRules, lists=("trace_functions", "owner_tools")),
+    event_rule("RD-4", _R, TetragonRules, lists=("device_prefixes", "daemons")),
+    event_rule("W-1", _W, TetragonRules, lists=("service_accounts",)),
+    event_rule("W-3", _W, TetragonRules),
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +145,29 @@ class EventRules:
     Args:
         rules: the site's rules by id (the event rules among them are used).
         checkpoint_roots: path prefixes of the checkpoints W-1/W-3 watch (the topology's).
+        registered: the event rules declared in code (default: the registry's); each
+            distinct evaluator among them is built once and sees every Tetragon row.
 
     Raises:
         ValueError: a CIDR of SC-3's ``cluster_cidrs`` that does not parse.
     """
 
-    def __init__(self, rules: Mapping[str, RuleSpec], *, checkpoint_roots: Sequence[str]) -> None:
-        self.rules = {k: v for k, v in rules.items() if k in EVENT_RULE_IDS}
-        self.tetragon = TetragonRules(self.rules, checkpoint_roots=tuple(checkpoint_roots))
+    def __init__(
+        self,
+        rules: Mapping[str, RuleSpec],
+        *,
+        checkpoint_roots: Sequence[str],
+        registered: Sequence[Rule] | None = None,
+    ) -> None:
+        declared = registry().of_kind(RuleKind.EVENT) if registered is None else registered
+        ids = {r.rule_id for r in declared}
+        self.rules = {k: v for k, v in rules.items() if k in ids}
+        roots = tuple(checkpoint_roots)
+        self.tetragon = [
+            cast(TetragonFactory, factory)(self.rules, checkpoint_roots=roots)
+            for factory in distinct_evaluators(declared)
+            if factory is not falco_alerts
+        ]
 
     def evaluate(
         self, falco: pa.Table, tetragon: pa.Table, *, owners: Mapping[str, JobOwner]
@@ -124,7 +183,11 @@ class EventRules:
         falco_rows = falco.to_pylist()
         tetragon_rows = tetragon.to_pylist()
         from_falco, unmapped = falco_alerts(falco_rows, rules=self.rules, owners=owners)
-        from_tetragon = self.tetragon.evaluate(tetragon_rows, owners=owners)
+        from_tetragon = [
+            alert
+            for evaluator in self.tetragon
+            for alert in evaluator.evaluate(tetragon_rows, owners=owners)
+        ]
         return EventVerdict(
             alerts=merge_alerts([*from_falco, *from_tetragon]),
             falco_rows=len(falco_rows),

@@ -24,16 +24,16 @@ Versions compare by their numeric release parts (``2.5.1+cu121`` is 2.5.1; ``1.1
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from typing import cast
 
-from hpcscope.model.alerts import Alert, Evidence, RuleSpec
+from hpcscope.analysis.registry import registry
+from hpcscope.model.alerts import Alert, Evidence, RuleSpec, Vector
+from hpcscope.model.rules import ListCheck, Rule, RuleKind, distinct_evaluators
 
-POSTURE_RULE_IDS: tuple[str, ...] = ("SC-7", "CE-5", "GM-5", "DP-3")
-REQUIRED_LISTS: Mapping[str, tuple[str, ...]] = dict.fromkeys(
-    POSTURE_RULE_IDS[:3], ("vulnerable", "flags")
-) | {"DP-3": ("accepted_roots",)}
+_VERSION_RULES = ("SC-7", "CE-5", "GM-5")
 _ENTRY = re.compile(r"^\s*([A-Za-z0-9_.+-]+?)\s*(<=|<)\s*([0-9][0-9A-Za-z.+-]*)\s*$")
 _RELEASE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
 
@@ -108,21 +108,17 @@ def release(version: str) -> tuple[int, ...] | None:
     return None if match is None else tuple(int(p) for p in match.group(1).split("."))
 
 
-def entry_errors(rules: Mapping[str, RuleSpec]) -> list[tuple[RuleSpec, str]]:
-    """Entries of the posture lists that cannot be used, with their rule."""
-    errors: list[tuple[RuleSpec, str]] = []
-    for rule_id in POSTURE_RULE_IDS:
-        spec = rules.get(rule_id)
-        if spec is None:
-            continue
-        for entry in spec.items("vulnerable"):
-            if _ENTRY.match(entry) is None:
-                errors.append((spec, f"{rule_id}: {entry!r} is not name<version or name<=version"))
-        for flag in spec.items("flags") if rule_id != "DP-3" else ():
-            if flag not in FLAGS:
-                errors.append(
-                    (spec, f"{rule_id}: unknown flag {flag!r} ({', '.join(sorted(FLAGS))})")
-                )
+def entry_errors(spec: RuleSpec) -> list[str]:
+    """Entries of a posture rule's lists that cannot be used (unparsable ``vulnerable``
+    entries, unknown flags)."""
+    errors: list[str] = []
+    rule_id = spec.rule_id
+    for entry in spec.items("vulnerable"):
+        if _ENTRY.match(entry) is None:
+            errors.append(f"{rule_id}: {entry!r} is not name<version or name<=version")
+    for flag in spec.items("flags") if rule_id != "DP-3" else ():
+        if flag not in FLAGS:
+            errors.append(f"{rule_id}: unknown flag {flag!r} ({', '.join(sorted(FLAGS))})")
     return errors
 
 
@@ -142,7 +138,7 @@ def posture_alerts(posture: NodePosture, rules: Mapping[str, RuleSpec]) -> list[
             summary = (f"dataset {root} built from the URL list {url_list or '(unnamed)'}, "
                        "which has no per-item hashes")  # fmt: skip
             found.append(_alert(dp3, posture, root, summary))
-    for rule_id in POSTURE_RULE_IDS[:3]:
+    for rule_id in _VERSION_RULES:
         spec = rules.get(rule_id)
         if spec is None or not spec.enabled:
             continue
@@ -182,3 +178,48 @@ def _alert(spec: RuleSpec, posture: NodePosture, subject: str, summary: str) -> 
         subject=subject,
         evidence=(Evidence(f"posture: {summary}", "posture check", None),),
     )
+
+
+#: A posture rule's evaluator: one node's posture and the site's rules -> its alerts.
+PostureEvaluator = Callable[[NodePosture, Mapping[str, RuleSpec]], list[Alert]]
+
+
+def posture_rule(
+    rule_id: str,
+    vector: Vector,
+    evaluator: PostureEvaluator,
+    *,
+    thresholds: tuple[str, ...] = (),
+    lists: tuple[str, ...] = (),
+    check: ListCheck | None = None,
+) -> Rule:
+    """A posture rule's declaration (for a module's ``RULES``)."""
+    return Rule(
+        rule_id, vector, RuleKind.POSTURE, evaluator, thresholds=thresholds, lists=lists,
+        check=check,
+    )  # fmt: skip
+
+
+def evaluate_posture(
+    posture: NodePosture,
+    rules: Mapping[str, RuleSpec],
+    *,
+    registered: Sequence[Rule] | None = None,
+) -> list[Alert]:
+    """Every registered posture evaluator (default: the registry's) over one node."""
+    declared = registry().of_kind(RuleKind.POSTURE) if registered is None else registered
+    evaluators = [cast(PostureEvaluator, e) for e in distinct_evaluators(declared)]
+    return [alert for evaluator in evaluators for alert in evaluator(posture, rules)]
+
+
+_VERSION_LISTS = ("vulnerable", "flags")
+RULES: tuple[Rule, ...] = (
+    posture_rule("SC-7", Vector.SUPPLY_CHAIN, posture_alerts, lists=_VERSION_LISTS,
+                 check=entry_errors),
+    posture_rule("CE-5", Vector.CONTAINER_ESCAPE, posture_alerts, lists=_VERSION_LISTS,
+                 check=entry_errors),
+    posture_rule("GM-5", Vector.GPU_MEMORY, posture_alerts, lists=_VERSION_LISTS,
+                 check=entry_errors),
+    posture_rule("DP-3", Vector.DATA_POISONING, posture_alerts, lists=("accepted_roots",),
+                 check=entry_errors),
+)  # fmt: skip

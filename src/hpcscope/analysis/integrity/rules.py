@@ -31,15 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hpcscope.analysis.integrity.signals import SignalParameters, StepSignals
-from hpcscope.model.alerts import RuleSpec, Severity
-
-#: Thresholds each rule needs (the loader refuses a rule file without them).
-REQUIRED_THRESHOLDS: Mapping[str, tuple[str, ...]] = {
-    "GI-1": ("norm_z", "cosine_z", "cosine_min", "mad_floor_ratio", "cosine_mad_floor"),
-    "GI-2": ("f",),
-    "GI-3": ("relative_error", "attribution_cosine"),
-    "GI-4": (),
-}
+from hpcscope.model.alerts import RuleSpec, Severity, Vector
+from hpcscope.model.rules import Rule, RuleKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,3 +262,15 @@ def _gi3(current: StepSignals, rule: RuleSpec) -> list[Finding]:
             )
         )  # fmt: skip
     return found
+
+
+_GI = Vector.GRADIENT_INJECTION
+#: The gradient rules (``deploy/rules/gradient-integrity.yaml``).
+RULES: tuple[Rule, ...] = (
+    Rule("GI-1", _GI, RuleKind.INTEGRITY, evaluate_step, thresholds=(
+        "norm_z", "cosine_z", "cosine_min", "mad_floor_ratio", "cosine_mad_floor")),
+    Rule("GI-2", _GI, RuleKind.INTEGRITY, evaluate_step, thresholds=("f",)),
+    Rule("GI-3", _GI, RuleKind.INTEGRITY, evaluate_step,
+         thresholds=("relative_error", "attribution_cosine")),
+    Rule("GI-4", _GI, RuleKind.INTEGRITY, evaluate_step),
+)  # fmt: skip

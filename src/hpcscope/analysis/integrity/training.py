@@ -25,14 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hpcscope.model.alerts import Alert, Evidence, RuleSpec, Vector
+from hpcscope.model.rules import Rule, RuleKind
 from hpcscope.model.timeutil import from_epoch_seconds
 from hpcscope.model.training_events import TrainingEvent
-
-RULE_IDS: tuple[str, ...] = ("W-4", "DP-5")
-REQUIRED_THRESHOLDS: Mapping[str, tuple[str, ...]] = {
-    "DP-5": ("robust_z", "min_windows", "min_shards"),
-}
-REQUIRED_LISTS: Mapping[str, tuple[str, ...]] = {"W-4": ("trusted_accounts",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,3 +180,12 @@ def training_alerts(
     if spec is not None and spec.enabled:
         out += dp5_shard_outliers(spec, events)
     return out
+
+
+#: The training-event rules (``deploy/rules/training-events.yaml``).
+RULES: tuple[Rule, ...] = (
+    Rule("W-4", Vector.DATA_POISONING, RuleKind.INTEGRITY, training_alerts,
+         lists=("trusted_accounts",)),
+    Rule("DP-5", Vector.DATA_POISONING, RuleKind.INTEGRITY, training_alerts,
+         thresholds=("robust_z", "min_windows", "min_shards")),
+)  # fmt: skip

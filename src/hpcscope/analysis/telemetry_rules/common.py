@@ -213,6 +213,20 @@ def span_text(first: datetime, last: datetime) -> str:
     return f"{iso_z(first)}..{iso_z(last)} ({seconds:.0f} s)"
 
 
+@dataclass(frozen=True, slots=True)
+class GpuAllocation:
+    """One job's hold on one GPU (``job_allocations``), ``end`` None while it runs."""
+
+    job_id: str
+    node: str
+    gpu: int
+    start: datetime
+    end: datetime | None
+
+    def holds(self, ts: datetime) -> bool:
+        return self.start <= ts and (self.end is None or ts <= self.end)
+
+
 def merge(alerts: Iterable[Alert]) -> list[Alert]:
     """:func:`hpcscope.model.alerts.merge_alerts`, sorted by rule, first seen and key."""
     return sorted(merge_alerts(alerts), key=lambda a: (a.rule_id, a.first_seen, a.key))

@@ -22,12 +22,12 @@ PID's job from ``/proc/<pid>/cgroup``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import polars as pl
 
 from hpcscope.analysis.telemetry_rules.common import (
+    GpuAllocation,
     JobSpan,
     enabled,
     merge,
@@ -38,20 +38,6 @@ from hpcscope.analysis.telemetry_rules.common import (
 from hpcscope.model.alerts import Alert, RuleSpec, Severity
 
 MIB = 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class GpuAllocation:
-    """One job's hold on one GPU (``job_allocations``), ``end`` None while it runs."""
-
-    job_id: str
-    node: str
-    gpu: int
-    start: datetime
-    end: datetime | None
-
-    def holds(self, ts: datetime) -> bool:
-        return self.start <= ts and (self.end is None or ts <= self.end)
 
 
 def _mapped(allocations: Sequence[GpuAllocation], node: str, gpu: int, ts: datetime) -> set[str]:

@@ -26,8 +26,12 @@ from typing import Any
 
 import polars as pl
 
-from hpcscope.analysis.telemetry_rules.common import JobSpan, span_text, telemetry_alert
-from hpcscope.analysis.telemetry_rules.gpu import GpuAllocation
+from hpcscope.analysis.telemetry_rules.common import (
+    GpuAllocation,
+    JobSpan,
+    span_text,
+    telemetry_alert,
+)
 from hpcscope.model.alerts import Alert, RuleSpec
 from hpcscope.model.xid import describe_xid
 

@@ -14,7 +14,7 @@ The Slurm job comes from ``thread.cgroups``, which hpcscope's rules add with
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import IO, Any
+from typing import IO
 
 import msgspec
 
@@ -25,7 +25,6 @@ from hpcscope.ingest.security.lines import (
     as_int,
     as_str,
     decode_error,
-    field_of,
     iter_lines,
     rfc3339_to_ns,
     table_from_rows,
@@ -40,13 +39,21 @@ FALCO_FIELD_COLUMNS: Mapping[str, str] = {
     "proc.exepath": "proc_exe",
     "proc.cmdline": "proc_cmdline",
     "proc.pname": "proc_pname",
+    "proc.pexepath": "proc_pexe",
+    "proc.pexe": "proc_pexe",
+    "proc.tty": "proc_tty",
     "proc.pid": "proc_pid",
     "proc.ppid": "proc_ppid",
     "user.name": "user_name",
     "user.uid": "user_uid",
     "user.loginuid": "user_loginuid",
     "container.id": "container_id",
+    "container.name": "container_name",
     "container.image.repository": "container_image",
+    "container.mounts": "container_mounts",
+    "k8s.ns.name": "pod_namespace",
+    "k8s.pod.name": "pod_name",
+    "evt.arg.flags": "evt_flags",
     "fd.name": "fd_name",
     "fd.l4proto": "fd_l4proto",
     "fd.cip": "fd_cip",
@@ -64,6 +71,7 @@ _INT_COLUMNS = frozenset(
     {
         "proc_pid",
         "proc_ppid",
+        "proc_tty",
         "user_uid",
         "user_loginuid",
         "fd_cport",
@@ -72,6 +80,9 @@ _INT_COLUMNS = frozenset(
         "target_pid",
     }
 )
+_MAX_ANCESTORS = 8  # proc.aname[2..8]: as far as any rule's output goes
+Row = dict[str, object]
+"""One row being built: column name -> value (:data:`FALCO_ALERT_SCHEMA`)."""
 _PRIORITY_ALIASES = {"info": "informational", "warn": "warning", "err": "error", "crit": "critical"}
 
 
@@ -82,9 +93,9 @@ class _FalcoAlert(msgspec.Struct, gc=False):
     output: str | None = None
     hostname: str | None = None
     source: str | None = None
-    tags: list[str] | None = None
+    tags: list[str] | str | None = None  # a string in some forwarders' payloads
     uuid: str | None = None
-    output_fields: dict[str, Any] | None = None
+    output_fields: dict[str, object] | None = None
 
 
 _DECODER = msgspec.json.Decoder(_FalcoAlert)
@@ -97,7 +108,21 @@ def normalize_priority(priority: str) -> str | None:
     return name if name in FALCO_PRIORITIES else None
 
 
-def falco_alert_row(line: bytes, *, source: str, line_number: int) -> dict[str, Any]:
+def _ancestors(fields: Mapping[str, object]) -> list[str] | None:
+    """``proc.pname``, ``proc.aname[2]``, ``proc.aname[3]``... while present: the process's
+    ancestors from its parent up (Falco prints the indices a rule's output asks for)."""
+    names: list[str] = []
+    parent = as_str(fields.get("proc.pname"))
+    if parent is not None:
+        names.append(parent)
+    for level in range(2, _MAX_ANCESTORS + 1):
+        name = as_str(fields.get(f"proc.aname[{level}]"))
+        if name is not None:
+            names.append(name)
+    return names or None
+
+
+def falco_alert_row(line: bytes, *, source: str, line_number: int) -> Row:
     """One alert line -> one row of :data:`FALCO_ALERT_SCHEMA` (a dict keyed by column).
 
     Raises:
@@ -127,7 +152,7 @@ def falco_alert_row(line: bytes, *, source: str, line_number: int) -> dict[str, 
             line=line_number,
             field="time",
         )
-    row: dict[str, Any] = {
+    row: Row = {
         "ts": time_ns // 1000,
         "event_time_ns": time_ns,
         "rule": alert.rule,
@@ -135,7 +160,7 @@ def falco_alert_row(line: bytes, *, source: str, line_number: int) -> dict[str, 
         "priority_level": FALCO_PRIORITIES.index(priority),
         "hostname": alert.hostname or as_str(fields.get("evt.hostname")),
         "source": alert.source,
-        "tags": alert.tags,
+        "tags": alert.tags.split(",") if isinstance(alert.tags, str) else alert.tags,
         "output": alert.output,
         "uuid": alert.uuid,
         "raw": line.decode("utf-8", errors="replace"),
@@ -143,13 +168,13 @@ def falco_alert_row(line: bytes, *, source: str, line_number: int) -> dict[str, 
         "source_line": line_number,
     }
     for name, column in FALCO_FIELD_COLUMNS.items():
-        if column in row or name == "evt.time":
-            continue
+        if name == "evt.time" or row.get(column) is not None:
+            continue  # two Falco fields may fill one column: the first present wins
         value = fields.get(name)
         row[column] = as_int(value) if column in _INT_COLUMNS else as_str(value)
-    if row["proc_exe"] is None:
-        row["proc_exe"] = as_str(field_of(fields, "proc.exepath", "proc.exe"))
-    job = slurm_job_from_falco_cgroups(row["cgroups"])
+    row["proc_anames"] = _ancestors(fields)
+    cgroups = row["cgroups"]
+    job = slurm_job_from_falco_cgroups(cgroups if isinstance(cgroups, str) else None)
     if job is not None:
         row["job_id"], row["job_sluid"], row["job_step"] = job.job_id, job.job_sluid, job.step
     return row
@@ -165,7 +190,7 @@ def parse_falco_lines(
         source: the file, pipe or URL, named in errors and kept in ``source_name``.
         first_line: number of the stream's first line (for a tailer resuming mid-file).
     """
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     errors: list[SecurityEventError] = []
     count = 0
     for number, line in iter_lines(stream, first_line=first_line):

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, Any
+from typing import IO
 
 import msgspec
 import orjson
@@ -96,7 +96,7 @@ def decode_error(
     return SecurityEventError(message, source=source, line=line_number, column=column)
 
 
-def as_int(value: Any) -> int | None:
+def as_int(value: object) -> int | None:
     """An integer field: ints and decimal strings (protojson writes 64-bit ints as strings).
 
     ``None``, ``<NA>``, booleans, floats with a fraction and values beyond int64 read as None.
@@ -123,7 +123,7 @@ def as_int(value: Any) -> int | None:
     return number if INT64_MIN <= number <= INT64_MAX else None
 
 
-def as_str(value: Any) -> str | None:
+def as_str(value: object) -> str | None:
     """A text field: strings other than Falco's ``<NA>``; numbers as their decimal text."""
     if isinstance(value, str):
         return None if value == NOT_AVAILABLE else value
@@ -131,15 +131,6 @@ def as_str(value: Any) -> str | None:
         return None
     if isinstance(value, int | float):
         return str(value)
-    return None
-
-
-def field_of(fields: Mapping[str, Any], *names: str) -> Any:
-    """The first of ``names`` present (and not null) in ``fields``."""
-    for name in names:
-        value = fields.get(name)
-        if value is not None:
-            return value
     return None
 
 
@@ -160,7 +151,7 @@ def rfc3339_to_ns(text: str) -> int | None:
     return nanos if INT64_MIN <= nanos <= INT64_MAX else None
 
 
-def table_from_rows(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+def table_from_rows(rows: Sequence[Mapping[str, object]], schema: pa.Schema) -> pa.Table:
     """Rows (dicts keyed by column) -> a table with ``schema``, columns in schema order."""
     columns = {name: [row.get(name) for row in rows] for name in schema.names}
     return pa.Table.from_pydict(columns, schema=schema)

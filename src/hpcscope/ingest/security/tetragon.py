@@ -6,8 +6,12 @@ the kprobe shape), plus ``node_name`` and ``time`` (RFC 3339, ns). The ``process
 ``exec_id``, ``pid``, ``uid``, ``auid``, ``cwd``, ``binary``, ``arguments``, ``flags``,
 ``start_time``, ``parent_exec_id``, ``tid``; ``pod`` only on Kubernetes, ``docker`` optional.
 Kprobe events add ``parent``, ``function_name``, typed ``args[]`` (``file_arg``/``path_arg``
-``{path, permission}``, ``int_arg``, ``sock_arg``, ...), ``return``, ``action``,
-``policy_name``. protojson writes 64-bit integers (``size_arg``, ``long_arg``) as strings.
+``{path, permission}``, ``int_arg``, ``string_arg``, ``sock_arg``, ``sockaddr_arg``,
+``process_credentials_arg``, ``module_arg``, ...), ``return``, ``action``, ``policy_name``.
+protojson writes 64-bit integers (``size_arg``, ``long_arg``) as strings. A tracepoint names
+its hook in ``event`` (and ``subsys``). The legacy ``process_connect``/``process_listen``/
+``process_close`` of older Isovalent exports carry ``source_ip``, ``source_port``,
+``destination_ip``, ``destination_port`` (listen: ``ip``, ``port``) and ``protocol``.
 
 Other event types (``process_uprobe``, ``process_loader``, ``rate_limit_info``...) keep their
 type, node, time and raw line. The job comes from an :class:`ExecJobCache` when one is given;
@@ -18,7 +22,7 @@ else from ``process.slurm_job``, the extension ``hpcscope sensor`` writes (``job
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import IO
 
 import msgspec
 
@@ -36,13 +40,18 @@ from hpcscope.ingest.security.lines import (
 from hpcscope.model.security_events import TETRAGON_EVENT_SCHEMA
 
 _META_KEYS = frozenset({"node_name", "time", "node_labels", "cluster_name", "aggregation_info"})
-_INT_ARG_KEYS = ("int_arg", "uint_arg", "size_arg", "long_arg")
 # Hooks whose int argument is a MAY_* access mask (arg1 of security_file_permission).
 _ACCESS_MASK_HOOKS = frozenset({"security_file_permission", "security_inode_permission"})
+
+Row = dict[str, object]
+"""One row being built: column name -> value (:data:`TETRAGON_EVENT_SCHEMA`)."""
+
+Number = int | str | None  # protojson writes 64-bit integers as strings
 
 
 class _Container(msgspec.Struct, gc=False):
     id: str | None = None
+    name: str | None = None
 
 
 class _Pod(msgspec.Struct, gc=False):
@@ -62,10 +71,10 @@ class _SlurmJob(msgspec.Struct, gc=False):
 
 class _Process(msgspec.Struct, gc=False):
     exec_id: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    uid: int | str | None = None
-    auid: int | str | None = None
+    pid: Number = None
+    tid: Number = None
+    uid: Number = None
+    auid: Number = None
     cwd: str | None = None
     binary: str | None = None
     arguments: str | None = None
@@ -77,16 +86,81 @@ class _Process(msgspec.Struct, gc=False):
     slurm_job: _SlurmJob | None = None
 
 
+class _File(msgspec.Struct, gc=False):
+    path: str | None = None
+    permission: str | None = None
+
+
+class _Sock(msgspec.Struct, gc=False):
+    family: str | None = None
+    protocol: str | None = None
+    saddr: str | None = None
+    daddr: str | None = None
+    sport: Number = None
+    dport: Number = None
+
+
+class _Sockaddr(msgspec.Struct, gc=False):
+    family: str | None = None
+    addr: str | None = None
+    port: Number = None
+
+
+class _Credentials(msgspec.Struct, gc=False):
+    uid: Number = None
+    euid: Number = None
+
+
+class _Module(msgspec.Struct, gc=False):
+    name: str | None = None
+    tainted: list[str] | None = None
+
+
+class _Arg(msgspec.Struct, gc=False):
+    """One ``KprobeArgument``: one of these keys is set (unknown kinds are skipped)."""
+
+    int_arg: Number = None
+    uint_arg: Number = None
+    size_arg: Number = None
+    long_arg: Number = None
+    string_arg: str | None = None
+    file_arg: _File | None = None
+    path_arg: _File | None = None
+    linux_binprm_arg: _File | None = None
+    sock_arg: _Sock | None = None
+    sockaddr_arg: _Sockaddr | None = None
+    process_credentials_arg: _Credentials | None = None
+    module_arg: _Module | None = None
+
+    def integer(self) -> int | None:
+        for value in (self.int_arg, self.uint_arg, self.size_arg, self.long_arg):
+            if value is not None:
+                return as_int(value)
+        return None
+
+    def file(self) -> _File | None:
+        return self.file_arg or self.path_arg or self.linux_binprm_arg
+
+
 class _Event(msgspec.Struct, gc=False):
     process: _Process | None = None
     parent: _Process | None = None
     function_name: str | None = None
+    event: str | None = None  # a tracepoint's hook
     policy_name: str | None = None
     action: str | None = None
-    args: list[dict[str, Any]] | None = None
-    return_: dict[str, Any] | None = msgspec.field(default=None, name="return")
-    status: int | str | None = None
+    args: list[_Arg] | None = None
+    return_: _Arg | None = msgspec.field(default=None, name="return")
+    status: Number = None
     signal: str | None = None
+    # legacy process_connect / process_listen / process_close
+    source_ip: str | None = None
+    source_port: Number = None
+    destination_ip: str | None = None
+    destination_port: Number = None
+    ip: str | None = None
+    port: Number = None
+    protocol: str | None = None
 
 
 class _Line(msgspec.Struct, gc=False):
@@ -97,51 +171,86 @@ class _Line(msgspec.Struct, gc=False):
     process_kprobe: _Event | None = None
     process_tracepoint: _Event | None = None
     process_lsm: _Event | None = None
+    process_connect: _Event | None = None
+    process_listen: _Event | None = None
+    process_close: _Event | None = None
 
 
 _DECODER = msgspec.json.Decoder(_Line)
-_ANY = msgspec.json.Decoder(dict[str, Any])
+_KEYS = msgspec.json.Decoder(dict[str, msgspec.Raw])  # the top-level keys, values unread
+_TYPES = (
+    "process_exec", "process_exit", "process_kprobe", "process_tracepoint", "process_lsm",
+    "process_connect", "process_listen", "process_close",
+)  # fmt: skip
 
 
 def _typed(line: _Line) -> tuple[str, _Event] | None:
-    for name in ("process_exec", "process_exit", "process_kprobe", "process_tracepoint"):
+    for name in _TYPES:
         event = getattr(line, name)
         if event is not None:
             return name, event
-    if line.process_lsm is not None:
-        return "process_lsm", line.process_lsm
     return None
 
 
-def _args(row: dict[str, Any], args: list[dict[str, Any]]) -> None:
+def _args(row: Row, args: list[_Arg]) -> None:
     ints: list[int] = []
+    paths: list[_File] = []
     for arg in args:
-        for key in ("file_arg", "path_arg", "linux_binprm_arg"):
-            value = arg.get(key)
-            if isinstance(value, dict) and row["file_path"] is None:
-                row["file_path"] = as_str(value.get("path"))
-                row["file_mode"] = as_str(value.get("permission"))
-        for key in _INT_ARG_KEYS:
-            if key in arg:
-                number = as_int(arg[key])
-                if number is not None:
-                    ints.append(number)
-        sock = arg.get("sock_arg")
-        if isinstance(sock, dict) and row["sock_daddr"] is None:
-            row["sock_family"] = as_str(sock.get("family"))
-            row["sock_protocol"] = as_str(sock.get("protocol"))
-            row["sock_saddr"] = as_str(sock.get("saddr"))
-            row["sock_sport"] = as_int(sock.get("sport"))
-            row["sock_daddr"] = as_str(sock.get("daddr"))
-            row["sock_dport"] = as_int(sock.get("dport"))
+        file = arg.file()
+        if file is not None:
+            paths.append(file)
+        number = arg.integer()
+        if number is not None:
+            ints.append(number)
+        if arg.string_arg is not None and row["string_arg"] is None:
+            row["string_arg"] = arg.string_arg
+        sock = arg.sock_arg
+        if sock is not None and row["sock_daddr"] is None:
+            row.update(
+                sock_family=sock.family,
+                sock_protocol=sock.protocol,
+                sock_saddr=sock.saddr,
+                sock_sport=as_int(sock.sport),
+                sock_daddr=sock.daddr,
+                sock_dport=as_int(sock.dport),
+            )
+        address = arg.sockaddr_arg
+        if address is not None and row["sock_daddr"] is None:
+            row.update(
+                sock_family=address.family,
+                sock_daddr=address.addr,
+                sock_dport=as_int(address.port),
+            )
+        creds = arg.process_credentials_arg
+        if creds is not None and row["cred_uid"] is None:
+            row["cred_uid"], row["cred_euid"] = as_int(creds.uid), as_int(creds.euid)
+        module = arg.module_arg
+        if module is not None and row["module_name"] is None:
+            row["module_name"], row["module_tainted"] = module.name, module.tainted or None
+    if paths:
+        row["file_path"], row["file_mode"] = as_str(paths[0].path), as_str(paths[0].permission)
+    if len(paths) > 1:
+        row["entry_path"] = as_str(paths[1].path)
     row["int_args"] = ints or None
     if row["function_name"] in _ACCESS_MASK_HOOKS and ints:
         row["access_mask"] = ints[0]
 
 
+def _legacy_network(row: Row, event: _Event) -> None:
+    """``process_connect``/``process_close``: source and destination; ``process_listen``: the
+    listening address as the source."""
+    row.update(
+        sock_protocol=event.protocol,
+        sock_saddr=event.source_ip or event.ip,
+        sock_sport=as_int(event.source_port if event.source_port is not None else event.port),
+        sock_daddr=event.destination_ip,
+        sock_dport=as_int(event.destination_port),
+    )
+
+
 def tetragon_event_row(
     line: bytes, *, source: str, line_number: int, jobs: ExecJobCache | None = None
-) -> dict[str, Any]:
+) -> Row:
     """One export line -> one row of :data:`TETRAGON_EVENT_SCHEMA` (a dict keyed by column).
 
     ``jobs`` resolves the job: ``process_exec`` reads the cgroup once, ``process_exit`` evicts.
@@ -154,7 +263,7 @@ def tetragon_event_row(
     except msgspec.DecodeError as exc:
         raise decode_error(exc, line, source=source, line_number=line_number) from None
     typed = _typed(decoded)
-    row: dict[str, Any] = dict.fromkeys(TETRAGON_EVENT_SCHEMA.names)
+    row: Row = dict.fromkeys(TETRAGON_EVENT_SCHEMA.names)
     row.update(
         node_name=decoded.node_name,
         raw=line.decode("utf-8", errors="replace"),
@@ -163,7 +272,7 @@ def tetragon_event_row(
     )
     if typed is None:
         try:  # the typed decoder skips unknown keys unread: this read checks all of them
-            untyped = _ANY.decode(line)
+            untyped = _KEYS.decode(line)
         except msgspec.DecodeError as exc:
             raise decode_error(exc, line, source=source, line_number=line_number) from None
         keys = [key for key in untyped if key not in _META_KEYS]
@@ -192,7 +301,7 @@ def tetragon_event_row(
         cwd=process.cwd,
         flags=process.flags,
         parent_binary=event.parent.binary if event.parent else None,
-        function_name=event.function_name,
+        function_name=event.function_name or event.event,
         policy_name=event.policy_name,
         action=event.action,
         exit_status=as_int(event.status),
@@ -202,13 +311,16 @@ def tetragon_event_row(
         row["pod_namespace"], row["pod_name"] = process.pod.namespace, process.pod.name
         if process.pod.container is not None:
             row["container_id"] = process.pod.container.id
+            row["container_name"] = process.pod.container.name
     row["container_id"] = row["container_id"] or process.docker
     if event.args:
         _args(row, event.args)
-    if event.return_:
-        row["return_int"] = as_int(event.return_.get("int_arg"))
+    if event.return_ is not None:
+        row["return_int"] = event.return_.integer()
+    if event_type in ("process_connect", "process_listen", "process_close"):
+        _legacy_network(row, event)
     if jobs is not None:
-        _attribute(row, event_type, jobs)
+        _attribute(row, event_type, jobs, process)
     job = process.slurm_job
     if job is not None and row["job_id"] is None and row["job_sluid"] is None:
         row["job_id"], row["job_sluid"], row["job_step"] = job.job_id, job.job_sluid, job.step
@@ -216,7 +328,7 @@ def tetragon_event_row(
     return row
 
 
-def _time(row: dict[str, Any], time: str | None, fallback: str | None) -> None:
+def _time(row: Row, time: str | None, fallback: str | None) -> None:
     nanos = rfc3339_to_ns(time) if time else None
     if nanos is None and fallback:
         nanos = rfc3339_to_ns(fallback)
@@ -224,8 +336,8 @@ def _time(row: dict[str, Any], time: str | None, fallback: str | None) -> None:
         row["event_time_ns"], row["ts"] = nanos, nanos // 1000
 
 
-def _attribute(row: dict[str, Any], event_type: str, jobs: ExecJobCache) -> None:
-    exec_id, pid, parent = row["exec_id"], row["pid"], row["parent_exec_id"]
+def _attribute(row: Row, event_type: str, jobs: ExecJobCache, process: _Process) -> None:
+    exec_id, pid, parent = process.exec_id, as_int(process.pid), process.parent_exec_id
     found: ExecJob
     if event_type == "process_exec" and exec_id is not None:
         found = jobs.on_exec(exec_id, pid, parent)
@@ -253,7 +365,7 @@ def parse_tetragon_lines(
         jobs: resolves each process's Slurm job (host mode); None leaves job columns null.
         first_line: number of the stream's first line (for a tailer resuming mid-file).
     """
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     errors: list[SecurityEventError] = []
     count = 0
     for number, line in iter_lines(stream, first_line=first_line):

@@ -18,8 +18,6 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from hpcscope.analysis.chargeback.aggregate import GroupBy
-from hpcscope.analysis.chargeback.periods import Period, month_of, parse_period
 from hpcscope.model.access import Principal
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.auth import require_principal, service_of
@@ -27,6 +25,7 @@ from hpcscope.serve.templating import render
 from hpcscope.service.chargeback import reads
 from hpcscope.service.chargeback.contracts import ChargebackReport, ChargebackTrend
 from hpcscope.service.chargeback.export import report_csv
+from hpcscope.service.chargeback.reads import GroupBy, Period, month_of, parse_period
 
 router = APIRouter()
 

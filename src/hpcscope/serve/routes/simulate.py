@@ -20,7 +20,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
-from hpcscope.analysis.simulate.collectives import gradient_bytes
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import service_of, site_viewer
 from hpcscope.serve.templating import render
@@ -33,6 +32,7 @@ from hpcscope.service.simulate.inputs import (
     SimulationInputError,
     SimulationRequest,
     StepRequest,
+    gradient_bytes,
 )
 from hpcscope.service.simulate.simulation import report_json, run_simulation
 from hpcscope.service.simulate.step_player import step_player

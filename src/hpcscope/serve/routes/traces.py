@@ -20,7 +20,6 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from hpcscope.analysis.traces.rank_timeline import PHASES
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import SourceError
 from hpcscope.model.trace_analysis import StoredAnalysis
@@ -34,6 +33,7 @@ from hpcscope.service.traces.contracts import (
     TraceReport,
     TraceSummary,
 )
+from hpcscope.service.traces.pipeline import PHASES
 from hpcscope.service.traces.reports import TraceAccessError
 
 router = APIRouter()

@@ -24,8 +24,9 @@ import pyarrow as pa
 
 from hpcscope.analysis.alerts.common import JobOwner
 from hpcscope.analysis.alerts.correlation import CorrelationRules, Egress
-from hpcscope.analysis.alerts.events import EVENT_RULE_IDS, EventRules, EventVerdict
+from hpcscope.analysis.alerts.events import EventRules, EventVerdict
 from hpcscope.analysis.alerts.file_access import access_records
+from hpcscope.analysis.registry import RuleKind, registry
 from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 from hpcscope.model.timeutil import utcnow
@@ -124,7 +125,8 @@ class SecurityCollection:
         rows = records.to_pylist()
         times = [r["ts"] for r in rows] + [a.first_seen for a in verdict.alerts]
         within = timedelta(seconds=self.correlation.spec.threshold("egress_within_seconds"))
-        foreign = [r for r in self.correlation.egress_rules if r not in EVENT_RULE_IDS]
+        events = registry().ids(RuleKind.EVENT)
+        foreign = [r for r in self.correlation.egress_rules if r not in events]
         stored = alert_store.recent_alerts(self.store, foreign, since=min(times) - within)
         egress = [Egress(a.rule_id, a.job_id, a.node, a.first_seen, a.title) for a in stored]
         jobs = [str(r["job_id"]) for r in rows if r["job_id"] is not None]

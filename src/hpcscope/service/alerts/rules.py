@@ -7,11 +7,14 @@ named lists of strings or integers such as allow-lists, path prefixes, CIDRs and
 keys, wrong types, a rule id twice, a rule without the thresholds its evaluator needs), and
 every error names the file and the line of the offending entry or key, so a site that edits a
 threshold learns at start, not at the first alert.
+
+What an entry must hold comes from the rule registry (:func:`hpcscope.analysis.registry.registry`):
+its id must be a rule some evaluator declares, of the declared vector, with the thresholds and
+lists that evaluator reads, and list values its check accepts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pydantic import (
@@ -24,6 +27,7 @@ from pydantic import (
     field_validator,
 )
 
+from hpcscope.analysis.registry import RULE_ID_PATTERN, RuleRegistry, registry
 from hpcscope.model.alerts import RuleSpec, Severity, Vector
 from hpcscope.model.errors import SourceError
 from hpcscope.service.settings import REPO_ROOT
@@ -38,7 +42,7 @@ class RuleFileError(SourceError):
 class _Rule(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=r"^[A-Z]{1,4}-[A-Z0-9]{1,6}[a-z]?$")
+    id: str = Field(pattern=RULE_ID_PATTERN)
     vector: int = Field(ge=1, le=6)
     severity: str
     title: str = Field(min_length=1)
@@ -73,22 +77,18 @@ def bundled_rules_dir() -> Path:
     raise FileNotFoundError("no bundled rules directory")
 
 
-def load_rule_file(
-    path: Path,
-    *,
-    required_thresholds: Mapping[str, Iterable[str]] | None = None,
-    required_lists: Mapping[str, Iterable[str]] | None = None,
-) -> list[RuleSpec]:
+def load_rule_file(path: Path, *, registered: RuleRegistry | None = None) -> list[RuleSpec]:
     """Load and validate one rule file.
 
     Args:
         path: the YAML file.
-        required_thresholds: rule id -> threshold names its evaluator needs.
-        required_lists: rule id -> list names its evaluator needs (they may be empty).
+        registered: the rules declared in code (default: the registry): an entry's id must
+            be one of them, of its vector, with the thresholds and lists its evaluator reads.
 
     Raises:
         RuleFileError: unreadable, not YAML, or an invalid entry (file, line, field named).
     """
+    declared = registry() if registered is None else registered
     source = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -110,11 +110,24 @@ def load_rule_file(
         if rule.id in seen:
             raise RuleFileError(f"rule {rule.id} appears twice", source=source, line=line)
         seen.add(rule.id)
-        missing = [
-            name
-            for name in (required_thresholds or {}).get(rule.id, ())
-            if name not in rule.thresholds
-        ]
+        code = declared.get(rule.id)
+        if code is None or not code.in_rule_file:
+            why = "is set in code, not in a rule file" if code else "is not a declared rule"
+            raise RuleFileError(
+                f"rule {rule.id} {why} (declared: {', '.join(declared.ids())})",
+                source=source,
+                line=line,
+                field=f"rules.{index}.id",
+            )
+        if rule.vector != code.vector:
+            raise RuleFileError(
+                f"rule {rule.id} is of vector {int(code.vector)} ({code.vector.name.lower()}), "
+                f"not {rule.vector}",
+                source=source,
+                line=_line_of(node, ["rules", index, "vector"]),
+                field=f"rules.{index}.vector",
+            )
+        missing = [name for name in code.thresholds if name not in rule.thresholds]
         if missing:
             raise RuleFileError(
                 f"rule {rule.id} needs thresholds {', '.join(missing)}",
@@ -122,9 +135,7 @@ def load_rule_file(
                 line=_line_of(node, ["rules", index, "thresholds"]),
                 field=f"rules.{index}.thresholds",
             )
-        missing_lists = [
-            name for name in (required_lists or {}).get(rule.id, ()) if name not in rule.lists
-        ]
+        missing_lists = [name for name in code.lists if name not in rule.lists]
         if missing_lists:
             raise RuleFileError(
                 f"rule {rule.id} needs lists {', '.join(missing_lists)}",
@@ -158,22 +169,15 @@ def load_rule_file(
     return specs
 
 
-def load_rules(
-    directory: Path,
-    *,
-    required_thresholds: Mapping[str, Iterable[str]] | None = None,
-    required_lists: Mapping[str, Iterable[str]] | None = None,
-) -> dict[str, RuleSpec]:
-    """Every ``*.yaml`` rule file of ``directory``, by rule id.
+def load_rules(directory: Path, *, registered: RuleRegistry | None = None) -> dict[str, RuleSpec]:
+    """Every ``*.yaml`` rule file of ``directory``, by rule id (:func:`load_rule_file`).
 
     Raises:
         RuleFileError: a bad file, or one rule id defined in two files.
     """
     rules: dict[str, RuleSpec] = {}
     for path in sorted(directory.glob("*.yaml")):
-        found = load_rule_file(
-            path, required_thresholds=required_thresholds, required_lists=required_lists
-        )
+        found = load_rule_file(path, registered=registered)
         for spec in found:
             if spec.rule_id in rules:
                 other = rules[spec.rule_id]
@@ -186,39 +190,17 @@ def load_rules(
     return rules
 
 
-def load_site_rules(directory: Path | None) -> dict[str, RuleSpec]:
+def load_site_rules(
+    directory: Path | None, *, registered: RuleRegistry | None = None
+) -> dict[str, RuleSpec]:
     """The site's rules (``directory``, default the bundled ones), checked against what the
-    evaluators need.
+    evaluators declare: entries (:func:`load_rule_file`) and list values (each rule's check).
 
     Raises:
         RuleFileError: a bad rule file (file and line named).
     """
-    from hpcscope.analysis.alerts import correlation, events, posture
-    from hpcscope.analysis.integrity import training
-    from hpcscope.analysis.integrity.rules import REQUIRED_THRESHOLDS
-    from hpcscope.analysis.telemetry_rules import rules as telemetry
-
-    rules = load_rules(
-        directory or bundled_rules_dir(),
-        required_thresholds={
-            **REQUIRED_THRESHOLDS,
-            **events.REQUIRED_THRESHOLDS,
-            **telemetry.REQUIRED_THRESHOLDS,
-            **correlation.REQUIRED_THRESHOLDS,
-            **training.REQUIRED_THRESHOLDS,
-        },
-        required_lists={
-            **events.REQUIRED_LISTS,
-            **telemetry.REQUIRED_LISTS,
-            **correlation.REQUIRED_LISTS,
-            **posture.REQUIRED_LISTS,
-            **training.REQUIRED_LISTS,
-        },
-    )
-    for spec, message in [
-        *events.list_errors(rules),
-        *telemetry.list_errors(rules),
-        *posture.entry_errors(rules),
-    ]:
+    declared = registry() if registered is None else registered
+    rules = load_rules(directory or bundled_rules_dir(), registered=declared)
+    for spec, message in declared.list_errors(rules):
         raise RuleFileError(message, source=spec.source, line=spec.line, field="lists")
     return rules

@@ -18,15 +18,18 @@ from hpcscope.analysis.chargeback.aggregate import (
     TOTAL,
     ChargedJob,
     ChargeRow,
-    GroupBy,
     Rates,
     chargeback,
     top_losses,
     totals,
 )
+from hpcscope.analysis.chargeback.aggregate import GroupBy as GroupBy  # re-exported for serve
 from hpcscope.analysis.chargeback.aggregate import trend as monthly_trend
 from hpcscope.analysis.chargeback.frames import job_charges
-from hpcscope.analysis.chargeback.periods import Period, months_ending
+from hpcscope.analysis.chargeback.periods import Period as Period  # these three for serve too
+from hpcscope.analysis.chargeback.periods import month_of as month_of
+from hpcscope.analysis.chargeback.periods import months_ending
+from hpcscope.analysis.chargeback.periods import parse_period as parse_period
 from hpcscope.analysis.chargeback.waste import CAUSE_LABELS, JobUse, WasteCause
 from hpcscope.model.access import Principal
 from hpcscope.model.timeutil import iso_z

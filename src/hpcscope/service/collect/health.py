@@ -12,9 +12,9 @@ A target is *collected until* its last successful scrape. Two things open a gap:
 
 A gap is a ``collection_gaps`` row, never samples: analysis and charts see no data there, not
 zeros (``docs/scraping.md``, "Faults"). A gap at least :attr:`silence_seconds` long raises
-``OPS-1`` (vector ``SERVICE_LEVEL``, subject the target's URL): once when a failing target
-crosses that length, and again when its gap closes, so one outage is one alert whose count and
-``last_seen`` grow; a collector outage is raised when the gap closes after the restart.
+``OPS-1`` (the rule: ``analysis/collection_health.py``): once when a failing target crosses
+that length, and again when its gap closes; a collector outage is raised when the gap closes
+after the restart.
 """
 
 from __future__ import annotations
@@ -22,59 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from hpcscope.model.alerts import Alert, Evidence, Severity, Vector
-from hpcscope.model.timeutil import iso_z
+from hpcscope.analysis.collection_health import RULE_ID, Gap, gap_alert
+from hpcscope.model.alerts import Alert
 
-#: The collection-health rule.
-RULE_ID = "OPS-1"
-
-
-@dataclass(frozen=True, slots=True)
-class Gap:
-    """A span in which a target was not collected (a ``collection_gaps`` row)."""
-
-    target: str
-    node: str | None
-    start_ts: datetime
-    end_ts: datetime
-    reason: str
-
-    @property
-    def seconds(self) -> float:
-        return (self.end_ts - self.start_ts).total_seconds()
-
-    def row(self) -> dict[str, object]:
-        return {
-            "target": self.target,
-            "node": self.node,
-            "start_ts": self.start_ts,
-            "end_ts": self.end_ts,
-            "reason": self.reason,
-        }
-
-
-def gap_alert(gap: Gap, *, now: datetime, ongoing: bool = False) -> Alert:
-    """The ``OPS-1`` alert of one gap (``ongoing``: the target is still not collected)."""
-    state = "not collected for" if ongoing else "was not collected for"
-    return Alert(
-        rule_id=RULE_ID,
-        vector=Vector.SERVICE_LEVEL,
-        severity=Severity.MEDIUM,
-        title=f"collection gap: {gap.target} {state} {gap.seconds:.0f} s ({gap.reason})",
-        first_seen=now,
-        last_seen=now,
-        node=gap.node,
-        subject=gap.target,
-        evidence=(
-            Evidence(
-                summary=f"no samples from {iso_z(gap.start_ts)} to {iso_z(gap.end_ts)} "
-                f"({gap.seconds:.0f} s): {gap.reason}",
-                source="collection_gaps" if not ongoing else "scrapes",
-                position=f"target {gap.target}",
-                link="/api/cluster",
-            ),
-        ),
-    )
+__all__ = ["RULE_ID", "CollectionHealth", "Gap", "gap_alert"]
 
 
 @dataclass

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from hpcscope.analysis.integrity.attribution import attribution_findings
 from hpcscope.analysis.integrity.rules import Finding
 from hpcscope.ingest.integrity.records import parse_lines
 from hpcscope.model.alerts import Alert, Evidence, RuleSpec, Vector
@@ -188,22 +189,15 @@ class IntegritySpool:
                 self._alert(finding, record, evaluated, job_id or resolved[claimed_dir], placement)
             )
         attr = self.rules.get("GI-ATTR")
-        if attr is not None and attr.enabled:
-            for rank, record in sorted(records.items()):
-                platform = placements[rank].job_id
-                if platform is not None and platform == resolved[record.job_id]:
-                    continue
-                says = f"the platform maps {record.node} GPU {record.gpu} to " + (
-                    f"job {platform}" if platform else "no job"
+        if attr is not None:
+            platform = {rank: p.job_id for rank, p in placements.items()}
+            for finding in attribution_findings(attr, records, platform, resolved):
+                assert finding.rank is not None
+                record = records[finding.rank]
+                target = platform[finding.rank] or resolved[record.job_id]
+                alerts.append(
+                    self._alert(finding, record, evaluated, target, placements[finding.rank])
                 )
-                finding = Finding(
-                    "GI-ATTR", attr.severity, attr.title, record.step, rank,
-                    f"step {record.step}: rank {rank} claims job {record.job_id} on "
-                    f"{record.node} GPU {record.gpu}; {says}",
-                    lines=(f"{record.source}:{record.line}",),
-                )  # fmt: skip
-                target = platform or resolved[record.job_id]
-                alerts.append(self._alert(finding, record, evaluated, target, placements[rank]))
         return alerts
 
     def _alert(

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.jobs.summaries import summarise_finished_jobs
@@ -74,6 +75,14 @@ def run_upkeep(
         store, before=now - timedelta(days=config.rollup_retention_days)
     ).result()
     return UpkeepReport(written, raw, rolled)
+
+
+def run_upkeep_on_file(
+    path: Path, config: UpkeepConfig, *, now: datetime, scrape_interval_seconds: float
+) -> UpkeepReport:
+    """:func:`run_upkeep` on a store file that no server holds (``hpcscope store upkeep``)."""
+    with Store(path, rollup_grace_seconds=config.rollup_grace_seconds) as store:
+        return run_upkeep(store, config, now=now, scrape_interval_seconds=scrape_interval_seconds)
 
 
 class Upkeep:

@@ -27,7 +27,7 @@ from hpcscope.model.collectives import FlightRecorderDump
 from hpcscope.model.errors import SourceError
 from hpcscope.model.nccl import CommInitRecord, InitTimingsRecord, TopoCommRecord
 from hpcscope.service.nccl import report as nccl_report
-from hpcscope.service.nccl.contracts import NcclReport
+from hpcscope.service.nccl.contracts import InputProblem, NcclReport
 
 SCHEMA = "hpcscope.nccl.analyze/1"
 
@@ -88,12 +88,6 @@ def world_size_from_logs(logs: Sequence[NcclLogParse]) -> int | None:
 
 def report(paths: Sequence[Path], *, world_size: int | None = None) -> NcclReport:
     """Read, analyse and report: the typed ``--json`` document (what the CLI emits)."""
-    return NcclReport.model_validate(analyze(paths, world_size=world_size))
-
-
-def analyze(paths: Sequence[Path], *, world_size: int | None = None) -> dict[str, Any]:
-    """Read, analyse and report (the ``--json`` document as plain JSON values; the
-    capability's tests read it so; :func:`report` is its typed form)."""
     inputs = read_inputs(paths)
     source = "given" if world_size is not None else None
     if world_size is None:
@@ -106,16 +100,27 @@ def analyze(paths: Sequence[Path], *, world_size: int | None = None) -> dict[str
     )
     findings = nccl_findings(records, events)
     tests = [t for log in inputs.logs for t in log.nccl_tests]
-    return {
-        "schema": SCHEMA,
-        "inputs": [nccl_report.log_input(log) for log in inputs.logs]
+    return NcclReport(
+        schema_=SCHEMA,
+        inputs=[nccl_report.log_input(log) for log in inputs.logs]
         + [nccl_report.dump_input(d) for d in inputs.dumps],
-        "errors": [e.to_dict() for e in inputs.errors],
-        "nccl": nccl_report.nccl_section(records),
-        "findings": [nccl_report.finding(f) for f in findings]
+        errors=[
+            InputProblem.model_validate({**e.to_dict(), "bound": getattr(e, "bound", None)})
+            for e in inputs.errors
+        ],
+        nccl=nccl_report.nccl_section(records),
+        findings=[nccl_report.finding(f) for f in findings]
         + nccl_report.nccl_tests_findings(tests),
-        "watchdog": [nccl_report.watchdog_event(e) for e in events],
-        "hang": nccl_report.hang_section(hang),
-        "nccl_tests": [nccl_report.nccl_tests_result(t) for t in tests],
-        "stragglers": nccl_report.stragglers([s for log in inputs.logs for s in log.stragglers]),
-    }
+        watchdog=[nccl_report.watchdog_event(e) for e in events],
+        hang=nccl_report.hang_section(hang),
+        nccl_tests=[nccl_report.nccl_tests_result(t) for t in tests],
+        stragglers=nccl_report.stragglers([s for log in inputs.logs for s in log.stragglers]),
+    )
+
+
+# The plain JSON values of the document: the capability's tests and the docs' key check read
+# it as JSON, whatever its shape.
+def analyze(paths: Sequence[Path], *, world_size: int | None = None) -> dict[str, Any]:
+    """Read, analyse and report (the ``--json`` document as plain JSON values; :func:`report`
+    is its typed form)."""
+    return report(paths, world_size=world_size).model_dump(mode="json")

@@ -13,7 +13,9 @@ datasets the topology names (``storage.checkpoints_root``, ``storage.datasets_ro
 - kprobe ``security_mmap_file`` with ``Postfix`` on the weight extensions (mmap loads, from any
   directory: a copy in ``/tmp`` is still the weights);
 - ``security_path_truncate`` (kernels < 6.2) and ``security_file_truncate`` (>= 6.2) with
-  ``Prefix`` on the roots and ``ignore: {callNotFound: true}``, since only one exists.
+  ``Prefix`` on the roots and ``ignore: {callNotFound: true}``, since only one exists;
+- ``security_path_unlink`` (arg0 the directory ``path``, arg1 the ``dentry``) with ``Prefix``
+  on the roots: files removed under a dataset root (DP-6).
 
 Limits: hard links and bind mounts evade path matching; GPUDirect Storage may bypass per-read
 hooks (use opens, mmaps and Lustre job_stats for volume).
@@ -47,16 +49,28 @@ INSTALL_SUFFIXES: tuple[str, ...] = (".dist-info/METADATA", ".dist-info/RECORD",
 MAY_WRITE = 2
 
 ARG_OPERATORS = frozenset(
-    {"Equal", "NotEqual", "Prefix", "Postfix", "Mask", "FileType", "NotFileType", "CelExpr"}
-)
+    {"Equal", "NotEqual", "Prefix", "Postfix", "Mask", "FileType", "NotFileType", "CelExpr",
+     "GreaterThan", "GT", "LessThan", "LT", "InRange", "NotInRange", "InMap", "NotInMap",
+     "SubString", "SubStringIgnoreCase"}
+)  # fmt: skip
+SOCK_OPERATORS = frozenset(
+    {"SPort", "NotSPort", "SPortPriv", "NotSPortPriv", "DPort", "NotDPort", "DPortPriv",
+     "NotDPortPriv", "SAddr", "NotSAddr", "DAddr", "NotDAddr", "Protocol", "Family", "State"}
+)  # fmt: skip
+"""Operators on a ``sock``/``skb`` argument only (Tetragon's selectors reference)."""
+SOCK_ARG_TYPES = frozenset({"sock", "socket", "skb", "sockaddr"})
 STRING_ONLY_OPERATORS = frozenset({"NotPrefix", "NotPostfix"})  # never on file/path args
 BINARY_OPERATORS = frozenset({"In", "NotIn", "Prefix", "NotPrefix", "Postfix", "NotPostfix"})
-ACTIONS = frozenset({"Post", "NoPost", "Sigkill", "Signal", "Override"})
+ACTIONS = frozenset(
+    {"Post", "NoPost", "Sigkill", "Signal", "Override", "FollowFD", "UnfollowFD", "CopyFD",
+     "GetUrl", "DnsLookup", "TrackSock", "UntrackSock", "NotifyEnforcer", "Set"}
+)  # fmt: skip
 RATE_LIMIT_SCOPES = frozenset({"thread", "process", "global"})
 ARG_TYPES = frozenset(
     {
         "int", "uint32", "int32", "uint64", "int64", "size_t", "long", "char_buf", "char_iovec",
-        "string", "nop", "file", "path", "fd", "sock", "skb", "sockaddr", "cred", "bpf_attr",
+        "string", "nop", "file", "path", "fd", "sock", "socket", "skb", "sockaddr", "cred",
+        "bpf_attr",
         "perf_event", "bpf_map", "user_namespace", "capability", "kiocb", "iov_iter",
         "load_info", "module", "syscall64", "linux_binprm", "data_loc", "net_device",
         "bpf_prog", "dentry", "kernel_cap_t", "cap_inheritable", "cap_permitted",
@@ -65,9 +79,15 @@ ARG_TYPES = frozenset(
 )  # fmt: skip
 FILE_ARG_TYPES = frozenset({"file", "path", "fd", "linux_binprm", "dentry"})
 _KPROBE_KEYS = frozenset(
-    {"call", "syscall", "return", "args", "returnArg", "returnArgAction", "selectors",
-     "ignore", "message", "tags"}
+    {"syscall", "return", "args", "returnArg", "returnArgAction", "selectors", "ignore",
+     "message", "tags", "data"}
 )  # fmt: skip
+#: Hook sections of a policy's spec and the keys that name each hook.
+_HOOK_SECTIONS: Mapping[str, tuple[str, ...]] = {
+    "kprobes": ("call",),
+    "tracepoints": ("subsystem", "event"),
+    "lsmhooks": ("hook",),
+}
 _SELECTOR_KEYS = frozenset(
     {"matchArgs", "matchBinaries", "matchActions", "matchPIDs", "matchNamespaces",
      "matchCapabilities", "matchNamespaceChanges", "matchCapabilityChanges",
@@ -181,6 +201,30 @@ def crown_jewel_policy(
                 "selectors": [{"matchArgs": [dict(prefix)], "matchActions": [{"action": "Post"}]}],
             }
         )
+    # unlinks under the roots (DP-6): arg0 the directory's full path, arg1 the entry (Tetragon
+    # prints a dentry as a path_arg up to its mount point); Prefix on the directory, so the
+    # roots without their trailing slash (a file right under a root has the root as parent)
+    kprobes.append(
+        {
+            "call": "security_path_unlink",
+            "syscall": False,
+            "return": True,
+            "args": [{"index": 0, "type": "path"}, {"index": 1, "type": "dentry"}],
+            "returnArg": dict(int_return),
+            "selectors": [
+                {
+                    "matchArgs": [
+                        {
+                            "index": 0,
+                            "operator": "Prefix",
+                            "values": sorted({r.rstrip("/") for r in roots}),
+                        }
+                    ],
+                    "matchActions": [{"action": "Post"}],
+                }
+            ],
+        }
+    )
     return {
         "apiVersion": "cilium.io/v1alpha1",
         "kind": "TracingPolicy",
@@ -213,10 +257,12 @@ def validate_tracing_policy(doc: Any) -> list[str]:
 
     Checks the facts of ``security.md`` §8: ``apiVersion: cilium.io/v1alpha1``,
     ``kind: TracingPolicy`` (or ``TracingPolicyNamespaced``), ``metadata.name``,
-    ``spec.kprobes[]`` with ``call``, optional ``syscall``, ``args[{index, type}]``,
+    ``spec.kprobes[]`` with ``call`` (``spec.tracepoints[]`` with ``subsystem`` and ``event``,
+    ``spec.lsmhooks[]`` with ``hook``), optional ``syscall``, ``args[{index, type}]``,
     ``returnArg``, ``selectors[{matchArgs, matchBinaries, matchActions}]``; operators and
     actions from the allowed lists; no ``NotPrefix``/``NotPostfix`` on file arguments;
-    ``matchArgs`` indices declared in ``args``; ``rateLimit`` only on ``Post``.
+    address and port operators (``NotDAddr``...) on ``sock`` arguments only; ``matchArgs``
+    indices declared in ``args``; ``rateLimit`` only on ``Post``.
     """
     problems: list[str] = []
     if not isinstance(doc, dict):
@@ -229,21 +275,32 @@ def validate_tracing_policy(doc: Any) -> list[str]:
     if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
         problems.append("metadata.name: missing")
     spec = doc.get("spec")
-    kprobes = spec.get("kprobes") if isinstance(spec, dict) else None
-    if not isinstance(kprobes, list) or not kprobes:
-        problems.append("spec.kprobes: missing or empty")
-        return problems
-    for k, kprobe in enumerate(kprobes):
-        problems += _kprobe_problems(kprobe, f"spec.kprobes[{k}]")
+    if not isinstance(spec, dict):
+        return [*problems, "spec: missing"]
+    hooks = 0
+    for section, name_key in _HOOK_SECTIONS.items():
+        entries = spec.get(section)
+        if entries is None:
+            continue
+        if not isinstance(entries, list) or not entries:
+            problems.append(f"spec.{section}: not a non-empty list")
+            continue
+        hooks += len(entries)
+        for k, hook in enumerate(entries):
+            problems += _kprobe_problems(hook, f"spec.{section}[{k}]", name_key)
+    if hooks == 0:
+        problems.append("spec.kprobes: missing or empty (and no tracepoints or lsmhooks)")
     return problems
 
 
-def _kprobe_problems(kprobe: Any, where: str) -> list[str]:
+def _kprobe_problems(kprobe: Any, where: str, name_key: tuple[str, ...]) -> list[str]:
     if not isinstance(kprobe, dict):
         return [f"{where}: not a mapping"]
-    problems = [f"{where}.{key}: unknown key" for key in kprobe if key not in _KPROBE_KEYS]
-    if not isinstance(kprobe.get("call"), str) or not kprobe["call"]:
-        problems.append(f"{where}.call: missing")
+    known = _KPROBE_KEYS | set(name_key) | {"raw"}
+    problems = [f"{where}.{key}: unknown key" for key in kprobe if key not in known]
+    for key in name_key:
+        if not isinstance(kprobe.get(key), str) or not kprobe[key]:
+            problems.append(f"{where}.{key}: missing")
     for flag in ("syscall", "return"):
         if flag in kprobe and not isinstance(kprobe[flag], bool):
             problems.append(f"{where}.{flag}: not a boolean")
@@ -283,9 +340,13 @@ def _selector_problems(selector: Any, arg_types: Mapping[int, str], where: str) 
         index, operator = match.get("index"), match.get("operator")
         if index not in arg_types:
             problems.append(f"{at}.index: {index!r} is not a declared argument")
+        arg_type = arg_types.get(index, "") if isinstance(index, int) else ""
         if operator in STRING_ONLY_OPERATORS:
-            if isinstance(index, int) and arg_types.get(index, "") in FILE_ARG_TYPES:
+            if arg_type in FILE_ARG_TYPES:
                 problems.append(f"{at}.operator: {operator} is not allowed on file arguments")
+        elif operator in SOCK_OPERATORS:
+            if arg_type not in SOCK_ARG_TYPES:
+                problems.append(f"{at}.operator: {operator} needs a sock argument")
         elif operator not in ARG_OPERATORS:
             problems.append(f"{at}.operator: unknown operator {operator!r}")
         if not isinstance(match.get("values"), list) or not match["values"]:
@@ -315,7 +376,8 @@ def policy_header(topology: Topology) -> tuple[str, ...]:
         "after changing the topology's checkpoint or dataset roots instead of editing here.",
         "Watches reads/writes (security_file_permission: 4 MAY_READ, 2 MAY_WRITE) and",
         "truncates under the roots, writes of site-packages *.dist-info/METADATA|RECORD and",
-        ".pth files anywhere (SC-5), and mmaps of weight files anywhere (docs/security.md).",
+        ".pth files anywhere (SC-5), mmaps of weight files anywhere, and unlinks under the",
+        "roots (DP-6) (docs/security.md).",
         "Install: tetra tracingpolicy add hpcscope-weights.yaml, or copy it into",
         "/etc/tetragon/tetragon.tp.d/ (deploy/tetragon/README.md).",
     )

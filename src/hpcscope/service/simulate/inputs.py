@@ -25,8 +25,8 @@ from hpcscope.analysis.simulate.collectives import (
     CollectiveModelError,
     Fabric,
     allreduce_cost,
-    gradient_bytes,
 )
+from hpcscope.analysis.simulate.collectives import gradient_bytes as gradient_bytes  # the API's too
 from hpcscope.analysis.simulate.step_model import (
     STRAGGLER_PHASES,
     SimulationParameterError,

@@ -2,10 +2,9 @@
 
 After collector cycles (:class:`SloUpkeep`, an ``after_cycle`` hook the server passes), the
 three SLOs are evaluated cluster-wide at the collector's clock; every multiwindow pair whose
-condition holds (``analysis/slo/budget.py``) is upserted as an alert: rule ``SLO-PAGE``
-(critical) or ``SLO-TICKET`` (medium), vector ``SERVICE_LEVEL``, subject the SLO's name, so a
-burn that goes on grows one alert's count. The alerts name no job: the alerts store shows an
-alert without a job to admins only.
+condition holds (``analysis/slo/budget.py``) is upserted as an alert of its pair's rule
+(``analysis/slo/burn.py``: ``SLO-PAGE`` or ``SLO-TICKET``). The alerts name no job: the alerts
+store shows an alert without a job to admins only.
 
 The same evaluation is what Prometheus does from ``/metrics`` with the shipped rules
 (``deploy/prometheus/hpcscope-slo-rules.yml``): :func:`slo_counters` are cumulative good and
@@ -20,8 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from hpcscope.analysis.slo import events as slo_events
+from hpcscope.analysis.slo.burn import burn_alerts
 from hpcscope.model.access import JobScope
-from hpcscope.model.alerts import Alert, Evidence, Severity, Vector
+from hpcscope.model.alerts import Alert
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.slo.config import SloConfig
 from hpcscope.service.slo.records import job_records, slo_events_of
@@ -32,20 +32,13 @@ log = logging.getLogger(__name__)
 
 _CLUSTER = JobScope(all_jobs=True)
 
-#: Alert severity of each pair (the workbook's page and ticket).
-PAIR_SEVERITY = {"page": Severity.CRITICAL, "ticket": Severity.MEDIUM}
-
-
-def _window(seconds: float) -> str:
-    return f"{seconds / 3600:g}h" if seconds >= 3600 else f"{seconds / 60:g}m"
-
 
 def burn_rate_alerts(store: Store, config: SloConfig, *, now: datetime) -> list[Alert]:
     """The alerts of every SLO pair firing at ``now``, cluster-wide (module docstring)."""
     longest = max([config.window_seconds, *(p.long_window_seconds for p in config.pairs)])
     records = job_records(store, _CLUSTER, since=now - timedelta(seconds=longest))
     events = slo_events_of(records, config, now=now)
-    alerts = []
+    alerts: list[Alert] = []
     for definition in config.definitions:
         status = slo_events.slo_status(
             events.by_slo[definition.slo],
@@ -54,35 +47,14 @@ def burn_rate_alerts(store: Store, config: SloConfig, *, now: datetime) -> list[
             window_seconds=config.window_seconds,
             pairs=config.pairs,
         )
-        for pair in status.firing:
-            long = status.burn(pair.long_window_seconds)
-            short = status.burn(pair.short_window_seconds)
-            windows = f"{_window(pair.long_window_seconds)}/{_window(pair.short_window_seconds)}"
-            alerts.append(
-                Alert(
-                    rule_id=f"SLO-{pair.name.upper()}",
-                    vector=Vector.SERVICE_LEVEL,
-                    severity=PAIR_SEVERITY.get(pair.name, Severity.MEDIUM),
-                    title=f"{definition.title}: error budget burning {long:.1f}x over "
-                    f"{_window(pair.long_window_seconds)} (objective "
-                    f"{definition.objective_ratio:.1%})",
-                    first_seen=now,
-                    last_seen=now,
-                    subject=definition.slo,
-                    evidence=(
-                        Evidence(
-                            summary=f"burn rate {long:.2f}x ({_window(pair.long_window_seconds)})"
-                            f" and {short:.2f}x ({_window(pair.short_window_seconds)}) above "
-                            f"{pair.burn_rate:g}x; budget left "
-                            f"{status.budget_remaining_ratio:.1%} of "
-                            f"{config.window_seconds / 86400:g} days",
-                            source="jobs + job_summaries",
-                            position=f"{windows} ending {now.isoformat()}Z",
-                            link="/slo",
-                        ),
-                    ),
-                )
-            )
+        alerts += burn_alerts(
+            status,
+            slo=definition.slo,
+            title=definition.title,
+            objective_ratio=definition.objective_ratio,
+            window_seconds=config.window_seconds,
+            now=now,
+        )
     return alerts
 
 

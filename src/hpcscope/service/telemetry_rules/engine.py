@@ -29,9 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from hpcscope.analysis.alerts.posture import posture_alerts, postures_from_facts
-from hpcscope.analysis.telemetry_rules.common import JobSpan, PortKey
-from hpcscope.analysis.telemetry_rules.gpu import GpuAllocation
+from hpcscope.analysis.alerts.posture import evaluate_posture, postures_from_facts
+from hpcscope.analysis.telemetry_rules.common import GpuAllocation, JobSpan, PortKey
 from hpcscope.analysis.telemetry_rules.ib_view import calibration_spans
 from hpcscope.analysis.telemetry_rules.port_events import rd5_columns
 from hpcscope.analysis.telemetry_rules.rules import TelemetryInputs, evaluate
@@ -220,10 +219,10 @@ class TelemetryRules:
         )
 
     def posture(self, now: datetime) -> list[Alert]:
-        """SC-7, CE-5, GM-5, DP-3 over each node's latest posture check read by ``now``
+        """The posture rules over each node's latest posture check read by ``now``
         (``node_posture``; the alert's times are the check's, so a check is one firing)."""
         facts = latest_posture(self.store, until=now).to_pylist()
-        return [a for p in postures_from_facts(facts) for a in posture_alerts(p, self.rules)]
+        return [a for p in postures_from_facts(facts) for a in evaluate_posture(p, self.rules)]
 
     def _fresh(self, alerts: list[Alert]) -> list[Alert]:
         fresh: list[Alert] = []

@@ -15,7 +15,8 @@ from hpcscope.analysis.traces.arrays import median as median_of
 from hpcscope.analysis.traces.comm_phases import ClassPhases
 from hpcscope.analysis.traces.kernel_classes import ClassTable
 from hpcscope.analysis.traces.phases import PhaseTable, attribute_phases
-from hpcscope.analysis.traces.rank_timeline import PHASES, RankTimeline
+from hpcscope.analysis.traces.rank_timeline import PHASES as PHASES  # the API and the CLI
+from hpcscope.analysis.traces.rank_timeline import RankTimeline
 from hpcscope.analysis.traces.straggler_evidence import Evidence, straggler_evidence
 from hpcscope.analysis.traces.stragglers import StragglerReport, busy_seconds, straggler_report
 from hpcscope.model.errors import SourceError
