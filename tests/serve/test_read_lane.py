@@ -148,6 +148,9 @@ def test_basic_credentials_and_tokens_verified_once_are_answered_on_the_lane(
         alice, scope=TokenScope.READ, label="lane", expires_days=1, now=utcnow()
     )
     bearer = {"Authorization": f"Bearer {token.secret}"}
+    for client in (plain, laned):  # each app records the token's first use: a store write
+        assert client.get("/api/jobs", headers=bearer).status_code == 200
+    service.store.flush()  # committed: no new generation between the two apps' answers
     _same_answers(plain, laned, bearer, [p for p in LANE_PATHS if p.startswith("/api/")])
     assert _lane(laned.app).answered > by_basic
 
