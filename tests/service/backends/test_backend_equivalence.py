@@ -206,6 +206,9 @@ def test_job_reports_agree_on_embedded_prometheus_and_victoria_metrics(tmp_path:
                 name: _reports(store, Windowed(reader, t0, t1), job_ids, t1)
                 for name, reader in backends.items()
             }
+            for reader in backends.values():
+                if isinstance(reader, PrometheusSamples):
+                    reader.engine.close()
             failed = {
                 "embedded": _embedded_failed_scrapes(store, t0, t1),
                 "prometheus": _remote_failed_scrapes(prometheus_url, t0, t1),
