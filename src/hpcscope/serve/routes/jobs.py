@@ -25,7 +25,7 @@ from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts, JobRepor
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 from hpcscope.service.notify.access import notes_of_report
 from hpcscope.service.traces.capture_contracts import JobPhases, JobReportWithPhases
-from hpcscope.service.traces.job_phases import job_phases
+from hpcscope.service.traces.job_phases import job_phases, phases_of
 
 router = APIRouter()
 
@@ -68,8 +68,10 @@ async def job_page(request: Request, job_id: str, principal: PrincipalDep) -> Re
 
 def _job_page(request: Request, job_id: str, principal: Principal) -> Response:
     service = service_of(request)
-    report = service.job_report(principal, job_id)
-    if report is None:
+    # one visibility check; the page's reads take the job it found
+    job = service.visible_job(principal, job_id)
+    report = service.report_of(job) if job is not None else None
+    if job is None or report is None:
         return render(
             request,
             "not_found.html",
@@ -79,18 +81,16 @@ def _job_page(request: Request, job_id: str, principal: Principal) -> Response:
         )
 
     def page() -> bytes:
-        alerts = service.job_alerts(principal, job_id) or []
         # the report is this generation's, visible to the principal: its notes are too
         notes = service.snapshots.get(
             ("serve.job_notes", job_id), lambda: notes_of_report(service, report)
         )
-        phases = job_phases(service, principal, job_id)
         context = {
             "report": report,
             "topology": service.topology,
-            "alerts": alerts,
+            "alerts": service.alerts_of(job),
             "notes": notes,
-            "phases": phases,
+            "phases": phases_of(service, job),
         }
         return bytes(render(request, "job.html", context, principal=principal).body)
 
@@ -108,17 +108,17 @@ async def job_json(request: Request, job_id: str, principal: PrincipalDep) -> Re
 
 def _job_json(request: Request, job_id: str, principal: Principal) -> Response:
     service = service_of(request)
-    report = service.job_report(principal, job_id)
-    phases = job_phases(service, principal, job_id)
-    if report is None or phases is None:
+    job = service.visible_job(principal, job_id)
+    report = service.report_of(job) if job is not None else None
+    if job is None or report is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
+    phases = phases_of(service, job)
 
     def serialised() -> tuple[bytes, str]:
-        alerts = service.job_alerts(principal, job_id) or []
         report_document = service.snapshots.get(
             ("serve.job_document", job_id), lambda: JobReportDocument.from_report(report)
         )
-        document = JobReportWithAlerts.of(report_document, alerts)
+        document = JobReportWithAlerts.of(report_document, service.alerts_of(job))
         body = JobReportWithPhases.join(document, phases).model_dump_json().encode()
         return body, etag_of(body)
 
