@@ -12,12 +12,13 @@ from fastapi import FastAPI
 from hpcscope.serve.app import create_app
 from hpcscope.serve.heap import HeapSettler, tune_gc
 from hpcscope.service.alerts.engine import SecurityCollection
+from hpcscope.service.alerts.falco_meaning import load_falco_meaning, meaning_path
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
 from hpcscope.service.notify.engine import Notifier
 from hpcscope.service.notify.wiring import notifier_from_settings
 from hpcscope.service.security.buffer import SecurityEventBuffer
-from hpcscope.service.security.tetragon_policy import protected_roots
+from hpcscope.service.security.tetragon_policy import dataset_roots, protected_roots
 from hpcscope.service.settings import Settings
 from hpcscope.service.slo.config import SloConfig
 from hpcscope.service.slo.engine import SloUpkeep
@@ -74,6 +75,8 @@ def security_collection(service: Service, buffer: SecurityEventBuffer) -> Securi
         buffer,
         service.rules,
         checkpoint_roots=[service.topology.checkpoint_root],
+        dataset_roots=dataset_roots(service.topology),
+        falco_meaning=load_falco_meaning(meaning_path(settings.rules_dir)),
         protected_roots=protected_roots(service.topology),
         falco_path=settings.falco_events_path,
         tetragon_path=settings.tetragon_events_path,

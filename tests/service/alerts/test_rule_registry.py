@@ -57,7 +57,7 @@ def _families() -> set[str]:
 
 #: Rules ``docs/security.md`` describes whose evaluators are being written (their Tetragon
 #: policies ship already); each leaves this set when it is registered (the test says so).
-BEING_WRITTEN = {"CE-6", "SC-8", "RD-8", "DP-6"}
+BEING_WRITTEN: set[str] = set()
 
 
 def test_the_docs_name_only_registered_rules_and_every_one() -> None:
@@ -141,7 +141,13 @@ def test_a_rule_file_entry_must_be_a_registered_rule(
 class _ShellsOnNodes:
     """A Tetragon evaluator the engines have never heard of: any exec of ``/bin/sh``."""
 
-    def __init__(self, rules: Mapping[str, RuleSpec], *, checkpoint_roots: tuple[str, ...]):
+    def __init__(
+        self,
+        rules: Mapping[str, RuleSpec],
+        *,
+        checkpoint_roots: tuple[str, ...],
+        dataset_roots: tuple[str, ...],
+    ):
         self.spec = rules.get("ZZ-1")
 
     def evaluate(

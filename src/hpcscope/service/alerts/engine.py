@@ -25,11 +25,13 @@ import pyarrow as pa
 from hpcscope.analysis.alerts.common import JobOwner
 from hpcscope.analysis.alerts.correlation import CorrelationRules, Egress
 from hpcscope.analysis.alerts.events import EventRules, EventVerdict
+from hpcscope.analysis.alerts.falco_meaning import FalcoMeaning
 from hpcscope.analysis.alerts.file_access import access_records
 from hpcscope.analysis.registry import RuleKind, registry
 from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 from hpcscope.model.timeutil import utcnow
+from hpcscope.service.alerts.falco_meaning import load_falco_meaning, meaning_path
 from hpcscope.service.security.buffer import DrainedEvents, SecurityEventBuffer
 from hpcscope.service.security.sources import FalcoSource, TetragonSource
 from hpcscope.store import Store
@@ -91,6 +93,9 @@ class SecurityCollection:
         buffer: the app's security event buffer (shared with ``POST /api/ingest/falco``).
         rules: the site's rules by id.
         checkpoint_roots: what W-1/W-3 watch (the topology's checkpoint root).
+        dataset_roots: the topology's dataset roots (DP-6).
+        falco_meaning: what each Falco rule means (``deploy/rules/falco/meaning.yaml``);
+            None: the bundled table.
         protected_roots: whose accesses are recorded (checkpoints, weights, datasets: the
             topology's protected roots); empty: the checkpoint roots.
         falco_path / tetragon_path: files to tail (Falco ``file_output``, Tetragon export).
@@ -101,6 +106,8 @@ class SecurityCollection:
     buffer: SecurityEventBuffer
     rules: Mapping[str, RuleSpec]
     checkpoint_roots: Sequence[str] = ()
+    dataset_roots: Sequence[str] = ()
+    falco_meaning: FalcoMeaning | None = None
     protected_roots: Sequence[str] = ()
     falco_path: Path | None = None
     tetragon_path: Path | None = None
@@ -108,7 +115,12 @@ class SecurityCollection:
     sources: list[FalcoSource | TetragonSource] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
-        self.engine = EventRules(self.rules, checkpoint_roots=self.checkpoint_roots)
+        self.engine = EventRules(
+            self.rules,
+            checkpoint_roots=self.checkpoint_roots,
+            dataset_roots=self.dataset_roots,
+            meaning=self.falco_meaning or load_falco_meaning(meaning_path(None)),
+        )
         self.correlation = CorrelationRules(self.rules)
         if self.falco_path is not None:
             self.sources.append(FalcoSource(self.falco_path, self.buffer))

@@ -108,6 +108,12 @@ def protected_roots(topology: Topology) -> tuple[str, ...]:
     return tuple(sorted(root.rstrip("/") + "/" for root in roots if root.strip("/")))
 
 
+def dataset_roots(topology: Topology) -> tuple[str, ...]:
+    """The topology's dataset root (``storage.datasets_root``), if it names one (DP-6)."""
+    value = topology.storage.get("datasets_root")
+    return (value,) if isinstance(value, str) and value.strip("/") else ()
+
+
 def weight_suffixes(topology: Topology) -> tuple[str, ...]:
     """``.ext`` suffixes for ``Postfix``: §7's list plus the topology's ``model_weights``."""
     extensions = set(DEFAULT_WEIGHT_EXTENSIONS) | {
