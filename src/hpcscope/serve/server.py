@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from hpcscope.serve.app import create_app
 from hpcscope.serve.heap import HeapSettler, tune_gc
-from hpcscope.service.alerts.engine import SecurityCollection
+from hpcscope.service.alerts.engine import SecurityCollection, SecurityLoop
 from hpcscope.service.alerts.falco_meaning import load_falco_meaning, meaning_path
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
@@ -136,6 +136,12 @@ def run_server(
         service, SecurityEventBuffer(max_rows=service.settings.security_buffer_rows)
     )
     config = CollectorConfig.from_settings(service.settings, rules=service.rules, security=security)
+    # the engine's own loop: an event's alert within seconds, whatever the collector's cycle
+    loop = (
+        SecurityLoop(security, interval_seconds=service.settings.security_poll_seconds)
+        if security is not None
+        else None
+    )
     notifier = notifier_from_settings(service)  # a bad rules file stops the start
     # the long-lived heap out of the full collections: at start and once the first
     # cycles' caches are built (serve/heap.py)
@@ -154,8 +160,12 @@ def run_server(
         tune_gc()  # start-up done (the app's lifespan): settle the heap once, young threshold
         if collector is not None:
             collector.start()
+        if loop is not None:
+            loop.start()
 
     def shutdown() -> None:
+        if loop is not None:
+            loop.stop()
         if collector is not None:
             collector.stop()
             collector.close_open_gaps()

@@ -14,6 +14,7 @@ that touched a protected path become access records (``file_access``: who read m
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -113,6 +114,7 @@ class SecurityCollection:
     tetragon_path: Path | None = None
     proc_root: Path = Path("/proc")
     sources: list[FalcoSource | TetragonSource] = field(default_factory=list, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.engine = EventRules(
@@ -148,12 +150,17 @@ class SecurityCollection:
         return alert_store.upsert_alerts(self.store, found).result() if found else 0
 
     def collect_once(self, *, now: datetime | None = None) -> SecurityCycle:
-        """Poll the tails, drain the buffer, evaluate, store.
+        """Poll the tails, drain the buffer, evaluate, store (one caller at a time: the
+        server's :class:`SecurityLoop` and the collector's cycle may both call it).
 
         Each tail's poll is also a ``scrapes`` row (exporter ``falco`` or ``tetragon``, target
         the file, rows parsed, lines rejected; not ok while the file does not exist), so the
         diagram's collectors show the sources' health like the exporters'.
         """
+        with self._lock:
+            return self._collect(now)
+
+    def _collect(self, now: datetime | None) -> SecurityCycle:
         polls: list[dict[str, object]] = []
         for source in self.sources:
             started = time.perf_counter()
@@ -193,3 +200,45 @@ class SecurityCollection:
             errors=tuple(str(e) for e in drained.errors[:20]),
             dropped_rows=drained.dropped_rows,
         )
+
+
+class SecurityLoop:
+    """The alert engine's own loop: :meth:`SecurityCollection.collect_once` every
+    ``interval_seconds`` in a thread, so the detection delay does not wait for the collector's
+    cycle (its scrapes and after-cycle rules take seconds on a large cluster).
+
+    Args:
+        collection: the engine and its sources.
+        interval_seconds: the pause between two runs (``security_poll_seconds``).
+    """
+
+    def __init__(self, collection: SecurityCollection, *, interval_seconds: float) -> None:
+        self.collection = collection
+        self.interval_seconds = interval_seconds
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Run in a daemon thread until :meth:`stop`."""
+        self._thread = threading.Thread(target=self._run, name="security-events", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop, and read what arrived since the last run once more."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._once()
+
+    def _once(self) -> None:
+        try:
+            cycle = self.collection.collect_once()
+        except Exception:  # a bad stream or a store hiccup must not end the loop
+            log.exception("security event collection failed")
+            return
+        for error in cycle.errors:
+            log.warning("security events: %s", error)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_seconds):
+            self._once()
