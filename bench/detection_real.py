@@ -56,9 +56,9 @@ from hpcscope.model.security_events import (  # noqa: E402
 from hpcscope.service.identity.users import DEMO_LOGINS  # noqa: E402
 
 
-def quality(scored: list[Scored]) -> dict[str, float]:
+def quality(scored: list[Scored]) -> dict[str, float | None]:
     """Print recall and benign-HIGH per tool and vector; return the per-tool figures."""
-    figures: dict[str, float] = {}
+    figures: dict[str, float | None] = {}
     for tool in TOOLS:
         mine = [s for s in scored if s.label.tool == tool]
         attacks = [s for s in mine if s.label.attack]
@@ -123,7 +123,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def delay(rate: int, seconds: float) -> dict[str, float]:
+def delay(rate: int, seconds: float) -> dict[str, float | None]:
     """Run the server, write the lines at ``rate`` a second, measure each line's delay."""
     corpus = _lines()
     sequence = [corpus[i % len(corpus)] for i in range(int(rate * seconds))]
