@@ -50,3 +50,37 @@ def test_bad_topology_is_a_usage_error(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "bad.yaml" in result.stderr
+
+
+ENGINE_RULES = SHIPPED.parents[1] / "prometheus" / "hpcscope-engine-rules.yml"
+
+
+def test_the_shipped_engine_rules_are_the_generated_ones(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["deploy", "prometheus-rules", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    written = tmp_path / "hpcscope-engine-rules.yml"
+    assert result.stdout.strip() == str(written)
+    assert written.read_text() == ENGINE_RULES.read_text()
+
+
+def test_engine_rules_for_another_interval(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        ["deploy", "prometheus-rules", "--scrape-interval", "30", "--out", str(tmp_path), "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc == {
+        "written": [str(tmp_path / "hpcscope-engine-rules.yml")],
+        "scrape_interval_seconds": 30,
+        "window": 60,
+    }
+    groups = yaml.safe_load((tmp_path / "hpcscope-engine-rules.yml").read_text())["groups"]
+    observed = next(
+        r for g in groups for r in g["rules"] if r["record"].endswith(":observed_seconds1m")
+    )
+    assert observed["expr"].endswith("* 30")
+    bad = runner.invoke(
+        app, ["deploy", "prometheus-rules", "--window", "10", "--scrape-interval", "15"]
+    )
+    assert bad.exit_code == 2 and "at least one scrape interval" in bad.output

@@ -32,7 +32,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
     opened.close()
 
 
-def _by_gpu(rows: list[dict[str, object]]) -> dict[tuple[object, object], dict[str, object]]:
+def _by_gpu(rows: list[q.GpuStateRow]) -> dict[tuple[object, object], q.GpuStateRow]:
     return {(r["node"], r["gpu"]): r for r in rows}
 
 
@@ -60,7 +60,7 @@ def test_a_researcher_gets_other_jobs_as_allocated_without_anything_else(store: 
         assert row["allocated"] is True
         assert row["visible_jobs"] == [] and row["hidden_jobs"] == 1
         assert row["values_visible"] is False
-        assert all(row[c] is None for c in q.LIVE_GPU_COLUMNS), key
+        assert all(dict(row)[c] is None for c in q.LIVE_GPU_COLUMNS), key
     # a GPU no job holds shows its counters to a logged-in user (memory left behind is a signal)
     assert rows[("gpu01", 6)]["reported_util_ratio"] == 0.0
 
@@ -76,7 +76,7 @@ def test_nobody_scope_without_idle_values_returns_no_counter_at_all(store: Store
     rows = q.gpu_states(store, scope=NOBODY, since=RECENT, idle_values=False).rows
     assert len(rows) == 16
     assert all(r["visible_jobs"] == [] for r in rows)
-    assert all(r[c] is None for r in rows for c in q.LIVE_GPU_COLUMNS)
+    assert all(dict(r)[c] is None for r in rows for c in q.LIVE_GPU_COLUMNS)
     assert sum(1 for r in rows if r["allocated"]) == 14
 
 
@@ -236,3 +236,9 @@ def test_open_alerts_are_counted_per_vector_node_and_severity(store: Store) -> N
 def test_alert_counts_are_none_without_an_alerts_table(store: Store) -> None:
     store.submit_write(lambda con: con.execute("DROP TABLE alerts")).result()
     assert q.open_alert_counts(store) is None
+
+
+def test_the_typed_row_names_every_live_counter() -> None:
+    """``GpuCounters`` lists the columns by hand (a TypedDict cannot be built from a tuple):
+    it must name exactly :data:`LIVE_GPU_COLUMNS`, in order."""
+    assert tuple(q.GpuCounters.__annotations__) == q.LIVE_GPU_COLUMNS

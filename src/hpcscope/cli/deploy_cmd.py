@@ -60,3 +60,38 @@ def tetragon(
         )
     else:
         typer.echo(str(target))
+
+
+ENGINE_RULES_FILE = "hpcscope-engine-rules.yml"
+
+
+@app.command("prometheus-rules")
+def prometheus_rules(
+    scrape_interval: int = typer.Option(
+        15, "--scrape-interval", min=1, help="Seconds between scrapes of dcgm-exporter."
+    ),
+    window: int = typer.Option(
+        60, "--window", min=1, help="Seconds between rule evaluations (and their window)."
+    ),
+    out: Path = typer.Option(Path("."), "--out", help="Directory to write the rules into."),
+    json_output: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+) -> None:
+    """Write the engine recording rules the prometheus backend reads (hpcscope-engine-rules.yml)."""
+    from hpcscope.service.backends.engine_rules import engine_rules_yaml
+
+    try:
+        text = engine_rules_yaml(scrape_interval_seconds=scrape_interval, window_seconds=window)
+    except ValueError as exc:
+        fail(str(exc), code=EXIT_USAGE_ERROR, as_json=json_output)
+    target = out / ENGINE_RULES_FILE
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    except OSError as exc:
+        fail(f"{target}: cannot write: {exc.strerror}", as_json=json_output)
+    if json_output:
+        print_json(
+            {"written": [str(target)], "scrape_interval_seconds": scrape_interval, "window": window}
+        )
+    else:
+        typer.echo(str(target))

@@ -12,7 +12,6 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import WEIGHT_EXTENSIONS, Principal, WeightPaths
@@ -24,7 +23,7 @@ from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology, load_topology
 from hpcscope.service.alerts import access as alert_access
 from hpcscope.service.alerts.rules import load_site_rules
-from hpcscope.service.backends import sample_reader
+from hpcscope.service.backends import EngineClient, engine_client, sample_reader
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.jobs import reports, timeseries
 from hpcscope.service.jobs.contracts import JobTimeseries
@@ -54,6 +53,7 @@ class Service:
     without an explicit ``now`` are served from it."""
 
     _alert_changes: int = field(default=0, init=False, repr=False)
+    _engine: EngineClient | None = field(default=None, init=False, repr=False)
     _alert_changes_lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False
     )
@@ -85,7 +85,19 @@ class Service:
         return cls(settings=settings, topology=topology, store=store, users=UserDirectory([]))
 
     def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
         self.store.close()
+
+    def engine(self) -> EngineClient | None:
+        """The process' one client of the metrics engine (``metrics_backend: prometheus``),
+        None with the embedded backend."""
+        if self.settings.metrics_backend != "prometheus":
+            return None
+        with self._alert_changes_lock:
+            if self._engine is None:
+                self._engine = engine_client(self.settings)
+            return self._engine
 
     def principal(self, name: str, *, slurm_users: bool = False) -> Principal | None:
         """The principal for a logged-in user name, with Slurm coordinator rights merged.
@@ -169,7 +181,7 @@ class Service:
             extensions=tuple(sorted(set(WEIGHT_EXTENSIONS) | formats)),
         )
 
-    def open_alert_counts(self) -> list[dict[str, Any]] | None:
+    def open_alert_counts(self) -> list[diagram_queries.OpenAlertCount] | None:
         """Open alerts per vector name, node and severity, unscoped (counts name no job: the
         diagram's aggregate and ``/metrics``); None without an alerts table."""
         return diagram_queries.open_alert_counts(self.store)
@@ -193,7 +205,7 @@ class Service:
 
     def gpu_samples(self) -> GpuSampleReader:
         """Where job reports read GPU samples: the ``metrics_backend`` setting."""
-        return sample_reader(self.settings, self.store)
+        return sample_reader(self.settings, self.store, engine=self.engine())
 
     def job_reports(self, principal: Principal, *, now: datetime | None = None) -> list[JobReport]:
         """Reports of every job ``principal`` may see, newest first.

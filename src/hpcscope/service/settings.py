@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -22,7 +21,9 @@ from pydantic import (
 )
 
 from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN, compile_jobid_pattern
+from hpcscope.model import bounded_yaml
 from hpcscope.model.errors import ConfigError
+from hpcscope.service.engine_settings import EngineSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -42,7 +43,7 @@ def bundled_topology(name: str = "2x8-h100") -> Path:
     raise FileNotFoundError(f"no bundled topology named {name!r}")
 
 
-class Settings(BaseModel):
+class Settings(EngineSettings):
     """Everything a site configures. Defaults suit a single-machine install."""
 
     model_config = ConfigDict(extra="forbid")
@@ -81,23 +82,6 @@ class Settings(BaseModel):
     )
     scrape_interval_seconds: float = Field(15.0, gt=0, description="Seconds between scrapes.")
     scrape_timeout_seconds: float = Field(5.0, gt=0, description="Per-target scrape timeout.")
-    metrics_backend: Literal["embedded", "prometheus"] = Field(
-        "embedded",
-        description="Where job reports read GPU samples: embedded (this server's store) or "
-        "prometheus (the Prometheus HTTP API at prometheus_url: Prometheus, VictoriaMetrics, "
-        "Thanos, Mimir).",
-    )
-    prometheus_url: str | None = Field(
-        None,
-        description="Base URL of the Prometheus HTTP API the prometheus backend reads "
-        "(http://prom:9090; VictoriaMetrics http://vm:8428).",
-    )
-    prometheus_lookback_seconds: float = Field(
-        7 * 86400.0, gt=0, description="How far back the prometheus backend reads a job's samples."
-    )
-    prometheus_timeout_seconds: float = Field(
-        30.0, gt=0, description="Per-request timeout of the prometheus backend."
-    )
     scheduler_source: Literal["slurmrestd", "commands", "none"] = Field(
         "slurmrestd",
         description="Where Slurm's jobs come from: slurmrestd (needs "
@@ -315,12 +299,6 @@ class Settings(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _prometheus_backend_url(self) -> Settings:
-        if self.metrics_backend == "prometheus" and not self.prometheus_url:
-            raise ValueError("metrics_backend prometheus needs prometheus_url")
-        return self
-
-    @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ValueError("tls_certfile and tls_keyfile go together: set both or neither")
@@ -512,7 +490,8 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     if path is not None:
         source = str(path)
         try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+            text = Path(path).read_text(encoding="utf-8")
+            loaded = bounded_yaml.safe_load(text, source=source) or {}
         except (OSError, yaml.YAMLError) as exc:
             raise ConfigError(f"cannot read settings: {exc}", source=source) from None
         if not isinstance(loaded, dict):

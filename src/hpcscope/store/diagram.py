@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TypedDict, cast
 
 import pyarrow as pa
 
@@ -37,9 +37,51 @@ def _scope(scope: JobScope, alias: str = "j") -> tuple[str, list[object]]:
     return f"coalesce({sql}, FALSE)", params
 
 
-def _rows(table: pa.Table) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = table.to_pylist()
-    return rows
+class GpuCounters(TypedDict):
+    """The latest value of each column of :data:`LIVE_GPU_COLUMNS` (None: none, or masked)."""
+
+    reported_util_ratio: float | None
+    sm_active_ratio: float | None
+    sm_occupancy_ratio: float | None
+    tensor_active_ratio: float | None
+    dram_active_ratio: float | None
+    gr_engine_active_ratio: float | None
+    fb_used_bytes: float | None
+    fb_free_bytes: float | None
+    power_watts: float | None
+    energy_joules: float | None
+    gpu_temperature_celsius: float | None
+    memory_temperature_celsius: float | None
+    sm_clock_hertz: float | None
+    clock_throttle_reasons: int | None
+    xid_last: int | None
+    pcie_tx_bytes_per_second: float | None
+    pcie_rx_bytes_per_second: float | None
+    nvlink_tx_bytes_per_second: float | None
+    nvlink_rx_bytes_per_second: float | None
+
+
+class GpuStateRow(GpuCounters):
+    """One GPU for one viewer (:func:`gpu_states`): who holds it and its latest counters."""
+
+    node: str
+    gpu: int
+    ts: datetime | None
+    allocated: bool
+    visible_jobs: list[str]
+    hidden_jobs: int
+    values_visible: bool
+
+
+class GpuHealth(TypedDict):
+    """The cluster-wide aggregate every viewer may see (means over allocated reporting GPUs)."""
+
+    gpus_reporting: int
+    gpus_allocated: int
+    reported_util_ratio: float | None
+    sm_active_ratio: float | None
+    gpus_with_xid: int
+    latest_ts: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,32 +89,30 @@ class GpuStates:
     """The latest state of every GPU for one viewer, and the cluster-wide aggregate.
 
     Attributes:
-        rows: one dict per GPU (see :func:`gpu_states`), counters masked for the viewer.
+        rows: one row per GPU (see :func:`gpu_states`), counters masked for the viewer.
         health: the aggregate every viewer may see, computed before masking and naming no
-            job: ``gpus_reporting``, ``gpus_allocated``, ``reported_util_ratio`` and
-            ``sm_active_ratio`` (means over allocated reporting GPUs), ``gpus_with_xid``,
-            ``latest_ts``.
+            job.
     """
 
-    rows: list[dict[str, Any]]
-    health: dict[str, Any]
+    rows: list[GpuStateRow]
+    health: GpuHealth
 
 
-def _aggregate(entries: list[dict[str, Any]]) -> dict[str, Any]:
+def _aggregate(entries: list[GpuStateRow]) -> GpuHealth:
     reporting = [e for e in entries if e["ts"] is not None]
     allocated = [e for e in reporting if e["allocated"]]
 
-    def mean(column: str) -> float | None:
-        values = [float(e[column]) for e in allocated if e[column] is not None]
-        return math.fsum(values) / len(values) if values else None
+    def mean(values: list[float | None]) -> float | None:
+        present = [float(v) for v in values if v is not None]
+        return math.fsum(present) / len(present) if present else None
 
     return {
         "gpus_reporting": len(reporting),
         "gpus_allocated": len(allocated),
-        "reported_util_ratio": mean("reported_util_ratio"),
-        "sm_active_ratio": mean("sm_active_ratio"),
+        "reported_util_ratio": mean([e["reported_util_ratio"] for e in allocated]),
+        "sm_active_ratio": mean([e["sm_active_ratio"] for e in allocated]),
         "gpus_with_xid": sum(1 for e in reporting if e["xid_last"]),
-        "latest_ts": max((e["ts"] for e in reporting), default=None),
+        "latest_ts": max((e["ts"] for e in reporting if e["ts"] is not None), default=None),
     }
 
 
@@ -100,9 +140,8 @@ def gpu_states(store: Store, *, scope: JobScope, since: datetime, idle_values: b
         unless ``values_visible``); and the cluster-wide aggregate.
     """
     scope_sql, scope_params = _scope(scope)
-    holders = _rows(
-        store.query(
-            f"""
+    holders = store.query(
+        f"""
 WITH latest AS (
   SELECT node, gpu, job_id FROM gpu_samples WHERE ts >= ?
   QUALIFY ts = max(ts) OVER (PARTITION BY node, gpu)
@@ -115,39 +154,38 @@ holders AS (
 SELECT h.node, h.gpu, h.job_id, {scope_sql} AS visible
 FROM holders h LEFT JOIN jobs j ON j.job_id = h.job_id
 """,
-            [since, *scope_params],
-        )
-    )
+        [since, *scope_params],
+    ).to_pylist()
     latest = ", ".join(f"arg_max({c}, ts) AS {c}" for c in LIVE_GPU_COLUMNS)
-    counters = _rows(
-        store.query(
-            f"SELECT node, gpu, max(ts) AS ts, {latest} FROM gpu_samples WHERE ts >= ? "
-            "GROUP BY node, gpu",
-            [since],
-        )
-    )
-    merged: dict[tuple[str, int], dict[str, Any]] = {}
+    counters = store.query(
+        f"SELECT node, gpu, max(ts) AS ts, {latest} FROM gpu_samples WHERE ts >= ? "
+        "GROUP BY node, gpu",
+        [since],
+    ).to_pylist()
+    # The query's columns are the row's (node, gpu, ts and LIVE_GPU_COLUMNS): the SQL is the
+    # one place the row's shape comes from, hence the casts.
+    merged: dict[tuple[str, int], GpuStateRow] = {}
     empty = dict.fromkeys(LIVE_GPU_COLUMNS)
     for row in counters:
-        merged[(row["node"], int(row["gpu"]))] = {
-            **row,
-            "allocated": False,
-            "visible_jobs": [],
-            "hidden_jobs": 0,
-        }
+        merged[(row["node"], int(row["gpu"]))] = cast(
+            GpuStateRow, {**row, "allocated": False, "visible_jobs": [], "hidden_jobs": 0}
+        )
     for holder in holders:
         key = (holder["node"], int(holder["gpu"]))
         entry = merged.setdefault(
             key,
-            {
-                "node": key[0],
-                "gpu": key[1],
-                "ts": None,
-                **empty,
-                "allocated": False,
-                "visible_jobs": [],
-                "hidden_jobs": 0,
-            },
+            cast(
+                GpuStateRow,
+                {
+                    "node": key[0],
+                    "gpu": key[1],
+                    "ts": None,
+                    **empty,
+                    "allocated": False,
+                    "visible_jobs": [],
+                    "hidden_jobs": 0,
+                },
+            ),
         )
         entry["allocated"] = True
         if holder["visible"]:
@@ -161,7 +199,7 @@ FROM holders h LEFT JOIN jobs j ON j.job_id = h.job_id
         permitted = bool(entry["visible_jobs"]) or (not entry["allocated"] and idle_values)
         entry["values_visible"] = permitted and entry["ts"] is not None
         if not entry["values_visible"]:
-            entry.update(empty)
+            cast(dict[str, object], entry).update(empty)  # the counter columns, by name
     return GpuStates(entries, health)
 
 
@@ -171,15 +209,34 @@ def last_sample_times(store: Store, *, since: datetime) -> dict[tuple[str, int],
     Bounded by ``since`` so that a poll never scans the whole history. Timestamps only: no
     job, no counter, so no scope applies.
     """
-    rows = _rows(
-        store.query(
-            "SELECT node, gpu, max(ts) AS ts FROM gpu_samples WHERE ts >= ? GROUP BY ALL", [since]
-        )
-    )
+    rows = store.query(
+        "SELECT node, gpu, max(ts) AS ts FROM gpu_samples WHERE ts >= ? GROUP BY ALL", [since]
+    ).to_pylist()
     return {(r["node"], int(r["gpu"])): r["ts"] for r in rows}
 
 
-def visible_jobs(store: Store, *, scope: JobScope, job_ids: Sequence[str]) -> list[dict[str, Any]]:
+class ActiveJob(TypedDict):
+    """A job's scheduler record as the diagram's cards show it."""
+
+    job_id: str
+    name: str | None
+    user: str | None
+    account: str | None
+    partition: str | None
+    state: str | None
+    submit_time: datetime | None
+    start_time: datetime | None
+    gpus: int | None
+    nodes: str | None
+
+
+class VisibleJob(ActiveJob):
+    """A job's scheduler record, with its end."""
+
+    end_time: datetime | None
+
+
+def visible_jobs(store: Store, *, scope: JobScope, job_ids: Sequence[str]) -> list[VisibleJob]:
     """Scheduler records of ``job_ids`` that are inside ``scope`` (others are simply absent)."""
     if not job_ids:
         return []
@@ -190,7 +247,7 @@ SELECT j.job_id, j.name, j."user", j.account, j.partition, j.state, j.submit_tim
        j.start_time, j.end_time, j.gpus, j.nodes
 FROM jobs j WHERE j.job_id IN ({marks}) AND {scope_sql} ORDER BY j.job_id
 """
-    return _rows(store.query(sql, [*job_ids, *scope_params]))
+    return cast(list[VisibleJob], store.query(sql, [*job_ids, *scope_params]).to_pylist())
 
 
 def recent_job_samples(store: Store, *, scope: JobScope, since: datetime) -> pa.Table:
@@ -273,7 +330,7 @@ SELECT coalesce(sum(seconds), 0) AS allocated_seconds,
 FROM w
 """
     params = [since, until, *scope_params, max_interval_seconds, max_interval_seconds]
-    row = _rows(store.query(sql, params))[0]
+    row = store.query(sql, params).to_pylist()[0]
     return GpuTime(
         allocated_seconds=float(row["allocated_seconds"]),
         measured_seconds=float(row["measured_seconds"]),
@@ -285,14 +342,21 @@ FROM w
     )
 
 
-def scheduler_summary(store: Store, *, now: datetime, since: datetime) -> dict[str, Any]:
-    """Queue and wait figures over every job (counts and durations only, no names).
+class SchedulerSummary(TypedDict):
+    """Queue and wait figures: jobs ``started_since`` the window's start, and of those the
+    waits from submission (median, p90) and from eligibility (median)."""
 
-    Returns:
-        ``pending``, ``running``, ``oldest_pending_submit``, ``started_since`` (jobs started
-        after ``since``), ``wait_median_seconds`` and ``wait_p90_seconds`` (start - submit of
-        those), ``eligible_wait_median_seconds`` (start - eligible).
-    """
+    pending: int
+    running: int
+    oldest_pending_submit: datetime | None
+    started_since: int
+    wait_median_seconds: float | None
+    wait_p90_seconds: float | None
+    eligible_wait_median_seconds: float | None
+
+
+def scheduler_summary(store: Store, *, now: datetime, since: datetime) -> SchedulerSummary:
+    """Queue and wait figures over every job (counts and durations only, no names)."""
     sql = """
 WITH j AS (SELECT *, upper(coalesce(state, '')) AS st FROM jobs),
 started AS (
@@ -310,10 +374,10 @@ SELECT (SELECT count(*) FROM j WHERE st LIKE 'PENDING%') AS pending,
        (SELECT quantile_cont(greatest(eligible_wait, 0), 0.5) FROM started)
          AS eligible_wait_median_seconds
 """
-    return _rows(store.query(sql, [since, now]))[0]
+    return cast(SchedulerSummary, store.query(sql, [since, now]).to_pylist()[0])
 
 
-def active_jobs(store: Store, *, scope: JobScope, limit: int = 50) -> list[dict[str, Any]]:
+def active_jobs(store: Store, *, scope: JobScope, limit: int = 50) -> list[ActiveJob]:
     """Pending and running jobs inside ``scope``, oldest submission first."""
     scope_sql, scope_params = _scope(scope)
     sql = f"""
@@ -324,18 +388,28 @@ WHERE (upper(coalesce(j.state, '')) LIKE 'PENDING%' OR upper(coalesce(j.state, '
        'RUNNING%') AND {scope_sql}
 ORDER BY j.submit_time NULLS LAST, j.job_id LIMIT ?
 """
-    return _rows(store.query(sql, [*scope_params, limit]))
+    return cast(list[ActiveJob], store.query(sql, [*scope_params, limit]).to_pylist())
 
 
-def scrape_health(store: Store, *, since: datetime) -> list[dict[str, Any]]:
-    """hpcscope's own collection, per exporter: targets, last scrape, failures since ``since``.
+class ScrapeHealth(TypedDict):
+    """One exporter's collection: ``scrapes``, ``failures`` and ``rejected_lines`` since the
+    window's start, ``failing_targets`` (whose latest scrape failed), ``last_error`` (the
+    latest failure's text)."""
 
-    Returns:
-        One dict per exporter name: ``exporter``, ``targets``, ``last_ts``, ``last_ok_ts``,
-        ``scrapes`` and ``failures`` since ``since``, ``failing_targets`` (targets whose latest
-        scrape failed), ``last_error`` (text of the latest failure), ``rejected_lines`` since
-        ``since``.
-    """
+    exporter: str
+    targets: int
+    last_ts: datetime
+    last_ok_ts: datetime | None
+    scrapes: int
+    failures: int
+    rejected_lines: int
+    last_error: str | None
+    failing_targets: int
+
+
+def scrape_health(store: Store, *, since: datetime) -> list[ScrapeHealth]:
+    """hpcscope's own collection, per exporter: targets, last scrape, failures since
+    ``since``."""
     sql = """
 WITH last_per_target AS (
   SELECT exporter, target, arg_max(ok, ts) AS ok FROM scrapes GROUP BY exporter, target
@@ -353,7 +427,7 @@ SELECT s.exporter,
          AS failing_targets
 FROM scrapes s GROUP BY s.exporter ORDER BY s.exporter
 """
-    return _rows(store.query(sql, [since, since, since]))
+    return cast(list[ScrapeHealth], store.query(sql, [since, since, since]).to_pylist())
 
 
 #: The alerts table (migration 7, ``store/alerts.py``) and the columns the diagram reads.
@@ -361,7 +435,18 @@ ALERTS_TABLE = "alerts"
 ALERT_COLUMNS = frozenset({"vector", "node", "severity", "state"})
 
 
-def open_alert_counts(store: Store) -> list[dict[str, Any]] | None:
+class OpenAlertCount(TypedDict):
+    """Open alerts of one vector name (``VECTOR_NAMES``), node and severity name."""
+
+    vector: str
+    node: str | None
+    severity: str
+    user: str | None
+    account: str | None
+    open: int
+
+
+def open_alert_counts(store: Store) -> list[OpenAlertCount] | None:
     """Open alerts (acknowledged included: not resolved) per vector name, node and severity.
 
     Rows: ``vector`` (the catalog id of :data:`~hpcscope.model.alerts.VECTOR_NAMES`), ``node``
@@ -373,25 +458,22 @@ def open_alert_counts(store: Store) -> list[dict[str, Any]] | None:
     """
     columns = {
         str(r["column_name"])
-        for r in _rows(
-            store.query(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = ?",
-                [ALERTS_TABLE],
-            )
-        )
+        for r in store.query(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ?",
+            [ALERTS_TABLE],
+        ).to_pylist()
     }
     if not columns >= ALERT_COLUMNS:
         return None
     names = {**VECTOR_NAMES, Vector.SERVICE_LEVEL: "service-level"}
     vector_case = " ".join(f"WHEN {int(v)} THEN '{name}'" for v, name in names.items())
     severity_case = " ".join(f"WHEN {int(s)} THEN '{s.name}'" for s in Severity)
-    return _rows(
-        store.query(
-            f"SELECT CASE a.vector {vector_case} ELSE CAST(a.vector AS VARCHAR) END AS vector, "
-            f"a.node, CASE a.severity {severity_case} ELSE CAST(a.severity AS VARCHAR) END "
-            'AS severity, j."user" AS "user", j.account AS account, count(*) AS open '
-            f"FROM {ALERTS_TABLE} a LEFT JOIN jobs j ON j.job_id = a.job_id WHERE a.state <> ? "
-            "GROUP BY ALL ORDER BY vector, node NULLS LAST, severity",
-            [AlertState.RESOLVED.value],
-        )
+    rows = store.query(
+        f"SELECT CASE a.vector {vector_case} ELSE CAST(a.vector AS VARCHAR) END AS vector, "
+        f"a.node, CASE a.severity {severity_case} ELSE CAST(a.severity AS VARCHAR) END "
+        'AS severity, j."user" AS "user", j.account AS account, count(*) AS open '
+        f"FROM {ALERTS_TABLE} a LEFT JOIN jobs j ON j.job_id = a.job_id WHERE a.state <> ? "
+        "GROUP BY ALL ORDER BY vector, node NULLS LAST, severity",
+        [AlertState.RESOLVED.value],
     )
+    return cast(list[OpenAlertCount], rows.to_pylist())

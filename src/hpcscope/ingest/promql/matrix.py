@@ -34,12 +34,25 @@ from typing import Any
 
 import pyarrow as pa
 
-from hpcscope.ingest.dcgm_fields import COLUMN_OF_FIELD, FIELDS_BY_EXPORTED_NAME, is_blank
-from hpcscope.model.errors import SourceError
+from hpcscope.ingest.dcgm_fields import (
+    COLUMN_OF_FIELD,
+    FIELDS_BY_EXPORTED_NAME,
+    ValueType,
+    is_blank,
+)
+from hpcscope.ingest.promql.answer import PromqlResponseError, Series
+from hpcscope.model.bounds import loads_json
 from hpcscope.model.sampling import job_id_from_label
 from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA
 
-__all__ = ["PromqlResponseError", "dcgm_matrix_to_samples", "dcgm_series_selector"]
+__all__ = [
+    "PromqlResponseError",
+    "dcgm_matrix_to_samples",
+    "dcgm_series_selector",
+    "dcgm_series_to_samples",
+    "promql_string",
+    "re2_escape",
+]
 
 _INT16_MAX = 2**15 - 1
 _HOST_LABELS = ("node", "hostname", "Hostname")
@@ -58,15 +71,11 @@ RowKey = tuple[int, str, int, int | None, str | None]
 """(epoch milliseconds, node, gpu, MIG instance id, job id)."""
 
 
-class PromqlResponseError(SourceError):
-    """A Prometheus HTTP API answer that is not a usable matrix of dcgm-exporter series."""
-
-
-def _re2_escape(text: str) -> str:
+def re2_escape(text: str) -> str:
     return "".join(f"\\{char}" if char in _RE2_SPECIAL else char for char in text)
 
 
-def _promql_string(text: str) -> str:
+def promql_string(text: str) -> str:
     """A PromQL double-quoted string (Go escapes: control characters as ``\\xNN``)."""
     out = []
     for char in text:
@@ -87,8 +96,8 @@ def dcgm_series_selector(job_ids: Sequence[str]) -> str:
     if not job_ids:
         raise ValueError("a selector needs at least one job id")
     names = "|".join(DCGM_METRIC_NAMES)
-    jobs = "|".join(_re2_escape(job) for job in sorted(set(job_ids)))
-    return f"{{__name__=~{_promql_string(names)},hpc_job=~{_promql_string(jobs)}}}"
+    jobs = "|".join(re2_escape(job) for job in sorted(set(job_ids)))
+    return f"{{__name__=~{promql_string(names)},hpc_job=~{promql_string(jobs)}}}"
 
 
 def _node(metric: dict[str, Any]) -> str | None:
@@ -138,7 +147,7 @@ def dcgm_matrix_to_samples(body: bytes | str, *, source: str) -> pa.Table:
         source: what to name in errors (the backend URL and query).
     """
     try:
-        doc = json.loads(body)
+        doc = loads_json(body, source=source)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         line = getattr(error, "lineno", None)
         column = getattr(error, "colno", None)
@@ -151,19 +160,9 @@ def dcgm_matrix_to_samples(body: bytes | str, *, source: str) -> pa.Table:
         if not isinstance(series, dict) or not isinstance(series.get("metric"), dict):
             raise PromqlResponseError("a series without labels", source=source, field=where)
         metric: dict[str, Any] = series["metric"]
-        field = FIELDS_BY_EXPORTED_NAME.get(str(metric.get("__name__")))
-        column = COLUMN_OF_FIELD.get(field.name) if field is not None else None
-        node = _node(metric)
-        if field is None or column is None or "gpu" not in metric or node is None:
+        target = _cell_target(metric, source=source, where=where)
+        if target is None:
             continue
-        gpu = _small_int(metric["gpu"], source=source, where=f"{where}.metric.gpu")
-        instance_label = metric.get("GPU_I_ID")
-        instance = (
-            _small_int(instance_label, source=source, where=f"{where}.metric.GPU_I_ID")
-            if instance_label not in (None, "")
-            else None
-        )
-        job = job_id_from_label(metric.get("hpc_job"))
         values = series.get("values")
         if not isinstance(values, list):
             raise PromqlResponseError("no values", source=source, field=f"{where}.values")
@@ -178,9 +177,49 @@ def dcgm_matrix_to_samples(body: bytes | str, *, source: str) -> pa.Table:
                     source=source,
                     field=f"{where}.values[{position}]",
                 ) from error
-            if math.isnan(value) or is_blank(value, field.value_type):
-                continue
-            cells.setdefault((millis, node, gpu, instance, job), {})[column] = value * field.factor
+            _put(cells, target, millis, value)
+    return _table(cells)
+
+
+_Target = tuple[str, float, ValueType, str, int, int | None, str | None]
+"""(column, factor, value type, node, gpu, MIG instance, job) of one series."""
+
+
+def _cell_target(metric: dict[str, Any], *, source: str, where: str) -> _Target | None:
+    """Where a series' values go, None for a series that holds no GPU sample."""
+    field = FIELDS_BY_EXPORTED_NAME.get(str(metric.get("__name__")))
+    column = COLUMN_OF_FIELD.get(field.name) if field is not None else None
+    node = _node(metric)
+    if field is None or column is None or "gpu" not in metric or node is None:
+        return None
+    gpu = _small_int(metric["gpu"], source=source, where=f"{where}.metric.gpu")
+    instance_label = metric.get("GPU_I_ID")
+    instance = (
+        _small_int(instance_label, source=source, where=f"{where}.metric.GPU_I_ID")
+        if instance_label not in (None, "")
+        else None
+    )
+    job = job_id_from_label(metric.get("hpc_job"))
+    return column, field.factor, field.value_type, node, gpu, instance, job
+
+
+def _put(cells: dict[RowKey, dict[str, float]], target: _Target, millis: int, value: float) -> None:
+    column, factor, value_type, node, gpu, instance, job = target
+    if math.isnan(value) or is_blank(value, value_type):
+        return
+    cells.setdefault((millis, node, gpu, instance, job), {})[column] = value * factor
+
+
+def dcgm_series_to_samples(series: Sequence[Series], *, source: str) -> pa.Table:
+    """Rows of ``GPU_SAMPLE_SCHEMA`` from decoded series (:func:`decode_answer`), as
+    :func:`dcgm_matrix_to_samples` makes them of the body."""
+    cells: dict[RowKey, dict[str, float]] = {}
+    for index, one in enumerate(series):
+        target = _cell_target(one.labels, source=source, where=f"data.result[{index}]")
+        if target is None:
+            continue
+        for at, value in zip(one.times.tolist(), one.values.tolist(), strict=True):
+            _put(cells, target, round(at * 1000), value)
     return _table(cells)
 
 

@@ -1,16 +1,16 @@
 """GPU samples read from a site's Prometheus (or VictoriaMetrics, Thanos, Mimir) HTTP API.
 
-One ``POST /api/v1/query_range`` per chunk of the window, with the selector of every
-dcgm-exporter series of the jobs (``hpc_job``), at a step of the scrape interval: the answer is
-turned into the same Arrow table the embedded store returns
-(:func:`hpcscope.ingest.promql.dcgm_matrix_to_samples`), so the job report is computed by the
+One ``POST /api/v1/query_range`` per chunk of the window (through the engine's
+:class:`~hpcscope.service.backends.client.EngineClient`: authentication, retries, limits),
+with the selector of every dcgm-exporter series of the jobs (``hpc_job``), at a step of the
+scrape interval: the answer is turned into the same Arrow table the embedded store returns
+(:func:`hpcscope.ingest.promql.dcgm_series_to_samples`), so the job report is computed by the
 same code on either backend. A window longer than :data:`MAX_POINTS_PER_QUERY` steps is read
 in chunks (Prometheus refuses more than 11,000 points per series in one query).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -18,13 +18,10 @@ from datetime import datetime, timedelta
 import httpx2
 import pyarrow as pa
 
-from hpcscope.ingest.promql import dcgm_matrix_to_samples, dcgm_series_selector
-from hpcscope.ingest.tls import default_tls_context
-from hpcscope.model.errors import HpcscopeError
+from hpcscope.ingest.promql import dcgm_series_selector, dcgm_series_to_samples
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA
 from hpcscope.model.timeutil import as_naive_utc, epoch_seconds, utcnow
-
-log = logging.getLogger(__name__)
+from hpcscope.service.backends.client import EngineClient, EngineConfig
 
 #: Steps per query_range call (under Prometheus' 11,000 points per series).
 MAX_POINTS_PER_QUERY = 10_000
@@ -59,26 +56,20 @@ def read_grid(start: datetime, end: datetime, step_seconds: float) -> list[tuple
     return grid
 
 
-class MetricsBackendError(HpcscopeError, RuntimeError):
-    """The metrics backend did not answer (connection refused, timeout, an HTTP error page)."""
-
-
 class PrometheusSamples:
     """The ``prometheus`` backend's :class:`~hpcscope.model.backends.GpuSampleReader`.
 
     Args:
-        url: base URL of the Prometheus HTTP API (``http://prom:9090``; VictoriaMetrics
-            single-node ``http://vm:8428``; a cluster's ``.../select/0/prometheus``).
+        engine: the engine's client (or its base URL: a client with default settings).
         step_seconds: resolution of the read: the scrape interval of the dcgm-exporter job.
         lookback_seconds: how far back a read with no ``since`` goes.
-        timeout_seconds: per HTTP request.
         now: the clock (tests pass a fixed one).
-        transport: an httpx2 transport (tests), else the network.
+        transport: an httpx2 transport for a client made from a URL (tests).
     """
 
     def __init__(
         self,
-        url: str,
+        engine: EngineClient | str,
         *,
         step_seconds: float,
         lookback_seconds: float,
@@ -86,12 +77,14 @@ class PrometheusSamples:
         now: Callable[[], datetime] = utcnow,
         transport: httpx2.BaseTransport | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
+        if isinstance(engine, str):
+            config = EngineConfig(url=engine.rstrip("/"), timeout_seconds=timeout_seconds)
+            engine = EngineClient(config, transport=transport)
+        self.engine = engine
+        self.url = engine.url
         self.step_seconds = step_seconds
         self.lookback_seconds = lookback_seconds
-        self.timeout_seconds = timeout_seconds
         self._now = now
-        self._transport = transport
 
     def samples_for_jobs(
         self,
@@ -112,34 +105,11 @@ class PrometheusSamples:
         if start > end:
             return GPU_SAMPLE_SCHEMA.empty_table()
         query = dcgm_series_selector(job_ids)
+        source = f"{self.url}/api/v1/query_range"
         tables = []
-        with httpx2.Client(
-            timeout=self.timeout_seconds, transport=self._transport, verify=default_tls_context()
-        ) as client:
-            for chunk_start, chunk_end, step_ms in read_grid(start, end, self.step_seconds):
-                tables.append(self._query_range(client, query, chunk_start, chunk_end, step_ms))
-        return pa.concat_tables(tables)
-
-    def _query_range(
-        self, client: httpx2.Client, query: str, start_ms: int, end_ms: int, step_ms: int
-    ) -> pa.Table:
-        endpoint = f"{self.url}/api/v1/query_range"
-        form = {
-            "query": query,
-            "start": f"{start_ms / 1000:.3f}",
-            "end": f"{end_ms / 1000:.3f}",
-            "step": f"{step_ms / 1000:.3f}",
-        }
-        try:
-            response = client.post(endpoint, data=form)
-        except httpx2.HTTPError as error:
-            raise MetricsBackendError(f"{endpoint}: {error}") from error
-        log.debug(
-            "query_range %s -> %s, %d bytes", endpoint, response.status_code, len(response.content)
-        )
-        is_json = response.headers.get("content-type", "").startswith("application/json")
-        if response.status_code >= 400 and not is_json:
-            raise MetricsBackendError(
-                f"{endpoint}: HTTP {response.status_code}: {response.text[:200]}"
+        for chunk_start, chunk_end, step_ms in read_grid(start, end, self.step_seconds):
+            answer = self.engine.query_range(
+                query, start=chunk_start / 1000, end=chunk_end / 1000, step=step_ms / 1000
             )
-        return dcgm_matrix_to_samples(response.content, source=endpoint)
+            tables.append(dcgm_series_to_samples(answer.series, source=source))
+        return pa.concat_tables(tables)

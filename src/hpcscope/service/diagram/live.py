@@ -411,7 +411,7 @@ def gpu_views(
     by_gpu = {(r["node"], int(r["gpu"])): r for r in states.rows}
     wanted = set(nodes) if nodes is not None else None
     silent = any(
-        by_gpu.get((gpu.node, gpu.index), {}).get("ts") is None
+        (row := by_gpu.get((gpu.node, gpu.index))) is None or row["ts"] is None
         for node in service.topology.nodes
         if wanted is None or node.name in wanted
         for gpu in node.gpus
