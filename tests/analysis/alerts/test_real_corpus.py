@@ -4,9 +4,13 @@ labelled by hand (``labels.yaml``)."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
-from tests.support.real_corpus import TOOLS, Scored, labels, score
+from hpcscope.analysis.alerts.common import JobOwner
+from hpcscope.ingest.security.falco import parse_falco_lines
+from hpcscope.model.security_events import TETRAGON_EVENT_SCHEMA
+from tests.support.real_corpus import REAL, TOOLS, Scored, engine, labels, score
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +57,22 @@ def test_the_issues_examples_mean_what_they_say(scored: list[Scored]) -> None:
         "Read sensitive file untrusted",
     ):
         assert by_rule[name], f"{name} raised nothing"
+
+
+def test_a_falco_alert_whose_cgroups_name_a_slurm_job_is_that_jobs() -> None:
+    """Every real Falco line that raises an alert, given a thread.cgroups of a Slurm job (as
+    hpcscope's append_output adds it), raises it on that job, with the job's owner."""
+    cgroups = "cpuset=/slurm/uid_1000/job_4242/step_0/task_0 memory=/slurm/uid_1000/job_4242"
+    owners = {"4242": JobOwner("alice", "vision")}
+    raised = 0
+    for path in sorted((REAL / "falco").glob("*.jsonl")):
+        rules = engine()
+        for line in path.read_bytes().splitlines():
+            alert = orjson.loads(line)
+            alert.setdefault("output_fields", {})["thread.cgroups"] = cgroups
+            table = parse_falco_lines([orjson.dumps(alert)], source=path.name).table
+            verdict = rules.evaluate(table, TETRAGON_EVENT_SCHEMA.empty_table(), owners=owners)
+            for found in verdict.alerts:
+                raised += 1
+                assert (found.job_id, found.user, found.account) == ("4242", "alice", "vision")
+    assert raised >= 40

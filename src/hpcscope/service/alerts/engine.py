@@ -181,6 +181,9 @@ class SecurityCollection:
             )
         if polls:
             self.store.append("scrapes", pa.Table.from_pylist(polls, schema=SCRAPE_SCHEMA))
+        for tail in self.buffer.tails:  # the tails the collector polls as sources of their own
+            if all(tail is not own for own in self.sources):
+                tail.poll()
         drained = self.buffer.drain()
         if drained.dropped_rows:
             log.warning("security event buffer was full: %d events dropped", drained.dropped_rows)
@@ -219,16 +222,17 @@ class SecurityLoop:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Run in a daemon thread until :meth:`stop`."""
+        """Run in a daemon thread until :meth:`stop` (a second call does nothing)."""
+        if self._thread is not None or self._stop.is_set():
+            return
         self._thread = threading.Thread(target=self._run, name="security-events", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop, and read what arrived since the last run once more."""
+        """Stop (the collector's last cycle reads what arrived since)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        self._once()
 
     def _once(self) -> None:
         try:
