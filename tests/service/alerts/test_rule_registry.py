@@ -8,21 +8,20 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pyarrow as pa
 import pytest
 import yaml
 
-from hpcscope.analysis.alerts.common import JobOwner
+from hpcscope.analysis.alerts.common import JobOwner, event_time
 from hpcscope.analysis.alerts.events import EventRules, event_rule
 from hpcscope.analysis.alerts.posture import NodePosture, evaluate_posture, posture_rule
 from hpcscope.analysis.registry import Rule, RuleKind, RuleRegistry, declared_in, registry
 from hpcscope.analysis.telemetry_rules.rules import TelemetryInputs, evaluate, telemetry_rule
 from hpcscope.model.alerts import Alert, RuleSpec, Severity, Vector
 from hpcscope.model.rules import RULE_ID_PATTERN
-from hpcscope.model.security_events import FALCO_ALERT_SCHEMA, TETRAGON_EVENT_SCHEMA
+from hpcscope.model.security_events import FALCO_ALERT_SCHEMA, TETRAGON_EVENT_SCHEMA, TetragonRow
 from hpcscope.service.alerts import reference
 from hpcscope.service.alerts.rules import RuleFileError, bundled_rules_dir, load_rule_file
 from hpcscope.service.settings import REPO_ROOT
@@ -150,15 +149,13 @@ class _ShellsOnNodes:
     ):
         self.spec = rules.get("ZZ-1")
 
-    def evaluate(
-        self, rows: list[dict[str, Any]], *, owners: Mapping[str, JobOwner]
-    ) -> list[Alert]:
+    def evaluate(self, rows: list[TetragonRow], *, owners: Mapping[str, JobOwner]) -> list[Alert]:
         spec = self.spec
         if spec is None:
             return []
         return [
-            Alert(spec.rule_id, spec.vector, spec.severity, spec.title, r["ts"], r["ts"],
-                  node=r["node_name"], subject=r["binary"])
+            Alert(spec.rule_id, spec.vector, spec.severity, spec.title, event_time(r),
+                  event_time(r), node=r["node_name"], subject=r["binary"])
             for r in rows
             if r["binary"] == "/bin/sh"
         ]  # fmt: skip

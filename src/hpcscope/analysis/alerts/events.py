@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 import pyarrow as pa
 
@@ -28,6 +28,7 @@ from hpcscope.analysis.alerts.tetragon import TetragonRules
 from hpcscope.analysis.registry import registry
 from hpcscope.model.alerts import Alert, RuleSpec, Vector, merge_alerts
 from hpcscope.model.rules import ListCheck, Rule, RuleKind, distinct_evaluators
+from hpcscope.model.security_events import FalcoRow, TetragonRow
 
 
 class TetragonEvaluator(Protocol):
@@ -35,7 +36,7 @@ class TetragonEvaluator(Protocol):
 
     def evaluate(
         self,
-        rows: list[dict[str, Any]],  # Arrow's to_pylist of TETRAGON_EVENT_SCHEMA rows
+        rows: list[TetragonRow],
         *,
         owners: Mapping[str, JobOwner],
     ) -> list[Alert]:
@@ -211,8 +212,8 @@ class EventRules:
                 in the order Tetragon wrote them.
             owners: job id -> owner (user, account) from the store's jobs.
         """
-        falco_rows = falco.to_pylist()
-        tetragon_rows = tetragon.to_pylist()
+        falco_rows = cast(list[FalcoRow], falco.to_pylist())
+        tetragon_rows = cast(list[TetragonRow], tetragon.to_pylist())
         from_falco = self.falco.evaluate(falco_rows, owners=owners)
         from_tetragon = [
             alert

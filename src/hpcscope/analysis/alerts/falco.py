@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from hpcscope.analysis.alerts.common import JobOwner, basename, event_alert, in_networks, networks
 from hpcscope.analysis.alerts.falco_meaning import (
@@ -33,8 +32,9 @@ from hpcscope.analysis.alerts.falco_meaning import (
     mount_items,
 )
 from hpcscope.model.alerts import Alert, RuleSpec, Severity, Vector
+from hpcscope.model.security_events import FalcoRow
 
-Row = Mapping[str, Any]  # one row of FALCO_ALERT_SCHEMA (Arrow's to_pylist: column -> value)
+Row = FalcoRow
 
 #: The rule each vector's Falco alerts carry when no hpcscope rule is their condition.
 FALCO_RULE_OF_VECTOR: Mapping[Vector, str] = {
@@ -98,7 +98,7 @@ def _subject(rule_id: str, row: Row) -> str:
     for column in _SUBJECT_COLUMNS.get(rule_id, ()):
         value = row.get(column)
         if value:
-            return basename(value) if column == "proc_name" else str(value)
+            return basename(str(value)) if column == "proc_name" else str(value)
     name = basename(row.get("proc_name"))
     return f"{row['rule']}: {name}" if name else str(row["rule"])
 
@@ -145,9 +145,7 @@ class FalcoRules:
         spec = self.rules.get(rule_id)
         return spec.items(name) if spec is not None else ()
 
-    def evaluate(
-        self, rows: list[dict[str, Any]], *, owners: Mapping[str, JobOwner]
-    ) -> FalcoVerdict:
+    def evaluate(self, rows: list[FalcoRow], *, owners: Mapping[str, JobOwner]) -> FalcoVerdict:
         """The alerts ``rows`` (of :data:`~hpcscope.model.security_events.FALCO_ALERT_SCHEMA`)
         raise, with ``owners`` (job id -> owner from the store's jobs)."""
         verdict = FalcoVerdict()
@@ -208,7 +206,7 @@ class FalcoRules:
         if fact == "in_job":
             return row.get("job_id") is not None
         if fact == "peer_outside_cluster":
-            peers = [row.get(c) for c in ("fd_rip", "fd_sip")]
+            peers = [row["fd_rip"], row["fd_sip"]]
             name = str(row.get("fd_name") or "")
             if "->" in name:
                 peers.append(name.rsplit("->", 1)[1].rsplit(":", 1)[0])
@@ -283,7 +281,7 @@ class FalcoRules:
 
 
 def falco_alerts(
-    rows: list[dict[str, Any]],
+    rows: list[FalcoRow],
     *,
     rules: Mapping[str, RuleSpec],
     owners: Mapping[str, JobOwner],

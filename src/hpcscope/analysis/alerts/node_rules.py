@@ -44,21 +44,22 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from hpcscope.analysis.alerts.common import (
     JobOwner,
     basename,
     contains_any,
     event_alert,
+    event_time,
     in_networks,
     networks,
     under,
 )
 from hpcscope.model.alerts import Alert, RuleSpec, Severity
 from hpcscope.model.file_access import FILE_HOOKS, TRUNCATE_HOOKS, file_access_kind
+from hpcscope.model.security_events import TetragonRow
 
-Row = Mapping[str, Any]  # one row of TETRAGON_EVENT_SCHEMA (Arrow's to_pylist: column -> value)
+Row = TetragonRow
 
 MAX_EXECS = 65_536
 AF_PACKET = 17
@@ -163,9 +164,7 @@ class NodeRules:
         self._owners: Mapping[str, JobOwner] = {}
         self._found: list[Alert] = []
 
-    def evaluate(
-        self, rows: list[dict[str, Any]], *, owners: Mapping[str, JobOwner]
-    ) -> list[Alert]:
+    def evaluate(self, rows: list[TetragonRow], *, owners: Mapping[str, JobOwner]) -> list[Alert]:
         """Alerts the rows raise, in row order (not merged)."""
         self._owners, self._found = owners, []
         for row in rows:
@@ -229,7 +228,7 @@ class NodeRules:
         binary, args = row.get("binary") or "", f" {row.get('arguments') or ''} "
         name, exec_id = basename(binary), row.get("exec_id")
         parent = self.state.procs.get(row.get("parent_exec_id") or "")
-        proc = Proc(name, binary, row.get("parent_exec_id"), row["ts"])
+        proc = Proc(name, binary, row.get("parent_exec_id"), event_time(row))
         if parent is not None:
             proc.escape, proc.temp_origin = parent.escape, parent.temp_origin
         if self._temp(row.get("parent_binary")) and proc.temp_origin is None:
@@ -273,8 +272,9 @@ class NodeRules:
         if self._temp(binary) and "SC-2" in self.rules:
             window = timedelta(seconds=self.rules["SC-2"].threshold("connect_window_seconds"))
             started = proc.ts if proc is not None else None
-            if started is not None and row["ts"] - started <= window:
-                summary = f"{binary} connected to {target} {row['ts'] - started} after its exec"
+            after = event_time(row) - started if started is not None else None
+            if after is not None and after <= window:
+                summary = f"{binary} connected to {target} {after} after its exec"
                 self._fire("SC-2", row, binary, summary, Severity.CRITICAL)
         name = basename(binary)
         if name in self._items("SC-8", "reverse_shell_tools"):

@@ -31,18 +31,19 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from hpcscope.analysis.alerts.common import (
     JobOwner,
     basename,
     contains_any,
     event_alert,
+    event_time,
     under,
 )
 from hpcscope.analysis.alerts.packages import installed_file, lock_set, why_high
 from hpcscope.model.alerts import Alert, RuleSpec, Severity
 from hpcscope.model.file_access import FILE_HOOKS, TRUNCATE_HOOKS, file_access_kind
+from hpcscope.model.security_events import TetragonRow
 
 MAX_EXECS = 65_536
 
@@ -77,7 +78,7 @@ class TetragonState:
         while len(self.lineage) > MAX_EXECS:
             self.lineage.popitem(last=False)
 
-    def ancestors(self, row: Mapping[str, Any], depth: int = 8) -> list[str]:
+    def ancestors(self, row: TetragonRow, depth: int = 8) -> list[str]:
         """Binary names of the process's parent, grandparent... as far as known."""
         names = [basename(row.get("parent_binary"))] if row.get("parent_binary") else []
         current: str | None = row.get("parent_exec_id")
@@ -108,9 +109,7 @@ class TetragonRules:
         self._owners: Mapping[str, JobOwner] = {}
         self._found: list[Alert] = []
 
-    def evaluate(
-        self, rows: list[dict[str, Any]], *, owners: Mapping[str, JobOwner]
-    ) -> list[Alert]:
+    def evaluate(self, rows: list[TetragonRow], *, owners: Mapping[str, JobOwner]) -> list[Alert]:
         """Alerts the rows raise, in row order (not merged)."""
         self._owners, self._found = owners, []
         for row in rows:
@@ -128,7 +127,7 @@ class TetragonRules:
     def _fire(
         self,
         rule_id: str,
-        row: Mapping[str, Any],
+        row: TetragonRow,
         subject: str,
         summary: str,
         severity: Severity | None = None,
@@ -156,11 +155,12 @@ class TetragonRules:
 
     # ---------------------------------------------------------------- process_exec
 
-    def _exec(self, row: dict[str, Any]) -> None:
+    def _exec(self, row: TetragonRow) -> None:
         binary, args = row.get("binary") or "", row.get("arguments") or ""
         name, in_job = basename(binary), row.get("job_id") is not None
-        if row.get("exec_id"):
-            self.state.remember(row["exec_id"], name, row.get("parent_exec_id"))
+        exec_id = row["exec_id"]
+        if exec_id:
+            self.state.remember(exec_id, name, row.get("parent_exec_id"))
         self._after_weights(row, row.get("parent_exec_id"), f"spawned {binary} {args}".strip())
         if not in_job:
             return
@@ -183,7 +183,7 @@ class TetragonRules:
 
     # ---------------------------------------------------------------- process_kprobe
 
-    def _kprobe(self, row: dict[str, Any]) -> None:
+    def _kprobe(self, row: TetragonRow) -> None:
         function = row.get("function_name") or ""
         if row.get("sock_daddr"):
             target = f"{row['sock_daddr']}:{row.get('sock_dport')}"
@@ -193,7 +193,7 @@ class TetragonRules:
         elif function in self._items("GM-3", "trace_functions"):
             self._trace(row, function)
 
-    def _file(self, row: dict[str, Any], function: str) -> None:
+    def _file(self, row: TetragonRow, function: str) -> None:
         path = row.get("file_path") or ""
         kind = file_access_kind(
             function, access_mask=row.get("access_mask"), int_args=row.get("int_args")
@@ -215,7 +215,7 @@ class TetragonRules:
         if write and "SC-5" in self.rules:
             self._installed(row, path, what)
 
-    def _installed(self, row: dict[str, Any], path: str, what: str) -> None:
+    def _installed(self, row: TetragonRow, path: str, what: str) -> None:
         """SC-5: a job process writes a distribution's metadata or a ``.pth`` (MEDIUM; HIGH
         when not locked or known bad)."""
         found = installed_file(path)
@@ -226,7 +226,7 @@ class TetragonRules:
         summary = f"{what}: {found.kind} {found.subject} installed during the job ({verdict})"
         self._fire("SC-5", row, found.subject, summary, Severity.HIGH if high else None)
 
-    def _weights_opened(self, row: dict[str, Any], path: str) -> None:
+    def _weights_opened(self, row: TetragonRow, path: str) -> None:
         """SC-6's first half: weights read from a world-writable path (a temp directory, or a
         file whose mode lets anyone write it)."""
         exec_id = row.get("exec_id")
@@ -238,23 +238,23 @@ class TetragonRules:
         world_writable = len(mode) >= 9 and mode[8] == "w"
         if world_writable or under(path, self._items("SC-6", "world_writable_prefixes")):
             opens = self.state.weight_opens
-            opens[exec_id] = (row["ts"], path)
+            opens[exec_id] = (event_time(row), path)
             opens.move_to_end(exec_id)
             while len(opens) > MAX_EXECS:
                 opens.popitem(last=False)
 
-    def _after_weights(self, row: dict[str, Any], exec_id: str | None, what: str) -> None:
+    def _after_weights(self, row: TetragonRow, exec_id: str | None, what: str) -> None:
         """SC-6's second half: the loading process spawns a child or connects out soon."""
         if exec_id is None or exec_id not in self.state.weight_opens:
             return
         opened, path = self.state.weight_opens[exec_id]
         follow = timedelta(seconds=self.rules["SC-6"].threshold("follow_seconds"))
-        if timedelta(0) <= row["ts"] - opened <= follow:
-            delay = row["ts"] - opened
+        delay = event_time(row) - opened
+        if timedelta(0) <= delay <= follow:
             self._fire("SC-6", row, path, f"loaded {path}, then {what} {delay} later")
             del self.state.weight_opens[exec_id]
 
-    def _checkpoint(self, row: dict[str, Any], path: str, *, write: bool, what: str) -> None:
+    def _checkpoint(self, row: TetragonRow, path: str, *, write: bool, what: str) -> None:
         directory = path.rsplit("/", 1)[0]
         job = str(row["job_id"])
         owner = self._owners.get(job)
@@ -262,7 +262,7 @@ class TetragonRules:
         creator = self.state.creators.get(directory)
         if creator is None:
             if write:
-                self.state.creators[directory] = Creator(job, account, row["ts"])
+                self.state.creators[directory] = Creator(job, account, event_time(row))
             return
         if write and job != creator.job_id:
             self._fire("W-3", row, directory, f"{what}; created by job {creator.job_id}")
@@ -276,7 +276,7 @@ class TetragonRules:
             summary = f"{what}; account {account}, created by account {creator.account}"
             self._fire("W-1", row, directory, summary)
 
-    def _trace(self, row: dict[str, Any], function: str) -> None:
+    def _trace(self, row: TetragonRow, function: str) -> None:
         name, uid = basename(row.get("binary")), row.get("uid")
         owner_tool = (
             row.get("job_id") is not None

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 
@@ -31,6 +32,7 @@ from hpcscope.analysis.alerts.file_access import access_records
 from hpcscope.analysis.registry import RuleKind, registry
 from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.schemas import SCRAPE_SCHEMA
+from hpcscope.model.security_events import FalcoRow, TetragonRow
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.alerts.falco_meaning import load_falco_meaning, meaning_path
 from hpcscope.service.security.buffer import DrainedEvents, SecurityEventBuffer
@@ -189,8 +191,8 @@ class SecurityCollection:
             log.warning("security event buffer was full: %d events dropped", drained.dropped_rows)
         verdict, written = evaluate_drained(self.store, self.engine, drained)
         records = access_records(
-            drained.tetragon.to_pylist(),
-            drained.falco.to_pylist(),
+            cast(list[TetragonRow], drained.tetragon.to_pylist()),
+            cast(list[FalcoRow], drained.falco.to_pylist()),
             protected=self.protected_roots or self.checkpoint_roots,
         )
         stored = append_file_access(self.store, records).result() if records.num_rows else 0
