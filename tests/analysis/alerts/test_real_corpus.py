@@ -76,3 +76,17 @@ def test_a_falco_alert_whose_cgroups_name_a_slurm_job_is_that_jobs() -> None:
                 raised += 1
                 assert (found.job_id, found.user, found.account) == ("4242", "alice", "vision")
     assert raised >= 40
+
+
+def test_node_alerts_name_the_node_and_the_pod_or_container(scored: list[Scored]) -> None:
+    """No job owns these processes: the alert is the node's, its evidence names the pod."""
+    nsenter = next(
+        s for s in scored if s.label.file == "observability-book.jsonl" and s.label.line == 20
+    )
+    (alert,) = nsenter.alerts
+    assert (alert.rule_id, alert.node, alert.job_id) == ("CE-3", "minikube", None)
+    assert " in pod default/privileged-pod" in alert.evidence[0].summary
+    shm = next(
+        s for s in scored if s.label.file == "event-generator-run-lab9.jsonl" and s.label.line == 8
+    )
+    assert " in container eventgen" in shm.alerts[0].evidence[0].summary

@@ -81,6 +81,16 @@ def event_time(row: FalcoRow | TetragonRow) -> datetime:
     return ts
 
 
+def where_run(row: FalcoRow | TetragonRow) -> str:
+    """``" in pod ns/name"`` or ``" in container name"`` when the event names one (the node is
+    the alert's own attribution), else ``""``."""
+    pod, namespace = row["pod_name"], row["pod_namespace"]
+    if pod:
+        return f" in pod {namespace}/{pod}" if namespace else f" in pod {pod}"
+    container = row["container_name"] or row["container_id"]
+    return f" in container {container}" if container and container != "host" else ""
+
+
 def event_alert(
     spec: RuleSpec,
     row: FalcoRow | TetragonRow,
@@ -110,7 +120,7 @@ def event_alert(
     job_id = row.get("job_id")
     owner = owners.get(job_id) if job_id is not None else None
     evidence = Evidence(
-        summary=f"{summary}; {GPU_UNKNOWN}",
+        summary=f"{summary}{where_run(row)}; {GPU_UNKNOWN}",
         source=str(row["source_name"]),
         position=f"line {row['source_line']}",
     )

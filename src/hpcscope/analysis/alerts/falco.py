@@ -259,9 +259,6 @@ class FalcoRules:
             if ports & set(spec.items("miner_ports")):
                 severity = Severity.CRITICAL
         summary = f"Falco rule {row['rule']!r} ({row['priority']})"
-        where = row.get("pod_name") or row.get("container_name") or row.get("container_id")
-        if where and where != "host":
-            summary += f" in {'pod' if row.get('pod_name') else 'container'} {where}"
         if meaning is not None and meaning.why:
             summary += f"; hpcscope reads it as {meaning.why}"
         if row.get("output"):
