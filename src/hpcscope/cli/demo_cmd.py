@@ -150,10 +150,12 @@ def demo(
             anonymous_diagram=True,
             targets_path=twin_dir / "targets.json",
             lustre_job_stats_dir=Path(str(info["lustre_dir"])) if info.get("lustre_dir") else None,
-            # the twin's attacks, in Falco's JSON: Threats mode shows an open alert from the start
-            falco_events_path=(
-                Path(str(info["falco_events_path"])) if info.get("falco_events_path") else None
-            ),
+            # the twin's attacks in Falco's JSON, Tetragon's export (and the bpftrace sensor's)
+            # and the integrity hook's records: one incident per vector every 10 minutes
+            falco_events_path=_path(info, "falco_events_path"),
+            tetragon_events_path=_path(info, "tetragon_events_path"),
+            tetragon_proc_root=_path(info, "tetragon_proc_root") or Path("/proc"),
+            integrity_spool_dir=_path(info, "integrity_dir"),
             # the training jobs' capture windows (Kineto traces): phases on the job pages
             capture_spool_dir=Path(str(info["capture_dir"])) if info.get("capture_dir") else None,
             slurmrestd_url=str(info["slurmrestd_url"]),
@@ -179,6 +181,12 @@ def demo(
             twin.wait(timeout=10)
         except subprocess.TimeoutExpired:
             twin.kill()
+
+
+def _path(info: dict[str, object], key: str) -> Path | None:
+    """A path the twin announced in its run file, if any."""
+    value = info.get(key)
+    return Path(str(value)) if value else None
 
 
 def _announce(url: str, info: dict[str, object], twin_dir: Path, *, json_output: bool) -> None:

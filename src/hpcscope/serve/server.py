@@ -77,6 +77,7 @@ def security_collection(service: Service, buffer: SecurityEventBuffer) -> Securi
         protected_roots=protected_roots(service.topology),
         falco_path=settings.falco_events_path,
         tetragon_path=settings.tetragon_events_path,
+        proc_root=settings.tetragon_proc_root,
     )
 
 

@@ -145,6 +145,11 @@ class Settings(EngineSettings):
         description="Tetragon's JSON export (/var/log/tetragon/tetragon.log), tailed by "
         "hpcscope serve into the alert engine, jobs from /proc/<pid>/cgroup; unset: not read.",
     )
+    tetragon_proc_root: Path = Field(
+        Path("/proc"),
+        description="Where the Slurm job of a Tetragon event's process is read "
+        "(<root>/<pid>/cgroup): the node's /proc; the demo: its twin's.",
+    )
     lustre_changelog_dir: Path | None = Field(
         None,
         description="Spool of Lustre changelog records (<mdt>.changelog, appended by the MDS's "

@@ -15,6 +15,13 @@ State directory layout::
                                                     traces, meta, NCCL logs (twin/traces.py)
     <state_dir>/lustre/<server>.job_stats           ``lctl get_param`` job_stats of each Lustre
                                                     server (:mod:`hpcscope.twin.lustre`)
+    <state_dir>/falco/events.json                   Falco's file_output: the twin's attacks
+    <state_dir>/tetragon/events.json                Tetragon's export (and the bpftrace
+                                                    sensor's), jobs from <state_dir>/proc/
+    <state_dir>/integrity/<job>/rank-<r>.jsonl      the gradient-integrity hook's records
+
+The demo scenario plays one incident per threat vector every 10 minutes
+(:mod:`hpcscope.twin.live_incidents`).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from typing import Any, Protocol
 
 from hpcscope.model.topology import Hca, Topology
 from hpcscope.twin.dcgm import DcgmEndpoint
+from hpcscope.twin.live_incidents import LiveIncidents
 from hpcscope.twin.lustre import LustreJobStats
 from hpcscope.twin.node_exporter import InfinibandEndpoint, PortTraffic
 from hpcscope.twin.scheduler import Scheduler, SimJob
@@ -185,6 +193,10 @@ class TwinCluster:
         self.lustre = LustreJobStats.from_topology(topology, seed=seed)
         # the golden path's trace capture of the training jobs (hpcscope.twin.traces)
         self.traces = TraceSpool(state_dir / "capture", seed=seed)
+        # one incident per threat vector every 10 minutes (demo scenario)
+        self.incidents = LiveIncidents(
+            state_dir, start=self._start_wall, checkpoint_root=topology.checkpoint_root
+        )
 
     def now(self) -> float:
         """Simulated epoch seconds."""
@@ -303,6 +315,9 @@ class TwinCluster:
                 self.scheduler.tick(now)
                 self._tick_lustre(now)
                 self.traces.advance(now, self.scheduler.jobs.values())
+                if self.scenario == "demo":
+                    for vector in self.incidents.advance(now, self.scheduler.jobs.values()):
+                        log.info("twin: incident played (%s)", vector)
 
     def _tick_lustre(self, now: float) -> None:
         """Count the jobs' Lustre I/O up to now and rewrite the servers' job_stats files."""
@@ -393,6 +408,9 @@ class TwinCluster:
                     "started_at": self._start_wall,
                     "lustre_dir": None if self.lustre_dir is None else str(self.lustre_dir),
                     "falco_events_path": str(self.falco_events_path),
+                    "tetragon_events_path": str(self.incidents.tetragon_path),
+                    "tetragon_proc_root": str(self.incidents.proc_root),
+                    "integrity_dir": str(self.incidents.integrity_root),
                     "capture_dir": str(self.traces.root),
                 },
                 indent=2,

@@ -48,6 +48,9 @@ HISTORY_TEAMS = (
 #: The history's first job id: its ids run below the live twin's (41230 on).
 FIRST_JOB_ID = 38000
 
+#: Each user's nightly evaluation job: the hour it is submitted (UTC), every day.
+NIGHTLY_HOURS = {"alice": 1, "erin": 1, "bob": 2, "frank": 2, "dave": 3, "grace": 4}
+
 _PROFILES = (
     Profile.HEALTHY,
     Profile.DATA_STARVED,
@@ -155,6 +158,24 @@ class _Month:
         room = int((last - now) // self.step) - 1
         for _ in range(int(self.rng.poisson(mean))):
             self._one(now, room)
+        if now % 3600 == 0 and room > 8:
+            for team in HISTORY_TEAMS:
+                for user in team.users:
+                    if NIGHTLY_HOURS.get(user) == int(hours):
+                        self._nightly(now, user, team.account)
+
+    def _nightly(self, now: float, user: str, account: str) -> None:
+        """The nightly evaluation of ``user``'s latest checkpoint: one GPU, 40 minutes."""
+        job = self.scheduler.submit(
+            name=f"nightly-eval-{user}",
+            user=user,
+            account=account,
+            profile=Profile.HEALTHY,
+            gpus=1,
+            duration_seconds=4 * self.step,
+            submit_time=now,
+        )
+        self.touched.add(job.job_id)
 
     def _one(self, now: float, room: int) -> None:
         rng, step, shape = self.rng, self.step, self.shape
