@@ -80,7 +80,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     url = f"http://127.0.0.1:{port}"
     try:
         # the URL and logins first, then the server, then the month written into the store
-        _wait_for(lambda: "admin / admin-demo" in log_path.read_text(), "the logins", 30, log_path)
+        logins = re.compile(r"admin\s+/\s+admin-demo")
+        _wait_for(lambda: logins.search(log_path.read_text()), "the logins", 30, log_path)
         _wait_for(
             lambda: httpx2.get(f"{url}/healthz", timeout=2).status_code == 200,
             "the server",

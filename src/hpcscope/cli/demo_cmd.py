@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -159,6 +160,12 @@ def demo(
             # the training jobs' capture windows (Kineto traces): phases on the job pages
             capture_spool_dir=Path(str(info["capture_dir"])) if info.get("capture_dir") else None,
             slurmrestd_url=str(info["slurmrestd_url"]),
+            # notifications to the twin's chat webhook, idle allocations cancelled through its
+            # slurmrestd after a warning: the notifications' audit fills as on a real site
+            notify_webhook_url=str(info["webhook_url"]) if info.get("webhook_url") else None,
+            notify_public_url=f"http://{host}:{port}",
+            notify_cancel_enabled=bool(info.get("webhook_url")),
+            notify_cancel_via="slurmrestd",
             scrape_interval_seconds=scrape_interval,
             scheduler_poll_seconds=scrape_interval,
         )
@@ -231,15 +238,36 @@ def _history(service: Service, work_dir: Path) -> Callable[[], object]:
     (service/history.py)."""
 
     def write() -> None:
+        from hpcscope.model.access import Principal, Role
         from hpcscope.model.timeutil import epoch_seconds, utcnow
         from hpcscope.service.history import write_history
+        from hpcscope.service.notify.access import update_my_preferences
+        from hpcscope.service.notify.contracts import PreferencesUpdate
+        from hpcscope.service.notify.wiring import notifier_from_settings
         from hpcscope.twin.history import simulate_history
 
         end, step = utcnow(), 600.0
+        clock = [end]  # the notifier runs at each day's end of the history, on its clock
+        notifier = notifier_from_settings(service, now=lambda: clock[0])
+        # grace turned chat notifications off a month ago (her failures: audited opted_out)
+        update_my_preferences(
+            service,
+            Principal(name="grace", role=Role.RESEARCHER),
+            PreferencesUpdate(webhook_enabled=False),
+            now=end - timedelta(days=31),
+        )
+
+        def notify(at: datetime) -> None:
+            clock[0] = at
+            if notifier is not None:
+                notifier.run_once()
+
         chunks = simulate_history(
             service.topology, work_dir / "twin", end=epoch_seconds(end), step_seconds=step
         )
-        report = write_history(service, chunks, work_dir / "read", end=end, step_seconds=step)
+        report = write_history(
+            service, chunks, work_dir / "read", end=end, step_seconds=step, after_chunk=notify
+        )
         log.info(
             "history ready: 30 days, %d jobs, %d alerts, written in %.1f s; collecting live",
             report.jobs,

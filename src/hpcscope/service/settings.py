@@ -377,6 +377,11 @@ class Settings(EngineSettings):
     notify_cancel_grace_seconds: float = Field(
         1800.0, gt=0, description="Seconds between the warning and the cancel."
     )
+    notify_cancel_via: Literal["scancel", "slurmrestd"] = Field(
+        "scancel",
+        description="How warn-then-cancel cancels: scancel on this server, or slurmrestd's "
+        "DELETE /slurm/<version>/job/<id> (slurmrestd_url, its user and token).",
+    )
     alertmanager_url: str | None = Field(
         None,
         description="Alertmanager base URL: open alerts are POSTed to its /api/v2/alerts and "

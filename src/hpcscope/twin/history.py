@@ -48,8 +48,10 @@ HISTORY_TEAMS = (
 #: The history's first job id: its ids run below the live twin's (41230 on).
 FIRST_JOB_ID = 38000
 
-#: Each user's nightly evaluation job: the hour it is submitted (UTC), every day.
-NIGHTLY_HOURS = {"alice": 1, "erin": 1, "bob": 2, "frank": 2, "dave": 3, "grace": 4}
+#: Each user's daily evaluation job: submitted every 24 h, this many seconds before the month
+#: ends (so that every day of the month, the last one included, has one of each user's jobs).
+NIGHTLY_BEFORE_END = {"alice": 10800, "erin": 10800, "bob": 11400, "frank": 11400,
+                      "dave": 12000, "grace": 12600}  # fmt: skip
 
 _PROFILES = (
     Profile.HEALTHY,
@@ -158,11 +160,10 @@ class _Month:
         room = int((last - now) // self.step) - 1
         for _ in range(int(self.rng.poisson(mean))):
             self._one(now, room)
-        if now % 3600 == 0 and room > 8:
-            for team in HISTORY_TEAMS:
-                for user in team.users:
-                    if NIGHTLY_HOURS.get(user) == int(hours):
-                        self._nightly(now, user, team.account)
+        for team in HISTORY_TEAMS:
+            for user in team.users:
+                if (last - now) % 86400 == NIGHTLY_BEFORE_END[user]:
+                    self._nightly(now, user, team.account)
 
     def _nightly(self, now: float, user: str, account: str) -> None:
         """The nightly evaluation of ``user``'s latest checkpoint: one GPU, 40 minutes."""

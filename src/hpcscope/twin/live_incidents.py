@@ -17,7 +17,7 @@ its sensor writes, into the files the demo's server reads:
 
 All six come in the first three minutes of each cycle, so that Threats mode lights every
 vector soon after the demo starts and again every 10 minutes (an alert seen again grows its
-count; one resolved is raised again).
+count and keeps its state: one acknowledged or resolved stays so).
 """
 
 from __future__ import annotations
