@@ -21,9 +21,10 @@ order, does what collection does with them:
 
 Then the alerts of jobs older than :data:`HANDLED_AFTER_DAYS` are acknowledged or resolved by
 the admin, as a security team works through its queue (a node's alerts stay open: a firing
-again grows them, where a resolved alert would stay resolved). No row is made by hand: what the pages show
-at first open (chargeback and its trend, the SLOs with their history and burn rates, the job
-list, the alerts) comes out of the same parsers, merges and analyses as live collection.
+again grows them, where a resolved alert would stay resolved). No row is made by hand: what
+the pages show at first open (chargeback and its trend, the SLOs with their history and burn
+rates, the job list, the alerts) comes out of the same parsers, merges and analyses as live
+collection.
 """
 
 from __future__ import annotations
