@@ -13,11 +13,12 @@ import pytest
 from hpcscope.model.access import system_principal
 from hpcscope.model.alerts import VECTOR_NAMES
 from hpcscope.model.topology import load_topology
-from hpcscope.serve.server import security_collection
+from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.core import Service
 from hpcscope.service.integrity.spool import IntegritySpool
 from hpcscope.service.notify.scheduler import CancelFailed, SlurmrestdCommands
 from hpcscope.service.security.buffer import SecurityEventBuffer
+from hpcscope.service.security.tetragon_policy import protected_roots
 from hpcscope.service.settings import Settings, bundled_topology
 from hpcscope.twin.cluster import TwinCluster
 from hpcscope.twin.live_incidents import CYCLE_SECONDS, SCHEDULE, LiveIncidents
@@ -72,8 +73,16 @@ def test_the_production_pipeline_raises_an_alert_on_every_vector(tmp_path: Path)
 
         body = jobs_response(scheduler.jobs.values(), cluster="c", now=START + 200)
         apply_snapshot(service.store, parse_slurmrestd_jobs(json.dumps(body), source="twin"))
-        engine = security_collection(service, SecurityEventBuffer())
-        assert engine is not None
+        engine = SecurityCollection(
+            service.store,
+            SecurityEventBuffer(),
+            service.rules,
+            checkpoint_roots=[TOPOLOGY.checkpoint_root],
+            protected_roots=protected_roots(TOPOLOGY),
+            falco_path=settings.falco_events_path,
+            tetragon_path=settings.tetragon_events_path,
+            proc_root=settings.tetragon_proc_root,
+        )  # what the demo's falco, tetragon and security_events sources do
         engine.collect_once()
         IntegritySpool(service.store, incidents.integrity_root, service.rules).collect_once()
         alerts = service.alerts(system_principal("test"))

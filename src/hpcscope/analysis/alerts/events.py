@@ -31,6 +31,7 @@ from hpcscope.model.rules import ListCheck, Rule, RuleKind, distinct_evaluators
 class TetragonEvaluator(Protocol):
     """Evaluates Tetragon rows batch after batch (its state kept between batches)."""
 
+    # rows: TETRAGON_EVENT_SCHEMA rows as pyarrow's to_pylist gives them (TetragonRules' type)
     def evaluate(
         self, rows: list[dict[str, Any]], *, owners: Mapping[str, JobOwner]
     ) -> list[Alert]:
