@@ -263,7 +263,11 @@ def _history(service: Service, work_dir: Path) -> Callable[[], object]:
                 notifier.run_once()
 
         chunks = simulate_history(
-            service.topology, work_dir / "twin", end=epoch_seconds(end), step_seconds=step
+            service.topology,
+            work_dir / "twin",
+            end=epoch_seconds(end),
+            step_seconds=step,
+            capture_dir=service.settings.capture_spool_dir,  # the live twin's spool too
         )
         report = write_history(
             service, chunks, work_dir / "read", end=end, step_seconds=step, after_chunk=notify
