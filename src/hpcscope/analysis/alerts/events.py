@@ -34,6 +34,7 @@ from hpcscope.model.security_events import FalcoRow, TetragonRow
 class TetragonEvaluator(Protocol):
     """Evaluates Tetragon rows batch after batch (its state kept between batches)."""
 
+    # rows: TETRAGON_EVENT_SCHEMA rows as pyarrow's to_pylist gives them (TetragonRules' type)
     def evaluate(
         self,
         rows: list[TetragonRow],

@@ -37,6 +37,7 @@ from hpcscope.ingest.security.lines import (
     rfc3339_to_ns,
     table_from_rows,
 )
+from hpcscope.model.bounds import refusing_deep_nesting
 from hpcscope.model.security_events import TETRAGON_EVENT_SCHEMA
 
 _META_KEYS = frozenset({"node_name", "time", "node_labels", "cluster_name", "aggregation_info"})
@@ -268,7 +269,8 @@ def tetragon_event_row(
         SecurityEventError: not JSON (with the column), not an object, or no event key.
     """
     try:
-        decoded = _DECODER.decode(line)
+        with refusing_deep_nesting(source=source, line=line_number):
+            decoded = _DECODER.decode(line)
     except msgspec.DecodeError as exc:
         raise decode_error(exc, line, source=source, line_number=line_number) from None
     typed = _typed(decoded)
@@ -281,7 +283,8 @@ def tetragon_event_row(
     )
     if typed is None:
         try:  # the typed decoder skips unknown keys unread: this read checks all of them
-            untyped = _KEYS.decode(line)
+            with refusing_deep_nesting(source=source, line=line_number):
+                untyped = _KEYS.decode(line)
         except msgspec.DecodeError as exc:
             raise decode_error(exc, line, source=source, line_number=line_number) from None
         keys = [key for key in untyped if key not in _META_KEYS]
