@@ -9,6 +9,7 @@ same for a pipe (``sys.stdin.buffer``, a FIFO) until end of file.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,9 @@ class _TailSource(ABC):
     def __init__(self, path: str | Path, buffer: SecurityEventBuffer, *, from_end: bool) -> None:
         self.tail = LineTail(path, from_end=from_end)
         self.buffer = buffer
+        self._lock = threading.Lock()  # the collector's cycle and the engine's loop both poll
+        self._rows = self._rejected = 0
+        buffer.tails.append(self)
 
     @abstractmethod
     def _parse(self, read: TailRead) -> ParseResult:
@@ -39,10 +43,21 @@ class _TailSource(ABC):
 
     def poll(self) -> ParseResult:
         """Parse the lines appended since the last poll and queue them in the buffer."""
-        read = self.tail.read()
-        result = self._parse(read)
-        self.buffer.put(self.kind, result)
+        with self._lock:
+            read = self.tail.read()
+            result = self._parse(read)
+            self.buffer.put(self.kind, result)
+            self._rows += result.table.num_rows
+            self._rejected += len(result.errors)
         return result
+
+    def take_counts(self) -> tuple[int, int]:
+        """Rows parsed and lines rejected by every poll since the last call (for the tail's
+        health row: the engine's loop polls too)."""
+        with self._lock:
+            counts = (self._rows, self._rejected)
+            self._rows = self._rejected = 0
+        return counts
 
 
 class FalcoSource(_TailSource):

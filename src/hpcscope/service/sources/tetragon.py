@@ -18,7 +18,9 @@ def _configured(settings: Settings) -> bool:
 def _build(context: SourceContext) -> TailedEvents:
     path = context.settings.tetragon_events_path
     assert path is not None
-    return TailedEvents("tetragon", TetragonSource(path, context.buffer()))
+    # the processes' cgroups: the node's /proc (the demo: its twin's, tetragon_proc_root)
+    proc_root = context.settings.tetragon_proc_root
+    return TailedEvents("tetragon", TetragonSource(path, context.buffer(), proc_root=proc_root))
 
 
 SOURCE = SourceSpec(
