@@ -39,7 +39,17 @@ import statistics
 import sys
 import time
 
-from bench.api_harness import Demo, Tally, prepare_clients, rss_mb, run_client, summary
+from bench.api_harness import (
+    AUTH_MODES,
+    TOPOLOGIES,
+    Demo,
+    Place,
+    Tally,
+    prepare_clients,
+    rss_mb,
+    run_client,
+    summary,
+)
 
 GOAL_RSS_GROWTH_RATIO = 0.10
 END_SHARE = 0.10  # the first and the last tenth of the samples are each end of the window
@@ -61,9 +71,11 @@ async def soak(
     sample_seconds: float,
     think_seconds: float,
     timeout_seconds: float,
+    auth: str = "cookie",
 ) -> dict[str, object]:
     """Warm up, then ``seconds`` of load with RSS sampled (module docstring)."""
-    fleet = await prepare_clients(demo, clients, wait_for_jobs_seconds=90)
+    fleet = await prepare_clients(demo, clients, wait_for_jobs_seconds=90, auth=auth)
+    place = Place.of(demo.topology)
     tally = [Tally()]
     window_start = time.monotonic() + warmup_seconds
     until = window_start + seconds
@@ -77,6 +89,7 @@ async def soak(
                 seed=i,
                 think_seconds=think_seconds,
                 timeout_seconds=timeout_seconds,
+                place=place,
             )
         )
         for i, c in enumerate(fleet)
@@ -128,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-seconds", type=float, default=10.0, help="RSS sample period")
     parser.add_argument("--think-seconds", type=float, default=0.0)
     parser.add_argument("--timeout-seconds", type=float, default=30.0)
+    parser.add_argument("--topology", choices=sorted(TOPOLOGIES), default="128")
+    parser.add_argument("--auth", choices=AUTH_MODES, default="cookie")
     parser.add_argument("--port", type=int, default=18_918)
     args = parser.parse_args(argv)
-    with Demo(port=args.port) as demo:
+    with Demo(port=args.port, topology=TOPOLOGIES[args.topology]) as demo:
         result = asyncio.run(
             soak(
                 demo,
@@ -140,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 sample_seconds=args.sample_seconds,
                 think_seconds=args.think_seconds,
                 timeout_seconds=args.timeout_seconds,
+                auth=args.auth,
             )
         )
     print(json.dumps(result))

@@ -66,7 +66,7 @@ PACKAGE_DIRS = ("model", "ingest", "store", "analysis", "twin", "service", "serv
 EXTERNAL_ALLOWED: tuple[str, ...] = (
     "var/hpcscope.duckdb",  # the default store, created by the server on first start
     "test-artifacts/",  # screenshots and the access matrix, written by the tests, not committed
-    "var/demo/twin/falco/",  # the twin's Falco file_output, written when the demo starts
+    "var/demo/twin/",  # the twin's event files and spools, written when the demo starts
 )
 
 _FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", flags=re.MULTILINE | re.DOTALL)

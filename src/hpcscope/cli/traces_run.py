@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcscope.cli.output import (
-    EXIT_RUNTIME_ERROR,
     fail,
     print_json,
     print_table,
+    read_error_code,
     stderr_console,
     stdout_console,
 )
@@ -42,7 +42,7 @@ def run_analyze(
     try:
         classes = load_class_table(kernel_classes) if kernel_classes else None
     except SourceError as exc:
-        fail(exc.describe(), code=EXIT_RUNTIME_ERROR, as_json=json_output, error=exc)
+        fail(exc.describe(), code=read_error_code(exc), as_json=json_output, error=exc)
     progress = None
     if sys.stderr.isatty() and not json_output:
         from rich.progress import Progress
@@ -64,7 +64,7 @@ def run_analyze(
             classes=classes,
         )
     except SourceError as exc:
-        fail(exc.describe(), code=EXIT_RUNTIME_ERROR, as_json=json_output, error=exc)
+        fail(exc.describe(), code=read_error_code(exc), as_json=json_output, error=exc)
     finally:
         if progress is not None:
             bar.stop()
@@ -86,7 +86,7 @@ def run_merge(
     try:
         result = merge_summaries(paths, threshold=threshold, world_size=world_size)
     except SourceError as exc:
-        fail(exc.describe(), code=EXIT_RUNTIME_ERROR, as_json=json_output, error=exc)
+        fail(exc.describe(), code=read_error_code(exc), as_json=json_output, error=exc)
     _emit(to_json(result), json_output=json_output, html=html)
 
 

@@ -25,6 +25,7 @@ import orjson
 from hpcscope.ingest.compressed import open_maybe_gzip
 from hpcscope.ingest.traces.json_blocks import BlockReader, read_array, reopener
 from hpcscope.ingest.traces.kineto_columns import EventColumns
+from hpcscope.model.bounds import BoundExceeded
 from hpcscope.model.errors import SourceError
 from hpcscope.model.trace_events import RankTrace
 
@@ -128,6 +129,10 @@ def read_kineto(
                 parts.append(block)
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise TraceError(f"compressed stream broken: {exc}", source=name) from None
+    except RecursionError:  # msgspec's answer to events nested past the interpreter's stack
+        raise BoundExceeded(
+            "events nested too deeply to read: refused", bound="depth", source=name
+        ) from None
     finally:
         raw.close()
     suffix = b"".join(parts) if reader.problem is None else b"}"

@@ -29,7 +29,7 @@ from hpcscope.store.captures import job_captures
 
 if TYPE_CHECKING:
     from hpcscope.model.access import Principal
-    from hpcscope.service.core import Service
+    from hpcscope.service.core import SeenJob, Service
 
 HOW_TO_ENABLE = (
     "set capture_dir= (and capture_spool_dir in the server's settings to the same path) and "
@@ -42,10 +42,16 @@ def job_phases(service: Service, principal: Principal, job_id: str) -> JobPhases
     """The job's phases, or None when the job is not visible to ``principal``."""
     # the access check alone: building the job's report here would compute it a second time
     # on the job page and its document, which have their own (the read path's hot spot)
-    if not service.can_see_job(principal, job_id):
-        return None
+    job = service.visible_job(principal, job_id)
+    return None if job is None else phases_of(service, job)
+
+
+def phases_of(service: Service, job: SeenJob) -> JobPhases:
+    """The phases of a job its principal may see (:meth:`Service.visible_job`)."""
     # the same for everyone who may see the job: once per generation (service/snapshots.py)
-    return service.snapshots.get(("traces.phases", job_id), lambda: _phases(service, job_id))
+    return service.snapshots.get(
+        ("traces.phases", job.job_id), lambda: _phases(service, job.job_id)
+    )
 
 
 def _phases(service: Service, job_id: str) -> JobPhases:

@@ -141,6 +141,7 @@ def analyze_and_store(
         result_json=json.dumps(document),
     )
     queries.insert_analysis(service.store, row)
+    service.note_change("traces")
     return row
 
 
@@ -223,6 +224,7 @@ def link_analysis(
         raise TraceAccessError("only the owner of an analysis (or an admin) may link it")
     account = _visible_job_account(service, principal, job_id) if job_id else None
     queries.link_job(service.store, analysis_id, job_id=job_id, account=account)
+    service.note_change("traces")
     found = queries.get_analysis(service.store, analysis_id, principal.job_scope())
     if found is None:  # pragma: no cover - the owner always sees their own analysis
         raise TraceAccessError(f"no analysis {analysis_id} visible to you")
