@@ -66,7 +66,7 @@ PACKAGE_DIRS = ("model", "ingest", "store", "analysis", "twin", "service", "serv
 EXTERNAL_ALLOWED: tuple[str, ...] = (
     "var/hpcscope.duckdb",  # the default store, created by the server on first start
     "test-artifacts/",  # screenshots and the access matrix, written by the tests, not committed
-    "var/demo/twin/falco/",  # the twin's Falco file_output, written when the demo starts
+    "var/demo/twin/",  # the twin's event files and spools, written when the demo starts
 )
 
 _FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", flags=re.MULTILINE | re.DOTALL)
@@ -201,8 +201,10 @@ def _check_command(line: str) -> list[str]:
         command = subcommands[token]  # type: ignore[assignment]
         path.append(token)
     options = {
-        opt for param in getattr(command, "params", []) for opt in getattr(param, "opts", [])
-    } | {"--help"}
+        opt
+        for param in getattr(command, "params", [])
+        for opt in [*getattr(param, "opts", []), *getattr(param, "secondary_opts", [])]
+    } | {"--help"}  # secondary: the --no-x of a --x/--no-x flag
     return [
         f"`{' '.join(path)}` has no option `{option}`"
         for token in tokens

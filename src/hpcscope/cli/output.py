@@ -122,6 +122,13 @@ def error_exit_code(error: HpcscopeError) -> int:
     return EXIT_RUNTIME_ERROR
 
 
+def read_error_code(error: SourceError) -> int:
+    """The exit code of a command whose input could not be read: 2 when it exceeded one of its
+    reader's bounds (:class:`~hpcscope.model.bounds.BoundExceeded`: a cycle, nesting, values,
+    size), else 1 (a runtime error: the file is unreadable or not in the format)."""
+    return EXIT_USAGE_ERROR if getattr(error, "bound", None) is not None else EXIT_RUNTIME_ERROR
+
+
 def error_line(error: HpcscopeError) -> str:
     """One line for stderr: ``hpcscope: <source>:<line>:<col>: message`` where known."""
     text = error.describe() if isinstance(error, SourceError) else str(error)

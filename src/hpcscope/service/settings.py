@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN, compile_jobid_pattern
+from hpcscope.model import bounded_yaml
 from hpcscope.model.errors import ConfigError
 from hpcscope.service.engine_settings import EngineSettings
 
@@ -145,6 +146,11 @@ class Settings(EngineSettings):
         description="Tetragon's JSON export (/var/log/tetragon/tetragon.log), tailed by "
         "hpcscope serve into the alert engine, jobs from /proc/<pid>/cgroup; unset: not read.",
     )
+    tetragon_proc_root: Path = Field(
+        Path("/proc"),
+        description="Where the Slurm job of a Tetragon event's process is read "
+        "(<root>/<pid>/cgroup): the node's /proc; the demo: its twin's.",
+    )
     lustre_changelog_dir: Path | None = Field(
         None,
         description="Spool of Lustre changelog records (<mdt>.changelog, appended by the MDS's "
@@ -165,6 +171,12 @@ class Settings(EngineSettings):
         ge=1,
         description="Parsed Falco/Tetragon events kept in memory for the alert engine; "
         "the oldest are dropped beyond this.",
+    )
+    security_poll_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="Seconds between two reads of the Falco/Tetragon files and the HTTP "
+        "buffer by the alert engine (its own loop, beside the collector's cycle).",
     )
     rollup_grace_seconds: float = Field(
         120.0,
@@ -372,6 +384,11 @@ class Settings(EngineSettings):
     notify_cancel_grace_seconds: float = Field(
         1800.0, gt=0, description="Seconds between the warning and the cancel."
     )
+    notify_cancel_via: Literal["scancel", "slurmrestd"] = Field(
+        "scancel",
+        description="How warn-then-cancel cancels: scancel on this server, or slurmrestd's "
+        "DELETE /slurm/<version>/job/<id> (slurmrestd_url, its user and token).",
+    )
     alertmanager_url: str | None = Field(
         None,
         description="Alertmanager base URL: open alerts are POSTed to its /api/v2/alerts and "
@@ -483,8 +500,9 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     if path is not None:
         source = str(path)
         try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
+            text = Path(path).read_text(encoding="utf-8")
+            loaded = bounded_yaml.safe_load(text, source=source) or {}
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read settings: {exc}", source=source) from None
         if not isinstance(loaded, dict):
             raise ConfigError("settings must be a mapping", source=source, line=1)

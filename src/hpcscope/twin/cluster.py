@@ -15,6 +15,13 @@ State directory layout::
                                                     traces, meta, NCCL logs (twin/traces.py)
     <state_dir>/lustre/<server>.job_stats           ``lctl get_param`` job_stats of each Lustre
                                                     server (:mod:`hpcscope.twin.lustre`)
+    <state_dir>/falco/events.json                   Falco's file_output: the twin's attacks
+    <state_dir>/tetragon/events.json                Tetragon's export (and the bpftrace
+                                                    sensor's), jobs from <state_dir>/proc/
+    <state_dir>/integrity/<job>/rank-<r>.jsonl      the gradient-integrity hook's records
+
+The demo scenario plays one incident per threat vector every 10 minutes
+(:mod:`hpcscope.twin.live_incidents`).
 """
 
 from __future__ import annotations
@@ -25,12 +32,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
 
 from hpcscope.model.topology import Hca, Topology
 from hpcscope.twin.dcgm import DcgmEndpoint
+from hpcscope.twin.live_incidents import LiveIncidents
 from hpcscope.twin.lustre import LustreJobStats
 from hpcscope.twin.node_exporter import InfinibandEndpoint, PortTraffic
 from hpcscope.twin.scheduler import Scheduler, SimJob
@@ -46,6 +55,8 @@ from hpcscope.twin.workloads import (
 log = logging.getLogger(__name__)
 
 Route = Callable[[], tuple[int, str, bytes]]
+Action = Callable[[str, bytes], tuple[int, str, bytes]]
+"""A POST or DELETE endpoint: (path, body) -> status, content type, body."""
 
 
 class _Server(ThreadingHTTPServer):
@@ -62,9 +73,10 @@ class _Server(ThreadingHTTPServer):
 
 
 def serve_routes(
-    host: str, port: int, routes: dict[str, Route]
+    host: str, port: int, routes: dict[str, Route], actions: dict[str, Action] | None = None
 ) -> tuple[_Server, threading.Thread]:
-    """Serve GET ``routes`` (path -> callable returning status, content type, body)."""
+    """Serve GET ``routes`` (path -> callable returning status, content type, body) and POST
+    and DELETE ``actions`` (``"METHOD /path/prefix"`` -> callable of the path and body)."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -72,13 +84,36 @@ def serve_routes(
         def do_GET(self) -> None:
             route = routes.get(self.path.split("?", 1)[0])
             if route is None:
-                status, content_type, body = 404, "text/plain", b"not found\n"
+                self._answer((404, "text/plain", b"not found\n"))
             else:
-                try:
-                    status, content_type, body = route()
-                except Exception as exc:  # an endpoint bug must not kill the server
-                    log.exception("twin endpoint %s failed", self.path)
-                    status, content_type, body = 500, "text/plain", f"{exc}\n".encode()
+                self._answer(self._run(lambda: route()))
+
+        def do_POST(self) -> None:
+            self._act("POST")
+
+        def do_DELETE(self) -> None:
+            self._act("DELETE")
+
+        def _act(self, method: str) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            path = self.path.split("?", 1)[0]
+            for key, action in (actions or {}).items():
+                wanted, prefix = key.split(" ", 1)
+                if wanted == method and path.startswith(prefix):
+                    self._answer(self._run(partial(action, path, body)))
+                    return
+            self._answer((404, "text/plain", b"not found\n"))
+
+        def _run(self, call: Callable[[], tuple[int, str, bytes]]) -> tuple[int, str, bytes]:
+            try:
+                return call()
+            except Exception as exc:  # an endpoint bug must not kill the server
+                log.exception("twin endpoint %s failed", self.path)
+                return 500, "text/plain", f"{exc}\n".encode()
+
+        def _answer(self, answer: tuple[int, str, bytes]) -> None:
+            status, content_type, body = answer
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -185,6 +220,10 @@ class TwinCluster:
         self.lustre = LustreJobStats.from_topology(topology, seed=seed)
         # the golden path's trace capture of the training jobs (hpcscope.twin.traces)
         self.traces = TraceSpool(state_dir / "capture", seed=seed)
+        # one incident per threat vector every 10 minutes (demo scenario)
+        self.incidents = LiveIncidents(
+            state_dir, start=self._start_wall, checkpoint_root=topology.checkpoint_root
+        )
 
     def now(self) -> float:
         """Simulated epoch seconds."""
@@ -265,7 +304,15 @@ class TwinCluster:
                 self._servers.append(ib_server)
                 self.node_exporter_ports[node.name] = ib_server.server_address[1]
         rest_port = self.base_port + len(self.topology.nodes) if self.base_port else 0
-        rest, _ = serve_routes(self.host, rest_port, {"/slurm/v0.0.40/jobs": self._jobs_route})
+        rest, _ = serve_routes(
+            self.host,
+            rest_port,
+            {"/slurm/v0.0.40/jobs": self._jobs_route},
+            {
+                "DELETE /slurm/v0.0.40/job/": self._cancel_route,
+                "POST /hooks/notify": self._webhook_route,
+            },
+        )
         self._servers.append(rest)
         self.slurmrestd_port = rest.server_address[1]
         self._write_run_files()
@@ -303,6 +350,9 @@ class TwinCluster:
                 self.scheduler.tick(now)
                 self._tick_lustre(now)
                 self.traces.advance(now, self.scheduler.jobs.values())
+                if self.scenario == "demo":
+                    for vector in self.incidents.advance(now, self.scheduler.jobs.values()):
+                        log.info("twin: incident played (%s)", vector)
 
     def _tick_lustre(self, now: float) -> None:
         """Count the jobs' Lustre I/O up to now and rewrite the servers' job_stats files."""
@@ -361,6 +411,34 @@ class TwinCluster:
             )
         return 200, "application/json", json.dumps(body).encode()
 
+    def _cancel_route(self, path: str, body: bytes) -> tuple[int, str, bytes]:
+        """slurmrestd's ``DELETE /slurm/v0.0.40/job/{job_id}``: scancel."""
+        job_id = path.rsplit("/", 1)[-1]
+        with self._lock:
+            if not job_id.isdigit() or int(job_id) not in self.scheduler.jobs:
+                answer = {"errors": [{"error": f"Job {job_id} not found", "error_number": 2017}]}
+                return 404, "application/json", json.dumps(answer).encode()
+            job = self.scheduler.jobs[int(job_id)]
+            if job.end_time is not None:  # slurmctld's ESLURM_ALREADY_DONE
+                answer = {"errors": [{"error": "Job/step already completing or completed",
+                                      "error_number": 2021}]}  # fmt: skip
+                return 500, "application/json", json.dumps(answer).encode()
+            self.scheduler.cancel(int(job_id), at=self.now())
+        return 200, "application/json", json.dumps({"errors": [], "warnings": []}).encode()
+
+    @property
+    def webhook_path(self) -> Path:
+        """What the demo's notification webhook received: one JSON body per line."""
+        return self.state_dir / "webhook" / "messages.jsonl"
+
+    def _webhook_route(self, path: str, body: bytes) -> tuple[int, str, bytes]:
+        """A chat channel's incoming webhook: the JSON body, kept one per line."""
+        json.loads(body)  # a body that is not JSON is the sender's bug: 500, in the log
+        self.webhook_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.webhook_path.open("ab") as handle:
+            handle.write(body.replace(b"\n", b" ") + b"\n")
+        return 200, "text/plain", b"ok\n"
+
     # ------------------------------------------------------------------ discovery
 
     def targets(self) -> list[dict[str, Any]]:
@@ -393,6 +471,10 @@ class TwinCluster:
                     "started_at": self._start_wall,
                     "lustre_dir": None if self.lustre_dir is None else str(self.lustre_dir),
                     "falco_events_path": str(self.falco_events_path),
+                    "tetragon_events_path": str(self.incidents.tetragon_path),
+                    "tetragon_proc_root": str(self.incidents.proc_root),
+                    "integrity_dir": str(self.incidents.integrity_root),
+                    "webhook_url": f"{self.slurmrestd_url}/hooks/notify",
                     "capture_dir": str(self.traces.root),
                 },
                 indent=2,

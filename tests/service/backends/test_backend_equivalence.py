@@ -28,13 +28,12 @@ from hpcscope.model.access import Principal, Role
 from hpcscope.model.backends import GpuSampleReader
 from hpcscope.model.topology import load_topology
 from hpcscope.service.backends import PrometheusSamples
-from hpcscope.service.collect.collector import Collector, CollectorConfig
-from hpcscope.service.collect.scheduler import SlurmrestdSource
 from hpcscope.service.jobs.reports import reports_for
-from hpcscope.service.settings import bundled_topology
+from hpcscope.service.settings import Settings, bundled_topology
 from hpcscope.store import Store
 from hpcscope.store.reports import EmbeddedSamples
 from hpcscope.twin.cluster import TwinCluster
+from tests.support.collect import collector_for
 from tests.support.prometheus import prometheus
 from tests.support.victoria_metrics import victoria_metrics
 
@@ -145,11 +144,11 @@ def test_job_reports_agree_on_embedded_prometheus_and_victoria_metrics(tmp_path:
             prometheus(config, tmp_path / "prometheus") as prometheus_url,
             victoria_metrics(config, tmp_path / "vm") as vm_url,
         ):
-            collector = Collector(
+            collector = collector_for(
                 store,
-                CollectorConfig(
+                Settings(
                     targets_path=tmp_path / "twin" / "targets.json",
-                    scheduler=SlurmrestdSource(url=twin.slurmrestd_url),
+                    slurmrestd_url=twin.slurmrestd_url,
                     scrape_interval_seconds=SCRAPE_INTERVAL_SECONDS,
                     scheduler_poll_seconds=SCRAPE_INTERVAL_SECONDS,
                 ),

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from hpcscope.ingest.security.lines import SecurityEventError
+from hpcscope.model.bounds import refusing_deep_nesting
 
 #: printf kinds -> (record kind, field names after the kind). ``ns`` is CLOCK_MONOTONIC.
 _KINDS = {
@@ -200,7 +201,8 @@ def parse_sensor_line(line: bytes, *, source: str, line_number: int) -> list[Sen
         return SecurityEventError(message, source=source, line=line_number, field=field)
 
     try:
-        output = _DECODER.decode(line)
+        with refusing_deep_nesting(source=source, line=line_number):
+            output = _DECODER.decode(line)
     except msgspec.DecodeError as exc:
         raise err(f"not bpftrace JSON output: {exc}") from None
     if output.type == "printf":

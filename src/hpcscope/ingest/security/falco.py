@@ -29,6 +29,7 @@ from hpcscope.ingest.security.lines import (
     rfc3339_to_ns,
     table_from_rows,
 )
+from hpcscope.model.bounds import refusing_deep_nesting
 from hpcscope.model.security_events import FALCO_ALERT_SCHEMA, FALCO_PRIORITIES
 
 FALCO_FIELD_COLUMNS: Mapping[str, str] = {
@@ -130,7 +131,8 @@ def falco_alert_row(line: bytes, *, source: str, line_number: int) -> Row:
             unknown priority.
     """
     try:
-        alert = _DECODER.decode(line)
+        with refusing_deep_nesting(source=source, line=line_number):
+            alert = _DECODER.decode(line)
     except msgspec.DecodeError as exc:
         raise decode_error(exc, line, source=source, line_number=line_number) from None
     priority = normalize_priority(alert.priority)

@@ -171,7 +171,11 @@ def collector_status_text(health: CollectorHealth) -> str:
     if health.status is CollectorStatus.NOT_CONFIGURED:
         return "not configured"
     if health.status is CollectorStatus.CONFIGURED:
-        return "configured · health not recorded"
+        return "configured · " + (
+            f"last event {health.last_event_ts:%H:%M:%S} UTC"
+            if health.last_event_ts
+            else "no event yet"
+        )
     if health.status is CollectorStatus.FAILING:
         return f"failing · {health.failing_targets} of {health.targets} targets"
     return f"{health.status.value} · {duration(health.staleness_seconds)}"

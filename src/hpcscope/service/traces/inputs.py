@@ -14,6 +14,7 @@ DuckDB file), so no request pays the start-up.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -26,8 +27,9 @@ from typing import IO, TYPE_CHECKING
 
 from hpcscope.analysis.traces.kernel_classes import ClassTable
 from hpcscope.analysis.traces.rank_timeline import RankTimeline, rank_timeline
-from hpcscope.ingest.compressed import DEFLATE_ERRORS, gunzip_bytes
+from hpcscope.ingest.compressed import DEFLATE_ERRORS, Gunzip, gunzip_bytes
 from hpcscope.ingest.traces.kineto import TraceError, read_kineto
+from hpcscope.model.bounds import BoundExceeded
 from hpcscope.model.errors import SourceError
 
 if TYPE_CHECKING:  # the pool's modules load when a pool is used (~15 ms of a small run)
@@ -148,7 +150,7 @@ def _archive_members(file: Path) -> list[TraceInput]:
             if kept is not None:
                 return kept
         found: list[TraceInput] = []
-        with tarfile.open(file, mode="r|*", bufsize=_TAR_BUFFER) as archive:
+        with _open_stream(file) as archive:
             found.extend(
                 TraceInput(str(file), m.name, _json_size_guess(m))
                 for m in archive
@@ -159,13 +161,29 @@ def _archive_members(file: Path) -> list[TraceInput]:
     return sorted(found, key=lambda item: item.member or "")
 
 
+@contextlib.contextmanager
+def _open_stream(file: Path) -> Iterator[tarfile.TarFile]:
+    """A sequential pass over an archive; a gzip-compressed one decompressed within the
+    bounds of ``ingest/compressed.py`` (tarfile's own gzip reader has none)."""
+    with file.open("rb") as handle:
+        gzipped = handle.read(2) == b"\x1f\x8b"
+        handle.seek(0)
+        stream: IO[bytes] = (
+            Gunzip(handle, source=str(file)) if gzipped else handle  # type: ignore[assignment]
+        )
+        with tarfile.open(
+            fileobj=stream, mode="r|" if gzipped else "r|*", bufsize=_TAR_BUFFER
+        ) as tar:
+            yield tar
+
+
 def _small_archive(file: Path) -> list[TraceInput] | None:
     """Members of a plain or gzip-compressed tar, read in one go (one C-speed decompression
     instead of tarfile's buffered stream: half the time on an 8-rank archive). None for other
     compressions, which take the streaming path."""
     raw = file.read_bytes()
     if raw[:2] == b"\x1f\x8b":
-        data = gunzip_bytes(raw)
+        data = gunzip_bytes(raw, source=str(file))
     elif raw[257:262] == b"ustar":
         data = raw
     else:
@@ -181,16 +199,17 @@ def _small_archive(file: Path) -> list[TraceInput] | None:
     return sorted(found, key=lambda item: item.member or "")
 
 
-_ErrorTuple = tuple[str, str, int | None, int | None]
+_ErrorTuple = tuple[str, str, int | None, int | None, str | None]
 
 
 def parse_one(item: TraceInput) -> RankTimeline | _ErrorTuple:
     """Worker: parse one rank and reduce it. Errors come back as plain tuples (message,
-    source, line, column), which pickle whatever the exception class."""
+    source, line, column, and the bound an input exceeded or None), which pickle whatever the
+    exception class."""
     try:
         return _parse_or_raise(item)
     except SourceError as exc:
-        return (exc.message, exc.source, exc.line, exc.column)
+        return (exc.message, exc.source, exc.line, exc.column, getattr(exc, "bound", None))
 
 
 def _parse_or_raise(item: TraceInput) -> RankTimeline:
@@ -276,7 +295,9 @@ def parse_ranks(
     seen: dict[int, str] = {}
     for result in results:
         if isinstance(result, tuple):
-            message, source, line, column = result
+            message, source, line, column, bound = result
+            if bound is not None:
+                raise BoundExceeded(message, bound=bound, source=source, line=line, column=column)
             raise TraceError(message, source=source, line=line, column=column)
         if result.rank in seen:
             raise SourceError(
@@ -306,14 +327,14 @@ def _in_process(
                 results[index] = (
                     _parse_stream(item, handle)
                     if handle is not None
-                    else ("not a regular file in the archive", item.name, None, None)
+                    else ("not a regular file in the archive", item.name, None, None, None)
                 )
                 if progress:
                     progress(len(results), len(items))
         except _STREAM_ERRORS as exc:
             message = f"cannot read archive: {exc}"
             for index in wanted.values():
-                results.setdefault(index, (message, archive_path, None, None))
+                results.setdefault(index, (message, archive_path, None, None, None))
     return [results[i] for i in range(len(items))]
 
 
@@ -333,7 +354,7 @@ def _stream_members(
     """One streaming pass over an archive: ``(index, handle)`` of each wanted member in archive
     order (None for a member that is not a regular file). Raises what tarfile raises for a
     broken archive (:data:`_STREAM_ERRORS`)."""
-    with tarfile.open(archive_path, mode="r|*", bufsize=_TAR_BUFFER) as archive:
+    with _open_stream(Path(archive_path)) as archive:
         for member in archive:
             index = wanted.get(member.name)
             if index is not None:
@@ -362,7 +383,9 @@ def _with_fork_helper(
             elif isinstance(loaded, bytes):
                 out.append(_parse_stream(item, io.BytesIO(loaded)))
             else:
-                out.append(loaded or ("cannot read the archive member", item.name, None, None))
+                out.append(
+                    loaded or ("cannot read the archive member", item.name, None, None, None)
+                )
         return out
 
     mine, theirs = list(range(0, len(items), 2)), list(range(1, len(items), 2))
@@ -427,9 +450,17 @@ def _decode_results(data: bytes) -> list[RankTimeline | _ErrorTuple] | None:
         for kind, payload in rows:
             if kind == "rank" and isinstance(payload, bytes):
                 out.append(to_timeline(decode_summary(payload, source="fork helper")))
-            elif kind == "error" and isinstance(payload, list) and len(payload) == 4:
-                message, source, line, column = payload
-                out.append((str(message), str(source), _opt_int(line), _opt_int(column)))
+            elif kind == "error" and isinstance(payload, list) and len(payload) == 5:
+                message, source, line, column, bound = payload
+                out.append(
+                    (
+                        str(message),
+                        str(source),
+                        _opt_int(line),
+                        _opt_int(column),
+                        None if bound is None else str(bound),
+                    )
+                )
             else:
                 return None
         return out
@@ -453,7 +484,9 @@ def _read_members(items: Sequence[TraceInput]) -> dict[int, bytes | _ErrorTuple]
                     out[index] = handle.read()
         except _STREAM_ERRORS as exc:
             for index in wanted.values():
-                out.setdefault(index, (f"cannot read archive: {exc}", archive_path, None, None))
+                out.setdefault(
+                    index, (f"cannot read archive: {exc}", archive_path, None, None, None)
+                )
     return out
 
 
@@ -462,9 +495,9 @@ def _parse_stream(item: TraceInput, handle: IO[bytes]) -> RankTimeline | _ErrorT
         trace = read_kineto(item.member or item.path, source=item.name, stream=handle)
         return rank_timeline(trace, item.classes)
     except SourceError as exc:
-        return (exc.message, exc.source, exc.line, exc.column)
+        return (exc.message, exc.source, exc.line, exc.column, getattr(exc, "bound", None))
     except (OSError, tarfile.TarError, EOFError) as exc:
-        return (f"cannot read: {exc}", item.name, None, None)
+        return (f"cannot read: {exc}", item.name, None, None, None)
 
 
 def _extract_members(items: Sequence[TraceInput], directory: Path) -> list[TraceInput]:
