@@ -9,12 +9,15 @@ between is a dictionary lookup with an ``ETag`` (304 on a match), answered on th
 acknowledged, a trace uploaded) is in its key (:meth:`~hpcscope.service.core.Service.changes`),
 so the next read sees it.
 
-**Keys.** A key holds everything the answer depends on: the route, its parameters and what the
-computation reads of the principal. :func:`reader_key` is that for computations that read more
-than a scope (a name in a report's title, a role's redactions); a page holds the principal
-itself (their name is on it) and the ETag of the document it shows, so it is rendered again
-exactly when its document changed. The scope check runs inside the computation, with the
-principal the key names: a key never names one principal's answer under another's.
+**Keys.** A key holds everything the answer depends on: the route, its parameters, what the
+computation reads of the principal, and the count of the writes between cycles that change it;
+never the data's instant or version, which would leave one entry per generation behind: an
+entry is recomputed in place as the generations pass (``service/snapshots.py``), so what is kept
+follows who reads what, not the time served. :func:`reader_key` is what a computation that reads
+more than a scope may use of the principal (a name in a report's title, a role's redactions); a
+page holds the principal itself (their name is on it) and reads its document when rendered. The
+scope check runs inside the computation, with the principal the key names: a key never names
+one principal's answer under another's.
 
 **Parameters.** A route that reads a query string parses it with :func:`query_of`, which
 refuses (raises) a repeated or unknown parameter: the read lane then hands the request to the
@@ -112,14 +115,24 @@ def _page_size(page: Page) -> int:
     return len(page[1])
 
 
-def kept_page(request: Request, key: Hashable, render: Callable[[], Response]) -> Response:
-    """A rendered page from the snapshots (``render`` renders it: its status and body)."""
+def kept_page(
+    request: Request,
+    key: Hashable,
+    render: Callable[[], Response],
+    *,
+    every_seconds: float = 0.0,
+) -> Response:
+    """A rendered page from the snapshots (``render`` reads its data and renders it: its
+    status and body), rendered again once per generation (or ``every_seconds``) like the data
+    it shows, so one entry per key, whatever the data's changes."""
 
     def rendered() -> Page:
         response = render()
         return response.status_code, bytes(response.body)
 
-    status, body = service_of(request).snapshots.get(key, rendered, size=_page_size)
+    status, body = service_of(request).snapshots.get(
+        key, rendered, every_seconds=every_seconds, size=_page_size
+    )
     return HTMLResponse(body, status_code=status)
 
 

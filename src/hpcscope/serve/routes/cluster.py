@@ -77,10 +77,11 @@ def _context(request: Request, principal: Principal) -> _Overview:
 
 
 def _overview(request: Request, principal: Principal, template: str) -> Response:
-    context = _context(request, principal)
-    # the instant the data was computed at names it (one computation per visibility and instant)
-    key = ("serve.overview", template, principal, context["state"].generated_at)
-    return kept_page(request, key, lambda: render(request, template, context, principal=principal))
+    def page() -> Response:
+        context = _context(request, principal)
+        return render(request, template, context, principal=principal)
+
+    return kept_page(request, ("serve.overview", template, principal), page)
 
 
 @router.get("/")
@@ -95,10 +96,9 @@ async def overview_fragment(request: Request, principal: PrincipalDep) -> Respon
 
 
 def _cluster_document(request: Request, principal: Principal) -> Document:
-    context = _context(request, principal)
-    state, health = context["state"], context["health"]
-
     def document() -> dict[str, object]:
+        context = _context(request, principal)
+        state, health = context["state"], context["health"]
         # the diagram's values, as jsonable writes them; tests/serve/test_cluster_contract.py
         # checks them against ClusterState
         return {
@@ -110,8 +110,7 @@ def _cluster_document(request: Request, principal: Principal) -> Document:
             **{key: value for key, value in health.to_dict().items() if key != "generated_at"},
         }
 
-    key = ("serve.cluster_json", Viewer(principal).visibility(), state.generated_at)
-    return kept_document(request, key, document)
+    return kept_document(request, ("serve.cluster_json", Viewer(principal).visibility()), document)
 
 
 @router.get("/api/cluster", responses={200: {"model": ClusterState}})
