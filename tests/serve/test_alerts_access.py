@@ -174,5 +174,9 @@ def test_threats_mode_lights_nodes_and_vectors_by_worst_severity(
     assert elements["vector-rdma-blind-spot"]["class"] == "alerted sev-high"
     assert elements["vector-gpu-memory-leakage"]["class"] == ""
     detections = clients["alice"].get("/api/diagram").json()["detections"]
-    assert detections["worst_by_vector"]["supply-chain"] == "CRITICAL"
-    assert detections["open_by_node"] == {"gpu01": 4}
+    assert detections["worst_by_vector"] == {"supply-chain": "CRITICAL"}
+    # alice counts her own job's alert only: no count of another job's or of a process
+    # outside every job
+    assert detections["open_by_node"] == {"gpu01": 1}
+    carol = clients["carol"].get("/api/diagram").json()["detections"]
+    assert carol["open_by_node"] == {"gpu01": 2}

@@ -172,6 +172,12 @@ class Settings(EngineSettings):
         description="Parsed Falco/Tetragon events kept in memory for the alert engine; "
         "the oldest are dropped beyond this.",
     )
+    security_poll_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="Seconds between two reads of the Falco/Tetragon files and the HTTP "
+        "buffer by the alert engine (its own loop, beside the collector's cycle).",
+    )
     rollup_grace_seconds: float = Field(
         120.0,
         ge=0,

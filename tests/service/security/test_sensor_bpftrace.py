@@ -20,12 +20,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from hpcscope.analysis.alerts.file_access import access_records
 from hpcscope.ingest.security.tetragon import parse_tetragon_lines
+from hpcscope.model.security_events import TetragonRow
 from hpcscope.service.security.sensor import Sensor, bundled_program_path, render_program
 
 SIZE = 300_000
@@ -163,7 +164,8 @@ def test_writes_are_counted_and_unprotected_files_are_silent(run: Run) -> None:
     seen = [(r["function_name"], r["file_path"], r["int_args"]) for r in _mine(run)]
     assert written == [WRITTEN], (seen, f"{run.lost_events} events lost in the kernel")
     assert not any("other.txt" in (r["file_path"] or "") for r in run.rows)
-    records = access_records(run.rows, protected=[str(run.root)]).to_pylist()
+    rows = cast(list[TetragonRow], run.rows)
+    records = access_records(rows, protected=[str(run.root)]).to_pylist()
     by_access: dict[str, int] = {}
     for record in records:
         if record["pid"] == run.workload_pid:

@@ -229,12 +229,21 @@ def _args(row: Row, args: list[_Arg]) -> None:
         if module is not None and row["module_name"] is None:
             row["module_name"], row["module_tainted"] = module.name, module.tainted or None
     if paths:
-        row["file_path"], row["file_mode"] = as_str(paths[0].path), as_str(paths[0].permission)
+        row["file_path"], row["file_mode"] = _absolute(paths[0].path), paths[0].permission
     if len(paths) > 1:
         row["entry_path"] = as_str(paths[1].path)
     row["int_args"] = ints or None
     if row["function_name"] in _ACCESS_MASK_HOOKS and ints:
         row["access_mask"] = ints[0]
+
+
+def _absolute(path: str | None) -> str | None:
+    """A file argument's path as an absolute path: Tetragon walks the dentry from the root,
+    and older agents (the FollowFD events of 0.8) printed it without its leading slash
+    (``etc/passwd``)."""
+    if not path or path.startswith(("/", "memfd:", "anon_inode:", "pipe:", "socket:", ".")):
+        return path
+    return f"/{path}"
 
 
 def _legacy_network(row: Row, event: _Event) -> None:
