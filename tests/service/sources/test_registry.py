@@ -8,7 +8,15 @@ from pathlib import Path
 
 import hpcscope.service.sources as registry
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import (
+    FalcoSection,
+    GpuProcessesSection,
+    LustreChangelogSection,
+    SourceSections,
+)
 from hpcscope.service.sources import build_sources, source_status, specs
+from hpcscope.service.sources.__main__ import main
+from hpcscope.service.sources._reference import COMMAND
 from hpcscope.store import Store
 from hpcscope.store.telemetry_rules import changelog
 from tests.support.collect import collector_for, context_for, run_cycles
@@ -56,7 +64,7 @@ def test_settings_switch_sources_on() -> None:
     assert not any(status.configured for status in source_status(Settings()))
     everything = source_status(Settings.model_validate(EVERYTHING))
     assert [status.name for status in everything if status.configured] == SOURCES
-    token_only = source_status(Settings(falco_ingest_token="t"))
+    token_only = source_status(Settings(falco=FalcoSection(ingest_token="t")))
     assert [s.name for s in token_only if s.configured] == ["security_events"]
 
 
@@ -75,7 +83,8 @@ def test_the_changelog_and_process_spools_are_read_each_cycle(tmp_path: Path) ->
         "u=1:1 nid=0@lo p=[0x1:0x1:0x0] a\n2 01CREAT 12:00:01"  # the second line is incomplete
     )
     settings = Settings(
-        lustre_changelog_dir=tmp_path / "changelog", gpu_processes_dir=tmp_path / "procs"
+        lustre_changelog=LustreChangelogSection(dir=tmp_path / "changelog"),
+        gpu_processes=GpuProcessesSection(dir=tmp_path / "procs"),
     )
     with Store(tmp_path / "s.duckdb") as store:
         collector = collector_for(store, settings)
@@ -84,3 +93,16 @@ def test_the_changelog_and_process_spools_are_read_each_cycle(tmp_path: Path) ->
         assert report.of("lustre_changelog").rows == 1
         store.flush()
         assert changelog(store).num_rows == 1
+
+
+def test_each_source_has_its_section_and_each_section_its_source() -> None:
+    sections = SourceSections.model_fields
+    assert set(sections) == {spec.name for spec in specs()}
+    for spec in specs():
+        assert sections[spec.name].annotation is spec.settings
+        for key, field in spec.settings.model_fields.items():
+            assert field.description, f"{spec.name}.{key} has no description"
+
+
+def test_the_sources_reference_is_generated_from_the_code() -> None:
+    assert main(["--check"]) == 0, f"docs/sources.md is stale: run {COMMAND}"

@@ -33,6 +33,7 @@ from hpcscope.service.collect.clock import Clock, SystemClock
 from hpcscope.service.collect.source import Source
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import SourceSection
 from hpcscope.store import Store
 
 __all__ = [
@@ -71,7 +72,7 @@ class SourceContext:
 
     def __post_init__(self) -> None:
         if self.security_buffer is None:  # one buffer for every source of this context
-            buffer = SecurityEventBuffer(max_rows=self.settings.security_buffer_rows)
+            buffer = SecurityEventBuffer(max_rows=self.settings.security_events.buffer_rows)
             object.__setattr__(self, "security_buffer", buffer)
 
     def buffer(self) -> SecurityEventBuffer:
@@ -86,6 +87,7 @@ class SourceSpec:
 
     Attributes:
         name: the source's name, unique; its settings section is named the same.
+        settings: the model of that section (``service/source_settings.py``).
         order: its place in the cycle (module docstring): lower first, equal together.
         configured: whether a site's settings switch it on.
         build: the source of a context whose settings switch it on.
@@ -93,6 +95,7 @@ class SourceSpec:
     """
 
     name: str
+    settings: type[SourceSection]
     order: int
     configured: Callable[[Settings], bool]
     build: Callable[[SourceContext], Source]
