@@ -25,6 +25,7 @@ import os
 import random
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -108,8 +109,22 @@ class Demo:
                 except json.JSONDecodeError:
                     continue
                 self.logins = [(d["user"], d["password"]) for d in info["logins"]]
+                self._wait_until_answering(deadline)
                 return self
         raise RuntimeError("demo did not print its URL within 180 s")
+
+    def _wait_until_answering(self, deadline: float) -> None:
+        """The demo prints its URL first and answers a moment later: until ``/healthz``."""
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
+                    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                    if sock.recv(64).startswith(b"HTTP/1.1 200"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError("the demo did not answer /healthz within 180 s")
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:

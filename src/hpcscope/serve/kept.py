@@ -9,12 +9,15 @@ between is a dictionary lookup with an ``ETag`` (304 on a match), answered on th
 acknowledged, a trace uploaded) is in its key (:meth:`~hpcscope.service.core.Service.changes`),
 so the next read sees it.
 
-**Keys.** A key holds everything the answer depends on: the route, its parameters and what the
-computation reads of the principal. :func:`reader_key` is that for computations that read more
-than a scope (a name in a report's title, a role's redactions); a page holds the principal
-itself (their name is on it) and the ETag of the document it shows, so it is rendered again
-exactly when its document changed. The scope check runs inside the computation, with the
-principal the key names: a key never names one principal's answer under another's.
+**Keys.** A key holds everything the answer depends on: the route, its parameters, what the
+computation reads of the principal, and the count of the writes between cycles that change it;
+never the data's instant or version, which would leave one entry per generation behind: an
+entry is recomputed in place as the generations pass (``service/snapshots.py``), so what is kept
+follows who reads what, not the time served. :func:`reader_key` is what a computation that reads
+more than a scope may use of the principal (a name in a report's title, a role's redactions); a
+page holds the principal itself (their name is on it) and reads its document when rendered. The
+scope check runs inside the computation, with the principal the key names: a key never names
+one principal's answer under another's.
 
 **Parameters.** A route that reads a query string parses it with :func:`query_of`, which
 refuses (raises) a repeated or unknown parameter: the read lane then hands the request to the
@@ -25,8 +28,7 @@ The snapshots' byte budget bounds what parameters an attacker could vary.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Hashable
-from typing import Any
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
@@ -60,13 +62,17 @@ def cached_json(request: Request, body: bytes, etag: str) -> Response:
     return Response(body, media_type="application/json", headers=headers)
 
 
+#: What a kept route computes: a contract, or the plain JSON values the route would return.
+JsonDocument = BaseModel | Mapping[str, object] | Sequence[object]
+
+
 def reader_key(principal: Principal) -> tuple[str, Role, frozenset[str]]:
     """What a read computation may use of a principal: name, role, coordinated accounts (not
     how it authenticated, nor whether it may write: no read depends on those)."""
     return (principal.name, principal.role, principal.coordinated_accounts)
 
 
-def serialise(value: BaseModel | dict[str, Any] | list[Any]) -> Document:
+def serialise(value: JsonDocument) -> Document:
     """A document's bytes as the framework writes a route's return value, and their ETag."""
     content = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
     body = bytes(JSONResponse(content).body)
@@ -80,7 +86,7 @@ def _document_size(document: Document) -> int:
 def kept_document(
     request: Request,
     key: Hashable,
-    compute: Callable[[], BaseModel | dict[str, Any] | list[Any]],
+    compute: Callable[[], JsonDocument],
     *,
     every_seconds: float = 0.0,
 ) -> Document:
@@ -96,7 +102,7 @@ def kept_document(
 def kept_json(
     request: Request,
     key: Hashable,
-    compute: Callable[[], BaseModel | dict[str, Any] | list[Any]],
+    compute: Callable[[], JsonDocument],
     *,
     every_seconds: float = 0.0,
 ) -> Response:
@@ -109,14 +115,24 @@ def _page_size(page: Page) -> int:
     return len(page[1])
 
 
-def kept_page(request: Request, key: Hashable, render: Callable[[], Response]) -> Response:
-    """A rendered page from the snapshots (``render`` renders it: its status and body)."""
+def kept_page(
+    request: Request,
+    key: Hashable,
+    render: Callable[[], Response],
+    *,
+    every_seconds: float = 0.0,
+) -> Response:
+    """A rendered page from the snapshots (``render`` reads its data and renders it: its
+    status and body), rendered again once per generation (or ``every_seconds``) like the data
+    it shows, so one entry per key, whatever the data's changes."""
 
     def rendered() -> Page:
         response = render()
         return response.status_code, bytes(response.body)
 
-    status, body = service_of(request).snapshots.get(key, rendered, size=_page_size)
+    status, body = service_of(request).snapshots.get(
+        key, rendered, every_seconds=every_seconds, size=_page_size
+    )
     return HTMLResponse(body, status_code=status)
 
 

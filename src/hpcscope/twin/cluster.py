@@ -35,7 +35,7 @@ from collections.abc import Callable
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from hpcscope.model.topology import Hca, Topology
 from hpcscope.twin.dcgm import DcgmEndpoint
@@ -57,6 +57,13 @@ log = logging.getLogger(__name__)
 Route = Callable[[], tuple[int, str, bytes]]
 Action = Callable[[str, bytes], tuple[int, str, bytes]]
 """A POST or DELETE endpoint: (path, body) -> status, content type, body."""
+
+
+class FileSdTarget(TypedDict):
+    """One entry of a Prometheus ``file_sd`` file."""
+
+    targets: list[str]
+    labels: dict[str, str]
 
 
 class _Server(ThreadingHTTPServer):
@@ -441,13 +448,13 @@ class TwinCluster:
 
     # ------------------------------------------------------------------ discovery
 
-    def targets(self) -> list[dict[str, Any]]:
+    def targets(self) -> list[FileSdTarget]:
         """Prometheus file_sd entries for every endpoint of the twin."""
-        dcgm = [
+        dcgm: list[FileSdTarget] = [
             {"targets": [f"{self.host}:{port}"], "labels": {"exporter": "dcgm", "node": node}}
             for node, port in self.dcgm_ports.items()
         ]
-        node_exporters = [
+        node_exporters: list[FileSdTarget] = [
             {"targets": [f"{self.host}:{port}"], "labels": {"exporter": "node", "node": node}}
             for node, port in self.node_exporter_ports.items()
         ]

@@ -101,12 +101,13 @@ def _page(request: Request, principal: Principal, path: str, limit: int) -> Resp
         return kept_page(
             request, ("serve.access_page", principal), lambda: _render(request, principal, "")
         )
-    report, (_, etag) = _report(request, principal, path, None, limit)
-    return kept_page(
-        request,
-        ("serve.access_page", principal, path, etag),
-        lambda: _render(request, principal, path, report),
-    )
+    _report(request, principal, path, None, limit)  # a relative path raises here
+
+    def page() -> Response:
+        report, _ = _report(request, principal, path, None, limit)
+        return _render(request, principal, path, report)
+
+    return kept_page(request, ("serve.access_page", principal, path, limit), page)
 
 
 def _render(

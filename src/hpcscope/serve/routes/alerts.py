@@ -146,12 +146,15 @@ def _page(
     job: str | None,
 ) -> Response:
     """The page (kept per principal and document); raises ValueError on a bad filter."""
-    found, filters, (_, etag) = _read(request, principal, state, severity, vector, job)
-    return kept_page(
-        request,
-        ("serve.alerts_page", principal, etag),
-        lambda: _render(request, principal, found, filters, None, 200),
-    )
+    _read(request, principal, state, severity, vector, job)  # a bad filter raises here
+
+    def page() -> Response:
+        found, filters, _ = _read(request, principal, state, severity, vector, job)
+        return _render(request, principal, found, filters, None, 200)
+
+    changes = service_of(request).alert_changes
+    key = ("serve.alerts_page", principal, state, severity, vector, job, changes)
+    return kept_page(request, key, page)
 
 
 def _render(

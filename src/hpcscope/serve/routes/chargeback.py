@@ -189,13 +189,19 @@ def _page(
     request: Request, principal: Principal, by: str, period: str | None, view: str
 ) -> Response:
     """The page (kept); raises ValueError on a bad parameter."""
-    report, (_, report_etag) = _report(request, principal, by, period, None)
-    trend, (_, trend_etag) = _trend(request, principal, by, period, TREND_MONTHS)
+    _by(by), _period(period)  # a bad parameter raises here, before anything is kept
     shown = "decision" if view == "decision" else "lead"
+
+    def page() -> Response:
+        report, _ = _report(request, principal, by, period, None)
+        trend, _ = _trend(request, principal, by, period, TREND_MONTHS)
+        return _render_page(request, principal, report, trend, None, shown, by, period)
+
     return kept_page(
         request,
-        ("serve.chargeback_page", principal, by, period, shown, report_etag, trend_etag),
-        lambda: _render_page(request, principal, report, trend, None, shown, by, period),
+        ("serve.chargeback_page", principal, by, period, shown),
+        page,
+        every_seconds=REPORT_EVERY_SECONDS,
     )
 
 

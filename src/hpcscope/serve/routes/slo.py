@@ -64,11 +64,12 @@ def _slo_json(request: Request, principal: Principal) -> Response:
 
 
 def _slo_page(request: Request, principal: Principal) -> Response:
-    report, (_, etag) = _report(request, principal)
+    def page() -> Response:
+        report, _ = _report(request, principal)
+        return render(request, "slo.html", {"report": report}, principal=principal)
+
     return kept_page(
-        request,
-        ("serve.slo_page", principal, etag),
-        lambda: render(request, "slo.html", {"report": report}, principal=principal),
+        request, ("serve.slo_page", principal), page, every_seconds=REPORT_EVERY_SECONDS
     )
 
 

@@ -94,10 +94,10 @@ def _list_page(
     request: Request, principal: Principal, *, error: str | None = None, status: int = 200
 ) -> Response:
     service = service_of(request)
-    rows, (_, etag) = _listed(request, principal)
-    jobs = [r.job_id for r in service.job_reports(principal)][:200]
 
     def page() -> Response:
+        rows, _ = _listed(request, principal)
+        jobs = [r.job_id for r in service.job_reports(principal)][:200]
         return render(
             request,
             "traces.html",
@@ -113,7 +113,7 @@ def _list_page(
 
     if error is not None:  # after a failed upload: its message, once
         return page()
-    return kept_page(request, ("serve.traces_page", principal, etag, tuple(jobs)), page)
+    return kept_page(request, ("serve.traces_page", principal, service.changes("traces")), page)
 
 
 def _traces_json(request: Request, principal: Principal) -> Response:

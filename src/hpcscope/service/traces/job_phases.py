@@ -11,7 +11,7 @@ A job without a window says why, and how to switch capture on.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpcscope.analysis.traces.rank_timeline import PHASES
 from hpcscope.model.capture import StoredCapture
@@ -22,6 +22,8 @@ from hpcscope.service.traces.capture_contracts import (
     PhaseStraggler,
     RankPlacement,
 )
+from hpcscope.service.traces.contracts import EvidenceItem
+from hpcscope.service.traces.document import CapturePayloadJson
 from hpcscope.service.traces.job_evidence import add_job_evidence
 from hpcscope.store.captures import job_captures
 
@@ -76,20 +78,20 @@ def _phases(service: Service, job_id: str) -> JobPhases:
     )
 
 
-def _mean_phases(values: list[dict[str, Any]]) -> dict[str, Any]:
+def _mean_phases(values: list[dict[str, float]]) -> dict[str, float]:
     return {p: sum(float(v[p] or 0.0) for v in values) / len(values) for p in PHASES}
 
 
 def window_document(service: Service, job_id: str, row: StoredCapture) -> CaptureWindowDocument:
     """One stored window as its document, with the evidence from the job's telemetry."""
-    payload: dict[str, Any] = json.loads(row.result_json)
-    document: dict[str, Any] = payload["analysis"]
+    payload: CapturePayloadJson = json.loads(row.result_json)  # as the capture spool stored it
+    document = payload["analysis"]
     add_job_evidence(service, document, job_id)
     placement = {
         rank: RankPlacement(node=p["node"], gpu=p["gpu"], verified=p["job_id"] == job_id)
         for rank, p in sorted(payload["placement"].items(), key=lambda kv: int(kv[0]))
     }
-    by_node: dict[str, list[dict[str, Any]]] = {}
+    by_node: dict[str, list[dict[str, float]]] = {}
     for rank, phases in document["phases"].items():
         where = placement.get(rank)
         by_node.setdefault(where.node if where is not None else "unknown", []).append(phases)
@@ -106,7 +108,7 @@ def window_document(service: Service, job_id: str, row: StoredCapture) -> Captur
             phase_delay_seconds_per_step=top["phase_excess_seconds_per_step"].get(top["phase"]),
             score=top["score"],
             hint=top["hint"],
-            evidence=top["evidence"],
+            evidence=[EvidenceItem.model_validate(e) for e in top["evidence"]],
         )
     return CaptureWindowDocument.model_validate(
         {
