@@ -25,7 +25,12 @@ from hpcscope.service.diagram.collectors import CollectorStatus
 from hpcscope.service.diagram.cost import decision_view
 from hpcscope.service.diagram.live import GpuState, Viewer, diagram_viewer, live_state
 from hpcscope.service.settings import Settings
-from hpcscope.service.source_settings import CaptureSection, SlurmSection, TetragonSection
+from hpcscope.service.source_settings import (
+    CaptureSection,
+    FalcoSection,
+    SlurmSection,
+    TetragonSection,
+)
 from hpcscope.store.alerts import upsert_alerts
 from tests.support.fleet import NOW, SAMPLES, STEP, write_fleet
 
@@ -226,7 +231,7 @@ def test_vector_cards_count_open_alerts_of_the_real_table(fleet: Service) -> Non
     # no source raises alerts yet: the table alone does not make detections "configured"
     card = element_card(fleet, viewer(fleet, "alice"), "vector-rdma-blind-spot", now=NOW)
     assert isinstance(card.live, VectorCardLive) and not card.live.alerts.configured
-    fleet.settings = fleet.settings.model_copy(update={"falco_ingest_token": "t"})
+    fleet.settings = fleet.settings.model_copy(update={"falco": FalcoSection(ingest_token="t")})
     card = element_card(fleet, viewer(fleet, "alice"), "vector-rdma-blind-spot", now=NOW)
     assert isinstance(card.live, VectorCardLive) and card.live.alerts.configured
     assert card.live.open_alerts == 0
