@@ -388,7 +388,7 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     Raises:
         SourceError: unreadable file or an invalid setting, naming the file and the field.
     """
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     source = "<defaults>"
     if path is not None:
         source = str(path)
@@ -450,7 +450,7 @@ def _nested(values: Mapping[str, object], source: str, *, warn: bool = False) ->
     return nested
 
 
-def _merge(values: dict[str, Any], layer: Mapping[str, object]) -> None:
+def _merge(values: dict[str, object], layer: Mapping[str, object]) -> None:
     """A later layer over ``values``: a section's keys one by one, other values whole."""
     sections = set(SourceSections.model_fields)
     for key, value in layer.items():

@@ -108,3 +108,16 @@ def test_each_source_has_its_section_and_each_section_its_source() -> None:
 
 def test_the_sources_reference_is_generated_from_the_code() -> None:
     assert main(["--check"]) == 0, f"docs/sources.md is stale: run {COMMAND}"
+
+
+def test_a_page_reads_each_source_configured_and_its_state(tmp_path: Path) -> None:
+    settings = Settings(lustre_changelog=LustreChangelogSection(dir=tmp_path))
+    with Store(tmp_path / "s.duckdb") as store:
+        collector = collector_for(store, settings)
+        run_cycles(collector)
+        shown = {s.name: s for s in source_status(settings, collector.source_states())}
+    assert shown["lustre_changelog"].configured and not shown["dcgm"].configured
+    state = shown["lustre_changelog"].state
+    assert state is not None and state.polls == 1 and state.last_poll_ts is not None
+    assert state.last_collected_ts is None  # an empty spool: polled, nothing collected yet
+    assert shown["dcgm"].state is None
