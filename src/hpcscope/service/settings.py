@@ -388,6 +388,7 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     Raises:
         SourceError: unreadable file or an invalid setting, naming the file and the field.
     """
+    # the file's YAML mapping, then the environment and the overrides, before pydantic checks
     values: dict[str, object] = {}
     source = "<defaults>"
     if path is not None:

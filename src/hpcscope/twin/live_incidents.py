@@ -15,7 +15,7 @@ its sensor writes, into the files the demo's server reads:
 6. gradient injection: the integrity hook's records (``integrity/<job>/rank-<r>.jsonl``) of a
    data-parallel job one rank of which sends a poisoned gradient and reports an honest one.
 
-All six come in the first three minutes of each cycle, so that Threats mode lights every
+All six come in the first 90 seconds of each cycle, so that Threats mode lights every
 vector soon after the demo starts and again every 10 minutes (an alert seen again grows its
 count and keeps its state: one acknowledged or resolved stays so).
 """
@@ -66,14 +66,14 @@ class Planned:
     make: Callable[[int], Scenario] | None  # None: the integrity spool's incident
 
 
-#: The cycle: every vector in the first three minutes.
+#: The cycle: every vector in the first 90 seconds.
 SCHEDULE: tuple[Planned, ...] = (
     Planned(10.0, "supply-chain", attacks.falco_miner),
-    Planned(40.0, "container-escape", attacks.nsenter_escape),
-    Planned(70.0, "gpu-memory-leakage", attacks.root_ptrace),
-    Planned(100.0, "rdma-blind-spot", attacks.uverbs_outside_jobs),
-    Planned(130.0, "data-poisoning", _weights_read),
-    Planned(160.0, "gradient-injection", None),
+    Planned(25.0, "container-escape", attacks.nsenter_escape),
+    Planned(40.0, "gpu-memory-leakage", attacks.root_ptrace),
+    Planned(55.0, "rdma-blind-spot", attacks.uverbs_outside_jobs),
+    Planned(70.0, "data-poisoning", _weights_read),
+    Planned(85.0, "gradient-injection", None),
 )
 
 
