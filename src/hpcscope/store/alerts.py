@@ -13,6 +13,8 @@ or on no known job, is visible to admins only (deny by default).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import replace
@@ -127,7 +129,27 @@ def upsert_alerts(store: Store, alerts: Sequence[Alert]) -> Future[int]:
             con.unregister("incoming_alerts")
         return len(rows)
 
-    return store.submit_write(write)
+    future = store.submit_write(write)
+    future.add_done_callback(lambda done: _note_written(store, done))
+    return future
+
+
+_WRITTEN: weakref.WeakKeyDictionary[Store, int] = weakref.WeakKeyDictionary()
+_WRITTEN_LOCK = threading.Lock()
+
+
+def _note_written(store: Store, done: Future[int]) -> None:
+    if done.exception() is None and done.result():
+        with _WRITTEN_LOCK:
+            _WRITTEN[store] = _WRITTEN.get(store, 0) + 1
+
+
+def alerts_written(store: Store) -> int:
+    """How many upserts of alerts have committed in ``store`` since it was opened (by any
+    engine, in the collector's cycle or beside it): a read view of alerts keys on it, so a new
+    alert is seen by the next read."""
+    with _WRITTEN_LOCK:
+        return _WRITTEN.get(store, 0)
 
 
 def set_alert_state(

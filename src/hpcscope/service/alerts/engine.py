@@ -215,7 +215,7 @@ class SecurityLoop:
 
     Args:
         collection: the engine and its sources.
-        interval_seconds: the pause between two runs (``security_poll_seconds``).
+        interval_seconds: the pause between two runs (``security_events.poll_seconds``).
     """
 
     def __init__(self, collection: SecurityCollection, *, interval_seconds: float) -> None:

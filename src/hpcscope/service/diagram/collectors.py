@@ -165,10 +165,10 @@ def collector_health(
 def _configured_elsewhere(service: Service, collector_id: str, base: _Base) -> CollectorHealth:
     """A collector without scrape records: configured another way, or not configured."""
     settings = service.settings
-    if collector_id == "slurm-exporter" and settings.slurmrestd_url:
+    if collector_id == "slurm-exporter" and settings.slurm.url:
         note = (
-            f"hpcscope reads the scheduler from slurmrestd ({settings.slurmrestd_url}) every "
-            f"{settings.scheduler_poll_seconds:g} s instead of slurm-exporter; the health of "
+            f"hpcscope reads the scheduler from slurmrestd ({settings.slurm.url}) every "
+            f"{settings.slurm.poll_seconds:g} s instead of slurm-exporter; the health of "
             "those polls is not recorded yet."
         )
         return CollectorHealth(status=CollectorStatus.CONFIGURED, note=note, **base)
@@ -182,7 +182,7 @@ def _captured(
     seen = activity.capture_activity(service.store, since=since)[collector_id]
     base = {**base, "last_event_ts": seen["last_ts"]}
     recent = seen["recent"]
-    if service.settings.capture_spool_dir is None and seen["last_ts"] is None:
+    if service.settings.capture.spool_dir is None and seen["last_ts"] is None:
         return CollectorHealth(
             status=CollectorStatus.NOT_CONFIGURED, scrapes_in_window=recent, **base
         )
@@ -192,7 +192,7 @@ def _captured(
         else ("capture window with NCCL debug logs")
     )
     if seen["last_ts"] is None:
-        note = f"captures are on ({service.settings.capture_spool_dir}); no {what} yet."
+        note = f"captures are on ({service.settings.capture.spool_dir}); no {what} yet."
         return CollectorHealth(
             status=CollectorStatus.CONFIGURED, note=note, scrapes_in_window=recent, **base
         )
@@ -218,13 +218,13 @@ def _checkpoint_sensor(
     base = {**base, "last_event_ts": seen["last_ts"]}
     recent = seen["recent"]
     tail = rows.get("tetragon")
-    if service.settings.tetragon_events_path is None and tail is None and not seen["last_ts"]:
+    if service.settings.tetragon.events_path is None and tail is None and not seen["last_ts"]:
         return CollectorHealth(
             status=CollectorStatus.NOT_CONFIGURED, scrapes_in_window=recent, **base
         )
     note = (
         f"accesses to the checkpoint and weight roots, read from the eBPF events "
-        f"({service.settings.tetragon_events_path}): {seen['recent']} lately."
+        f"({service.settings.tetragon.events_path}): {seen['recent']} lately."
     )
     if tail is not None and int(tail["failing_targets"]):
         return CollectorHealth(
