@@ -1,6 +1,6 @@
 """Real attacks on this machine, as root, outside any job, under hpcscope's own sensor and
 through the real pipeline: ``hpcscope sensor`` (bpftrace) writes its export, ``hpcscope
-serve`` tails it as ``tetragon_events_path``, the alert engine judges, ``/api/alerts``
+serve`` tails it as ``tetragon.events_path``, the alert engine judges, ``/api/alerts``
 answers. No event line is written by hand.
 
 The attacks: ``nsenter -t 1`` from a fresh PID and mount namespace (and a real ``setns`` back
@@ -195,7 +195,7 @@ def attacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     env = {
         **os.environ,
         "HPCSCOPE_RULES_DIR": str(_rules(base / "rules")),
-        "HPCSCOPE_TETRAGON_EVENTS_PATH": str(export),
+        "HPCSCOPE_TETRAGON__EVENTS_PATH": str(export),
         "HPCSCOPE_SCRAPE_INTERVAL_SECONDS": "1",
     }
     run = Run(base)
