@@ -37,7 +37,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hpcscope.service.snapshots import cache_only
+from hpcscope.serve.offload import note_lane_miss
+from hpcscope.service.snapshots import SnapshotMiss, cache_only
 
 #: The answer of a lane route: the request and the path's one parameter ("" when none).
 LaneAnswer = Callable[[Request, str], Response]
@@ -118,5 +119,8 @@ def _answer(request: Request, answer: LaneAnswer, parameter: str) -> Response | 
     """The route's answer from the snapshots, or None: the app answers (module docstring)."""
     try:
         return cache_only(answer, request, parameter)
+    except SnapshotMiss:  # the app computes it in a worker thread, without trying again here
+        note_lane_miss()
+        return None
     except Exception:  # the app answers it, raising it again where it has its handlers
         return None

@@ -18,7 +18,9 @@ keyed by what the answer depends on, and computes each key once per **generation
   current but younger than ``stale_seconds`` gets it at once, and one background refresh per
   key recomputes it (a dashboard figure at most one cycle behind, instead of every client
   waiting for the recomputation); an older entry, or none, is computed in the request, once:
-  concurrent requests for the same key wait for that one computation. Without a collector a
+  concurrent requests for the same key wait for that one computation. A computation that
+  reads other entries (a page reads its document) reads them current: computed now if they are
+  not, so a refreshed page never shows the data of the generation before. Without a collector a
   write is seen by the very next read (no stale answer: tests and one-shot reads write, then
   read).
 
@@ -62,6 +64,8 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 _CACHE_ONLY: ContextVar[bool] = ContextVar("hpcscope_snapshots_cache_only", default=False)
+#: Set while a value is computed: what it reads of other entries must be current, not stale.
+_COMPUTING: ContextVar[bool] = ContextVar("hpcscope_snapshots_computing", default=False)
 
 
 class SnapshotMiss(HpcscopeError):
@@ -213,7 +217,9 @@ class Snapshots:
         generation = self.generation()
         now = self._clock()
         refresh = False
-        stale_seconds = self.stale_seconds if self._published is not None else 0.0
+        stale_seconds = (
+            self.stale_seconds if self._published is not None and not _COMPUTING.get() else 0.0
+        )
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
@@ -252,6 +258,7 @@ class Snapshots:
         size: Callable[[T], int] | None,
     ) -> T:
         started = self._clock()
+        token = _COMPUTING.set(True)
         try:
             value = compute()
         except BaseException as exc:
@@ -259,6 +266,8 @@ class Snapshots:
                 self._computing.pop(key, None)
             future.set_exception(exc)
             raise
+        finally:
+            _COMPUTING.reset(token)
         weight = size(value) if size is not None else 0
         with self._lock:
             self.computations += 1
