@@ -12,8 +12,11 @@ keyed by what the answer depends on, and computes each key once per **generation
 * an entry is *current* while the generation is unchanged and it is younger than
   ``max_age_seconds`` (time alone changes some answers: a GPU turning stale, a running job's
   elapsed time); a key read with ``every_seconds`` (a report over hours or months: the SLOs,
-  chargeback) is also current, whatever the generation, while younger than that: a 2-second
-  cycle does not recompute a month's figures every 2 seconds;
+  chargeback; a finished job's page) is also current, whatever the generation, while younger
+  than that: a 2-second cycle does not recompute a month's figures every 2 seconds. Once a
+  collector publishes its cycles, no entry is recomputed more often than every
+  ``min_refresh_seconds`` (the pages poll every 5 to 7 s: a cycle shorter than that would
+  recompute every view of every viewer for nobody to see);
 * once a collector publishes its cycles, a request that finds an entry that is no longer
   current but younger than ``stale_seconds`` gets it at once, and one background refresh per
   key recomputes it (a dashboard figure at most one cycle behind, instead of every client
@@ -94,6 +97,8 @@ def caching_only() -> bool:
 MAX_AGE_SECONDS = 10.0
 #: An entry no longer current is still served (and refreshed behind) up to this age.
 STALE_SECONDS = 30.0
+#: Once cycles are published, an entry younger than this is current whatever the generation.
+MIN_REFRESH_SECONDS = 5.0
 #: Entries kept (least recently used out first): per scope, per job, per zoom node.
 MAX_ENTRIES = 4096
 #: Bytes of sized values kept (serialised pages and documents), least recently used out first.
@@ -107,6 +112,11 @@ class _Entry:
     value: Any
     every_seconds: float = 0.0
     size: int = 0
+
+
+#: How often at least an entry is recomputed: seconds, or a function of the value (a finished
+#: job's page less often than a running one's).
+Every = float | Callable[[Any], float]
 
 
 def background_runner() -> Callable[[Callable[[], None]], None]:
@@ -145,6 +155,7 @@ class Snapshots:
         stale_seconds: float = STALE_SECONDS,
         max_entries: int = MAX_ENTRIES,
         max_bytes: int = MAX_BYTES,
+        min_refresh_seconds: float = MIN_REFRESH_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         refresh: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
@@ -153,6 +164,7 @@ class Snapshots:
         self.stale_seconds = stale_seconds
         self._max_entries = max_entries
         self._max_bytes = max_bytes
+        self.min_refresh_seconds = min_refresh_seconds
         self._bytes = 0
         self._clock = clock
         self._refresh = refresh
@@ -191,7 +203,8 @@ class Snapshots:
 
     def _current(self, entry: _Entry, generation: int, now: float) -> bool:
         age = now - entry.computed_at
-        return age < entry.every_seconds or (
+        floor = self.min_refresh_seconds if self._published is not None else 0.0
+        return age < max(entry.every_seconds, floor) or (
             entry.generation == generation and age < self.max_age_seconds
         )
 
@@ -200,7 +213,7 @@ class Snapshots:
         key: Hashable,
         compute: Callable[[], T],
         *,
-        every_seconds: float = 0.0,
+        every_seconds: Every = 0.0,
         size: Callable[[T], int] | None = None,
     ) -> T:
         """The value of ``key``: current, or stale and being refreshed, or computed now.
@@ -208,7 +221,8 @@ class Snapshots:
         Args:
             key: everything the value depends on (module docstring, "Scopes").
             compute: computes the value.
-            every_seconds: the entry stays current this long whatever the generation.
+            every_seconds: the entry stays current this long whatever the generation (or a
+                function of the value that says how long).
             size: the value's size in bytes, counted against ``max_bytes``.
 
         Raises:
@@ -254,7 +268,7 @@ class Snapshots:
         compute: Callable[[], T],
         future: Future[Any],
         generation: int,
-        every_seconds: float,
+        every_seconds: Every,
         size: Callable[[T], int] | None,
     ) -> T:
         started = self._clock()
@@ -269,6 +283,7 @@ class Snapshots:
         finally:
             _COMPUTING.reset(token)
         weight = size(value) if size is not None else 0
+        every = every_seconds(value) if callable(every_seconds) else every_seconds
         with self._lock:
             self.computations += 1
             self._computing.pop(key, None)
@@ -276,7 +291,7 @@ class Snapshots:
             # entry old at once rather than hiding under a newer number
             old = self._entries.pop(key, None)
             self._bytes += weight - (old.size if old is not None else 0)
-            self._entries[key] = _Entry(generation, started, value, every_seconds, weight)
+            self._entries[key] = _Entry(generation, started, value, every, weight)
             while len(self._entries) > self._max_entries or (
                 self._bytes > self._max_bytes and len(self._entries) > 1
             ):
@@ -288,7 +303,7 @@ class Snapshots:
         self,
         key: Hashable,
         compute: Callable[[], Any],
-        every_seconds: float,
+        every_seconds: Every,
         size: Callable[[Any], int] | None,
     ) -> None:
         """One background recomputation of ``key`` (the caller marked it refreshing)."""
