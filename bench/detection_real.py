@@ -12,7 +12,7 @@ raised HIGH or CRITICAL, over harmless lines.
 **Delay.** ``hpcscope serve`` started as a subprocess (a fresh store, no scrape target) tailing
 a Falco file and a Tetragon file; the corpus's lines, both tools interleaved, appended to them
 at ``--rate`` lines a second for ``--seconds``, flushed every 10 ms; ``/api/alerts`` polled
-every 100 ms as the demo admin (a session cookie). Every firing adds one to an alert's
+every 250 ms as the demo admin (a session cookie). Every firing adds one to an alert's
 ``count``, so the sum of counts the server shows tells which lines it has judged: line i is
 on ``/api/alerts`` at the first poll whose sum reaches the firings of lines 1..i (counted by
 the same engine in-process over the same sequence). Its delay is that poll's answer time
@@ -189,7 +189,7 @@ def delay(rate: int, seconds: float) -> dict[str, float | None]:
                     for i in range(index, due):
                         written[i] = flushed
                     index = due
-                if now - last_poll >= 0.1:
+                if now - last_poll >= 0.25:
                     last_poll = now
                     answer = client.get("/api/alerts")
                     answered = time.monotonic() - start

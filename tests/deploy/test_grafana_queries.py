@@ -26,6 +26,12 @@ from hpcscope.model.topology import load_topology
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
 from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import (
+    DcgmSection,
+    LustreJobStatsSection,
+    NodeSection,
+    SlurmSection,
+)
 from hpcscope.twin.cluster import TwinCluster
 from tests.deploy.test_grafana_dashboards import concrete, dashboards, panels, variable_query
 from tests.deploy.test_prometheus_rules import VMALERT_REFUSES
@@ -116,11 +122,11 @@ def test_every_dashboard_query_answers_on_a_backend_scraping_the_twin(
         collector = collector_for(
             service.store,
             Settings(
-                targets_path=tmp_path / "twin" / "targets.json",
-                slurmrestd_url=twin.slurmrestd_url,
                 scrape_interval_seconds=1.0,
-                scheduler_poll_seconds=1.0,
-                lustre_job_stats_dir=twin.lustre_dir,
+                dcgm=DcgmSection(targets_path=tmp_path / "twin" / "targets.json"),
+                node=NodeSection(targets_path=tmp_path / "twin" / "targets.json"),
+                slurm=SlurmSection(url=twin.slurmrestd_url, poll_seconds=1.0),
+                lustre_job_stats=LustreJobStatsSection(dir=twin.lustre_dir),
             ),
         )
         collector.start()

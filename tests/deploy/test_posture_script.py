@@ -15,6 +15,7 @@ from hpcscope.model.access import JobScope
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.alerts.rules import load_site_rules
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import DcgmSection, NodeSection
 from hpcscope.service.telemetry_rules.engine import TelemetryRules
 from hpcscope.store import Store
 from hpcscope.store.alerts import alerts
@@ -89,7 +90,13 @@ def test_the_check_reaches_the_rules_through_node_exporter(tmp_path: Path) -> No
             host_port = url.removeprefix("http://").removesuffix("/metrics")
             targets = [{"targets": [host_port], "labels": {"exporter": "node", "node": "gpu05"}}]
             (tmp_path / "targets.json").write_text(json.dumps(targets))
-            collector = collector_for(store, Settings(targets_path=tmp_path / "targets.json"))
+            collector = collector_for(
+                store,
+                Settings(
+                    dcgm=DcgmSection(targets_path=tmp_path / "targets.json"),
+                    node=NodeSection(targets_path=tmp_path / "targets.json"),
+                ),
+            )
 
             async def run() -> None:
                 try:

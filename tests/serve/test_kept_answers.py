@@ -18,13 +18,14 @@ first, so that the snapshots hold wider answers than the next viewer may see. Fo
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
 
+from hpcscope.model.alerts import Alert, Severity, Vector
 from hpcscope.model.file_access import FILE_ACCESS_SCHEMA
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.trace_analysis import StoredAnalysis
@@ -220,3 +221,28 @@ def test_a_write_between_cycles_shows_at_the_next_read(
     assert linked.status_code == 200
     (unlinked,) = laned.get("/api/traces", headers=alice).json()["analyses"]
     assert unlinked["job_id"] is None
+
+
+def test_an_alert_the_security_engine_writes_between_cycles_shows_at_the_next_read(
+    kept: tuple[Service, TestClient, TestClient],
+) -> None:
+    """The security engine's own loop writes alerts between the collector's cycles: the kept
+    alert lists must not wait for the next cycle to show them (the detection delay)."""
+    service, plain, laned = kept
+    service.snapshots.publish()
+    admin = _login(plain, "admin")
+    before = {a["key"] for a in laned.get("/api/alerts", headers=admin).json()["alerts"]}
+    (known,) = laned.get("/api/alerts", headers=_login(plain, "alice")).json()["alerts"]
+    new = Alert(
+        rule_id="CE-3",
+        vector=Vector.CONTAINER_ESCAPE,
+        severity=Severity.HIGH,
+        title="nsenter into PID 1's namespaces",
+        first_seen=datetime(2026, 12, 1, 12),
+        last_seen=datetime(2026, 12, 1, 12),
+        node="gpu01",
+        subject="nsenter",
+    )
+    upsert_alerts(service.store, [new]).result()
+    after = {a["key"] for a in laned.get("/api/alerts", headers=admin).json()["alerts"]}
+    assert after == before | {new.key} and known["key"] in before

@@ -123,6 +123,16 @@ def demo(
     from hpcscope.serve.server import run_server
     from hpcscope.service.core import Service
     from hpcscope.service.settings import Settings, bundled_topology
+    from hpcscope.service.source_settings import (
+        CaptureSection,
+        DcgmSection,
+        FalcoSection,
+        IntegritySection,
+        LustreJobStatsSection,
+        NodeSection,
+        SlurmSection,
+        TetragonSection,
+    )
 
     try:
         seconds = parse_duration(duration) if duration else None
@@ -149,17 +159,20 @@ def demo(
             host=host,
             port=port,
             anonymous_diagram=True,
-            targets_path=twin_dir / "targets.json",
-            lustre_job_stats_dir=Path(str(info["lustre_dir"])) if info.get("lustre_dir") else None,
+            dcgm=DcgmSection(targets_path=twin_dir / "targets.json"),
+            node=NodeSection(targets_path=twin_dir / "targets.json"),
+            lustre_job_stats=LustreJobStatsSection(dir=_path(info, "lustre_dir")),
             # the twin's attacks in Falco's JSON, Tetragon's export (and the bpftrace sensor's)
             # and the integrity hook's records: one incident per vector every 10 minutes
-            falco_events_path=_path(info, "falco_events_path"),
-            tetragon_events_path=_path(info, "tetragon_events_path"),
-            tetragon_proc_root=_path(info, "tetragon_proc_root") or Path("/proc"),
-            integrity_spool_dir=_path(info, "integrity_dir"),
+            falco=FalcoSection(events_path=_path(info, "falco_events_path")),
+            tetragon=TetragonSection(
+                events_path=_path(info, "tetragon_events_path"),
+                proc_root=_path(info, "tetragon_proc_root") or Path("/proc"),
+            ),
+            integrity=IntegritySection(spool_dir=_path(info, "integrity_dir")),
             # the training jobs' capture windows (Kineto traces): phases on the job pages
-            capture_spool_dir=Path(str(info["capture_dir"])) if info.get("capture_dir") else None,
-            slurmrestd_url=str(info["slurmrestd_url"]),
+            capture=CaptureSection(spool_dir=_path(info, "capture_dir")),
+            slurm=SlurmSection(url=str(info["slurmrestd_url"]), poll_seconds=scrape_interval),
             # notifications to the twin's chat webhook, idle allocations cancelled through its
             # slurmrestd after a warning: the notifications' audit fills as on a real site
             notify_webhook_url=str(info["webhook_url"]) if info.get("webhook_url") else None,
@@ -167,7 +180,6 @@ def demo(
             notify_cancel_enabled=bool(info.get("webhook_url")),
             notify_cancel_via="slurmrestd",
             scrape_interval_seconds=scrape_interval,
-            scheduler_poll_seconds=scrape_interval,
         )
         _announce(f"http://{host}:{port}", info, twin_dir, json_output=json_output)
         service = Service.open(settings)
@@ -267,7 +279,7 @@ def _history(service: Service, work_dir: Path) -> Callable[[], object]:
             work_dir / "twin",
             end=epoch_seconds(end),
             step_seconds=step,
-            capture_dir=service.settings.capture_spool_dir,  # the live twin's spool too
+            capture_dir=service.settings.capture.spool_dir,  # the live twin's spool too
         )
         report = write_history(
             service, chunks, work_dir / "read", end=end, step_seconds=step, after_chunk=notify

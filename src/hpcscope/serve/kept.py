@@ -28,8 +28,7 @@ The snapshots' byte budget bounds what parameters an attacker could vary.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Hashable
-from typing import Any
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
@@ -63,6 +62,10 @@ def cached_json(request: Request, body: bytes, etag: str) -> Response:
     return Response(body, media_type="application/json", headers=headers)
 
 
+#: What a kept route computes: a contract, or the plain JSON values the route would return.
+JsonDocument = BaseModel | Mapping[str, object] | Sequence[object]
+
+
 def reader_key(principal: Principal) -> tuple[str, Role, frozenset[str]]:
     """What a read computation may use of a principal: name, role, coordinated accounts (not
     how it authenticated, nor whether it may write: no read depends on those)."""
@@ -76,7 +79,7 @@ def page_key(principal: Principal) -> tuple[tuple[str, Role, frozenset[str]], bo
     return reader_key(principal), principal.may_change
 
 
-def serialise(value: BaseModel | dict[str, Any] | list[Any]) -> Document:
+def serialise(value: JsonDocument) -> Document:
     """A document's bytes as the framework writes a route's return value, and their ETag."""
     content = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
     body = bytes(JSONResponse(content).body)
@@ -90,7 +93,7 @@ def _document_size(document: Document) -> int:
 def kept_document(
     request: Request,
     key: Hashable,
-    compute: Callable[[], BaseModel | dict[str, Any] | list[Any]],
+    compute: Callable[[], JsonDocument],
     *,
     every_seconds: float = 0.0,
 ) -> Document:
@@ -106,7 +109,7 @@ def kept_document(
 def kept_json(
     request: Request,
     key: Hashable,
-    compute: Callable[[], BaseModel | dict[str, Any] | list[Any]],
+    compute: Callable[[], JsonDocument],
     *,
     every_seconds: float = 0.0,
 ) -> Response:

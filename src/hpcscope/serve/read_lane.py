@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hpcscope.serve.offload import note_lane_miss
+from hpcscope.serve.offload import mark_missed
 from hpcscope.service.snapshots import SnapshotMiss, cache_only
 
 #: The answer of a lane route: the request and the path's one parameter ("" when none).
@@ -130,8 +130,8 @@ def _answer(
         return cache_only(answer, request, parameter)
     except HTTPException as exc:
         return exc
-    except SnapshotMiss:  # the app computes it in a worker thread, without trying again here
-        note_lane_miss()
+    except SnapshotMiss:  # the app computes it in a worker thread, without a second loop pass
+        mark_missed(request)
         return None
     except Exception:  # the app answers it, raising it again where it has its handlers
         return None

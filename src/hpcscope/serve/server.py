@@ -100,7 +100,7 @@ def run_server(
     starts when it returns (or fails: logged), so that nothing it writes races collection.
     """
     # the Falco/Tetragon tails and POST /api/ingest/falco fill it, the alert engine drains it
-    buffer = SecurityEventBuffer(max_rows=service.settings.security_buffer_rows)
+    buffer = SecurityEventBuffer(max_rows=service.settings.security_events.buffer_rows)
     sources = build_sources(
         SourceContext(
             service.store,

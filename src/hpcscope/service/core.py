@@ -31,6 +31,7 @@ from hpcscope.service.jobs.retention import Upkeep, UpkeepConfig
 from hpcscope.service.settings import Settings
 from hpcscope.service.snapshots import Snapshots
 from hpcscope.store import Store
+from hpcscope.store import alerts as alert_store
 from hpcscope.store import diagram as diagram_queries
 from hpcscope.store import identity as identity_store
 
@@ -153,9 +154,10 @@ class Service:
 
     @property
     def alert_changes(self) -> int:
-        """How many alert state changes this service made: a read view holding alerts keys
-        on it (new alerts come with the collector's cycle, see ``service/snapshots.py``)."""
-        return self._alert_changes
+        """How many alert state changes this service made, plus the alert upserts the store
+        committed (the security engine writes between the collector's cycles): a read view
+        holding alerts keys on it, so the next read sees a new alert or state."""
+        return self._alert_changes + alert_store.alerts_written(self.store)
 
     def job_alerts(self, principal: Principal, job_id: str) -> list[Alert] | None:
         """Alerts of one job; None when the job does not exist or is not visible."""

@@ -115,7 +115,7 @@ class _Reader:
             path.write_text("")
         self.security = SecurityCollection(
             service.store,
-            SecurityEventBuffer(max_rows=service.settings.security_buffer_rows),
+            SecurityEventBuffer(max_rows=service.settings.security_events.buffer_rows),
             service.rules,
             checkpoint_roots=[service.topology.checkpoint_root],
             protected_roots=protected_roots(service.topology),

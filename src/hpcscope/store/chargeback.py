@@ -6,7 +6,7 @@ researcher's own jobs, a team lead's accounts, an admin all), like every job rea
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TypedDict, cast
 
 import pyarrow as pa
 
@@ -83,7 +83,15 @@ def gpu_rows_overlapping(
     )
 
 
-def seconds_by_account(store: Store) -> list[dict[str, Any]]:
+class AccountSeconds(TypedDict):
+    """Charged GPU-seconds of one account's finished jobs (``account`` None: no account)."""
+
+    account: str | None
+    allocated_gpu_seconds: float | None
+    useful_gpu_seconds: float | None
+
+
+def seconds_by_account(store: Store) -> list[AccountSeconds]:
     """Per account (null: no account), over every kept summary: ``allocated_gpu_seconds``
     and ``useful_gpu_seconds`` as chargeback charges them (allocated, else observed; useful
     capped at allocated: :func:`hpcscope.model.gpu_time.charged_gpu_seconds`). Unscoped:
@@ -91,9 +99,9 @@ def seconds_by_account(store: Store) -> list[dict[str, Any]]:
     allocated, useful = charged_gpu_seconds_sql(
         "allocated_gpu_seconds", "observed_gpu_seconds", "useful_gpu_seconds"
     )
-    rows: list[dict[str, Any]] = store.query(
+    rows = store.query(
         f"SELECT account, sum({allocated}) AS allocated_gpu_seconds, "
         f"sum({useful}) AS useful_gpu_seconds FROM job_summaries GROUP BY account "
         "ORDER BY account NULLS LAST"
     ).to_pylist()
-    return rows
+    return cast(list[AccountSeconds], rows)  # the query's columns

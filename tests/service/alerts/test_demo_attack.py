@@ -17,6 +17,7 @@ from hpcscope.service.core import Service
 from hpcscope.service.diagram.live import Viewer, live_state
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import FalcoSection
 from hpcscope.twin.cluster import TwinCluster
 from tests.support.collect import collector_for, run_cycles
 
@@ -31,7 +32,8 @@ def test_the_demo_twin_attacks_and_threats_mode_shows_it(tmp_path: Path) -> None
         info = json.loads((twin_dir / "twin.json").read_text())
         body = urllib.request.urlopen(f"{twin.slurmrestd_url}/slurm/v0.0.40/jobs").read()
     settings = Settings(
-        store_path=tmp_path / "s.duckdb", falco_events_path=Path(info["falco_events_path"])
+        store_path=tmp_path / "s.duckdb",
+        falco=FalcoSection(events_path=Path(info["falco_events_path"])),
     )
     service = Service.open(settings, users=UserDirectory.demo())
     try:

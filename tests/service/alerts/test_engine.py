@@ -17,6 +17,7 @@ from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.alerts.rules import load_site_rules
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import FalcoSection
 from hpcscope.store import Store
 from hpcscope.store.alerts import alerts
 from hpcscope.twin import attacks
@@ -96,7 +97,9 @@ def test_the_http_buffer_is_drained_by_the_collector_cycle(store: Store, tmp_pat
     buffer = SecurityEventBuffer()
     line = attacks.miner_falco_line(job_id="4410002", node="gpu02", user="bob", time_ns=T0)
     buffer.put("falco", parse_falco_lines([line.encode()], source="http:10.0.0.5"))
-    settings = Settings(store_path=tmp_path / "unused.duckdb", falco_ingest_token="secret")
+    settings = Settings(
+        store_path=tmp_path / "unused.duckdb", falco=FalcoSection(ingest_token="secret")
+    )
     collector = collector_for(store, settings, rules=load_site_rules(None), buffer=buffer)
     assert [source.name for source in collector.sources] == ["security_events"]
 

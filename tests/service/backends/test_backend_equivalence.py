@@ -30,6 +30,7 @@ from hpcscope.model.topology import load_topology
 from hpcscope.service.backends import PrometheusSamples
 from hpcscope.service.jobs.reports import reports_for
 from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import DcgmSection, NodeSection, SlurmSection
 from hpcscope.store import Store
 from hpcscope.store.reports import EmbeddedSamples
 from hpcscope.twin.cluster import TwinCluster
@@ -147,10 +148,12 @@ def test_job_reports_agree_on_embedded_prometheus_and_victoria_metrics(tmp_path:
             collector = collector_for(
                 store,
                 Settings(
-                    targets_path=tmp_path / "twin" / "targets.json",
-                    slurmrestd_url=twin.slurmrestd_url,
                     scrape_interval_seconds=SCRAPE_INTERVAL_SECONDS,
-                    scheduler_poll_seconds=SCRAPE_INTERVAL_SECONDS,
+                    dcgm=DcgmSection(targets_path=tmp_path / "twin" / "targets.json"),
+                    node=NodeSection(targets_path=tmp_path / "twin" / "targets.json"),
+                    slurm=SlurmSection(
+                        url=twin.slurmrestd_url, poll_seconds=SCRAPE_INTERVAL_SECONDS
+                    ),
                 ),
             )
             collector.start()

@@ -24,6 +24,7 @@ from hpcscope.ingest.slurm import SchedulerSnapshot, parse_slurmrestd_jobs
 from hpcscope.model.topology import load_topology
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import DcgmSection, NodeSection
 from hpcscope.service.sources.slurm import SlurmPoll
 from hpcscope.store import Store
 from hpcscope.twin import mapping
@@ -119,7 +120,10 @@ def _simulated(
         tmp_path / "targets.json", {name: f"node-{name}:9400" for name in switches}
     )
     settings = Settings(
-        targets_path=targets, scrape_interval_seconds=15, scrape_timeout_seconds=0.2
+        scrape_interval_seconds=15,
+        scrape_timeout_seconds=0.2,
+        dcgm=DcgmSection(targets_path=targets),
+        node=NodeSection(targets_path=targets),
     )
     return collector_for(store, settings, clock=clock, transport=_transport(switches))
 
@@ -247,9 +251,10 @@ def test_collector_thread_survives_and_stops(tmp_path: Path, switches: dict[str,
     collector = collector_for(
         store,
         Settings(
-            targets_path=_targets_file(tmp_path / "targets.json", hosts),
             scrape_interval_seconds=0.05,
             scrape_timeout_seconds=0.2,
+            dcgm=DcgmSection(targets_path=_targets_file(tmp_path / "targets.json", hosts)),
+            node=NodeSection(targets_path=_targets_file(tmp_path / "targets.json", hosts)),
         ),
     )
     switches["broken"].mode = "hang"

@@ -17,6 +17,7 @@ import httpx2
 from hpcscope.model.topology import load_topology
 from hpcscope.service.collect.attribution import attributed_samples
 from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import DcgmSection, JobMappingSection, NodeSection
 from hpcscope.store import Store
 from hpcscope.twin import mapping
 from hpcscope.twin.dcgm import DcgmEndpoint
@@ -60,7 +61,11 @@ def test_mapping_mode_attributes_from_the_shared_files(tmp_path: Path) -> None:
     store = Store(tmp_path / "store.duckdb")
     collector = collector_for(
         store,
-        Settings(targets_path=targets, job_mapping_dir=root, job_records_dir=records),
+        Settings(
+            dcgm=DcgmSection(targets_path=targets),
+            node=NodeSection(targets_path=targets),
+            job_mapping=JobMappingSection(dir=root, records_dir=records),
+        ),
         clock=clock,
         transport=httpx2.MockTransport(page),
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 from hpcscope.model.topology import load_topology
 from hpcscope.service.collect.scheduler import SlurmrestdSource
 from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import DcgmSection, NodeSection, SlurmSection
 from hpcscope.service.sources import build_sources
 from hpcscope.service.sources.slurm import SlurmPoll
 from hpcscope.store import Store
@@ -38,10 +39,10 @@ def test_node_exporter_targets_fill_infiniband_counters_and_slurmrestd_fills_job
         collector = collector_for(
             store,
             Settings(
-                targets_path=tmp_path / "targets.json",
-                slurmrestd_url=twin.slurmrestd_url,
                 scrape_interval_seconds=1,
-                scheduler_poll_seconds=0.01,
+                dcgm=DcgmSection(targets_path=tmp_path / "targets.json"),
+                node=NodeSection(targets_path=tmp_path / "targets.json"),
+                slurm=SlurmSection(url=twin.slurmrestd_url, poll_seconds=0.01),
             ),
         )
 
@@ -80,10 +81,10 @@ def _slurm(store: Store, settings: Settings) -> SlurmPoll:
 def test_settings_choose_the_scheduler_source(tmp_path: Path) -> None:
     with Store(tmp_path / "store.duckdb") as store:
         rest = _slurm(
-            store, Settings(slurmrestd_url="http://ctl:6820", slurmrestd_api_version="v0.0.38")
+            store, Settings(slurm=SlurmSection(url="http://ctl:6820", api_version="v0.0.38"))
         )
         assert isinstance(rest.scheduler, SlurmrestdSource)
         assert rest.scheduler.version == "v0.0.38"
-        commands = _slurm(store, Settings(scheduler_source="commands", slurm_associations=True))
+        commands = _slurm(store, Settings(slurm=SlurmSection(source="commands", associations=True)))
         assert commands.scheduler.name == "slurm-commands" and commands.associations is not None
         assert build_sources(context_for(store, Settings())) == []

@@ -14,6 +14,7 @@ from hpcscope.model.topology import load_topology
 from hpcscope.service.collect.collector import Collector, CycleReport
 from hpcscope.service.collect.lustre_spool import LustreSpool
 from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import LustreJobStatsSection, SlurmSection
 from hpcscope.service.sources import build_sources
 from hpcscope.service.sources.lustre_job_stats import LustreJobStats as JobStatsSource
 from hpcscope.store import Store
@@ -80,7 +81,9 @@ def test_spool_files_are_stored_and_a_malformed_one_is_a_failed_scrape(
     tmp_path: Path, spool: Path
 ) -> None:
     with Store(tmp_path / "s.duckdb") as store:
-        collector = collector_for(store, Settings(lustre_job_stats_dir=spool))
+        collector = collector_for(
+            store, Settings(lustre_job_stats=LustreJobStatsSection(dir=spool))
+        )
         report = _cycle(collector)
         assert (report.targets, report.ok) == (3, 2)
         # oss1 and mds1 whole; oss2's one complete entry before the bad line is kept too
@@ -118,7 +121,9 @@ def test_spool_files_are_stored_and_a_malformed_one_is_a_failed_scrape(
 
 def test_only_changed_files_are_read_again(tmp_path: Path, spool: Path) -> None:
     with Store(tmp_path / "s.duckdb") as store:
-        collector = collector_for(store, Settings(lustre_job_stats_dir=spool))
+        collector = collector_for(
+            store, Settings(lustre_job_stats=LustreJobStatsSection(dir=spool))
+        )
         _cycle(collector)
         assert len(_scrapes(store)) == 3
 
@@ -152,7 +157,9 @@ def test_an_unreadable_file_fails_every_cycle_without_stopping_the_others(
 ) -> None:
     _write(spool / "oss9.job_stats", b"job_stats:\n- job_id: \xff\xfe\n", mtime=1_000)
     with Store(tmp_path / "s.duckdb") as store:
-        collector = collector_for(store, Settings(lustre_job_stats_dir=spool))
+        collector = collector_for(
+            store, Settings(lustre_job_stats=LustreJobStatsSection(dir=spool))
+        )
         first = _cycle(collector)
         assert (first.targets, first.ok) == (4, 2)
         second = _cycle(collector)
@@ -163,7 +170,9 @@ def test_an_unreadable_file_fails_every_cycle_without_stopping_the_others(
 
 def test_a_missing_spool_directory_reads_as_empty(tmp_path: Path) -> None:
     with Store(tmp_path / "s.duckdb") as store:
-        collector = collector_for(store, Settings(lustre_job_stats_dir=tmp_path / "later"))
+        collector = collector_for(
+            store, Settings(lustre_job_stats=LustreJobStatsSection(dir=tmp_path / "later"))
+        )
         assert _cycle(collector).targets == 0
         (tmp_path / "later").mkdir()
         shutil.copy(LCTL, tmp_path / "later" / "oss1.job_stats")
@@ -173,16 +182,17 @@ def test_a_missing_spool_directory_reads_as_empty(tmp_path: Path) -> None:
 def test_a_collector_with_only_a_lustre_spool_starts(tmp_path: Path, spool: Path) -> None:
     settings = Settings(
         store_path=tmp_path / "s.duckdb",
-        scheduler_source="none",
-        lustre_job_stats_dir=spool,
-        lustre_jobid_pattern=r"SLURM_JOB(?P<job>\d+)(?::\d+:(?P<host>.+))?",
         scrape_interval_seconds=0.2,
+        slurm=SlurmSection(source="none"),
+        lustre_job_stats=LustreJobStatsSection(
+            dir=spool, jobid_pattern=r"SLURM_JOB(?P<job>\d+)(?::\d+:(?P<host>.+))?"
+        ),
     )
     with Store(settings.store_path) as store:
         collector = collector_for(store, settings)
         (source,) = collector.sources
         assert isinstance(source, JobStatsSource) and source.spool.directory == spool
-        assert source.spool.pattern.pattern == settings.lustre_jobid_pattern
+        assert source.spool.pattern.pattern == settings.lustre_job_stats.jobid_pattern
         collector.start()
         deadline = time.monotonic() + 20
         while collector.cycles < 1 and time.monotonic() < deadline:
@@ -193,7 +203,7 @@ def test_a_collector_with_only_a_lustre_spool_starts(tmp_path: Path, spool: Path
         # mds1's numeric ids do not match this site's pattern: kept, without a job
         assert job_stats(store, job_ids=["43"]).num_rows == 0
         assert job_stats(store, job_ids=["10"], hosts=["es18kxe-co-client"]).num_rows == 30
-        nothing = context_for(store, Settings(scheduler_source="none"))
+        nothing = context_for(store, Settings(slurm=SlurmSection(source="none")))
         assert build_sources(nothing) == []
 
 

@@ -25,6 +25,12 @@ from hpcscope.service.diagram.collectors import CollectorStatus
 from hpcscope.service.diagram.cost import decision_view
 from hpcscope.service.diagram.live import GpuState, Viewer, diagram_viewer, live_state
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import (
+    CaptureSection,
+    FalcoSection,
+    SlurmSection,
+    TetragonSection,
+)
 from hpcscope.store.alerts import upsert_alerts
 from tests.support.fleet import NOW, SAMPLES, STEP, write_fleet
 
@@ -105,7 +111,7 @@ def test_collector_health_from_our_own_scrapes(fleet: Service) -> None:
     assert health["lustre-metrics"].status is CollectorStatus.NOT_CONFIGURED
     assert health["slurm-exporter"].status is CollectorStatus.NOT_CONFIGURED
     # the scheduler read through slurmrestd: configured, and said to be so, without a health
-    fleet.settings.slurmrestd_url = "http://127.0.0.1:6820"
+    fleet.settings.slurm = SlurmSection(url="http://127.0.0.1:6820")
     slurm = {h.id: h for h in live_state(fleet, Viewer(None), now=NOW).collectors}["slurm-exporter"]
     assert slurm.status is CollectorStatus.CONFIGURED
     assert slurm.note is not None and "slurmrestd (http://127.0.0.1:6820)" in slurm.note
@@ -225,7 +231,7 @@ def test_vector_cards_count_open_alerts_of_the_real_table(fleet: Service) -> Non
     # no source raises alerts yet: the table alone does not make detections "configured"
     card = element_card(fleet, viewer(fleet, "alice"), "vector-rdma-blind-spot", now=NOW)
     assert isinstance(card.live, VectorCardLive) and not card.live.alerts.configured
-    fleet.settings = fleet.settings.model_copy(update={"falco_ingest_token": "t"})
+    fleet.settings = fleet.settings.model_copy(update={"falco": FalcoSection(ingest_token="t")})
     card = element_card(fleet, viewer(fleet, "alice"), "vector-rdma-blind-spot", now=NOW)
     assert isinstance(card.live, VectorCardLive) and card.live.alerts.configured
     assert card.live.open_alerts == 0
@@ -299,8 +305,8 @@ def test_captured_and_sensor_collectors_say_what_was_collected(fleet: Service) -
     before = health()
     for cid in ("pytorch-profiler", "nccl-logs", "ebpf-checkpoints", "tetragon"):
         assert before[cid].status is CollectorStatus.NOT_CONFIGURED  # type: ignore[attr-defined]
-    fleet.settings.capture_spool_dir = Path("/var/spool/hpcscope/capture")
-    fleet.settings.tetragon_events_path = Path("/var/log/tetragon/tetragon.log")
+    fleet.settings.capture = CaptureSection(spool_dir=Path("/var/spool/hpcscope/capture"))
+    fleet.settings.tetragon = TetragonSection(events_path=Path("/var/log/tetragon/tetragon.log"))
     waiting = health()
     assert waiting["pytorch-profiler"].status is CollectorStatus.CONFIGURED  # type: ignore[attr-defined]
     assert waiting["ebpf-checkpoints"].status is CollectorStatus.CONFIGURED  # type: ignore[attr-defined]

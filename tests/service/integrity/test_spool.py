@@ -16,6 +16,7 @@ from hpcscope.service.alerts.rules import load_site_rules
 from hpcscope.service.collect.collector import CycleReport
 from hpcscope.service.integrity.spool import IntegritySpool
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import IntegritySection
 from hpcscope.store import Store
 from hpcscope.store import slurm as slurm_store
 from hpcscope.store.alerts import alerts
@@ -108,7 +109,9 @@ def test_the_collector_reads_the_spool_each_cycle(tmp_path: Path) -> None:
     files = _liar_spool(root, 2)
     for rank, lines in files.items():
         (root / "4242" / f"rank-{rank}.jsonl").write_text("\n".join(lines) + "\n")
-    settings = Settings(store_path=tmp_path / "s.duckdb", integrity_spool_dir=root)
+    settings = Settings(
+        store_path=tmp_path / "s.duckdb", integrity=IntegritySection(spool_dir=root)
+    )
     with Store(settings.store_path) as store:
         _platform(store)
         collector = collector_for(store, settings, rules=load_site_rules(None))

@@ -8,12 +8,21 @@ from pathlib import Path
 
 import hpcscope.service.sources as registry
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import (
+    FalcoSection,
+    GpuProcessesSection,
+    LustreChangelogSection,
+    SourceSections,
+)
 from hpcscope.service.sources import build_sources, source_status, specs
+from hpcscope.service.sources.__main__ import main
+from hpcscope.service.sources._reference import COMMAND
 from hpcscope.store import Store
 from hpcscope.store.telemetry_rules import changelog
 from tests.support.collect import collector_for, context_for, run_cycles
 
-#: What the collector reads, in polling order (equal orders: polled together).
+#: What the collector reads, in polling order (equal orders: polled together); a new source
+#: is added by its module alone, so this lists the ones whose order matters today.
 SOURCES = [
     "job_mapping",
     "dcgm",
@@ -48,7 +57,8 @@ def test_every_module_is_one_source_named_like_its_module() -> None:
         m.name for m in pkgutil.iter_modules(registry.__path__) if not m.name.startswith("_")
     )
     assert sorted(spec.name for spec in specs()) == modules
-    assert [spec.name for spec in specs()] == SOURCES
+    names = [spec.name for spec in specs()]
+    assert [name for name in names if name in SOURCES] == SOURCES  # a new one fits in between
     assert all(spec.summary for spec in specs())
 
 
@@ -56,7 +66,7 @@ def test_settings_switch_sources_on() -> None:
     assert not any(status.configured for status in source_status(Settings()))
     everything = source_status(Settings.model_validate(EVERYTHING))
     assert [status.name for status in everything if status.configured] == SOURCES
-    token_only = source_status(Settings(falco_ingest_token="t"))
+    token_only = source_status(Settings(falco=FalcoSection(ingest_token="t")))
     assert [s.name for s in token_only if s.configured] == ["security_events"]
 
 
@@ -75,7 +85,8 @@ def test_the_changelog_and_process_spools_are_read_each_cycle(tmp_path: Path) ->
         "u=1:1 nid=0@lo p=[0x1:0x1:0x0] a\n2 01CREAT 12:00:01"  # the second line is incomplete
     )
     settings = Settings(
-        lustre_changelog_dir=tmp_path / "changelog", gpu_processes_dir=tmp_path / "procs"
+        lustre_changelog=LustreChangelogSection(dir=tmp_path / "changelog"),
+        gpu_processes=GpuProcessesSection(dir=tmp_path / "procs"),
     )
     with Store(tmp_path / "s.duckdb") as store:
         collector = collector_for(store, settings)
@@ -84,3 +95,29 @@ def test_the_changelog_and_process_spools_are_read_each_cycle(tmp_path: Path) ->
         assert report.of("lustre_changelog").rows == 1
         store.flush()
         assert changelog(store).num_rows == 1
+
+
+def test_each_source_has_its_section_and_each_section_its_source() -> None:
+    sections = SourceSections.model_fields
+    assert set(sections) == {spec.name for spec in specs()}
+    for spec in specs():
+        assert sections[spec.name].annotation is spec.settings
+        for key, field in spec.settings.model_fields.items():
+            assert field.description, f"{spec.name}.{key} has no description"
+
+
+def test_the_sources_reference_is_generated_from_the_code() -> None:
+    assert main(["--check"]) == 0, f"docs/sources.md is stale: run {COMMAND}"
+
+
+def test_a_page_reads_each_source_configured_and_its_state(tmp_path: Path) -> None:
+    settings = Settings(lustre_changelog=LustreChangelogSection(dir=tmp_path))
+    with Store(tmp_path / "s.duckdb") as store:
+        collector = collector_for(store, settings)
+        run_cycles(collector)
+        shown = {s.name: s for s in source_status(settings, collector.source_states())}
+    assert shown["lustre_changelog"].configured and not shown["dcgm"].configured
+    state = shown["lustre_changelog"].state
+    assert state is not None and state.polls == 1 and state.last_poll_ts is not None
+    assert state.last_collected_ts is None  # an empty spool: polled, nothing collected yet
+    assert shown["dcgm"].state is None

@@ -213,8 +213,21 @@ class EventRules:
                 in the order Tetragon wrote them.
             owners: job id -> owner (user, account) from the store's jobs.
         """
-        falco_rows = cast(list[FalcoRow], falco.to_pylist())
-        tetragon_rows = cast(list[TetragonRow], tetragon.to_pylist())
+        return self.evaluate_rows(
+            cast(list[FalcoRow], falco.to_pylist()),
+            cast(list[TetragonRow], tetragon.to_pylist()),
+            owners=owners,
+        )
+
+    def evaluate_rows(
+        self,
+        falco_rows: list[FalcoRow],
+        tetragon_rows: list[TetragonRow],
+        *,
+        owners: Mapping[str, JobOwner],
+    ) -> EventVerdict:
+        """:meth:`evaluate` on rows already read out of their tables (the engine reads them
+        once for the rules and the access records)."""
         from_falco = self.falco.evaluate(falco_rows, owners=owners)
         from_tetragon = [
             alert

@@ -135,6 +135,7 @@ class FalcoRules:
         dataset_roots: tuple[str, ...] = (),
     ) -> None:
         self.rules = {k: v for k, v in rules.items() if v.enabled}
+        self._lists: dict[tuple[str, str], tuple[str, ...]] = {}
         self.meaning = meaning
         self.index = falco_rule_index(self.rules)
         self.dataset_roots = tuple(r.rstrip("/") + "/" for r in dataset_roots if r.strip("/"))
@@ -142,8 +143,12 @@ class FalcoRules:
         self._cluster = networks(sc3.items("cluster_cidrs")) if sc3 else ()
 
     def _items(self, rule_id: str, name: str) -> tuple[str, ...]:
-        spec = self.rules.get(rule_id)
-        return spec.items(name) if spec is not None else ()
+        """A rule's list (read once: the rules do not change while the engine runs)."""
+        found = self._lists.get((rule_id, name))
+        if found is None:
+            spec = self.rules.get(rule_id)
+            found = self._lists[(rule_id, name)] = spec.items(name) if spec is not None else ()
+        return found
 
     def evaluate(self, rows: list[FalcoRow], *, owners: Mapping[str, JobOwner]) -> FalcoVerdict:
         """The alerts ``rows`` (of :data:`~hpcscope.model.security_events.FALCO_ALERT_SCHEMA`)

@@ -155,6 +155,7 @@ class NodeRules:
         dataset_roots: tuple[str, ...] = (),
     ) -> None:
         self.rules = {k: v for k, v in rules.items() if v.enabled}
+        self._lists: dict[tuple[str, str], tuple[str, ...]] = {}
         self.dataset_roots = tuple(r.rstrip("/") for r in dataset_roots if r.strip("/"))
         self.state = NodeState()
         sc3 = self.rules.get("SC-3")
@@ -183,8 +184,12 @@ class NodeRules:
     # ---------------------------------------------------------------- helpers
 
     def _items(self, rule_id: str, name: str) -> tuple[str, ...]:
-        spec = self.rules.get(rule_id)
-        return spec.items(name) if spec is not None else ()
+        """A rule's list (read once: the rules do not change while the engine runs)."""
+        found = self._lists.get((rule_id, name))
+        if found is None:
+            spec = self.rules.get(rule_id)
+            found = self._lists[(rule_id, name)] = spec.items(name) if spec is not None else ()
+        return found
 
     def _fire(
         self,

@@ -102,6 +102,7 @@ class TetragonRules:
         dataset_roots: tuple[str, ...] = (),
     ):
         self.rules = {k: v for k, v in rules.items() if v.enabled}
+        self._lists: dict[tuple[str, str], tuple[str, ...]] = {}
         self.checkpoint_roots = tuple(r.rstrip("/") + "/" for r in checkpoint_roots if r)
         self.state = TetragonState()
         self._lockfile = lock_set(self._items("SC-5", "lockfile"))
@@ -150,8 +151,12 @@ class TetragonRules:
         )
 
     def _items(self, rule_id: str, name: str) -> tuple[str, ...]:
-        spec = self.rules.get(rule_id)
-        return spec.items(name) if spec is not None else ()
+        """A rule's list (read once: the rules do not change while the engine runs)."""
+        found = self._lists.get((rule_id, name))
+        if found is None:
+            spec = self.rules.get(rule_id)
+            found = self._lists[(rule_id, name)] = spec.items(name) if spec is not None else ()
+        return found
 
     # ---------------------------------------------------------------- process_exec
 

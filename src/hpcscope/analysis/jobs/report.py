@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import polars as pl
 
@@ -79,9 +78,9 @@ class JobReport:
     """Where the GPU figures come from: ``raw`` samples (running jobs, jobs not yet
     summarised) or the kept ``summary`` of a finished job (raw samples may be gone)."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (datetimes as ISO 8601 UTC strings)."""
-        data: dict[str, Any] = {}
+        data: dict[str, object] = {}
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             if isinstance(value, datetime):

@@ -18,7 +18,7 @@ import gzip
 import re
 import zlib
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import orjson
 
@@ -55,7 +55,7 @@ def rank_from_name(name: str) -> int | None:
     return None
 
 
-def _metadata(prefix: bytes, suffix: bytes, source: str) -> dict[str, Any]:
+def _metadata(prefix: bytes, suffix: bytes, source: str) -> dict[str, object]:
     try:
         parsed = orjson.loads(prefix + b"[]" + suffix)
     except orjson.JSONDecodeError:
@@ -140,7 +140,7 @@ def read_kineto(
 
 
 def _rank_trace(
-    name: str, metadata: dict[str, Any], columns: EventColumns, reader: BlockReader
+    name: str, metadata: dict[str, object], columns: EventColumns, reader: BlockReader
 ) -> RankTrace:
     info = metadata.get("distributedInfo")
     info = info if isinstance(info, dict) else {}

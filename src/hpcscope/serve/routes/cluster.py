@@ -13,12 +13,13 @@ framework by the read lane.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, TypedDict
 
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from hpcscope.model.access import Principal
+from hpcscope.model.topology import Topology
 from hpcscope.serve.auth import check_principal, require_principal, service_of
 from hpcscope.serve.contracts import ClusterState
 from hpcscope.serve.diagram.view import jsonable
@@ -26,19 +27,30 @@ from hpcscope.serve.kept import Document, cached_json, kept_document, kept_page,
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
-from hpcscope.service.diagram.live import GpuNow, Viewer, kept_live_state
+from hpcscope.service.diagram.live import GpuNow, LiveState, Viewer, kept_live_state
+from hpcscope.service.jobs.reports import CollectionHealth, JobReport
 
 router = APIRouter()
 
 PrincipalDep = Annotated[Principal, Depends(require_principal)]
 
 
-def _context(request: Request, principal: Principal) -> dict[str, Any]:
+class _Overview(TypedDict):
+    """The overview's data for one visibility: what its templates and ``/api/cluster`` show."""
+
+    topology: Topology
+    state: LiveState
+    health: CollectionHealth
+    by_node: dict[str, list[GpuNow]]
+    running: list[JobReport]
+
+
+def _context(request: Request, principal: Principal) -> _Overview:
     """The overview's data for the principal's visibility, once per generation."""
     service = service_of(request)
     viewer = Viewer(principal)
 
-    def compute() -> dict[str, Any]:
+    def compute() -> _Overview:
         state = kept_live_state(service, viewer)
         # only the jobs with recent samples: this runs on every 5-second poll, it must not
         # build the report of every job the principal has ever run
@@ -57,7 +69,7 @@ def _context(request: Request, principal: Principal) -> dict[str, Any]:
             "running": running,
         }
 
-    context: dict[str, Any] = service.snapshots.get(
+    context: _Overview = service.snapshots.get(
         ("serve.overview_context", viewer.visibility()), compute
     )
     return context
@@ -87,7 +99,7 @@ async def overview_fragment(request: Request, principal: PrincipalDep) -> Respon
 
 
 def _cluster_document(request: Request, principal: Principal) -> Document:
-    def document() -> dict[str, Any]:
+    def document() -> dict[str, object]:
         context = _context(request, principal)
         state, health = context["state"], context["health"]
         # the diagram's values, as jsonable writes them; tests/serve/test_cluster_contract.py

@@ -35,7 +35,7 @@ from hpcscope.model.schemas import SCRAPE_SCHEMA
 from hpcscope.model.security_events import FalcoRow, TetragonRow
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.alerts.falco_meaning import load_falco_meaning, meaning_path
-from hpcscope.service.security.buffer import DrainedEvents, SecurityEventBuffer
+from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.security.sources import FalcoSource, TetragonSource
 from hpcscope.store import Store
 from hpcscope.store import alerts as alert_store
@@ -73,16 +73,17 @@ def owners_of(store: Store, verdict_jobs: Sequence[str]) -> dict[str, JobOwner]:
 
 
 def evaluate_drained(
-    store: Store, engine: EventRules, drained: DrainedEvents
+    store: Store,
+    engine: EventRules,
+    falco: list[FalcoRow],
+    tetragon: list[TetragonRow],
 ) -> tuple[EventVerdict, int]:
-    """Evaluate one drain and store its alerts; returns the verdict and the alerts written."""
-    jobs = [
-        str(j)
-        for table in (drained.falco, drained.tetragon)
-        for j in table.column("job_id").to_pylist()
-        if j is not None
-    ]
-    verdict = engine.evaluate(drained.falco, drained.tetragon, owners=owners_of(store, jobs))
+    """Evaluate one drain's rows and store its alerts; returns the verdict and the alerts
+    written."""
+    jobs = sorted(
+        {r["job_id"] for r in falco if r["job_id"]} | {r["job_id"] for r in tetragon if r["job_id"]}
+    )
+    verdict = engine.evaluate_rows(falco, tetragon, owners=owners_of(store, jobs))
     written = alert_store.upsert_alerts(store, verdict.alerts).result() if verdict.alerts else 0
     return verdict, written
 
@@ -189,11 +190,11 @@ class SecurityCollection:
         drained = self.buffer.drain()
         if drained.dropped_rows:
             log.warning("security event buffer was full: %d events dropped", drained.dropped_rows)
-        verdict, written = evaluate_drained(self.store, self.engine, drained)
+        falco = cast(list[FalcoRow], drained.falco.to_pylist())  # read once: rules, records
+        tetragon = cast(list[TetragonRow], drained.tetragon.to_pylist())
+        verdict, written = evaluate_drained(self.store, self.engine, falco, tetragon)
         records = access_records(
-            cast(list[TetragonRow], drained.tetragon.to_pylist()),
-            cast(list[FalcoRow], drained.falco.to_pylist()),
-            protected=self.protected_roots or self.checkpoint_roots,
+            tetragon, falco, protected=self.protected_roots or self.checkpoint_roots
         )
         stored = append_file_access(self.store, records).result() if records.num_rows else 0
         written += self._correlate(records, verdict)
@@ -214,7 +215,7 @@ class SecurityLoop:
 
     Args:
         collection: the engine and its sources.
-        interval_seconds: the pause between two runs (``security_poll_seconds``).
+        interval_seconds: the pause between two runs (``security_events.poll_seconds``).
     """
 
     def __init__(self, collection: SecurityCollection, *, interval_seconds: float) -> None:

@@ -26,13 +26,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TypedDict
 
 from hpcscope.model.catalog import Collector
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.service.core import Service
 from hpcscope.store import activity
 from hpcscope.store import diagram as queries
+from hpcscope.store.diagram import ScrapeHealth
 
 #: Window over which collector failures are counted.
 HEALTH_WINDOW_SECONDS = 15 * 60.0
@@ -91,6 +92,16 @@ class CollectorHealth:
     """When it last brought something in (rows of a scrape, a line of a tail, a capture)."""
 
 
+class _Base(TypedDict):
+    """What every :class:`CollectorHealth` of a collector says, whatever its source."""
+
+    id: str
+    name: str
+    observes: tuple[str, ...]
+    signals: str
+    last_event_ts: datetime | None
+
+
 def collector_health(
     service: Service, *, now: datetime, collectors: Iterable[Collector] | None = None
 ) -> tuple[CollectorHealth, ...]:
@@ -104,7 +115,7 @@ def collector_health(
         names = COLLECTOR_EXPORTERS.get(collector.id, (collector.id,))
         found = [rows[name] for name in names if name in rows]
         events = [ts for n in names if n in data and (ts := data[n]["last_ts"]) is not None]
-        base: dict[str, Any] = {
+        base: _Base = {
             "id": collector.id,
             "name": collector.name,
             "observes": tuple(kind.value for kind in collector.observes),
@@ -151,15 +162,13 @@ def collector_health(
     return tuple(out)
 
 
-def _configured_elsewhere(
-    service: Service, collector_id: str, base: dict[str, Any]
-) -> CollectorHealth:
+def _configured_elsewhere(service: Service, collector_id: str, base: _Base) -> CollectorHealth:
     """A collector without scrape records: configured another way, or not configured."""
     settings = service.settings
-    if collector_id == "slurm-exporter" and settings.slurmrestd_url:
+    if collector_id == "slurm-exporter" and settings.slurm.url:
         note = (
-            f"hpcscope reads the scheduler from slurmrestd ({settings.slurmrestd_url}) every "
-            f"{settings.scheduler_poll_seconds:g} s instead of slurm-exporter; the health of "
+            f"hpcscope reads the scheduler from slurmrestd ({settings.slurm.url}) every "
+            f"{settings.slurm.poll_seconds:g} s instead of slurm-exporter; the health of "
             "those polls is not recorded yet."
         )
         return CollectorHealth(status=CollectorStatus.CONFIGURED, note=note, **base)
@@ -167,42 +176,55 @@ def _configured_elsewhere(
 
 
 def _captured(
-    service: Service, collector_id: str, base: dict[str, Any], *, now: datetime, since: datetime
+    service: Service, collector_id: str, base: _Base, *, now: datetime, since: datetime
 ) -> CollectorHealth:
     """The PyTorch profiler and NCCL logs, read through the golden path's captures."""
     seen = activity.capture_activity(service.store, since=since)[collector_id]
-    base = {**base, "last_event_ts": seen["last_ts"], "scrapes_in_window": seen["recent"]}
-    if service.settings.capture_spool_dir is None and seen["last_ts"] is None:
-        return CollectorHealth(status=CollectorStatus.NOT_CONFIGURED, **base)
+    base = {**base, "last_event_ts": seen["last_ts"]}
+    recent = seen["recent"]
+    if service.settings.capture.spool_dir is None and seen["last_ts"] is None:
+        return CollectorHealth(
+            status=CollectorStatus.NOT_CONFIGURED, scrapes_in_window=recent, **base
+        )
     what = (
         "capture window analysed"
         if collector_id == "pytorch-profiler"
         else ("capture window with NCCL debug logs")
     )
     if seen["last_ts"] is None:
-        note = f"captures are on ({service.settings.capture_spool_dir}); no {what} yet."
-        return CollectorHealth(status=CollectorStatus.CONFIGURED, note=note, **base)
+        note = f"captures are on ({service.settings.capture.spool_dir}); no {what} yet."
+        return CollectorHealth(
+            status=CollectorStatus.CONFIGURED, note=note, scrapes_in_window=recent, **base
+        )
     staleness = (now - seen["last_ts"]).total_seconds()
     status = CollectorStatus.OK if seen["recent"] else CollectorStatus.STALE
     note = f"read through the golden path's captures: {seen['recent']} {what}(s) lately."
     return CollectorHealth(
-        status=status, note=note, last_ok_ts=seen["last_ts"], staleness_seconds=staleness, **base
+        status=status,
+        note=note,
+        last_ok_ts=seen["last_ts"],
+        staleness_seconds=staleness,
+        scrapes_in_window=recent,
+        **base,
     )
 
 
 def _checkpoint_sensor(
-    service: Service, rows: Mapping[str, Any], base: dict[str, Any], *, since: datetime
+    service: Service, rows: Mapping[str, ScrapeHealth], base: _Base, *, since: datetime
 ) -> CollectorHealth:
     """eBPF on checkpoints: the Tetragon export (or the bpftrace sensor's) tailed, and the
     accesses to protected paths it brought."""
     seen = activity.access_activity(service.store, since=since)
-    base = {**base, "last_event_ts": seen["last_ts"], "scrapes_in_window": seen["recent"]}
+    base = {**base, "last_event_ts": seen["last_ts"]}
+    recent = seen["recent"]
     tail = rows.get("tetragon")
-    if service.settings.tetragon_events_path is None and tail is None and not seen["last_ts"]:
-        return CollectorHealth(status=CollectorStatus.NOT_CONFIGURED, **base)
+    if service.settings.tetragon.events_path is None and tail is None and not seen["last_ts"]:
+        return CollectorHealth(
+            status=CollectorStatus.NOT_CONFIGURED, scrapes_in_window=recent, **base
+        )
     note = (
         f"accesses to the checkpoint and weight roots, read from the eBPF events "
-        f"({service.settings.tetragon_events_path}): {seen['recent']} lately."
+        f"({service.settings.tetragon.events_path}): {seen['recent']} lately."
     )
     if tail is not None and int(tail["failing_targets"]):
         return CollectorHealth(
@@ -211,9 +233,14 @@ def _checkpoint_sensor(
             failing_targets=int(tail["failing_targets"]),
             targets=int(tail["targets"]),
             last_error=tail["last_error"],
+            scrapes_in_window=recent,
             **base,
         )
     status = CollectorStatus.OK if tail is not None else CollectorStatus.CONFIGURED
     return CollectorHealth(
-        status=status, note=note, last_ok_ts=None if tail is None else tail["last_ok_ts"], **base
+        status=status,
+        note=note,
+        last_ok_ts=None if tail is None else tail["last_ok_ts"],
+        scrapes_in_window=recent,
+        **base,
     )

@@ -287,10 +287,10 @@ def detections_configured(service: Service) -> bool:
     return any(
         source is not None
         for source in (
-            settings.integrity_spool_dir,
-            settings.falco_ingest_token,
-            settings.falco_events_path,
-            settings.tetragon_events_path,
+            settings.integrity.spool_dir,
+            settings.falco.ingest_token,
+            settings.falco.events_path,
+            settings.tetragon.events_path,
         )
     )
 

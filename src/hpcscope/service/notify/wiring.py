@@ -59,12 +59,12 @@ def notifier_from_settings(
     if s.notify_cancel_enabled and scheduler is None:
         scheduler = (
             SlurmrestdCommands(
-                s.slurmrestd_url,
-                version=s.slurmrestd_api_version,
-                user=s.slurmrestd_user,
-                token=s.slurmrestd_token(),
+                s.slurm.url,
+                version=s.slurm.api_version,
+                user=s.slurm.user,
+                token=s.slurm.token(),
             )
-            if s.notify_cancel_via == "slurmrestd" and s.slurmrestd_url
+            if s.notify_cancel_via == "slurmrestd" and s.slurm.url
             else SlurmCommands()
         )
     if not channels and forwarder is None and not s.notify_cancel_enabled:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import groupby
@@ -30,9 +30,10 @@ import httpx2
 from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.topology import Topology
 from hpcscope.service.collect.clock import Clock, SystemClock
-from hpcscope.service.collect.source import Source
+from hpcscope.service.collect.source import Source, SourceState
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import SourceSection
 from hpcscope.store import Store
 
 __all__ = [
@@ -71,7 +72,7 @@ class SourceContext:
 
     def __post_init__(self) -> None:
         if self.security_buffer is None:  # one buffer for every source of this context
-            buffer = SecurityEventBuffer(max_rows=self.settings.security_buffer_rows)
+            buffer = SecurityEventBuffer(max_rows=self.settings.security_events.buffer_rows)
             object.__setattr__(self, "security_buffer", buffer)
 
     def buffer(self) -> SecurityEventBuffer:
@@ -86,6 +87,7 @@ class SourceSpec:
 
     Attributes:
         name: the source's name, unique; its settings section is named the same.
+        settings: the model of that section (``service/source_settings.py``).
         order: its place in the cycle (module docstring): lower first, equal together.
         configured: whether a site's settings switch it on.
         build: the source of a context whose settings switch it on.
@@ -93,6 +95,7 @@ class SourceSpec:
     """
 
     name: str
+    settings: type[SourceSection]
     order: int
     configured: Callable[[Settings], bool]
     build: Callable[[SourceContext], Source]
@@ -101,11 +104,20 @@ class SourceSpec:
 
 @dataclass(frozen=True, slots=True)
 class SourceStatus:
-    """Whether a registered source is switched on by a site's settings (pages say so)."""
+    """One registered source as a page shows it: switched on by the site's settings or not,
+    and, while a collector runs it, its state (when it last polled, last collected rows, last
+    failed, and the last poll's health row).
+
+    Attributes:
+        name / summary: the source and what it reads.
+        configured: whether the site's settings switch it on.
+        state: the running collector's record of it (None: not collected by this process).
+    """
 
     name: str
     summary: str
     configured: bool
+    state: SourceState | None = None
 
 
 @cache
@@ -127,9 +139,16 @@ def specs() -> tuple[SourceSpec, ...]:
     return tuple(sorted(found, key=lambda spec: (spec.order, spec.name)))
 
 
-def source_status(settings: Settings) -> tuple[SourceStatus, ...]:
-    """Every registered source and whether ``settings`` switch it on, in polling order."""
-    return tuple(SourceStatus(s.name, s.summary, s.configured(settings)) for s in specs())
+def source_status(
+    settings: Settings, states: Sequence[SourceState] = ()
+) -> tuple[SourceStatus, ...]:
+    """Every registered source, whether ``settings`` switch it on and its state among
+    ``states`` (the running collector's ``source_states()``), in polling order."""
+    by_name = {state.name: state for state in states}
+    return tuple(
+        SourceStatus(s.name, s.summary, s.configured(settings), by_name.get(s.name))
+        for s in specs()
+    )
 
 
 def build_sources(

@@ -1,9 +1,9 @@
 """Trace captures: the golden path's per-window Kineto traces, analysed per job and window.
 
-Reads the new meta files of ``<capture_spool_dir>/<job>/``, reduces each rank's trace to its
-summary, checks the rank's node and GPU against the allocations and analyses a window when
-all its ranks are in or ``capture_grace_seconds`` after its first (``service/traces/
-captures.py``) into ``trace_captures``.
+Reads the new meta files of ``<spool_dir>/<job>/``, reduces each rank's trace to its summary,
+checks the rank's node and GPU against the allocations and analyses a window when all its
+ranks are in or ``grace_seconds`` after its first (``service/traces/captures.py``) into
+``trace_captures``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from datetime import datetime
 
 from hpcscope.service.collect.source import Health, Poll, ThreadedSource
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import CaptureSection
 from hpcscope.service.sources import SourceContext, SourceSpec
 from hpcscope.service.traces.captures import CaptureSpool
 
@@ -33,23 +34,24 @@ class Captures(ThreadedSource):
 
 
 def _configured(settings: Settings) -> bool:
-    return settings.capture_spool_dir is not None
+    return settings.capture.spool_dir is not None
 
 
 def _build(context: SourceContext) -> Captures:
     settings = context.settings
-    assert settings.capture_spool_dir is not None
+    assert settings.capture.spool_dir is not None
     return Captures(
         CaptureSpool(
             context.store,
-            settings.capture_spool_dir,
-            grace_seconds=settings.capture_grace_seconds,
+            settings.capture.spool_dir,
+            grace_seconds=settings.capture.grace_seconds,
         )
     )
 
 
 SOURCE = SourceSpec(
     name="capture",
+    settings=CaptureSection,
     order=70,
     configured=_configured,
     build=_build,

@@ -19,6 +19,7 @@ from hpcscope.ingest.exposition.parser import ParsedPage
 from hpcscope.ingest.exposition.scrape import Target
 from hpcscope.service.collect.attribution import ReadingsAttributor
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import DcgmSection
 from hpcscope.service.sources import SourceContext, SourceSpec
 from hpcscope.service.sources._scrape import ExporterScrape
 
@@ -66,14 +67,14 @@ class DcgmScrape(ExporterScrape):
 
 
 def _configured(settings: Settings) -> bool:
-    return settings.targets_path is not None
+    return settings.dcgm.targets_path is not None
 
 
 def _build(context: SourceContext) -> DcgmScrape:
     settings = context.settings
     return DcgmScrape(
         context.store,
-        targets_path=settings.targets_path,
+        targets_path=settings.dcgm.targets_path,
         interval_seconds=settings.scrape_interval_seconds,
         timeout_seconds=settings.scrape_timeout_seconds,
         clock=context.clock,
@@ -83,6 +84,7 @@ def _build(context: SourceContext) -> DcgmScrape:
 
 SOURCE = SourceSpec(
     name="dcgm",
+    settings=DcgmSection,
     order=10,
     configured=_configured,
     build=_build,

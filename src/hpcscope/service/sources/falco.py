@@ -10,21 +10,23 @@ from __future__ import annotations
 
 from hpcscope.service.security.sources import FalcoSource
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import FalcoSection
 from hpcscope.service.sources import SourceContext, SourceSpec
 from hpcscope.service.sources._tail import TailedEvents
 
 
 def _configured(settings: Settings) -> bool:
-    return settings.falco_events_path is not None
+    return settings.falco.events_path is not None
 
 
 def _build(context: SourceContext) -> TailedEvents:
-    assert context.settings.falco_events_path is not None
-    return TailedEvents("falco", FalcoSource(context.settings.falco_events_path, context.buffer()))
+    assert context.settings.falco.events_path is not None
+    return TailedEvents("falco", FalcoSource(context.settings.falco.events_path, context.buffer()))
 
 
 SOURCE = SourceSpec(
     name="falco",
+    settings=FalcoSection,
     order=50,
     configured=_configured,
     build=_build,

@@ -1,6 +1,6 @@
 """GPU processes: each node's NVML process list, with each process's Slurm job (GM-1, GM-2).
 
-Reads ``<gpu_processes_dir>/<node>/compute-apps.csv`` when it changed, with the node's
+Reads ``<dir>/<node>/compute-apps.csv`` when it changed, with the node's
 ``gpus.csv`` and the copied ``proc/<pid>/cgroup`` files, into ``gpu_processes``
 (``service/telemetry_rules/spool.py``).
 """
@@ -11,6 +11,7 @@ from datetime import datetime
 
 from hpcscope.service.collect.source import Health, Poll, ThreadedSource
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import GpuProcessesSection
 from hpcscope.service.sources import SourceContext, SourceSpec
 from hpcscope.service.telemetry_rules.spool import ProcessSpool
 
@@ -29,16 +30,17 @@ class GpuProcesses(ThreadedSource):
 
 
 def _configured(settings: Settings) -> bool:
-    return settings.gpu_processes_dir is not None
+    return settings.gpu_processes.dir is not None
 
 
 def _build(context: SourceContext) -> GpuProcesses:
-    assert context.settings.gpu_processes_dir is not None
-    return GpuProcesses(ProcessSpool(context.store, context.settings.gpu_processes_dir))
+    assert context.settings.gpu_processes.dir is not None
+    return GpuProcesses(ProcessSpool(context.store, context.settings.gpu_processes.dir))
 
 
 SOURCE = SourceSpec(
     name="gpu_processes",
+    settings=GpuProcessesSection,
     order=61,
     configured=_configured,
     build=_build,

@@ -1,6 +1,6 @@
 """Gradient integrity: the opt-in DDP hook's per-rank records, judged into GI alerts.
 
-Reads the lines appended to ``<integrity_spool_dir>/<job>/rank-<r>.jsonl`` (and the training
+Reads the lines appended to ``<spool_dir>/<job>/rank-<r>.jsonl`` (and the training
 events beside them) since the last poll, re-derives each record's job from the allocations
 and raises the GI rules' alerts (``service/integrity/spool.py``).
 """
@@ -12,6 +12,7 @@ from datetime import datetime
 from hpcscope.service.collect.source import Health, Poll, ThreadedSource
 from hpcscope.service.integrity.spool import IntegritySpool
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import IntegritySection
 from hpcscope.service.sources import SourceContext, SourceSpec
 
 
@@ -36,17 +37,18 @@ class Integrity(ThreadedSource):
 
 
 def _configured(settings: Settings) -> bool:
-    return settings.integrity_spool_dir is not None
+    return settings.integrity.spool_dir is not None
 
 
 def _build(context: SourceContext) -> Integrity:
-    assert context.settings.integrity_spool_dir is not None
-    spool = IntegritySpool(context.store, context.settings.integrity_spool_dir, context.rules)
+    assert context.settings.integrity.spool_dir is not None
+    spool = IntegritySpool(context.store, context.settings.integrity.spool_dir, context.rules)
     return Integrity(spool)
 
 
 SOURCE = SourceSpec(
     name="integrity",
+    settings=IntegritySection,
     order=40,
     configured=_configured,
     build=_build,

@@ -1,9 +1,9 @@
 """The allocations: dcgm-exporter's hpc-job-mapping files and the Slurm prolog's job records.
 
 Each cycle, first of all (the GPU samples of the cycle are judged by them), reads the
-per-node mapping directories under ``job_mapping_dir`` (the files dcgm-exporter reads:
-one file per GPU naming its jobs) and the prolog/epilog records under ``job_records_dir``
-into ``job_allocations`` (``service/collect/attribution.py``).
+per-node mapping directories under ``dir`` (the files dcgm-exporter reads: one file per GPU
+naming its jobs) and the prolog/epilog records under ``records_dir`` into
+``job_allocations`` (``service/collect/attribution.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from hpcscope.model.timeutil import epoch_seconds
 from hpcscope.service.collect.attribution import MappingRoot
 from hpcscope.service.collect.source import Health, Poll, ThreadedSource
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import JobMappingSection
 from hpcscope.service.sources import SourceContext, SourceSpec
 
 
@@ -31,18 +32,18 @@ class JobMapping(ThreadedSource):
 
 
 def _configured(settings: Settings) -> bool:
-    return settings.job_mapping_dir is not None
+    return settings.job_mapping.dir is not None
 
 
 def _build(context: SourceContext) -> JobMapping:
     settings = context.settings
-    assert settings.job_mapping_dir is not None
+    assert settings.job_mapping.dir is not None
     clock = context.clock
     return JobMapping(
         MappingRoot(
             context.store,
-            settings.job_mapping_dir,
-            settings.job_records_dir,
+            settings.job_mapping.dir,
+            settings.job_mapping.records_dir,
             clock=lambda: epoch_seconds(clock.now()),
         )
     )
@@ -50,6 +51,7 @@ def _build(context: SourceContext) -> JobMapping:
 
 SOURCE = SourceSpec(
     name="job_mapping",
+    settings=JobMappingSection,
     order=0,
     configured=_configured,
     build=_build,

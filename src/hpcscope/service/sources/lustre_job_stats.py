@@ -1,8 +1,8 @@
 """Lustre job_stats: per-job I/O of every OSS and MDS, from a spool of snapshot files.
 
-Reads the ``<server>.job_stats`` files of ``lustre_job_stats_dir`` whose modification time or
-size changed (``service/collect/lustre_spool.py``) into ``lustre_job_stats``; each file read
-is one ``scrapes`` row (exporter ``lustre``) and one of the poll's targets.
+Reads the ``<server>.job_stats`` files of ``dir`` whose modification time or size changed
+(``service/collect/lustre_spool.py``) into ``lustre_job_stats``; each file read is one
+``scrapes`` row (exporter ``lustre``) and one of the poll's targets.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from datetime import datetime
 from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
 from hpcscope.service.collect.source import Batch, Health, Poll, ThreadedSource
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import LustreJobStatsSection
 from hpcscope.service.sources import SourceContext, SourceSpec
 
 
@@ -37,23 +38,24 @@ class LustreJobStats(ThreadedSource):
 
 
 def _configured(settings: Settings) -> bool:
-    return settings.lustre_job_stats_dir is not None
+    return settings.lustre_job_stats.dir is not None
 
 
 def _build(context: SourceContext) -> LustreJobStats:
     settings = context.settings
-    assert settings.lustre_job_stats_dir is not None
+    assert settings.lustre_job_stats.dir is not None
     return LustreJobStats(
         LustreSpool(
             context.store,
-            settings.lustre_job_stats_dir,
-            jobid_pattern=settings.lustre_jobid_pattern,
+            settings.lustre_job_stats.dir,
+            jobid_pattern=settings.lustre_job_stats.jobid_pattern,
         )
     )
 
 
 SOURCE = SourceSpec(
     name="lustre_job_stats",
+    settings=LustreJobStatsSection,
     order=30,
     configured=_configured,
     build=_build,

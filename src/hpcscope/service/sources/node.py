@@ -15,6 +15,7 @@ from hpcscope.ingest.exporters.infiniband import infiniband_rows
 from hpcscope.ingest.exposition.parser import ParsedPage
 from hpcscope.ingest.exposition.scrape import Target
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import NodeSection
 from hpcscope.service.sources import SourceContext, SourceSpec
 from hpcscope.service.sources._scrape import ExporterScrape
 from hpcscope.store.infiniband import append_ib_counters
@@ -44,14 +45,14 @@ class NodeScrape(ExporterScrape):
 
 
 def _configured(settings: Settings) -> bool:
-    return settings.targets_path is not None
+    return settings.node.targets_path is not None
 
 
 def _build(context: SourceContext) -> NodeScrape:
     settings = context.settings
     return NodeScrape(
         context.store,
-        targets_path=settings.targets_path,
+        targets_path=settings.node.targets_path,
         interval_seconds=settings.scrape_interval_seconds,
         timeout_seconds=settings.scrape_timeout_seconds,
         clock=context.clock,
@@ -61,6 +62,7 @@ def _build(context: SourceContext) -> NodeScrape:
 
 SOURCE = SourceSpec(
     name="node",
+    settings=NodeSection,
     order=10,
     configured=_configured,
     build=_build,

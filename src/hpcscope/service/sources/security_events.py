@@ -12,6 +12,7 @@ from hpcscope.service.alerts.falco_meaning import load_falco_meaning, meaning_pa
 from hpcscope.service.collect.source import Batch, Health, Poll, ThreadedSource
 from hpcscope.service.security.tetragon_policy import dataset_roots, protected_roots
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import SecurityEventsSection
 from hpcscope.service.sources import SourceContext, SourceSpec
 
 
@@ -49,9 +50,9 @@ def _configured(settings: Settings) -> bool:
     return any(
         value is not None
         for value in (
-            settings.falco_ingest_token,
-            settings.falco_events_path,
-            settings.tetragon_events_path,
+            settings.falco.ingest_token,
+            settings.falco.events_path,
+            settings.tetragon.events_path,
         )
     )
 
@@ -69,12 +70,13 @@ def _build(context: SourceContext) -> SecurityEvents:
             falco_meaning=load_falco_meaning(meaning_path(settings.rules_dir)),
             protected_roots=protected_roots(topology),
         ),
-        poll_seconds=settings.security_poll_seconds,
+        poll_seconds=settings.security_events.poll_seconds,
     )
 
 
 SOURCE = SourceSpec(
     name="security_events",
+    settings=SecurityEventsSection,
     order=55,
     configured=_configured,
     build=_build,

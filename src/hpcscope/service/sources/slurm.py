@@ -1,7 +1,7 @@
 """Slurm: jobs, allocations and accounts, from slurmrestd or the Slurm commands.
 
-Every ``scheduler_poll_seconds`` (on the collector's clock) reads Slurm's jobs (slurmrestd's
-``/jobs``, or ``squeue --json`` and ``sacct``) and, with ``slurm_associations``, ``sacctmgr``'s
+Every ``poll_seconds`` (on the collector's clock) reads Slurm's jobs (slurmrestd's
+``/jobs``, or ``squeue --json`` and ``sacct``) and, with ``associations``, ``sacctmgr``'s
 associations into ``jobs``, ``job_allocations`` and ``account_memberships``
 (``service/collect/scheduler.py``). A poll runs on a worker thread and a cycle waits for it
 at most ``scrape_timeout_seconds``: a hung controller never holds up the exporter scrapes, a
@@ -23,6 +23,7 @@ from hpcscope.service.collect.scheduler import (
 )
 from hpcscope.service.collect.source import Batch, Health, Poll
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import SlurmSection
 from hpcscope.service.sources import SourceContext, SourceSpec
 from hpcscope.store import Store
 
@@ -85,24 +86,22 @@ class SlurmPoll:
 
 def scheduler_of(settings: Settings) -> SchedulerSource | None:
     """Where a site's settings say Slurm's jobs come from (None: nowhere)."""
-    if settings.scheduler_source == "slurmrestd" and settings.slurmrestd_url:
+    if settings.slurm.source == "slurmrestd" and settings.slurm.url:
         return SlurmrestdSource(
-            url=settings.slurmrestd_url,
-            version=settings.slurmrestd_api_version,
-            unix_socket=settings.slurmrestd_socket,
-            user=settings.slurmrestd_user,
-            token=settings.slurmrestd_token(),
+            url=settings.slurm.url,
+            version=settings.slurm.api_version,
+            unix_socket=settings.slurm.socket,
+            user=settings.slurm.user,
+            token=settings.slurm.token(),
             timeout_seconds=settings.scrape_timeout_seconds,
         )
-    if settings.scheduler_source == "commands":
-        return CommandSource(accounting=settings.slurm_accounting)
+    if settings.slurm.source == "commands":
+        return CommandSource(accounting=settings.slurm.accounting)
     return None
 
 
 def _configured(settings: Settings) -> bool:
-    return settings.scheduler_source == "commands" or (
-        settings.scheduler_source == "slurmrestd" and bool(settings.slurmrestd_url)
-    )
+    return settings.slurm.configured()
 
 
 def _build(context: SourceContext) -> SlurmPoll:
@@ -110,13 +109,13 @@ def _build(context: SourceContext) -> SlurmPoll:
     scheduler = scheduler_of(settings)
     assert scheduler is not None  # _configured said so
     associations = (
-        AssociationSource(cluster=settings.slurm_cluster) if settings.slurm_associations else None
+        AssociationSource(cluster=settings.slurm.cluster) if settings.slurm.associations else None
     )
     return SlurmPoll(
         context.store,
         scheduler,
         associations,
-        poll_seconds=settings.scheduler_poll_seconds,
+        poll_seconds=settings.slurm.poll_seconds,
         wait_seconds=settings.scrape_timeout_seconds,
         clock=context.clock,
     )
@@ -124,6 +123,7 @@ def _build(context: SourceContext) -> SlurmPoll:
 
 SOURCE = SourceSpec(
     name="slurm",
+    settings=SlurmSection,
     order=20,
     configured=_configured,
     build=_build,

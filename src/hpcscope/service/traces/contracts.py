@@ -13,7 +13,7 @@ present once the analysis is linked to a job) are left out when absent: serialis
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from pydantic import ConfigDict, Field, JsonValue, ValidationError
 
@@ -207,7 +207,26 @@ class TraceSummary(Contract):
         return cls(**_summary_fields(row))
 
 
-def _summary_fields(row: StoredAnalysis) -> dict[str, Any]:
+class _SummaryFields(TypedDict):
+    """:class:`TraceSummary`'s fields, for it and the reports that extend it."""
+
+    analysis_id: str
+    owner_user: str
+    job_id: str | None
+    account: str | None
+    created_utc: str
+    source_names: list[str]
+    ranks: int
+    steps: int
+    partial: bool
+    slowdown: float | None
+    straggler_ranks: list[int]
+    window_start_utc: str | None
+    window_end_utc: str | None
+    url: str
+
+
+def _summary_fields(row: StoredAnalysis) -> _SummaryFields:
     return {
         "analysis_id": row.analysis_id,
         "owner_user": row.owner_user,

@@ -57,7 +57,7 @@ def phases_of(service: Service, job: SeenJob) -> JobPhases:
 def _phases(service: Service, job_id: str) -> JobPhases:
     rows = job_captures(service.store, job_id)
     if not rows:
-        configured = service.settings.capture_spool_dir is not None
+        configured = service.settings.capture.spool_dir is not None
         reason = (
             f"no capture window from job {job_id} yet: the capture profiles PyTorch jobs that "
             "step an optimizer, the first window after the first steps (capture_first_step), "
