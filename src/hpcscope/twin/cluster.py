@@ -28,17 +28,22 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import TypedDict
 
 from hpcscope.model.topology import Hca, Topology
 from hpcscope.twin.dcgm import DcgmEndpoint
+from hpcscope.twin.http_routes import (
+    Action,
+    Collectable,
+    Route,
+    Server,
+    metrics_route,
+    serve_routes,
+)
 from hpcscope.twin.live_incidents import LiveIncidents
 from hpcscope.twin.lustre import LustreJobStats
 from hpcscope.twin.node_exporter import InfinibandEndpoint, PortTraffic
@@ -54,9 +59,16 @@ from hpcscope.twin.workloads import (
 
 log = logging.getLogger(__name__)
 
-Route = Callable[[], tuple[int, str, bytes]]
-Action = Callable[[str, bytes], tuple[int, str, bytes]]
-"""A POST or DELETE endpoint: (path, body) -> status, content type, body."""
+__all__ = [
+    "Action",
+    "Collectable",
+    "FileSdTarget",
+    "Route",
+    "TwinCluster",
+    "job_gpu_shares",
+    "metrics_route",
+    "serve_routes",
+]
 
 
 class FileSdTarget(TypedDict):
@@ -64,94 +76,6 @@ class FileSdTarget(TypedDict):
 
     targets: list[str]
     labels: dict[str, str]
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # a scraper that gives up (timeout) closes the socket: not an error of the twin
-        error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError):
-            log.debug("twin http: client %s went away (%s)", client_address, error)
-            return
-        super().handle_error(request, client_address)
-
-
-def serve_routes(
-    host: str, port: int, routes: dict[str, Route], actions: dict[str, Action] | None = None
-) -> tuple[_Server, threading.Thread]:
-    """Serve GET ``routes`` (path -> callable returning status, content type, body) and POST
-    and DELETE ``actions`` (``"METHOD /path/prefix"`` -> callable of the path and body)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:
-            route = routes.get(self.path.split("?", 1)[0])
-            if route is None:
-                self._answer((404, "text/plain", b"not found\n"))
-            else:
-                self._answer(self._run(lambda: route()))
-
-        def do_POST(self) -> None:
-            self._act("POST")
-
-        def do_DELETE(self) -> None:
-            self._act("DELETE")
-
-        def _act(self, method: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            path = self.path.split("?", 1)[0]
-            for key, action in (actions or {}).items():
-                wanted, prefix = key.split(" ", 1)
-                if wanted == method and path.startswith(prefix):
-                    self._answer(self._run(partial(action, path, body)))
-                    return
-            self._answer((404, "text/plain", b"not found\n"))
-
-        def _run(self, call: Callable[[], tuple[int, str, bytes]]) -> tuple[int, str, bytes]:
-            try:
-                return call()
-            except Exception as exc:  # an endpoint bug must not kill the server
-                log.exception("twin endpoint %s failed", self.path)
-                return 500, "text/plain", f"{exc}\n".encode()
-
-        def _answer(self, answer: tuple[int, str, bytes]) -> None:
-            status, content_type, body = answer
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("twin http %s", format % args)
-
-    server = _Server((host, port), Handler)
-    # shutdown() waits for the serve loop's next poll: 0.1 s, not the default 0.5 s per server
-    thread = threading.Thread(
-        target=server.serve_forever, args=(0.1,), name=f"twin-http-{port}", daemon=True
-    )
-    thread.start()
-    return server, thread
-
-
-class Collectable(Protocol):
-    """An exporter behind a page: advances its state and renders the page."""
-
-    def collect(self) -> str: ...
-
-
-def metrics_route(endpoint: Collectable) -> Route:
-    """``GET /metrics`` for an exporter: its page in the Prometheus text format."""
-
-    def route() -> tuple[int, str, bytes]:
-        return 200, "text/plain; version=0.0.4; charset=utf-8", endpoint.collect().encode()
-
-    return route
 
 
 def job_gpu_shares(
@@ -217,7 +141,7 @@ class TwinCluster:
             arrivals_per_hour=arrivals_per_hour,
         )
         self._lock = threading.RLock()
-        self._servers: list[_Server] = []
+        self._servers: list[Server] = []
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self.dcgm_ports: dict[str, int] = {}
@@ -229,8 +153,12 @@ class TwinCluster:
         self.traces = TraceSpool(state_dir / "capture", seed=seed)
         # one incident per threat vector every 10 minutes (demo scenario)
         self.incidents = LiveIncidents(
-            state_dir, start=self._start_wall, checkpoint_root=topology.checkpoint_root
+            state_dir,
+            start=self._start_wall,
+            checkpoint_root=topology.checkpoint_root,
+            ib_errors=self._ib_errors,
         )
+        self._ib_endpoints: dict[str, InfinibandEndpoint] = {}
 
     def now(self) -> float:
         """Simulated epoch seconds."""
@@ -310,6 +238,7 @@ class TwinCluster:
                 )
                 self._servers.append(ib_server)
                 self.node_exporter_ports[node.name] = ib_server.server_address[1]
+                self._ib_endpoints[node.name] = infiniband
         rest_port = self.base_port + len(self.topology.nodes) if self.base_port else 0
         rest, _ = serve_routes(
             self.host,
@@ -400,6 +329,17 @@ class TwinCluster:
                 return PortTraffic(rx, tx)
 
         return traffic
+
+    def _ib_errors(self, node: str, gpu: int, family: str, count: float) -> bool:
+        """Error counts on the port of ``gpu``'s rail on ``node`` (the live incidents)."""
+        endpoint = self._ib_endpoints.get(node)
+        if endpoint is None:
+            return False
+        for index, hca in enumerate(endpoint.hcas):
+            if hca.gpu_index == gpu:
+                endpoint.add_errors(index, family, count)
+                return True
+        return False
 
     def _xid_source(self, node: str) -> Callable[[int], int]:
         def xid(gpu_index: int) -> int:

@@ -8,7 +8,9 @@ its sensor writes, into the files the demo's server reads:
 2. container escape: Tetragon's export of ``nsenter --target 1`` from a job
    (``tetragon/events.json``, the processes' ``/proc/<pid>/cgroup`` under ``proc/``);
 3. GPU memory leakage: Tetragon's ``ptrace`` kprobe of a root process on a trainer;
-4. RDMA blind spot: Tetragon's ``uverbs`` open by a process outside every job;
+4. RDMA blind spot: Tetragon's ``uverbs`` open by a process outside every job, and the
+   InfiniBand counters node_exporter serves: constraint errors on the port of a running job's
+   GPU (a P_Key probe, RD-5);
 5. data poisoning and the weights: the bpftrace sensor's events (``hpcscope sensor``: Tetragon
    export under its policy) of a job of another account reading a checkpoint under the
    cluster's checkpoint root;
@@ -72,6 +74,7 @@ SCHEDULE: tuple[Planned, ...] = (
     Planned(25.0, "container-escape", attacks.nsenter_escape),
     Planned(40.0, "gpu-memory-leakage", attacks.root_ptrace),
     Planned(55.0, "rdma-blind-spot", attacks.uverbs_outside_jobs),
+    Planned(60.0, "rdma-blind-spot", None),  # the InfiniBand counters: a P_Key probe
     Planned(70.0, "data-poisoning", _weights_read),
     Planned(85.0, "gradient-injection", None),
 )
@@ -90,6 +93,8 @@ class LiveIncidents:
     root: Path
     start: float
     checkpoint_root: str
+    ib_errors: Callable[[str, int, str, float], bool] | None = None
+    """(node, GPU, node_exporter family, count) -> whether the node's port took the errors."""
     played: list[tuple[float, str]] = field(default_factory=list)
     _done: set[tuple[int, int]] = field(default_factory=set)
     _steps: dict[int, int] = field(default_factory=dict)
@@ -133,6 +138,8 @@ class LiveIncidents:
         return played
 
     def _play(self, planned: Planned, now: float, running: list[SimJob]) -> bool:
+        if planned.make is None and planned.vector == "rdma-blind-spot":
+            return self._probe(running)
         if planned.make is None:
             return self._inject(now, running)
         main = running[0]
@@ -155,6 +162,15 @@ class LiveIncidents:
             if lines:
                 _append(path, [x.replace(f'"{attacks.CHECKPOINTS}/', f'"{root}/') for x in lines])
         return True
+
+    def _probe(self, running: list[SimJob]) -> bool:
+        """A job's process probes P_Keys: constraint errors on its GPU's rail (RD-5)."""
+        if self.ib_errors is None:
+            return True  # a cluster without InfiniBand: nothing to count
+        node, gpu = running[0].allocation[0]
+        return self.ib_errors(
+            node, gpu, "node_infiniband_port_constraint_errors_received_total", 48.0
+        )
 
     def _inject(self, now: float, running: list[SimJob]) -> bool:
         """A data-parallel job's steps, one rank sending a poisoned gradient (GI-3)."""
