@@ -147,7 +147,7 @@ def _attack(run: Run, port: int, shell_port: int) -> None:
     # namespace entry: nsenter into PID 1's namespaces from a fresh PID and mount namespace
     # (refused where PID 1's /proc/1/ns cannot be opened; the attempt is the alert), and a
     # setns back into the test's own mount namespace from a private one
-    escape = "exec nsenter -t 1 -m -u -n -i -p true"
+    escape = f"exec nsenter -t 1 -m -u -n -i -p true {base.name}"  # this run's, by its marker
     subprocess.run(["unshare", "--fork", "--pid", "--mount", "sh", "-c", escape],
                    capture_output=True, timeout=30)  # fmt: skip
     subprocess.run(["unshare", "--mount", "nsenter", f"--mount=/proc/{os.getpid()}/ns/mnt",
@@ -234,20 +234,24 @@ def attacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
 
 def test_nsenter_into_pid_1s_namespaces(attacks: Run) -> None:
-    (nsenter,) = [p for p in attacks.execs("/nsenter") if p["arguments"].startswith("-t 1 ")]
-    assert nsenter["arguments"] == "-t 1 -m -u -n -i -p true"
+    # the sensor sees every process on the kernel (another run's attacks too): this run's
+    # nsenter -t 1 is the one with its marker (refused: its attempt is the alert); the real
+    # setns is the second nsenter's, into this test process's own mount namespace
+    command = f"-t 1 -m -u -n -i -p true {attacks.base.name}"
+    assert [p for p in attacks.execs("/nsenter") if p["arguments"] == command]
+    back = f"--mount=/proc/{os.getpid()}/ns/mnt true"
+    (nsenter,) = [p for p in attacks.execs("/nsenter") if p["arguments"] == back]
     entered = [k for k in attacks.kprobes("__x64_sys_setns")
-               if k["process"]["binary"].endswith("/nsenter")]  # fmt: skip
-    assert entered and entered[0]["args"][1] == {"int_arg": 0x20000}  # CLONE_NEWNS
+               if k["process"]["exec_id"] == nsenter["exec_id"]]  # fmt: skip
+    assert [k["args"][1] for k in entered] == [{"int_arg": 0x20000}]  # CLONE_NEWNS
     assert entered[0]["policy_name"] == "hpcscope-namespaces"
-    alert = attacks.raised("CE-3", lambda a: "-t 1 -m -u -n -i -p" in _text(a))
+    alert = attacks.raised("CE-3", lambda a: command in _text(a))
     assert (alert["severity"], alert["subject"], alert["job_id"]) == ("HIGH", "nsenter", None)
 
 
 def test_a_binary_copied_to_a_temp_directory_connects_out(attacks: Run) -> None:
     agent = str(attacks.base / "update-agent")
-    (execed,) = attacks.execs("/update-agent")
-    assert execed["binary"] == agent
+    (execed,) = [p for p in attacks.execs("/update-agent") if p["binary"] == agent]
     (connect,) = [k for k in attacks.kprobes("tcp_connect") if k["process"]["binary"] == agent]
     assert connect["process"]["exec_id"] == execed["exec_id"]  # chained to its exec
     assert connect["args"][0]["sock_arg"]["daddr"] == OUTSIDE
@@ -259,7 +263,12 @@ def test_a_binary_copied_to_a_temp_directory_connects_out(attacks: Run) -> None:
 
 
 def test_a_reverse_shell_to_a_loopback_listener(attacks: Run) -> None:
-    (shell,) = [p for p in attacks.execs("bash") if f"/dev/tcp/{OUTSIDE}/" in p["arguments"]]
+    tcp = f"/dev/tcp/{OUTSIDE}/{attacks.pids['shell port']} "
+    (shell,) = [
+        p
+        for p in attacks.execs("/bash")
+        if p["arguments"].startswith("-c ") and tcp in p["arguments"]
+    ]
     (connect,) = [k for k in attacks.kprobes("tcp_connect")
                   if k["args"][0]["sock_arg"]["dport"] == attacks.pids["shell port"]]  # fmt: skip
     process = connect["process"]
