@@ -78,7 +78,7 @@ ROUTES: tuple[Route, ...] = (
     Route("simulate_page", "/simulate", page=True),
     Route("tokens_page", "/tokens", page=True),
     Route("notify_page", "/notify", page=True),
-    Route("chargeback_report", "/chargeback/report", page=True),
+    Route("chargeback_report", "/chargeback/report?account=vision", page=True),
     Route("login_page", "/login", page=True),
     Route("api_docs", "/api/docs", page=True),
     Route("openapi", "/api/openapi.json"),

@@ -159,6 +159,13 @@ class Service:
         holding alerts keys on it, so the next read sees a new alert or state."""
         return self._alert_changes + alert_store.alerts_written(self.store)
 
+    def job_alert_changes(self, job_id: str) -> int:
+        """:attr:`alert_changes` for one job's alerts: the state changes made here, plus the
+        committed upserts of that job's alerts. A job's page and document key on it: the
+        security engine's alerts on other jobs (several a second under attack) leave every
+        other job's page as it is, where the count of all upserts rendered each again."""
+        return self._alert_changes + alert_store.alerts_written(self.store, job_id=job_id)
+
     def job_alerts(self, principal: Principal, job_id: str) -> list[Alert] | None:
         """Alerts of one job; None when the job does not exist or is not visible."""
         job = self.visible_job(principal, job_id)
@@ -175,7 +182,7 @@ class Service:
             principal.alert_scope(),
             principal.redacts_weight_paths,
             job_id,
-            self.alert_changes,
+            self.job_alert_changes(job_id),
         )
         return list(
             self.snapshots.get(
