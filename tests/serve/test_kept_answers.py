@@ -279,3 +279,32 @@ def test_an_alert_on_one_job_leaves_the_other_jobs_pages_kept(
     assert service.snapshots.computations == computed  # the other job's answers: kept
     shown = laned.get(f"/api/jobs/{one}", headers=admin).json()
     assert new.key in {a["key"] for a in shown["alerts"]}
+
+
+def test_what_is_kept_of_a_finished_job_stays_current_for_a_minute(
+    kept: tuple[Service, TestClient, TestClient],
+) -> None:
+    """A running job's visibility, phases and alerts are checked once per generation; a
+    finished job's, whose record no longer changes, at most every minute (as its report)."""
+    from hpcscope.model.access import Principal, Role
+    from hpcscope.model.schemas import JOB_SCHEMA
+    from hpcscope.service.core import FINISHED_JOB_SECONDS
+
+    service, _, _ = kept
+    admin = Principal(name="admin", role=Role.ADMIN)
+    running = service.visible_job(admin, "4410001")
+    assert running is not None and not running.ended and running.every_seconds == 0.0
+    record = {name: None for name in JOB_SCHEMA.names} | {
+        "job_id": "4410009",
+        "user": "alice",
+        "account": "vision",
+        "state": "COMPLETED",
+        "start_time": datetime(2026, 12, 1, 10),
+        "end_time": datetime(2026, 12, 1, 11),
+        "source": "test-fleet",
+    }
+    service.store.upsert_jobs(pa.Table.from_pylist([record], schema=JOB_SCHEMA))
+    service.store.flush()
+    finished = service.visible_job(admin, "4410009")
+    assert finished is not None and finished.ended
+    assert finished.every_seconds == FINISHED_JOB_SECONDS
