@@ -294,7 +294,7 @@ def test_what_is_kept_of_a_finished_job_stays_current_for_a_minute(
     admin = Principal(name="admin", role=Role.ADMIN)
     running = service.visible_job(admin, "4410001")
     assert running is not None and not running.ended and running.every_seconds == 0.0
-    record = {name: None for name in JOB_SCHEMA.names} | {
+    record = dict.fromkeys(JOB_SCHEMA.names) | {
         "job_id": "4410009",
         "user": "alice",
         "account": "vision",
