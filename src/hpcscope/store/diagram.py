@@ -116,8 +116,8 @@ def _aggregate(entries: list[GpuStateRow]) -> GpuHealth:
     }
 
 
-def gpu_states(store: Store, *, scope: JobScope, since: datetime, idle_values: bool) -> GpuStates:
-    """The latest state of every GPU seen since ``since`` or held by an open allocation.
+def gpu_states(store: Store, *, latest: pa.Table, scope: JobScope, idle_values: bool) -> GpuStates:
+    """The latest state of every GPU in ``latest`` or held by an open allocation.
 
     Jobs holding a GPU come from open ``job_allocations`` (the prolog's mapping) and from the
     ``job_id`` labels of the GPU's latest sample (a GPU shared by several jobs has one row per
@@ -127,9 +127,10 @@ def gpu_states(store: Store, *, scope: JobScope, since: datetime, idle_values: b
 
     Args:
         store: the store.
+        latest: the newest sample of every live GPU (one row per job copy: ``GPU_SAMPLE_SCHEMA``
+            rows, from the metrics backend's :meth:`~hpcscope.model.backends.GpuMetrics.latest`).
         scope: jobs the viewer may see; counters of a GPU are returned only when the GPU is
             held by at least one job inside the scope, or (with ``idle_values``) by no job.
-        since: ignore samples older than this (they are not "live").
         idle_values: return counters of GPUs that no job holds (the service: admins only).
 
     Returns:
@@ -140,10 +141,11 @@ def gpu_states(store: Store, *, scope: JobScope, since: datetime, idle_values: b
         unless ``values_visible``); and the cluster-wide aggregate.
     """
     scope_sql, scope_params = _scope(scope)
-    holders = store.query(
+    rows = {"latest_rows": latest.select(["ts", "node", "gpu", "job_id", *LIVE_GPU_COLUMNS])}
+    holders = store.query_with(
         f"""
 WITH latest AS (
-  SELECT node, gpu, job_id FROM gpu_samples WHERE ts >= ?
+  SELECT node, gpu, job_id FROM latest_rows
   QUALIFY ts = max(ts) OVER (PARTITION BY node, gpu)
 ),
 holders AS (
@@ -154,13 +156,13 @@ holders AS (
 SELECT h.node, h.gpu, h.job_id, {scope_sql} AS visible
 FROM holders h LEFT JOIN jobs j ON j.job_id = h.job_id
 """,
-        [since, *scope_params],
+        scope_params,
+        tables=rows,
     ).to_pylist()
-    latest = ", ".join(f"arg_max({c}, ts) AS {c}" for c in LIVE_GPU_COLUMNS)
-    counters = store.query(
-        f"SELECT node, gpu, max(ts) AS ts, {latest} FROM gpu_samples WHERE ts >= ? "
-        "GROUP BY node, gpu",
-        [since],
+    newest = ", ".join(f"arg_max({c}, ts) AS {c}" for c in LIVE_GPU_COLUMNS)
+    counters = store.query_with(
+        f"SELECT node, gpu, max(ts) AS ts, {newest} FROM latest_rows GROUP BY node, gpu",
+        tables=rows,
     ).to_pylist()
     # The query's columns are the row's (node, gpu, ts and LIVE_GPU_COLUMNS): the SQL is the
     # one place the row's shape comes from, hence the casts.

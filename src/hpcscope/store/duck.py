@@ -16,7 +16,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -434,6 +434,22 @@ class Store:
             return self._cursor().sql(sql, params=list(params)).to_arrow_table()
         except duckdb.Error as exc:
             raise StoreError(f"store {self.path}: query failed: {exc}") from exc
+
+    def query_with(
+        self, sql: str, params: Sequence[object] = (), *, tables: Mapping[str, pa.Table]
+    ) -> pa.Table:
+        """:meth:`query` with Arrow ``tables`` readable by name (what a metrics engine answered,
+        joined with the store's tables), registered for this query only."""
+        cursor = self._cursor()
+        try:
+            for name, table in tables.items():
+                cursor.register(name, table)
+            return cursor.sql(sql, params=list(params)).to_arrow_table()
+        except duckdb.Error as exc:
+            raise StoreError(f"store {self.path}: query failed: {exc}") from exc
+        finally:
+            for name in tables:
+                cursor.unregister(name)
 
     def query_row(self, sql: str, params: Sequence[object] = ()) -> tuple[Any, ...] | None:
         """The first row of a small read-only query as a tuple (None when it has none): half

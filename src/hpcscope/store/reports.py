@@ -13,7 +13,15 @@ from datetime import datetime
 import pyarrow as pa
 
 from hpcscope.model.access import JobScope
+from hpcscope.model.backends import (
+    STORE_READ,
+    JobGpuRead,
+    MetricsBackend,
+    ReadSource,
+    TimeseriesRead,
+)
 from hpcscope.model.sampling import has_job_sql
+from hpcscope.store import rollups
 from hpcscope.store.duck import Store
 from hpcscope.store.filters import Where
 
@@ -114,6 +122,25 @@ def gpu_timeseries(
     )
 
 
+def timeseries_of_jobs(
+    store: Store,
+    job_ids: Sequence[str],
+    *,
+    bucket_seconds: int,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> pa.Table:
+    """Per job GPU, reported and real efficiency averaged in time buckets, from raw samples."""
+    where = Where().among("job_id", list(job_ids)).window(since, until)
+    return store.query(
+        f"SELECT time_bucket(INTERVAL '{int(bucket_seconds)} seconds', ts) AS bucket, job_id, "
+        "node, gpu, avg(reported_util_ratio) AS reported_util_ratio, "
+        "avg(sm_active_ratio) AS sm_active_ratio, avg(tensor_active_ratio) AS tensor_active_ratio "
+        f"FROM gpu_samples {where.sql()} GROUP BY ALL ORDER BY bucket, job_id, node, gpu",
+        where.params,
+    )
+
+
 def sample_time_range(store: Store, job_id: str) -> tuple[datetime | None, datetime | None]:
     """First and last sample time of a job."""
     row = store.query(
@@ -147,11 +174,17 @@ def collection_gaps(store: Store, *, since: datetime) -> pa.Table:
 
 
 class EmbeddedSamples:
-    """The embedded backend's :class:`~hpcscope.model.backends.GpuSampleReader`: the
-    ``gpu_samples`` table hpcscope's collector fills."""
+    """The embedded backend's :class:`~hpcscope.model.backends.GpuMetrics`: the tables
+    hpcscope's collector fills (raw ``gpu_samples``, 1-minute rollups)."""
+
+    source = STORE_READ
 
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    @property
+    def backend(self) -> MetricsBackend:
+        return "embedded"
 
     def samples_for_jobs(
         self,
@@ -162,6 +195,66 @@ class EmbeddedSamples:
     ) -> pa.Table:
         """GPU samples of the given jobs (the caller has already checked visibility)."""
         return samples_for_jobs(self.store, job_ids, since=since, until=until)
+
+    def job_gpus(
+        self,
+        job_ids: Sequence[str],
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> JobGpuRead:
+        """The raw samples of the jobs: the report weighs each to the next."""
+        table = samples_for_jobs(self.store, job_ids, since=since, until=until)
+        return JobGpuRead(STORE_READ, samples=table)
+
+    def jobs_seen(
+        self,
+        *,
+        since: datetime,
+        until: datetime | None = None,
+        job_ids: Sequence[str] | None = None,
+    ) -> list[str]:
+        where = Where().window(since, until).among("job_id", job_ids)
+        where.clauses.append(has_job_sql("job_id"))
+        rows = self.store.query(
+            f"SELECT DISTINCT job_id FROM gpu_samples {where.sql()} ORDER BY job_id", where.params
+        )
+        return [str(v) for v in rows.column("job_id").to_pylist()]
+
+    def latest(self, *, since: datetime, until: datetime | None = None) -> pa.Table:
+        where = Where().window(since, until)
+        return self.store.query(
+            f"SELECT * FROM gpu_samples {where.sql()} "
+            "QUALIFY ts = max(ts) OVER (PARTITION BY node, gpu)",
+            where.params,
+        )
+
+    def last_seen(self, *, since: datetime) -> dict[tuple[str, int], datetime]:
+        rows = self.store.query(
+            "SELECT node, gpu, max(ts) AS ts FROM gpu_samples WHERE ts >= ? GROUP BY ALL", [since]
+        ).to_pylist()
+        return {(r["node"], int(r["gpu"])): r["ts"] for r in rows}
+
+    def gpu_timeseries(
+        self,
+        job_ids: Sequence[str],
+        *,
+        bucket_seconds: int,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> TimeseriesRead:
+        """Whole minutes from the 1-minute rollups (``bucket_seconds`` a multiple of 60, when
+        the jobs have rollups), other buckets from raw samples."""
+        if bucket_seconds % 60 == 0:
+            table = rollups.rollup_timeseries_of(
+                self.store, job_ids, bucket_seconds=bucket_seconds, since=since, until=until
+            )
+            if table.num_rows:
+                return TimeseriesRead(table, ReadSource("embedded", "store", 60.0))
+        table = timeseries_of_jobs(
+            self.store, job_ids, bucket_seconds=bucket_seconds, since=since, until=until
+        )
+        return TimeseriesRead(table, STORE_READ)
 
 
 def collected_until(store: Store) -> dict[str, datetime]:
