@@ -52,7 +52,7 @@ def fuzz_one(target: Target, libfuzzer_args: list[str], *, keep: bool, artifacts
 
     def test_one_input(data: bytes) -> None:
         try:
-            target.call(data)
+            target.feed(data)
         except allowed as exc:
             source = getattr(exc, "source", SOURCE)
             if SOURCE not in str(source):  # a file written for the target keeps the name

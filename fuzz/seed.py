@@ -20,6 +20,7 @@ import json
 import tarfile
 from pathlib import Path
 
+from fuzz.hostile import SHAPES, marked
 from fuzz.targets import TARGETS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,6 +80,11 @@ def main() -> None:
                 count += 1
         if count == 0:
             raise SystemExit(f"{target.name}: no seed matched {target.seeds}")
+        for shape in SHAPES:  # the structured hostile shapes, small, in a few envelopes
+            for envelope in (0, 1, 2):
+                seed = marked(shape, parameter=3, envelope=envelope)
+                (folder / f"hostile-{shape}-{envelope}").write_bytes(seed)
+                count += 1
         print(f"{target.name}: {count} seeds")
 
 

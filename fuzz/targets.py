@@ -7,7 +7,10 @@ source, and the position where it knows one); anything else escaping is a crash,
 input that takes longer than the run's per-input bound (``-timeout``, see :mod:`fuzz.run`).
 
 Seeds (``fuzz/corpus/<target>/``) come from the real samples under ``tests/fixtures/`` (see
-:mod:`fuzz.seed`); the fuzzer adds what reaches new code.
+:mod:`fuzz.seed`), plus one input per structured hostile shape (:mod:`fuzz.hostile`: reference
+cycles, shared references, deep nesting, huge counts, gzip and tar bombs), which
+:meth:`Target.feed` expands before the call; the fuzzer adds what reaches new code, mutating the
+shapes' sizes and envelopes as well as the bytes.
 """
 
 from __future__ import annotations
@@ -37,6 +40,12 @@ class Target:
     call: Callable[[bytes], object]
     seeds: tuple[str, ...]
     allowed: str = "hpcscope.model.errors:SourceError"
+
+    def feed(self, data: bytes) -> object:
+        """The parser on ``data``, a hostile shape expanded first (:func:`fuzz.hostile.expand`)."""
+        from fuzz.hostile import expand
+
+        return self.call(expand(data))
 
     def allowed_errors(self) -> tuple[type[BaseException], ...]:
         """The classes named by :attr:`allowed` (comma-separated ``module:Class``)."""

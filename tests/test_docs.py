@@ -201,8 +201,10 @@ def _check_command(line: str) -> list[str]:
         command = subcommands[token]  # type: ignore[assignment]
         path.append(token)
     options = {
-        opt for param in getattr(command, "params", []) for opt in getattr(param, "opts", [])
-    } | {"--help"}
+        opt
+        for param in getattr(command, "params", [])
+        for opt in [*getattr(param, "opts", []), *getattr(param, "secondary_opts", [])]
+    } | {"--help"}  # secondary: the --no-x of a --x/--no-x flag
     return [
         f"`{' '.join(path)}` has no option `{option}`"
         for token in tokens

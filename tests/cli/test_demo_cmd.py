@@ -29,6 +29,7 @@ def test_demo_serves_prints_logins_and_stops_by_itself(tmp_path: Path) -> None:
             str(port),
             "--state-dir",
             str(tmp_path / "demo"),
+            "--no-history",  # the acceptance test (tests/serve/test_demo_first_hour.py) has it
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -84,6 +85,7 @@ def test_demo_json_prints_url_and_logins(tmp_path: Path) -> None:
             "--state-dir",
             str(tmp_path / "demo"),
             "--json",
+            "--no-history",
         ],
         capture_output=True,
         text=True,

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import time
 from pathlib import Path
 
+from fuzz import hostile
 from typer.testing import CliRunner
 
 from hpcscope.cli.main import app
@@ -110,3 +112,18 @@ def test_whole_fixture_directory() -> None:
     report = json.loads(result.stdout)
     assert report["errors"] == []
     assert len([i for i in report["inputs"] if i["kind"] == "flight_recorder"]) == 65
+
+
+def test_a_self_referencing_dump_exits_2_within_seconds_naming_the_byte(tmp_path: Path) -> None:
+    dump = tmp_path / "_dump_0"
+    dump.write_bytes(hostile.pickle_cycle(0))  # 37 bytes: PyTorch's shape, holding itself
+    good = NCCL / "pytorch_watchdog_timeout_legacy_format.log"
+    started = time.monotonic()
+    result = runner.invoke(app, ["nccl", "analyze", "--json", str(dump), str(good)])
+    assert time.monotonic() - started < 10
+    assert result.exit_code == 2, result.output
+    document = json.loads(result.stdout)
+    (error,) = document["errors"]
+    assert error["bound"] == "cycle" and error["source"] == str(dump)
+    assert error["field"].startswith("byte ")
+    assert [i["path"] for i in document["inputs"]] == [str(good)]  # the other file is analysed

@@ -8,10 +8,12 @@ import io
 import zlib
 
 import pytest
+from fuzz.hostile import gzip_bomb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcscope.ingest.compressed import DEFLATE_ERRORS, Gunzip, gunzip_bytes, open_maybe_gzip
+from hpcscope.model.bounds import BoundExceeded, ReadBounds
 
 
 def _read_all(stream: Gunzip, block: int) -> tuple[bytes, Exception | None]:
@@ -58,21 +60,46 @@ def test_plain_and_gzip_are_told_apart_by_content() -> None:
 
 def test_highly_compressed_data_in_small_blocks() -> None:
     payload = b"\0" * (8 << 20) + b"end"  # ~1000:1, far more output than input per call
-    out, error = _read_all(Gunzip(io.BytesIO(gzip.compress(payload))), 4096)
+    lenient = ReadBounds(max_ratio=10_000.0)  # this test is about memory, not the ratio bound
+    out, error = _read_all(Gunzip(io.BytesIO(gzip.compress(payload)), bounds=lenient), 4096)
     assert error is None and out == payload
 
 
 @settings(max_examples=60, deadline=None)
 @given(payloads)
 def test_whole_file_decompression_reads_every_member(parts: list[bytes]) -> None:
-    assert gunzip_bytes(b"".join(gzip.compress(p) for p in parts)) == b"".join(parts)
+    whole = b"".join(gzip.compress(p) for p in parts)
+    assert gunzip_bytes(whole, source="test.gz") == b"".join(parts)
 
 
 def test_whole_file_decompression_reports_a_cut_or_corruption() -> None:
     data = gzip.compress(bytes(range(256)) * 400)
     with pytest.raises(EOFError):
-        gunzip_bytes(data[: len(data) // 2])
+        gunzip_bytes(data[: len(data) // 2], source="test.gz")
     corrupt = bytearray(data)
     corrupt[20:40] = b"\xff" * 20
     with pytest.raises(DEFLATE_ERRORS):
-        gunzip_bytes(bytes(corrupt))
+        gunzip_bytes(bytes(corrupt), source="test.gz")
+
+
+@pytest.mark.parametrize("reader", ["stream", "whole"])
+def test_a_gzip_bomb_is_refused_after_its_ratio_naming_the_file(reader: str) -> None:
+    bomb = gzip_bomb(64 << 10)  # 64 KiB expanding to 64 MiB
+
+    def read() -> object:
+        if reader == "stream":
+            stream = open_maybe_gzip(io.BytesIO(bomb), source="bomb.gz")
+            return _read_all(stream, 1 << 20)  # type: ignore[arg-type]
+        return gunzip_bytes(bomb, source="bomb.gz")
+
+    with pytest.raises(BoundExceeded) as refused:
+        read()
+    assert refused.value.bound == "ratio" and refused.value.source == "bomb.gz"
+    assert "byte" in (refused.value.field or "")
+
+
+def test_the_decompressed_size_is_bounded_too() -> None:
+    data = gzip.compress(bytes(range(256)) * 8192)  # 2 MiB, a modest ratio
+    with pytest.raises(BoundExceeded) as refused:
+        gunzip_bytes(data, source="big.gz", bounds=ReadBounds(max_decompressed_bytes=1 << 20))
+    assert refused.value.bound == "bytes"

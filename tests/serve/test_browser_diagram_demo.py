@@ -60,6 +60,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             str(root),
             "--scrape-interval",
             "1",
+            "--no-history",  # the live twin's jobs alone: the verdicts below are theirs
         ],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -1,26 +1,35 @@
 """``hpcscope demo``: a twin cluster, the collector and the web UI, on this machine.
 
 Starts the digital twin of the default cluster as a separate process (its exporters serve on
-loopback, its scheduler writes the job-mapping files), then the hpcscope server in this process
-with the collector scraping the twin into a fresh DuckDB file. Prints the URL and the demo
-logins. ``--for 60s`` stops by itself (tests and CI smoke runs use it).
+loopback, its scheduler writes the job-mapping files), prints the URL and the demo logins, then
+runs the hpcscope server in this process. Into a fresh DuckDB file it first writes 30 days of
+the cluster's past through the collector's own parsers and merges (``service/history.py``;
+``--no-history`` skips it), then the collector scrapes the live twin from there. ``--for 60s``
+stops by itself (tests and CI smoke runs use it).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import typer
 
 from hpcscope.cli.durations import parse_duration
 from hpcscope.cli.logs import configure_logging, log_level_or_default
 from hpcscope.cli.output import EXIT_RUNTIME_ERROR, EXIT_USAGE_ERROR, fail, print_json
+
+if TYPE_CHECKING:
+    from hpcscope.service.core import Service
+
+log = logging.getLogger(__name__)
 
 
 def register(app: typer.Typer) -> None:
@@ -96,7 +105,12 @@ def demo(
         "text", "--log-format", help="text, or json (one JSON object per line on stderr)."
     ),
     json_output: bool = typer.Option(
-        False, "--json", help="When ready, print the URL and logins as one JSON document."
+        False, "--json", help="Print the URL and logins as one JSON document."
+    ),
+    history: bool = typer.Option(
+        True,
+        "--history/--no-history",
+        help="Write 30 days of the cluster's past into a fresh store first (about 10 s).",
     ),
 ) -> None:
     """Run the demo: twin cluster + collection + analysis + web UI on localhost."""
@@ -107,7 +121,6 @@ def demo(
     tune_allocator()  # before Service.open starts the store's writer (serve/allocator.py)
     from hpcscope.serve.server import run_server
     from hpcscope.service.core import Service
-    from hpcscope.service.identity.users import DEMO_LOGINS
     from hpcscope.service.settings import Settings, bundled_topology
 
     try:
@@ -117,6 +130,7 @@ def demo(
         fail(str(exc), code=EXIT_USAGE_ERROR)
     twin_dir = state_dir / "twin"
     store_path = state_dir / "hpcscope.duckdb"
+    fresh = not keep_store or not store_path.exists()
     if not keep_store:
         store_path.unlink(missing_ok=True)
         Path(f"{store_path}.wal").unlink(missing_ok=True)
@@ -146,50 +160,16 @@ def demo(
             scrape_interval_seconds=scrape_interval,
             scheduler_poll_seconds=scrape_interval,
         )
+        _announce(f"http://{host}:{port}", info, twin_dir, json_output=json_output)
         service = Service.open(settings)
-
-        def ready(url: str) -> None:
-            if json_output:
-                print_json(
-                    {
-                        "url": url,
-                        "logins": [
-                            {
-                                "user": d.name,
-                                "password": d.password,
-                                "role": d.role.value,
-                                "accounts": list(d.accounts),
-                                "coordinates": list(d.coordinates),
-                            }
-                            for d in DEMO_LOGINS
-                        ],
-                        "twin": {
-                            "slurmrestd_url": info["slurmrestd_url"],
-                            "targets_file": str(twin_dir / "targets.json"),
-                        },
-                    }
-                )
-                return
-            lines = [f"hpcscope demo: {url}", "", "Demo logins (user / password, role):"]
-            lines += [
-                f"  {d.name:<6} / {d.password:<11} {d.role.value}"
-                + (f" of {', '.join(d.coordinates)}" if d.coordinates else "")
-                + (
-                    f" (account {', '.join(d.accounts)})"
-                    if d.accounts and not d.coordinates
-                    else ""
-                )
-                for d in DEMO_LOGINS
-            ]
-            lines += ["", "Twin: 2 nodes x 8 H100, one job per workload profile; Ctrl-C stops."]
-            typer.echo("\n".join(lines))
+        past = _history(service, state_dir / "history") if history and fresh else None
 
         try:
             run_server(
                 service,
                 duration_seconds=seconds,
-                on_ready=ready,
                 log_level="debug" if level == "debug" else "warning",  # uvicorn's start-up lines
+                before_collection=past,
             )
         finally:
             service.close()
@@ -199,3 +179,64 @@ def demo(
             twin.wait(timeout=10)
         except subprocess.TimeoutExpired:
             twin.kill()
+
+
+def _announce(url: str, info: dict[str, object], twin_dir: Path, *, json_output: bool) -> None:
+    """The URL and the demo logins, first (the server answers a moment later)."""
+    from hpcscope.service.identity.users import DEMO_LOGINS
+
+    if json_output:
+        print_json(
+            {
+                "url": url,
+                "logins": [
+                    {
+                        "user": d.name,
+                        "password": d.password,
+                        "role": d.role.value,
+                        "accounts": list(d.accounts),
+                        "coordinates": list(d.coordinates),
+                    }
+                    for d in DEMO_LOGINS
+                ],
+                "twin": {
+                    "slurmrestd_url": info["slurmrestd_url"],
+                    "targets_file": str(twin_dir / "targets.json"),
+                },
+            }
+        )
+        return
+    lines = [f"hpcscope demo: {url}", "", "Demo logins (user / password, role):"]
+    lines += [
+        f"  {d.name:<6} / {d.password:<11} {d.role.value}"
+        + (f" of {', '.join(d.coordinates)}" if d.coordinates else "")
+        + (f" (account {', '.join(d.accounts)})" if d.accounts and not d.coordinates else "")
+        for d in DEMO_LOGINS
+    ]
+    lines += ["", "Twin: 2 nodes x 8 H100, one job per workload profile; Ctrl-C stops."]
+    typer.echo("\n".join(lines))
+
+
+def _history(service: Service, work_dir: Path) -> Callable[[], object]:
+    """What the server runs before it collects: the month before now, as the twin's
+    collectors would have read it (twin/history.py), read by the collector's code
+    (service/history.py)."""
+
+    def write() -> None:
+        from hpcscope.model.timeutil import epoch_seconds, utcnow
+        from hpcscope.service.history import write_history
+        from hpcscope.twin.history import simulate_history
+
+        end, step = utcnow(), 600.0
+        chunks = simulate_history(
+            service.topology, work_dir / "twin", end=epoch_seconds(end), step_seconds=step
+        )
+        report = write_history(service, chunks, work_dir / "read", end=end, step_seconds=step)
+        log.info(
+            "history ready: 30 days, %d jobs, %d alerts, written in %.1f s; collecting live",
+            report.jobs,
+            report.alerts,
+            report.seconds,
+        )
+
+    return write

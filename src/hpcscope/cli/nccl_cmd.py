@@ -4,7 +4,8 @@ Prints what NCCL set up (versions, transport per rank, topology, rings and trees
 wrong (warnings and errors with their meaning and the first thing to check) and, when ranks
 timed out, which collective hung and which ranks it waits for. ``--json`` prints the contract
 of ``docs/nccl.md``. Exit 0 when analysed (also when a hang was found), 1 when an input could
-not be read (the others are still analysed), 2 on usage errors.
+not be read (the others are still analysed), 2 on usage errors and when an input exceeded one of
+its reader's bounds (a reference cycle, nesting, values, size: ``model/bounds.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rich.console import Console
 from hpcscope.cli.output import (
     EXIT_OK,
     EXIT_RUNTIME_ERROR,
+    EXIT_USAGE_ERROR,
     print_json,
     print_table,
     say_error,
@@ -86,6 +88,8 @@ def analyze(
         if error.get("field"):
             where += f" ({error['field']})"
         say_error(f"{where}: {error['message']}")
+    if any(error.get("bound") for error in errors):
+        raise typer.Exit(EXIT_USAGE_ERROR)
     raise typer.Exit(EXIT_RUNTIME_ERROR if errors else EXIT_OK)
 
 

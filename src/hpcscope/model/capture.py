@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from hpcscope.model.bounds import loads_json
 from hpcscope.model.errors import ConfigError, SourceError
 
 FORMAT = "hpcscope-capture/1"
@@ -127,7 +128,7 @@ class CaptureMeta:
                 type (a ValueError), naming ``source`` and the field.
         """
         try:
-            data: Any = json.loads(text)
+            data: Any = loads_json(text, source=source)
         except ValueError as exc:
             raise CaptureMetaError(f"not JSON: {exc}", source=source) from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-import yaml
-
+from hpcscope.model import bounded_yaml
 from hpcscope.model.topology import ElementKind, Layer
 
 
@@ -102,7 +101,7 @@ def parse_catalog(text: str) -> Catalog:
     Raises:
         ValueError: a missing card, an unknown element kind or threat id.
     """
-    raw = yaml.safe_load(text)
+    raw = bounded_yaml.safe_load(text, source="<element catalog>")
     cards: dict[ElementKind, Card] = {}
     vector_ids = {v["id"] for v in raw["threat_vectors"]}
     for kind_name, card in raw["cards"].items():

@@ -21,6 +21,7 @@ from typing import Literal
 
 import yaml
 
+from hpcscope.model import bounded_yaml
 from hpcscope.model.errors import SourceError
 
 Algorithm = Literal["ring", "tree"]
@@ -82,7 +83,7 @@ def parse_nccl_latencies(text: str, *, source: str = "<nccl latency table>") -> 
         NcclTableError: bad YAML or a missing/negative entry, naming the field.
     """
     try:
-        raw = yaml.safe_load(text)
+        raw = bounded_yaml.safe_load(text, source=source)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         raise NcclTableError(

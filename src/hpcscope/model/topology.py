@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from hpcscope.model import topology_file
+from hpcscope.model import bounded_yaml, topology_file
 from hpcscope.model.errors import TopologyError
 from hpcscope.model.hostlist import HostlistError, expand_hostlist
 
@@ -323,8 +323,7 @@ def parse_topology(text: str, *, source: str = "<topology>") -> Topology:
         TopologyError: with file, line and field, for the first problem found.
     """
     try:
-        document = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        document, data = bounded_yaml.compose_and_load(text, source=source)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         raise TopologyError(

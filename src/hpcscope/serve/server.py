@@ -122,12 +122,15 @@ def run_server(
     duration_seconds: float | None = None,
     on_ready: Callable[[str], None] | None = None,
     log_level: str = "warning",
+    before_collection: Callable[[], object] | None = None,
 ) -> None:
     """Serve until interrupted (or for ``duration_seconds``), collecting in the background.
 
     ``log_level`` is uvicorn's own (start-up lines at ``info``, one line per request at
     ``debug``). The collector starts in the app's lifespan and stops before the store closes,
-    so queued writes are flushed and no data is lost on a clean stop.
+    so queued writes are flushed and no data is lost on a clean stop. ``before_collection``
+    (the demo's history) runs on a thread of its own once the server serves; the collector
+    starts when it returns (or fails: logged), so that nothing it writes races collection.
     """
     security = security_collection(
         service, SecurityEventBuffer(max_rows=service.settings.security_buffer_rows)
@@ -147,12 +150,30 @@ def run_server(
         else None
     )
 
-    def startup() -> None:
-        tune_gc()  # start-up done (the app's lifespan): settle the heap once, young threshold
-        if collector is not None:
+    def prepare_then_collect() -> None:
+        try:
+            if before_collection is not None:
+                before_collection()
+        except Exception:  # the server goes on serving and collecting without it
+            log.exception("before collection: failed")
+        if collector is not None and not stopping.is_set():
             collector.start()
 
+    stopping = threading.Event()
+    preparing = threading.Thread(target=prepare_then_collect, name="prepare", daemon=True)
+
+    def startup() -> None:
+        tune_gc()  # start-up done (the app's lifespan): settle the heap once, young threshold
+        if before_collection is None:
+            if collector is not None:
+                collector.start()
+            return
+        preparing.start()
+
     def shutdown() -> None:
+        stopping.set()
+        if before_collection is not None and preparing.is_alive():
+            preparing.join()  # its writes land before the store closes
         if collector is not None:
             collector.stop()
             collector.close_open_gaps()

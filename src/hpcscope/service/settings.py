@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN, compile_jobid_pattern
+from hpcscope.model import bounded_yaml
 from hpcscope.model.errors import ConfigError
 from hpcscope.service.engine_settings import EngineSettings
 
@@ -483,7 +484,8 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     if path is not None:
         source = str(path)
         try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+            text = Path(path).read_text(encoding="utf-8")
+            loaded = bounded_yaml.safe_load(text, source=source) or {}
         except (OSError, yaml.YAMLError) as exc:
             raise ConfigError(f"cannot read settings: {exc}", source=source) from None
         if not isinstance(loaded, dict):

@@ -11,7 +11,9 @@ keyed by what the answer depends on, and computes each key once per **generation
   ten. Without a collector (tests, the offline CLI) every committed write is a new generation.
 * an entry is *current* while the generation is unchanged and it is younger than
   ``max_age_seconds`` (time alone changes some answers: a GPU turning stale, a running job's
-  elapsed time);
+  elapsed time); a key read with ``every_seconds`` (a report over hours or months: the SLOs,
+  chargeback) is also current, whatever the generation, while younger than that: a 2-second
+  cycle does not recompute a month's figures every 2 seconds;
 * once a collector publishes its cycles, a request that finds an entry that is no longer
   current but younger than ``stale_seconds`` gets it at once, and one background refresh per
   key recomputes it (a dashboard figure at most one cycle behind, instead of every client
@@ -19,6 +21,12 @@ keyed by what the answer depends on, and computes each key once per **generation
   concurrent requests for the same key wait for that one computation. Without a collector a
   write is seen by the very next read (no stale answer: tests and one-shot reads write, then
   read).
+
+**Memory.** At most ``max_entries`` entries, and values whose size is known (the serialised
+pages and documents: ``size`` of :meth:`Snapshots.get`) at most ``max_bytes`` together, least
+recently used out first: what is kept follows the principals, scopes and parameters that are
+read, never the number of requests (a key built from a request parameter, such as an access
+report's path, is bounded by the same budget).
 
 **Scopes.** The key must hold everything the value depends on, the viewer's scope included:
 callers key per-principal answers by :meth:`~hpcscope.model.access.Principal.job_scope` (the
@@ -84,6 +92,8 @@ MAX_AGE_SECONDS = 10.0
 STALE_SECONDS = 30.0
 #: Entries kept (least recently used out first): per scope, per job, per zoom node.
 MAX_ENTRIES = 4096
+#: Bytes of sized values kept (serialised pages and documents), least recently used out first.
+MAX_BYTES = 128 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,8 @@ class _Entry:
     generation: int
     computed_at: float
     value: Any
+    every_seconds: float = 0.0
+    size: int = 0
 
 
 def background_runner() -> Callable[[Callable[[], None]], None]:
@@ -128,6 +140,7 @@ class Snapshots:
         max_age_seconds: float = MAX_AGE_SECONDS,
         stale_seconds: float = STALE_SECONDS,
         max_entries: int = MAX_ENTRIES,
+        max_bytes: int = MAX_BYTES,
         clock: Callable[[], float] = time.monotonic,
         refresh: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
@@ -135,6 +148,8 @@ class Snapshots:
         self.max_age_seconds = max_age_seconds
         self.stale_seconds = stale_seconds
         self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._clock = clock
         self._refresh = refresh
         self._published: int | None = None
@@ -160,9 +175,37 @@ class Snapshots:
         """Forget every entry (a running computation still returns to its callers)."""
         with self._lock:
             self._entries.clear()
+            self._bytes = 0
 
-    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes of the sized values kept (see the module docstring)."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _current(self, entry: _Entry, generation: int, now: float) -> bool:
+        age = now - entry.computed_at
+        return age < entry.every_seconds or (
+            entry.generation == generation and age < self.max_age_seconds
+        )
+
+    def get(
+        self,
+        key: Hashable,
+        compute: Callable[[], T],
+        *,
+        every_seconds: float = 0.0,
+        size: Callable[[T], int] | None = None,
+    ) -> T:
         """The value of ``key``: current, or stale and being refreshed, or computed now.
+
+        Args:
+            key: everything the value depends on (module docstring, "Scopes").
+            compute: computes the value.
+            every_seconds: the entry stays current this long whatever the generation.
+            size: the value's size in bytes, counted against ``max_bytes``.
 
         Raises:
             SnapshotMiss: inside :func:`cache_only`, instead of computing or waiting.
@@ -176,7 +219,7 @@ class Snapshots:
             if entry is not None:
                 self._entries.move_to_end(key)
                 age = now - entry.computed_at
-                current = entry.generation == generation and age < self.max_age_seconds
+                current = self._current(entry, generation, now)
                 if not current and age < stale_seconds:
                     refresh = key not in self._refreshing and key not in self._computing
                     if refresh:
@@ -192,15 +235,21 @@ class Snapshots:
             if mine:
                 running = self._computing[key] = Future()
         if refresh:
-            self._start_refresh(key, compute)
+            self._start_refresh(key, compute, every_seconds, size)
             return served
         assert running is not None
         if not mine:
             return running.result()  # type: ignore[no-any-return]
-        return self._compute(key, compute, running, generation)
+        return self._compute(key, compute, running, generation, every_seconds, size)
 
     def _compute(
-        self, key: Hashable, compute: Callable[[], T], future: Future[Any], generation: int
+        self,
+        key: Hashable,
+        compute: Callable[[], T],
+        future: Future[Any],
+        generation: int,
+        every_seconds: float,
+        size: Callable[[T], int] | None,
     ) -> T:
         started = self._clock()
         try:
@@ -210,19 +259,29 @@ class Snapshots:
                 self._computing.pop(key, None)
             future.set_exception(exc)
             raise
+        weight = size(value) if size is not None else 0
         with self._lock:
             self.computations += 1
             self._computing.pop(key, None)
             # the generation read before computing: a write that landed meanwhile makes the
             # entry old at once rather than hiding under a newer number
-            self._entries[key] = _Entry(generation, started, value)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._max_entries:
-                self._entries.popitem(last=False)
+            old = self._entries.pop(key, None)
+            self._bytes += weight - (old.size if old is not None else 0)
+            self._entries[key] = _Entry(generation, started, value, every_seconds, weight)
+            while len(self._entries) > self._max_entries or (
+                self._bytes > self._max_bytes and len(self._entries) > 1
+            ):
+                self._bytes -= self._entries.popitem(last=False)[1].size
         future.set_result(value)
         return value
 
-    def _start_refresh(self, key: Hashable, compute: Callable[[], Any]) -> None:
+    def _start_refresh(
+        self,
+        key: Hashable,
+        compute: Callable[[], Any],
+        every_seconds: float,
+        size: Callable[[Any], int] | None,
+    ) -> None:
         """One background recomputation of ``key`` (the caller marked it refreshing)."""
 
         def job() -> None:
@@ -233,16 +292,12 @@ class Snapshots:
                 future: Future[Any] = Future()
                 with self._lock:
                     entry = self._entries.get(key)
-                    done = (
-                        entry is not None
-                        and entry.generation == generation
-                        and self._clock() - entry.computed_at < self.max_age_seconds
-                    )
+                    done = entry is not None and self._current(entry, generation, self._clock())
                     busy = key in self._computing
                     if not (busy or done):
                         self._computing[key] = future
                 if not (busy or done):
-                    self._compute(key, compute, future, generation)
+                    self._compute(key, compute, future, generation, every_seconds, size)
             except Exception:  # a failed refresh keeps the old value; the next read retries
                 log.exception("refreshing the snapshot %r failed", key)
             finally:

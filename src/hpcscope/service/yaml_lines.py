@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
+from hpcscope.model import bounded_yaml
 from hpcscope.model.errors import SourceError
 
 if TYPE_CHECKING:  # pydantic only for the annotation: a valid file is read without it
@@ -24,7 +25,7 @@ def compose_and_load(text: str, *, source: str, error: type[E]) -> tuple[yaml.No
     """The node tree (for lines) and the data of a YAML text; ``error`` naming the line if the
     text is not YAML."""
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader), yaml.safe_load(text)
+        return bounded_yaml.compose_and_load(text, source=source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise error(

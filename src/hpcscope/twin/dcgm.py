@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -170,6 +171,19 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+@lru_cache(maxsize=4096)
+def _base_labels(gpu: Gpu, hostname: str, driver_version: str) -> str:
+    """A GPU's labels in the exporter's order (the same on every page: made once)."""
+    return (
+        f'gpu="{gpu.index}",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",'
+        f'device="{gpu.device}",modelName="{_escape(gpu.model.name)}",'
+        f'hostname="{_escape(hostname)}",DCGM_FI_DRIVER_VERSION="{driver_version}"'
+    )
+
+
+_HEADERS = tuple(f"# HELP {f.name} {f.help}\n# TYPE {f.name} {f.type}" for f in FAMILIES)
+
+
 def render_page(
     gpus: Sequence[Gpu],
     counters: Mapping[int, GpuCounters],
@@ -188,22 +202,18 @@ def render_page(
     """
     label_sets: list[tuple[int, str]] = []
     for gpu in gpus:
-        base = (
-            f'gpu="{gpu.index}",UUID="{gpu.uuid}",pci_bus_id="{gpu.pci_bus_id}",'
-            f'device="{gpu.device}",modelName="{_escape(gpu.model.name)}",'
-            f'hostname="{_escape(hostname)}",DCGM_FI_DRIVER_VERSION="{driver_version}"'
-        )
+        base = _base_labels(gpu, hostname, driver_version)
         jobs = jobs_by_gpu.get(str(gpu.index))
         if jobs:
             label_sets.extend((gpu.index, f'{base},hpc_job="{_escape(job)}"') for job in jobs)
         else:
             label_sets.append((gpu.index, base))
+    values = {index: [_value(counters[index], f) for f in FAMILIES] for index in counters}
     lines: list[str] = []
-    for family in FAMILIES:
-        lines.append(f"# HELP {family.name} {family.help}")
-        lines.append(f"# TYPE {family.name} {family.type}")
-        for index, labels in label_sets:
-            lines.append(f"{family.name}{{{labels}}} {_value(counters[index], family)}")
+    for column, (family, header) in enumerate(zip(FAMILIES, _HEADERS, strict=True)):
+        lines.append(header)
+        name = family.name
+        lines.extend(f"{name}{{{labels}}} {values[index][column]}" for index, labels in label_sets)
     xid_lines = [
         f'DCGM_EXP_XID_ERRORS_COUNT{{{labels},xid="{xid}"}} {count}'
         for index, labels in label_sets

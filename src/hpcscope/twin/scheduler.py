@@ -33,6 +33,7 @@ class JobState(StrEnum):
     FAILED = "FAILED"
     TIMEOUT = "TIMEOUT"
     NODE_FAIL = "NODE_FAIL"
+    CANCELLED = "CANCELLED"
 
 
 @dataclass
@@ -172,6 +173,10 @@ class Scheduler:
         start_time: simulated epoch seconds at which the scheduler starts.
         seed: the random seed of arrivals, profiles and noise.
         arrivals_per_hour: mean rate of new jobs after the initial scenario.
+        files: write what the prolog and epilog write (mapping files, job records); off for a
+            simulation that reads the allocations from memory (the twin's history).
+        fault_grace_seconds: how long a job hangs after its GPU's Xid before it is ended
+            (PyTorch's NCCL watchdog defaults to 10 minutes).
     """
 
     def __init__(
@@ -184,6 +189,8 @@ class Scheduler:
         arrivals_per_hour: float = 20.0,
         teams: tuple[Team, ...] = DEFAULT_TEAMS,
         first_job_id: int = 41230,
+        files: bool = True,
+        fault_grace_seconds: float = FAULT_GRACE_SECONDS,
     ) -> None:
         self.topology = topology
         self.mapping_root = mapping_root
@@ -201,8 +208,12 @@ class Scheduler:
         self._in_repair: dict[tuple[str, int], float] = {}
         self._next_arrival = start_time + self._interarrival()
         self.now = start_time
+        self.files = files
+        self.fault_grace_seconds = fault_grace_seconds
+        self._log_level = logging.INFO if files else logging.DEBUG  # a month: no line per job
         for node in topology.nodes:
-            self.mapping_dir(node.name).mkdir(parents=True, exist_ok=True)
+            if files:
+                self.mapping_dir(node.name).mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------------ submission
 
@@ -212,6 +223,8 @@ class Scheduler:
 
     def _write_records(self, job: SimJob) -> None:
         """What the prolog writes on each node of the job, and the epilog completes."""
+        if not self.files:
+            return
         per_node: dict[str, list[int]] = {}
         for node, gpu in job.allocation:
             per_node.setdefault(node, []).append(gpu)
@@ -343,8 +356,8 @@ class Scheduler:
             if job.state is not JobState.RUNNING or job.start_time is None:
                 continue
             fault = job.fault_time
-            if fault is not None and now >= fault + FAULT_GRACE_SECONDS:
-                self._end(job, JobState.FAILED, fault + FAULT_GRACE_SECONDS, exit_code=1)
+            if fault is not None and now >= fault + self.fault_grace_seconds:
+                self._end(job, JobState.FAILED, fault + self.fault_grace_seconds, exit_code=1)
                 changed.append(job)
             elif now >= job.start_time + min(job.duration_seconds, job.time_limit_minutes * 60.0):
                 timeout = job.duration_seconds > job.time_limit_minutes * 60.0
@@ -379,9 +392,11 @@ class Scheduler:
         job.start_time = now
         for node, gpu in allocation:
             self._free[node].discard(gpu)
-            mapping.add_job(self.mapping_dir(node), str(gpu), str(job.job_id))  # the prolog
+            if self.files:  # the prolog
+                mapping.add_job(self.mapping_dir(node), str(gpu), str(job.job_id))
         self._write_records(job)
-        log.info(
+        log.log(
+            self._log_level,
             "twin: job %s (%s, %s) started on %s",
             job.job_id,
             job.user,
@@ -428,9 +443,21 @@ class Scheduler:
                 self._in_repair[(node, gpu)] = end_time + REPAIR_SECONDS
             else:
                 self._free[node].add(gpu)
-            mapping.remove_job(self.mapping_dir(node), str(gpu), str(job.job_id))  # the epilog
+            if self.files:  # the epilog
+                mapping.remove_job(self.mapping_dir(node), str(gpu), str(job.job_id))
         self._write_records(job)
-        log.info("twin: job %s ended %s", job.job_id, state)
+        log.log(self._log_level, "twin: job %s ended %s", job.job_id, state)
+
+    def cancel(self, job_id: int, *, at: float) -> SimJob:
+        """``scancel``: a pending job ends without starting, a running one ends now (the
+        epilog clears its GPUs); a job already ended is left as it is."""
+        job = self.jobs[job_id]
+        if job.state is JobState.PENDING:
+            job.state, job.end_time = JobState.CANCELLED, at
+            log.log(self._log_level, "twin: job %s cancelled while pending", job.job_id)
+        elif job.state is JobState.RUNNING:
+            self._end(job, JobState.CANCELLED, at)
+        return job
 
     def _return_repaired(self, now: float) -> None:
         for (node, gpu), ready in list(self._in_repair.items()):

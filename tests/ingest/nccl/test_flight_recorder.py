@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fuzz import hostile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +22,7 @@ from hpcscope.ingest.nccl.flight_recorder import (
     read_flight_recorder,
 )
 from hpcscope.ingest.nccl.safe_pickle import UnsafePickleError, restricted_loads
+from hpcscope.model.bounds import BoundExceeded
 from tests.ingest.nccl.nccl_fixtures import FR_CASES, NCCL
 from tests.support.paths import REPO_ROOT
 
@@ -213,3 +216,41 @@ _PLAIN = st.recursive(
 @given(value=_PLAIN, protocol=st.integers(0, pickle.HIGHEST_PROTOCOL))
 def test_plain_data_round_trips_at_every_protocol(value: object, protocol: int) -> None:
     assert restricted_loads(pickle.dumps(value, protocol=protocol), source="p") == value
+
+
+# ----------------------------------------------------------------- bounds of what a pickle holds
+
+
+@pytest.mark.parametrize(
+    ("data", "bound"),
+    [
+        (hostile.pickle_cycle(0), "cycle"),  # 37 bytes: its entries list holds the dump itself
+        (hostile.pickle_cycle(40), "cycle"),
+        (hostile.pickle_shared(60), "objects"),  # 2**60 values as walked, 500 bytes
+        (hostile.pickle_deep(100_000), "depth"),
+    ],
+)
+def test_a_hostile_pickle_is_refused_fast_naming_the_bound(data: bytes, bound: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(BoundExceeded) as refused:
+        parse_flight_recorder(data, source="_dump_3", rank=3)
+    assert time.monotonic() - started < 2.0
+    assert refused.value.bound == bound and refused.value.source == "_dump_3"
+
+
+def test_a_cycle_is_named_by_the_byte_that_refers_back() -> None:
+    # PROTO 4 | EMPTY_LIST at 2 | MEMOIZE | BINGET 0 at 4 | APPEND | STOP
+    with pytest.raises(BoundExceeded, match="reference cycle") as refused:
+        restricted_loads(b"\x80\x04]\x94h\x00a.", source="x.pkl")
+    assert refused.value.field == "byte 4"
+
+
+def test_shared_references_within_the_bounds_still_read() -> None:
+    shared = {"profiling_name": "nccl:all_reduce", "collective_seq_id": 1, "time_created_ns": 5}
+    data = pickle.dumps({"entries": [shared, shared], "pg_config": {}}, protocol=4)
+    assert len(parse_flight_recorder(data, source="x.pkl", rank=0).entries) == 2
+
+
+def test_an_integer_of_a_million_digits_is_refused_at_its_opcode() -> None:
+    with pytest.raises(UnsafePickleError, match="integer of"):
+        restricted_loads(pickle.dumps({"entries": [], "version": 10**100_000}), source="x.pkl")

@@ -24,6 +24,8 @@ from urllib.parse import urlencode
 
 import yaml
 
+from hpcscope.model import bounded_yaml
+from hpcscope.model.bounds import loads_json
 from hpcscope.model.errors import SourceError
 
 __all__ = ["Target", "TargetsError", "load_file_sd", "parse_file_sd"]
@@ -60,10 +62,10 @@ class Target:
 class _Positions:
     """Line and column (1-based) of the target groups in a YAML/JSON document."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, source: str) -> None:
         try:
-            self.root: yaml.Node | None = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.YAMLError:
+            self.root: yaml.Node | None = bounded_yaml.compose(text, source=source)[0]
+        except (yaml.YAMLError, SourceError):  # the data was read: only positions are lost
             self.root = None
 
     def of(self, *path: int | str) -> tuple[int | None, int | None]:
@@ -105,7 +107,7 @@ def load_file_sd(path: str | Path, *, exporter: str | None = None) -> list[Targe
 def parse_file_sd(text: str, *, source: str, exporter: str | None = None) -> list[Target]:
     """Targets of file_sd content (see :func:`load_file_sd`)."""
     data = _load(text, source)
-    positions = _Positions(text)
+    positions = _Positions(text, source)
     if not isinstance(data, list):
         line, column = positions.of()
         raise TargetsError(
@@ -123,13 +125,13 @@ def parse_file_sd(text: str, *, source: str, exporter: str | None = None) -> lis
 def _load(text: str, source: str) -> Any:
     if source.endswith(".json"):
         try:
-            return json.loads(text)
+            return loads_json(text, source=source)
         except json.JSONDecodeError as exc:
             raise TargetsError(
                 f"not valid JSON: {exc.msg}", source=source, line=exc.lineno, column=exc.colno
             ) from exc
     try:
-        return yaml.safe_load(text)
+        return bounded_yaml.safe_load(text, source=source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or "syntax error"

@@ -9,7 +9,6 @@ infinite and a null sketch entry as NaN (what the hook's encoder writes for them
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from hpcscope.model.bounds import loads_json
 from hpcscope.model.errors import SourceError
 from hpcscope.model.integrity import FORMAT, BucketReport, IntegrityRecord, ReducedSlice
 
@@ -118,7 +118,7 @@ def parse_record(line: str | bytes, *, source: str, line_number: int) -> Integri
         raw = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         try:  # the standard library's NaN / Infinity literals (a hook without orjson)
-            raw = json.loads(line)
+            raw = loads_json(line, source=source)
         except ValueError:
             raise IntegrityRecordError(
                 f"not JSON: {exc}", source=source, line=line_number

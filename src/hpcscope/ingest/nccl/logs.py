@@ -29,6 +29,10 @@ from hpcscope.model.nccl import LineRef, NcclRecord
 
 #: Unknown lines kept verbatim per file, to show what was not understood.
 UNKNOWN_SAMPLES = 5
+#: Longest line offered to the parsers (NCCL, PyTorch and Megatron lines are under 4 KiB): their
+#: regular expressions search, and a search over one line costs up to its length squared (a
+#: 2 MB line of binary took 32 s). A longer line is counted unknown, with one warning.
+MAX_LINE_CHARS = 16 * 1024
 
 
 class NcclLogError(SourceError):
@@ -118,6 +122,9 @@ def parse_nccl_log_text(text: str, *, source: str) -> NcclLogParse:
             result.launcher_ranks[number] = stripped.launcher_rank
         line = stripped.text
         at = LineRef(source, number)
+        if len(line) > MAX_LINE_CHARS:
+            _too_long(result, number, raw)
+            continue
         if last_died is not None and STACK_LINE.match(line.lstrip()):
             event = result.watchdog[last_died]
             result.watchdog[last_died] = dataclasses.replace(
@@ -135,6 +142,21 @@ def parse_nccl_log_text(text: str, *, source: str) -> NcclLogParse:
             last_died = len(result.watchdog) - 1
     result.nccl_tests = tests.results
     return result
+
+
+def _too_long(result: NcclLogParse, number: int, raw: str) -> None:
+    result.unknown_lines += 1
+    if len(result.unknown_samples) < UNKNOWN_SAMPLES:
+        result.unknown_samples.append((number, raw[:200]))
+    if not any(w.field == "line length" for w in result.warnings):
+        result.warnings.append(
+            NcclLogError(
+                f"lines longer than {MAX_LINE_CHARS:,} characters are not parsed (binary data?)",
+                source=result.source,
+                line=number,
+                field="line length",
+            )
+        )
 
 
 def _lines(text: str) -> list[str]:

@@ -12,6 +12,13 @@ walls, each enough on its own:
 2. the unpickler that then builds the data refuses every class lookup (``find_class``) and
    every persistent id;
 3. the result is walked and anything not of the allowed types is refused.
+
+What the data describes is bounded too (:mod:`hpcscope.model.bounds`): the walk visits each
+container once, refuses a container that holds itself (a cycle, naming the byte where the
+pickle refers back to it), nesting deeper than ``max_depth``, and more than ``max_objects``
+values as a consumer would walk them (a list shared twice at each of 30 levels is 2**30
+values in a few hundred bytes); an integer wider than :data:`MAX_INT_BITS` is refused at its
+opcode (printing one of a million digits takes seconds).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import pickle
 import pickletools
 from typing import NoReturn
 
+from hpcscope.model.bounds import DEFAULT_BOUNDS, ReadBounds, check_graph
 from hpcscope.model.errors import SourceError
 
 #: Opcodes that build only dict/list/tuple/str/int/float/bool/None, or frame and memoise.
@@ -40,6 +48,8 @@ ALLOWED_OPCODES = frozenset(
 )  # fmt: skip
 
 _ALLOWED_TYPES = (dict, list, tuple, str, int, float, bool, type(None))
+#: Widest integer a dump may hold (sizes, ids and nanosecond times fit in 64).
+MAX_INT_BITS = 256
 
 
 class UnsafePickleError(SourceError):
@@ -56,16 +66,18 @@ class _NoClassesUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("refused persistent id")
 
 
-def restricted_loads(data: bytes, *, source: str) -> object:
-    """Load ``data`` if, and only if, it holds nothing but plain data.
+def restricted_loads(data: bytes, *, source: str, bounds: ReadBounds = DEFAULT_BOUNDS) -> object:
+    """Load ``data`` if, and only if, it holds nothing but plain data, within ``bounds``.
 
     Raises:
         UnsafePickleError: an opcode, class or type outside the allowed set (nothing was
             executed), or a truncated/corrupt pickle; the message names the byte offset.
+        BoundExceeded: a reference cycle (naming the byte), too deep, too many values.
     """
-    _check_opcodes(data, source)
+    memo = _check_opcodes(data, source)
+    unpickler = _NoClassesUnpickler(io.BytesIO(data))
     try:
-        value = _NoClassesUnpickler(io.BytesIO(data)).load()
+        value = unpickler.load()
     except (
         pickle.UnpicklingError,
         EOFError,
@@ -78,6 +90,14 @@ def restricted_loads(data: bytes, *, source: str) -> object:
         RecursionError,
     ) as exc:
         raise UnsafePickleError(f"cannot unpickle: {exc!r}", source=source) from exc
+    built = {id(item): index for index, item in unpickler.memo.copy().items()}
+
+    def where(container: object) -> str | None:
+        index = built.get(id(container))
+        offset = memo.get(index) if index is not None else None
+        return f"byte {offset}" if offset is not None else None
+
+    check_graph(value, source=source, bounds=bounds, where=where)
     _check_types(value, source)
     return value
 
@@ -85,8 +105,12 @@ def restricted_loads(data: bytes, *, source: str) -> object:
 _MEMO_OPCODES = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"})
 
 
-def _check_opcodes(data: bytes, source: str) -> None:
+def _check_opcodes(data: bytes, source: str) -> dict[int, int]:
+    """Refuse what builds more than plain data (module docstring); returns, per memo index,
+    the byte of its first reference back (``GET``), else of its ``PUT``."""
     position = 0
+    put: dict[int, int] = {}
+    got: dict[int, int] = {}
     try:
         for opcode, argument, offset in pickletools.genops(data):
             position = offset if offset is not None else position
@@ -108,6 +132,17 @@ def _check_opcodes(data: bytes, source: str) -> None:
                     source=source,
                     field=f"byte {position}",
                 )
+            if opcode.name == "MEMOIZE":
+                put.setdefault(len(put), position)
+            elif opcode.name in _MEMO_OPCODES and isinstance(argument, int):
+                (got if "GET" in opcode.name else put).setdefault(argument, position)
+            elif isinstance(argument, int) and argument.bit_length() > MAX_INT_BITS:
+                raise UnsafePickleError(
+                    f"integer of {argument.bit_length()} bits at byte {position} (at most "
+                    f"{MAX_INT_BITS}): refused",
+                    source=source,
+                    field=f"byte {position}",
+                )
     except UnsafePickleError:
         raise
     except (ValueError, EOFError) as exc:
@@ -116,12 +151,20 @@ def _check_opcodes(data: bytes, source: str) -> None:
             source=source,
             field=f"byte {position}",
         ) from exc
+    return put | got
 
 
 def _check_types(value: object, source: str) -> None:
+    """Every value of an allowed type; each container once (the graph is checked: acyclic,
+    bounded)."""
     stack: list[tuple[object, str]] = [(value, "$")]
+    seen: set[int] = set()
     while stack:
         item, path = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
         if not isinstance(item, _ALLOWED_TYPES):
             raise UnsafePickleError(
                 f"refused value of type {type(item).__name__}", source=source, field=path

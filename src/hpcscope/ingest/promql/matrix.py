@@ -41,6 +41,7 @@ from hpcscope.ingest.dcgm_fields import (
     is_blank,
 )
 from hpcscope.ingest.promql.answer import PromqlResponseError, Series
+from hpcscope.model.bounds import loads_json
 from hpcscope.model.sampling import job_id_from_label
 from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA
 
@@ -159,7 +160,7 @@ def dcgm_matrix_to_samples(body: bytes | str, *, source: str) -> pa.Table:
         source: what to name in errors (the backend URL and query).
     """
     try:
-        doc = json.loads(body)
+        doc = loads_json(body, source=source)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         line = getattr(error, "lineno", None)
         column = getattr(error, "colno", None)

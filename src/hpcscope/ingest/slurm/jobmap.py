@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from hpcscope.ingest.slurm.common import JobRows, SchedulerSnapshot, parse_job_id_text
+from hpcscope.model.bounds import loads_json
 from hpcscope.model.errors import SourceError
 from hpcscope.model.sampling import job_id_from_label
 
@@ -191,7 +192,7 @@ def parse_job_record(data: bytes | str | dict[str, Any], *, source: str) -> JobR
         document: object = data
     else:
         try:
-            document = json.loads(data)
+            document = loads_json(data, source=source)
         except json.JSONDecodeError as exc:
             raise JobMapError(
                 f"not JSON ({exc.msg}); a truncated record?",

@@ -109,7 +109,7 @@ class BlockReader:
             return None
         newlines, since_newline, left = 0, 0, self.offset
         try:
-            again = open_maybe_gzip(self.reopen())
+            again = open_maybe_gzip(self.reopen(), source=self.source)
         except OSError:
             return None
         try:

@@ -31,6 +31,10 @@ from hpcscope.model.trace_events import RankTrace
 BLOCK_BYTES = 1 << 20
 
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+#: How far back of the bytes read the key is looked for again (a key cut by a block's end).
+_KEY_SPAN = 1 << 20
+#: Bytes read before ``traceEvents`` at most (Kineto writes it after a few KiB of metadata).
+MAX_PREFIX_BYTES = 64 << 20
 _RANK_IN_NAME = (
     re.compile(r"rank[-_ ]?(\d+)", re.IGNORECASE),
     re.compile(r"worker[-_ ]?(\d+)", re.IGNORECASE),
@@ -92,13 +96,21 @@ def read_kineto(
     name = source or str(path)
     reopen = reopener(path, stream)  # before anything is read from ``stream``
     try:
-        raw = open_maybe_gzip(path.open("rb") if stream is None else stream)
+        raw = open_maybe_gzip(path.open("rb") if stream is None else stream, source=name)
     except OSError as exc:
         raise TraceError(f"cannot open: {exc.strerror or exc}", source=name) from None
     columns = EventColumns()
     reader = BlockReader(raw, name, block_bytes, reopen, array="traceEvents", error_type=TraceError)
     try:
-        while (match := _KEY.search(reader.buf)) is None:
+        searched = 0  # where the key may start that was not searched yet: linear in the prefix
+        while (match := _KEY.search(reader.buf, searched)) is None:
+            searched = max(0, len(reader.buf) - _KEY_SPAN)
+            if len(reader.buf) > MAX_PREFIX_BYTES:
+                raise TraceError(
+                    f"not a Kineto trace: no traceEvents array in the first {MAX_PREFIX_BYTES:,} "
+                    "bytes",
+                    source=name,
+                )
             if not reader.more():
                 text = reader.buf.lstrip()
                 if reader.problem:

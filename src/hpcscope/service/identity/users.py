@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hpcscope.model import bounded_yaml
 from hpcscope.model.access import Principal, Role, derive_role
 from hpcscope.model.errors import ConfigError
 from hpcscope.service.settings import DEFAULT_PASSWORD_HASH_COST_LOG2
@@ -169,7 +170,7 @@ class UserDirectory:
             SourceError: unreadable or invalid, naming the file and field.
         """
         try:
-            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            raw = bounded_yaml.safe_load(Path(path).read_text(encoding="utf-8"), source=str(path))
             parsed = _UsersFile.model_validate(raw)
         except OSError as exc:
             raise ConfigError(f"cannot read users file: {exc.strerror}", source=str(path)) from None

@@ -31,6 +31,14 @@ class Problem(Contract):
     field: str | None
 
 
+class InputProblem(Problem):
+    """An input that could not be read; ``bound``: the bound it exceeded (``objects``,
+    ``depth``, ``cycle``, ``bytes``, ``ratio``, ``seconds``:
+    :class:`~hpcscope.model.bounds.BoundExceeded`), else None."""
+
+    bound: str | None
+
+
 class DumpWarning(Contract):
     """A warning about a flight-recorder dump."""
 
@@ -442,7 +450,7 @@ class NcclReport(Contract):
 
     schema_: str = Field(alias="schema")
     inputs: list[Annotated[LogInput | DumpInput, Field(discriminator="kind")]]
-    errors: list[Problem]
+    errors: list[InputProblem]
     nccl: NcclSection
     findings: list[Finding]
     watchdog: list[WatchdogEvent]

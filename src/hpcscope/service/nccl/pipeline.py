@@ -27,7 +27,7 @@ from hpcscope.model.collectives import FlightRecorderDump
 from hpcscope.model.errors import SourceError
 from hpcscope.model.nccl import CommInitRecord, InitTimingsRecord, TopoCommRecord
 from hpcscope.service.nccl import report as nccl_report
-from hpcscope.service.nccl.contracts import NcclReport, Problem
+from hpcscope.service.nccl.contracts import InputProblem, NcclReport
 
 SCHEMA = "hpcscope.nccl.analyze/1"
 
@@ -104,7 +104,10 @@ def report(paths: Sequence[Path], *, world_size: int | None = None) -> NcclRepor
         schema_=SCHEMA,
         inputs=[nccl_report.log_input(log) for log in inputs.logs]
         + [nccl_report.dump_input(d) for d in inputs.dumps],
-        errors=[Problem.model_validate(e.to_dict()) for e in inputs.errors],
+        errors=[
+            InputProblem.model_validate({**e.to_dict(), "bound": getattr(e, "bound", None)})
+            for e in inputs.errors
+        ],
         nccl=nccl_report.nccl_section(records),
         findings=[nccl_report.finding(f) for f in findings]
         + nccl_report.nccl_tests_findings(tests),

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from hpcscope.analysis.notify.notes import NoteThresholds
 from hpcscope.analysis.notify.rules import NotifyRule, RuleKind
+from hpcscope.model import bounded_yaml
 from hpcscope.model.errors import SourceError
 from hpcscope.service.settings import REPO_ROOT
 
@@ -101,8 +102,8 @@ def load_notify_config(path: Path | None = None) -> NotifyConfig:
     source = str(path)
     try:
         text = path.read_text(encoding="utf-8")
-        tree = yaml.compose(text)
-        data = yaml.safe_load(text) or {}
+        tree, data = bounded_yaml.compose_and_load(text, source=source)
+        data = data or {}
     except OSError as exc:
         raise NotifyRuleError(f"cannot read: {exc.strerror}", source=source) from None
     except yaml.YAMLError as exc:

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hpcscope.analysis.simulate.calibration import MeasuredJob, MeasuredStraggler
+from hpcscope.model.bounds import loads_json
 from hpcscope.model.errors import SourceError
 
 
@@ -62,7 +63,7 @@ def parse_measured_job(text: str, *, source: str) -> MeasuredJob:
         SourceError: invalid JSON (with line and column) or a field that breaks the contract.
     """
     try:
-        raw = json.loads(text)
+        raw = loads_json(text, source=source)
     except json.JSONDecodeError as exc:
         raise SourceError(
             f"not valid JSON: {exc.msg}", source=source, line=exc.lineno, column=exc.colno

@@ -14,6 +14,7 @@ DuckDB file), so no request pays the start-up.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -26,7 +27,7 @@ from typing import IO, TYPE_CHECKING
 
 from hpcscope.analysis.traces.kernel_classes import ClassTable
 from hpcscope.analysis.traces.rank_timeline import RankTimeline, rank_timeline
-from hpcscope.ingest.compressed import DEFLATE_ERRORS, gunzip_bytes
+from hpcscope.ingest.compressed import DEFLATE_ERRORS, Gunzip, gunzip_bytes
 from hpcscope.ingest.traces.kineto import TraceError, read_kineto
 from hpcscope.model.errors import SourceError
 
@@ -148,7 +149,7 @@ def _archive_members(file: Path) -> list[TraceInput]:
             if kept is not None:
                 return kept
         found: list[TraceInput] = []
-        with tarfile.open(file, mode="r|*", bufsize=_TAR_BUFFER) as archive:
+        with _open_stream(file) as archive:
             found.extend(
                 TraceInput(str(file), m.name, _json_size_guess(m))
                 for m in archive
@@ -159,13 +160,29 @@ def _archive_members(file: Path) -> list[TraceInput]:
     return sorted(found, key=lambda item: item.member or "")
 
 
+@contextlib.contextmanager
+def _open_stream(file: Path) -> Iterator[tarfile.TarFile]:
+    """A sequential pass over an archive; a gzip-compressed one decompressed within the
+    bounds of ``ingest/compressed.py`` (tarfile's own gzip reader has none)."""
+    with file.open("rb") as handle:
+        gzipped = handle.read(2) == b"\x1f\x8b"
+        handle.seek(0)
+        stream: IO[bytes] = (
+            Gunzip(handle, source=str(file)) if gzipped else handle  # type: ignore[assignment]
+        )
+        with tarfile.open(
+            fileobj=stream, mode="r|" if gzipped else "r|*", bufsize=_TAR_BUFFER
+        ) as tar:
+            yield tar
+
+
 def _small_archive(file: Path) -> list[TraceInput] | None:
     """Members of a plain or gzip-compressed tar, read in one go (one C-speed decompression
     instead of tarfile's buffered stream: half the time on an 8-rank archive). None for other
     compressions, which take the streaming path."""
     raw = file.read_bytes()
     if raw[:2] == b"\x1f\x8b":
-        data = gunzip_bytes(raw)
+        data = gunzip_bytes(raw, source=str(file))
     elif raw[257:262] == b"ustar":
         data = raw
     else:
@@ -333,7 +350,7 @@ def _stream_members(
     """One streaming pass over an archive: ``(index, handle)`` of each wanted member in archive
     order (None for a member that is not a regular file). Raises what tarfile raises for a
     broken archive (:data:`_STREAM_ERRORS`)."""
-    with tarfile.open(archive_path, mode="r|*", bufsize=_TAR_BUFFER) as archive:
+    with _open_stream(Path(archive_path)) as archive:
         for member in archive:
             index = wanted.get(member.name)
             if index is not None:

@@ -36,6 +36,7 @@ from hpcscope.analysis.traces.kernel_classes import (
     ClassRule,
     ClassTable,
 )
+from hpcscope.model import bounded_yaml
 from hpcscope.model.errors import SourceError
 
 FILE_SCHEMA = "hpcscope.kernel-classes/1"
@@ -69,9 +70,10 @@ def _accepted(text: str, source: str) -> tuple[ClassRule, ...] | None:
         return None
     try:
         node = yaml.compose(text, Loader=loader)
-    except yaml.YAMLError:
-        return None
-    if node is None:
+        if node is None:
+            return None
+        bounded_yaml.check_nodes(node, source=source)  # libyaml's graph, bounded as ours
+    except (yaml.YAMLError, SourceError, RecursionError):
         return None
     raw: Any = yaml.SafeLoader("").construct_document(node)
     if type(raw) is not dict or raw.keys() != {"schema", "rules"} or raw["schema"] != FILE_SCHEMA:
