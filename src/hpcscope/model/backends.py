@@ -10,7 +10,9 @@ method per read:
 - :meth:`GpuMetrics.jobs_seen`: which jobs had GPUs reporting in a window;
 - :meth:`GpuMetrics.latest` and :meth:`GpuMetrics.last_seen`: the cluster overview and the
   live diagram;
-- :meth:`GpuMetrics.gpu_timeseries`: a job's per-GPU charts, the notes' recent minutes.
+- :meth:`GpuMetrics.gpu_timeseries`: a job's per-GPU charts, the notes' recent minutes;
+- :meth:`GpuMetrics.idle_gpu_samples` and :meth:`GpuMetrics.xid_counts`: the telemetry rules'
+  GPU inputs (the rules themselves run in hpcscope, on either backend).
 
 Two backends answer them:
 
@@ -126,6 +128,25 @@ class JobGpuRead:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuTime:
+    """Allocated GPU time and how much of it the SMs were really active.
+
+    ``allocated_seconds`` counts every scraped interval a job held a GPU; ``measured_seconds``
+    the part with a real-efficiency sample (SM_ACTIVE; unknown while profiling is paused);
+    ``useful_seconds`` = sum of interval x SM_ACTIVE; ``reported_busy_seconds`` = sum of
+    interval x GPU_UTIL. Lost = measured - useful.
+    """
+
+    allocated_seconds: float
+    measured_seconds: float
+    useful_seconds: float
+    reported_busy_seconds: float
+    first_ts: datetime | None
+    last_ts: datetime | None
+    jobs: int
+
+
+@dataclass(frozen=True, slots=True)
 class TimeseriesRead:
     """Per job GPU and time bucket: ``bucket`` (its start), ``job_id``, ``node``, ``gpu``,
     ``reported_util_ratio``, ``sm_active_ratio``, ``tensor_active_ratio`` (bucket means),
@@ -159,6 +180,12 @@ class GpuMetrics(GpuSampleReader, Protocol):
         """``embedded`` or ``prometheus``."""
         ...
 
+    @property
+    def lag_seconds(self) -> float:
+        """How long after a sample every read includes it (0 for the store; an engine's
+        recording rules include it at their next evaluation)."""
+        ...
+
     def job_gpus(
         self,
         job_ids: Sequence[str],
@@ -187,6 +214,29 @@ class GpuMetrics(GpuSampleReader, Protocol):
 
     def last_seen(self, *, since: datetime) -> Mapping[tuple[str, int], datetime]:
         """When each (node, GPU) last reported, for those that did since ``since``."""
+        ...
+
+    def idle_gpu_samples(self, *, since: datetime, until: datetime) -> pa.Table:
+        """For the telemetry rules (SC-4, GM-1): every sample in ``[since, until]`` (``ts``,
+        ``node``, ``gpu``, ``job_id``, ``reported_util_ratio``, ``sm_active_ratio``,
+        ``fb_used_bytes``) of the GPUs that had a sample of no job then, by node, GPU, time."""
+        ...
+
+    def xid_counts(self, *, since: datetime, until: datetime) -> pa.Table:
+        """dcgm-exporter's Xid counts (``DCGM_EXP_XID_ERRORS_COUNT``) in ``[since, until]``:
+        rows of :data:`hpcscope.model.node_facts.GPU_XID_COUNT_SCHEMA`."""
+        ...
+
+    def gpu_time(
+        self,
+        job_ids: Sequence[str] | None,
+        *,
+        since: datetime,
+        until: datetime,
+        max_interval_seconds: float,
+    ) -> GpuTime:
+        """Allocated, measured, useful and reported-busy GPU-seconds of ``job_ids`` (None:
+        every job) between ``since`` and ``until`` (the diagram's cost of lost GPU-hours)."""
         ...
 
     def gpu_timeseries(

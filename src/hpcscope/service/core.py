@@ -306,6 +306,7 @@ class Service:
             self.store,
             UpkeepConfig.from_settings(self.settings),
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
+            metrics=self.gpu_samples(),
         )
 
     def collection_health(self, *, now: datetime | None = None) -> reports.CollectionHealth:

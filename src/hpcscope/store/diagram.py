@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.alerts import VECTOR_NAMES, AlertState, Severity, Vector
+from hpcscope.model.backends import GpuTime
 from hpcscope.model.sampling import has_job_sql
 from hpcscope.model.schemas import GPU_METRICS
 from hpcscope.store.duck import Store
@@ -267,25 +268,6 @@ WHERE s.ts >= ? AND {has_job_sql("s.job_id")} AND {scope_sql}
     )
 
 
-@dataclass(frozen=True, slots=True)
-class GpuTime:
-    """Allocated GPU time and how much of it the SMs were really active.
-
-    ``allocated_seconds`` counts every scraped interval a job held a GPU; ``measured_seconds``
-    the part with a real-efficiency sample (SM_ACTIVE; unknown while profiling is paused);
-    ``useful_seconds`` = sum of interval x SM_ACTIVE; ``reported_busy_seconds`` = sum of
-    interval x GPU_UTIL. Lost = measured - useful.
-    """
-
-    allocated_seconds: float
-    measured_seconds: float
-    useful_seconds: float
-    reported_busy_seconds: float
-    first_ts: datetime | None
-    last_ts: datetime | None
-    jobs: int
-
-
 def gpu_time(
     store: Store,
     *,
@@ -293,8 +275,10 @@ def gpu_time(
     since: datetime,
     until: datetime,
     max_interval_seconds: float,
+    job_ids: Sequence[str] | None = None,
 ) -> GpuTime:
-    """GPU time of jobs inside ``scope`` between ``since`` and ``until``.
+    """GPU time of jobs inside ``scope`` (and among ``job_ids`` when given) between ``since``
+    and ``until``.
 
     The sample-weight rule of :mod:`hpcscope.model.sampling`, in SQL, exactly as
     :func:`hpcscope.analysis.jobs.efficiency.with_time_weights` applies it (property tests
@@ -304,6 +288,10 @@ def gpu_time(
     weighs the cap. The last sample of a series weighs the series' median interval (the cap
     when it is alone).
     """
+    ids = list(job_ids) if job_ids is not None else []
+    among = ""
+    if job_ids is not None:
+        among = f" AND s.job_id IN ({', '.join('?' for _ in ids)})" if ids else " AND FALSE"
     scope_sql, scope_params = _scope(scope)
     sql = f"""
 WITH s AS (
@@ -315,7 +303,7 @@ WITH s AS (
            AS sm_active_ratio,
          date_diff('microsecond', s.ts, lead(s.ts) OVER series) / 1e6 AS gap
   FROM gpu_samples s LEFT JOIN jobs j ON j.job_id = s.job_id
-  WHERE s.ts >= ? AND s.ts < ? AND {has_job_sql("s.job_id")} AND {scope_sql}
+  WHERE s.ts >= ? AND s.ts < ? AND {has_job_sql("s.job_id")} AND {scope_sql}{among}
   WINDOW series AS (PARTITION BY s.job_id, s.node, s.gpu, s.gpu_instance_id ORDER BY s.ts)
 ),
 w AS (
@@ -331,7 +319,7 @@ SELECT coalesce(sum(seconds), 0) AS allocated_seconds,
        min(ts) AS first_ts, max(ts) AS last_ts, count(DISTINCT job_id) AS jobs
 FROM w
 """
-    params = [since, until, *scope_params, max_interval_seconds, max_interval_seconds]
+    params = [since, until, *scope_params, *ids, max_interval_seconds, max_interval_seconds]
     row = store.query(sql, params).to_pylist()[0]
     return GpuTime(
         allocated_seconds=float(row["allocated_seconds"]),

@@ -15,13 +15,15 @@ import pyarrow as pa
 from hpcscope.model.access import JobScope
 from hpcscope.model.backends import (
     STORE_READ,
+    GpuTime,
     JobGpuRead,
     MetricsBackend,
     ReadSource,
     TimeseriesRead,
 )
 from hpcscope.model.sampling import has_job_sql
-from hpcscope.store import rollups
+from hpcscope.store import diagram, node_facts, rollups
+from hpcscope.store import telemetry_rules as telemetry_queries
 from hpcscope.store.duck import Store
 from hpcscope.store.filters import Where
 
@@ -186,6 +188,10 @@ class EmbeddedSamples:
     def backend(self) -> MetricsBackend:
         return "embedded"
 
+    @property
+    def lag_seconds(self) -> float:
+        return 0.0
+
     def samples_for_jobs(
         self,
         job_ids: Sequence[str],
@@ -234,6 +240,30 @@ class EmbeddedSamples:
             "SELECT node, gpu, max(ts) AS ts FROM gpu_samples WHERE ts >= ? GROUP BY ALL", [since]
         ).to_pylist()
         return {(r["node"], int(r["gpu"])): r["ts"] for r in rows}
+
+    def gpu_time(
+        self,
+        job_ids: Sequence[str] | None,
+        *,
+        since: datetime,
+        until: datetime,
+        max_interval_seconds: float,
+    ) -> GpuTime:
+        """The diagram's GPU time, in SQL (:func:`hpcscope.store.diagram.gpu_time`)."""
+        return diagram.gpu_time(
+            self.store,
+            scope=JobScope(all_jobs=True),
+            since=since,
+            until=until,
+            max_interval_seconds=max_interval_seconds,
+            job_ids=job_ids,
+        )
+
+    def idle_gpu_samples(self, *, since: datetime, until: datetime) -> pa.Table:
+        return telemetry_queries.gpu_samples(self.store, since=since, until=until)
+
+    def xid_counts(self, *, since: datetime, until: datetime) -> pa.Table:
+        return node_facts.xid_counts(self.store, since=since, until=until)
 
     def gpu_timeseries(
         self,

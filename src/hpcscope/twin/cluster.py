@@ -142,6 +142,9 @@ class TwinCluster:
         base_port: first port of the per-node dcgm endpoints (0: ephemeral ports).
         scenario: ``"demo"`` submits one job per workload profile at start; ``"empty"`` none.
         arrivals_per_hour: mean rate of new random jobs (simulated hours).
+        dcgm_collect_interval_seconds: the dcgm endpoints collect once per this many simulated
+            seconds and serve that page to every scrape in between (dcgm-exporter's ``-c``);
+            0 collects at every scrape.
     """
 
     def __init__(
@@ -155,6 +158,7 @@ class TwinCluster:
         base_port: int = 0,
         scenario: str = "demo",
         arrivals_per_hour: float = 20.0,
+        dcgm_collect_interval_seconds: float = 0.0,
     ) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
@@ -165,6 +169,7 @@ class TwinCluster:
         self.host = host
         self.base_port = base_port
         self.scenario = scenario
+        self.dcgm_collect_interval_seconds = dcgm_collect_interval_seconds
         self._start_wall = time.time()
         self._start_monotonic = time.monotonic()
         self.scheduler = Scheduler(
@@ -179,6 +184,7 @@ class TwinCluster:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self.dcgm_ports: dict[str, int] = {}
+        self.dcgm_endpoints: dict[str, DcgmEndpoint] = {}
         self.node_exporter_ports: dict[str, int] = {}
         self.slurmrestd_port: int | None = None
         # None when the topology's storage is not Lustre
@@ -189,6 +195,12 @@ class TwinCluster:
     def now(self) -> float:
         """Simulated epoch seconds."""
         return self._start_wall + (time.monotonic() - self._start_monotonic) * self.speed
+
+    def set_dcgm_collect_phase(self, seconds: float) -> None:
+        """Start the dcgm endpoints' collect intervals ``seconds`` after each multiple of the
+        interval (to line them up with a scraper's or an engine's evaluation instants)."""
+        for endpoint in self.dcgm_endpoints.values():
+            endpoint.collect_phase_seconds = seconds
 
     def mapping_dir(self, node: str) -> Path:
         return self.scheduler.mapping_dir(node)
@@ -246,7 +258,9 @@ class TwinCluster:
                 clock=self.now,
                 seed=self.seed * 1000 + offset,
                 xid_source=self._xid_source(node.name),
+                collect_interval_seconds=self.dcgm_collect_interval_seconds,
             )
+            self.dcgm_endpoints[node.name] = endpoint
             port = self.base_port + offset if self.base_port else 0
             server, _ = serve_routes(self.host, port, {"/metrics": metrics_route(endpoint)})
             self._servers.append(server)

@@ -21,7 +21,7 @@ from hpcscope.analysis.jobs.efficiency import (
     classify_gpus,
     empty_summary,
 )
-from hpcscope.model.backends import AGGREGATE_MEANS
+from hpcscope.model.backends import AGGREGATE_MEANS, GpuTime
 
 #: The bits ``throttle_reasons`` is given from the seconds of each group.
 THERMAL_BIT = 0x20
@@ -96,3 +96,33 @@ def summary_from_aggregates(
         pl.col("last_ts"),
     )
     return classify_gpus(summary, thresholds=thresholds)
+
+
+def gpu_time_of(summary: pl.DataFrame) -> GpuTime:
+    """The diagram's GPU time of ``gpu_summary`` rows: allocated (observed) GPU-seconds, the
+    part with a real-efficiency figure (measured), useful and reported-busy GPU-seconds."""
+    if summary.height == 0:
+        return GpuTime(0.0, 0.0, 0.0, 0.0, None, None, 0)
+    observed = pl.col("observed_seconds").fill_null(0.0)
+    totals = summary.select(
+        observed.sum().alias("allocated"),
+        pl.when(pl.col("sm_active_ratio").is_not_null())
+        .then(observed)
+        .otherwise(0.0)
+        .sum()
+        .alias("measured"),
+        pl.col("useful_seconds").fill_null(0.0).sum().alias("useful"),
+        (observed * pl.col("reported_util_ratio").fill_null(0.0)).sum().alias("busy"),
+        pl.col("first_ts").min().alias("first"),
+        pl.col("last_ts").max().alias("last"),
+        pl.col("job_id").drop_nulls().n_unique().alias("jobs"),
+    ).row(0, named=True)
+    return GpuTime(
+        allocated_seconds=float(totals["allocated"]),
+        measured_seconds=float(totals["measured"]),
+        useful_seconds=float(totals["useful"]),
+        reported_busy_seconds=float(totals["busy"]),
+        first_ts=totals["first"],
+        last_ts=totals["last"],
+        jobs=int(totals["jobs"]),
+    )

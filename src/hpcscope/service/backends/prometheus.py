@@ -26,16 +26,26 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import httpx2
+import polars as pl
 import pyarrow as pa
 
+from hpcscope.analysis.jobs.aggregates import gpu_time_of, summary_from_aggregates
+from hpcscope.analysis.jobs.efficiency import empty_summary, gpu_summary
 from hpcscope.ingest.promql import Series, dcgm_series_selector, dcgm_series_to_samples
 from hpcscope.ingest.promql.matrix import job_matcher
-from hpcscope.model.backends import JobGpuRead, MetricsBackend, ReadSource, TimeseriesRead
+from hpcscope.model.backends import (
+    GpuTime,
+    JobGpuRead,
+    MetricsBackend,
+    ReadSource,
+    TimeseriesRead,
+)
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA
 from hpcscope.model.timeutil import as_naive_utc, epoch_seconds, utcnow
 from hpcscope.service.backends import engine_live
 from hpcscope.service.backends.client import EngineClient, EngineConfig
+from hpcscope.service.backends.engine_live import MAX_POINTS_PER_QUERY, read_grid
 from hpcscope.service.backends.engine_rules import (
     ENERGY,
     FB_USED,
@@ -49,8 +59,6 @@ from hpcscope.service.backends.engine_rules import (
 from hpcscope.service.backends.rule_reads import RuleReads, factor
 from hpcscope.service.engine_settings import RuleUse
 
-#: Steps per query_range call (under Prometheus' 11,000 points per series).
-MAX_POINTS_PER_QUERY = 10_000
 #: Most steps of a raw read per series: a longer window is read at a coarser step.
 MAX_RAW_STEPS = 1_440
 #: The fields a report reads at a bounded step, and how a step folds them.
@@ -62,35 +70,6 @@ DOWNSAMPLED: dict[str, str] = {
     THROTTLE: "max_over_time",
     XID: "max_over_time",
 }
-
-
-def read_grid(start: datetime, end: datetime, step_seconds: float) -> list[tuple[int, int, int]]:
-    """The query_range calls that read ``[start, end]``: (start, end, step), epoch milliseconds.
-
-    The step is the largest whole number of milliseconds, at most ``step_seconds``, that puts
-    points on both ends of the window (within a millisecond a point): a job report weighs each
-    point by the time to the next, so a window read at a step that does not divide it would lose
-    up to a step at its end (1.1 % of a minute's GPU-hours at 1 s scrapes, measured). Chunks
-    hold at most :data:`MAX_POINTS_PER_QUERY` steps.
-    """
-    start_ms = round(epoch_seconds(start) * 1000)
-    end_ms = round(epoch_seconds(end) * 1000)
-    span_ms = end_ms - start_ms
-    if span_ms < 0:
-        return []
-    wanted_ms = max(1, round(step_seconds * 1000))
-    if span_ms == 0:
-        return [(start_ms, end_ms, wanted_ms)]
-    steps = max(1, math.ceil(span_ms / wanted_ms))
-    step_ms = max(1, span_ms // steps)
-    grid = []
-    done = 0
-    while done <= steps:
-        points = min(MAX_POINTS_PER_QUERY, steps - done)
-        chunk_start = start_ms + done * step_ms
-        grid.append((chunk_start, chunk_start + points * step_ms, step_ms))
-        done += points + 1
-    return grid
 
 
 class PrometheusSamples:
@@ -139,6 +118,12 @@ class PrometheusSamples:
     def backend(self) -> MetricsBackend:
         return "prometheus"
 
+    @property
+    def lag_seconds(self) -> float:
+        """A rule window and two scrape intervals (a sample lands, its window is evaluated)."""
+        window = 0 if self.recording_rules == "never" else self.rules.window_seconds
+        return window + 2 * self.step_seconds
+
     def close(self) -> None:
         self.rules.close()
 
@@ -174,15 +159,10 @@ class PrometheusSamples:
         start, end = self._window(since, until)
         if start > end:
             return GPU_SAMPLE_SCHEMA.empty_table()
-        query = dcgm_series_selector(job_ids)
-        source = f"{self.url}/api/v1/query_range"
-        tables = []
-        for chunk_start, chunk_end, step_ms in read_grid(start, end, self.step_seconds):
-            answer = self.engine.query_range(
-                query, start=chunk_start / 1000, end=chunk_end / 1000, step=step_ms / 1000
-            )
-            tables.append(dcgm_series_to_samples(answer.series, source=source))
-        return pa.concat_tables(tables)
+        selector = dcgm_series_selector(job_ids)
+        return engine_live.raw_samples(
+            self.engine, selector, since=start, until=end, step=self.step_seconds
+        )
 
     def _downsampled(
         self, job_ids: Sequence[str], *, start: datetime, end: datetime, step: int
@@ -255,6 +235,46 @@ class PrometheusSamples:
     def last_seen(self, *, since: datetime) -> Mapping[tuple[str, int], datetime]:
         return engine_live.last_seen(
             self.engine, since=as_naive_utc(since), until=self._now(), step=self.step_seconds
+        )
+
+    def gpu_time(
+        self,
+        job_ids: Sequence[str] | None,
+        *,
+        since: datetime,
+        until: datetime,
+        max_interval_seconds: float,
+    ) -> GpuTime:
+        """The diagram's GPU time from what :meth:`job_gpus` reads over the window."""
+        ids = list(job_ids) if job_ids is not None else self.jobs_seen(since=since, until=until)
+        if not ids:
+            return gpu_time_of(empty_summary())
+        read = self.job_gpus(ids, since=since, until=until)
+        if read.aggregates is not None:
+            frame = pl.from_arrow(read.aggregates)
+            assert isinstance(frame, pl.DataFrame)
+            return gpu_time_of(summary_from_aggregates(frame))
+        samples = pl.from_arrow(
+            read.samples if read.samples is not None else GPU_SAMPLE_SCHEMA.empty_table()
+        )
+        assert isinstance(samples, pl.DataFrame)
+        cap = read.max_interval_seconds or max_interval_seconds
+        return gpu_time_of(gpu_summary(samples, max_interval_seconds=cap))
+
+    def idle_gpu_samples(self, *, since: datetime, until: datetime) -> pa.Table:
+        return engine_live.idle_gpu_samples(
+            self.engine,
+            since=as_naive_utc(since),
+            until=as_naive_utc(until),
+            step=self.step_seconds,
+        )
+
+    def xid_counts(self, *, since: datetime, until: datetime) -> pa.Table:
+        return engine_live.xid_counts(
+            self.engine,
+            since=as_naive_utc(since),
+            until=as_naive_utc(until),
+            step=self.step_seconds,
         )
 
     def gpu_timeseries(

@@ -44,6 +44,9 @@ from hpcscope.service.backends.engine_rules import (
 QUERY_THREADS = 6
 #: How long a probe of the rules' presence is trusted.
 PROBE_SECONDS = 60.0
+#: A read's start may precede the rules' first evaluation by this much (the margin a report
+#: reads before a job's start: its first samples are after it).
+START_SLACK = timedelta(minutes=2)
 
 
 def factor(field: str) -> float:
@@ -60,7 +63,12 @@ class Coverage:
     until: datetime | None
 
     def covers(self, start: datetime, *, window_seconds: float) -> bool:
-        return self.since is not None and self.since <= start + timedelta(seconds=window_seconds)
+        """Whether a read from ``start`` finds rules from its start on: their first evaluation
+        within one window and :data:`START_SLACK` of it (a report reads from a job's start
+        less a margin for clocks, ``service/jobs/reports.py``)."""
+        if self.since is None:
+            return False
+        return self.since <= start + timedelta(seconds=window_seconds) + START_SLACK
 
 
 def _range(start: datetime, end: datetime, window_seconds: int) -> str:

@@ -262,7 +262,7 @@ class Collector:
             except Exception as exc:  # a bad mapping directory must not stop scraping
                 log.exception("job mapping collection failed")
                 report.errors.append(f"job mapping: {exc}")
-        targets = [t for t in self.targets() if t.exporter in ("dcgm", "node")]
+        targets = [t for t in self.targets() if t.exporter in self.config.exporters]
         report.targets = len(targets)
         results = await self._scraper.scrape(targets) if targets else []
         scrape_rows: list[dict[str, object]] = []

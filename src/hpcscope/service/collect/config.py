@@ -26,6 +26,9 @@ class CollectorConfig:
 
     targets_path: Path | None = None
     static_targets: list[Target] = field(default_factory=list)
+    exporters: frozenset[str] = frozenset({"dcgm", "node"})
+    """Exporters scraped of the targets: no ``dcgm`` when a metrics engine holds the GPU
+    samples (``metrics_backend: prometheus``)."""
     scheduler: SchedulerSource | None = None
     """Where Slurm's view of jobs comes from (slurmrestd, or squeue/sacct on the server)."""
     associations: AssociationSource | None = None
@@ -86,6 +89,9 @@ class CollectorConfig:
             return None
         return cls(
             targets_path=settings.targets_path,
+            exporters=frozenset({"node"})
+            if settings.metrics_backend == "prometheus"
+            else frozenset({"dcgm", "node"}),
             scheduler=scheduler,
             associations=associations,
             scrape_interval_seconds=settings.scrape_interval_seconds,

@@ -40,7 +40,7 @@ def _frame(table: pa.Table) -> pl.DataFrame:
 
 
 #: How far before a job's scheduled start its GPUs are read (clocks of Slurm and exporters).
-START_MARGIN = timedelta(minutes=10)
+START_MARGIN = timedelta(minutes=2)
 
 
 def reports_for(

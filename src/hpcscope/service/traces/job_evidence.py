@@ -115,8 +115,10 @@ def _hardware(
     until: datetime | None,
     notes: list[str],
 ) -> dict[int, tuple[Evidence, ...]]:
-    samples = pl.from_arrow(queries.job_samples(service.store, job_id, since=since, until=until))
+    read = service.gpu_samples().samples_for_jobs([job_id], since=since, until=until)
+    samples = pl.from_arrow(read)
     assert isinstance(samples, pl.DataFrame)
+    samples = samples.sort(["node", "gpu", "ts"])
     if samples.height == 0:
         window = document.get("window")
         notes.append(
