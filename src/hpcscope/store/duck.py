@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.errors import StoreError
-from hpcscope.store import readings, rollups
+from hpcscope.store import cold, readings, rollups
 from hpcscope.store.migrations import DEFAULT_ROLLUP_GRACE_SECONDS, MIGRATIONS, Migration
 
 log = logging.getLogger(__name__)
@@ -434,6 +434,11 @@ class Store:
             return self._cursor().sql(sql, params=list(params)).to_arrow_table()
         except duckdb.Error as exc:
             raise StoreError(f"store {self.path}: query failed: {exc}") from exc
+
+    @property
+    def cold_dir(self) -> Path | None:
+        """Where raw samples past retention go as Parquet (``store/cold.py``)."""
+        return cold.cold_dir(self.path)
 
     def query_with(
         self, sql: str, params: Sequence[object] = (), *, tables: Mapping[str, pa.Table]

@@ -22,7 +22,7 @@ from hpcscope.model.backends import (
     TimeseriesRead,
 )
 from hpcscope.model.sampling import has_job_sql
-from hpcscope.store import diagram, node_facts, rollups
+from hpcscope.store import cold, diagram, node_facts, rollups
 from hpcscope.store import telemetry_rules as telemetry_queries
 from hpcscope.store.duck import Store
 from hpcscope.store.filters import Where
@@ -101,7 +101,11 @@ def samples_for_jobs(
     if not job_ids:
         return store.query("SELECT * FROM gpu_samples WHERE FALSE")
     where = Where().among("job_id", list(job_ids)).window(since, until)
-    return store.query(f"SELECT * FROM gpu_samples {where.sql()}", where.params)
+    hot = store.query(f"SELECT * FROM gpu_samples {where.sql()}", where.params)
+    old = cold.cold_samples(store, job_ids, since=since, until=until)
+    if old is None or old.num_rows == 0:
+        return hot
+    return pa.concat_tables([old.select(hot.column_names).cast(hot.schema), hot])
 
 
 def gpu_timeseries(
@@ -132,23 +136,34 @@ def timeseries_of_jobs(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> pa.Table:
-    """Per job GPU, reported and real efficiency averaged in time buckets, from raw samples."""
-    where = Where().among("job_id", list(job_ids)).window(since, until)
-    return store.query(
+    """Per job GPU, reported and real efficiency averaged in time buckets, from raw samples
+    (the cold tier's too: zoom-in on a job past retention)."""
+    buckets = (
         f"SELECT time_bucket(INTERVAL '{int(bucket_seconds)} seconds', ts) AS bucket, job_id, "
         "node, gpu, avg(reported_util_ratio) AS reported_util_ratio, "
         "avg(sm_active_ratio) AS sm_active_ratio, avg(tensor_active_ratio) AS tensor_active_ratio "
-        f"FROM gpu_samples {where.sql()} GROUP BY ALL ORDER BY bucket, job_id, node, gpu",
-        where.params,
     )
+    order = "GROUP BY ALL ORDER BY bucket, job_id, node, gpu"
+    if cold.has_cold(store):
+        rows = samples_for_jobs(store, job_ids, since=since, until=until)
+        return store.query_with(f"{buckets} FROM raw_rows {order}", tables={"raw_rows": rows})
+    where = Where().among("job_id", list(job_ids)).window(since, until)
+    return store.query(f"{buckets} FROM gpu_samples {where.sql()} {order}", where.params)
 
 
 def sample_time_range(store: Store, job_id: str) -> tuple[datetime | None, datetime | None]:
-    """First and last sample time of a job."""
+    """First and last raw sample time of a job (the cold tier's included)."""
     row = store.query(
         "SELECT min(ts) AS first, max(ts) AS last FROM gpu_samples WHERE job_id = ?", [job_id]
     ).to_pylist()[0]
-    return row["first"], row["last"]
+    first, last = row["first"], row["last"]
+    old = cold.cold_samples(store, [job_id], columns="min(ts) AS first, max(ts) AS last")
+    if old is not None and old.num_rows:
+        cold_row = old.to_pylist()[0]
+        if cold_row["first"] is not None:
+            first = cold_row["first"] if first is None else min(first, cold_row["first"])
+            last = cold_row["last"] if last is None else max(last, cold_row["last"])
+    return first, last
 
 
 def scrape_health(store: Store, *, since: datetime) -> pa.Table:

@@ -76,7 +76,7 @@ def run_upkeep(
     )
     store.finalise_rollups(now - timedelta(seconds=60 + config.rollup_grace_seconds)).result()
     raw = kept.delete_raw_samples(
-        store, before=now - timedelta(days=config.raw_retention_days)
+        store, before=now - timedelta(days=config.raw_retention_days), now=now
     ).result()
     rolled = kept.delete_final_rollups(
         store, before=now - timedelta(days=config.rollup_retention_days)
