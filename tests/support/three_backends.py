@@ -43,8 +43,9 @@ COLLECT_SECONDS = 10.0
 NAMES = RuleNames(RULE_WINDOW)
 BACKENDS = ("embedded", "prometheus", "victoria-metrics")
 
-#: The jobs, submitted at once: the demo's straggler, data-starved and idle jobs (running
-#: through the window), a healthy job that ends inside it and a job that dies of an Xid.
+#: The jobs, submitted at once: the demo's straggler and data-starved jobs (running through the
+#: window), a healthy job that ends inside it and a job that dies of an Xid; one GPU stays free
+#: for a miner (SC-4's fault).
 JOBS: tuple[dict[str, object], ...] = (
     {"name": "llama-7b-pretrain", "user": "alice", "account": "vision",
      "profile": Profile.STRAGGLER, "gpus": 8, "duration_seconds": 3600.0, "spread_nodes": 2,
@@ -53,8 +54,6 @@ JOBS: tuple[dict[str, object], ...] = (
      "gpus": 4, "duration_seconds": 3600.0, "nodelist": ("gpu02",)},
     {"name": "whisper-train", "user": "dave", "account": "speech", "profile": Profile.HEALTHY,
      "gpus": 2, "duration_seconds": 28.0},
-    {"name": "jupyter-debug", "user": "bob", "account": "nlp",
-     "profile": Profile.IDLE_ALLOCATED, "gpus": 1, "duration_seconds": 3600.0},
     {"name": "vit-sweep-17", "user": "alice", "account": "vision", "profile": Profile.FAILED,
      "gpus": 1, "duration_seconds": 3600.0, "fail_after_seconds": 24.0},
 )  # fmt: skip
@@ -102,6 +101,8 @@ class ThreeBackends:
     vm_url: str
     rule_phase: float
     """Seconds after a multiple of :data:`RULE_WINDOW` at which Prometheus evaluates."""
+    rogue_gpu: tuple[str, int] | None = None
+    """The GPU busy with no job (SC-4's fault), from the jobs' start."""
 
     def rule_instant(self, before: float) -> float:
         """The newest rule evaluation instant at or before ``before`` (epoch seconds)."""
@@ -223,6 +224,13 @@ def three_backends(tmp: Path) -> Iterator[ThreeBackends]:
             with twin._lock:
                 for spec in JOBS:
                     twin.scheduler.submit(**spec)  # type: ignore[arg-type]
+                twin.scheduler.tick(twin.now())
+                held = {a for job in twin.scheduler.jobs.values() for a in job.allocation}
+                gpus = sorted((n.name, g.index) for n in topology.nodes for g in n.gpus)
+                # SC-4's fault: a GPU busy with no job mapped to it (a miner)
+                rogue = next(k for k in gpus if k not in held)
+                twin.unmapped_work[rogue] = Profile.HEALTHY
+                backends.rogue_gpu = rogue
             yield backends
         finally:
             for collector in collectors:

@@ -79,17 +79,6 @@ def jobs_by_id(store: Store, job_ids: Sequence[str], scope: JobScope) -> pa.Tabl
     )
 
 
-def job_ids_with_samples(store: Store, job_ids: Sequence[str]) -> list[str]:
-    """Those of ``job_ids`` that have GPU samples (for admins: jobs Slurm may not know)."""
-    if not job_ids:
-        return []
-    marks = ", ".join("?" for _ in job_ids)
-    rows = store.query(
-        f"SELECT DISTINCT job_id FROM gpu_samples WHERE job_id IN ({marks})", list(job_ids)
-    )
-    return [str(v) for v in rows.column("job_id").to_pylist()]
-
-
 def samples_for_jobs(
     store: Store,
     job_ids: Sequence[str],
@@ -251,10 +240,7 @@ class EmbeddedSamples:
         )
 
     def last_seen(self, *, since: datetime) -> dict[tuple[str, int], datetime]:
-        rows = self.store.query(
-            "SELECT node, gpu, max(ts) AS ts FROM gpu_samples WHERE ts >= ? GROUP BY ALL", [since]
-        ).to_pylist()
-        return {(r["node"], int(r["gpu"])): r["ts"] for r in rows}
+        return diagram.last_sample_times(self.store, since=since)
 
     def gpu_time(
         self,

@@ -39,6 +39,7 @@ from hpcscope.twin.traces import TraceSpool
 from hpcscope.twin.workloads import (
     RAIL_COLLECTIVE_BYTES_PER_SECOND,
     STORAGE_READ_BYTES_PER_SECOND,
+    Profile,
     TimeShares,
     shares_for,
 )
@@ -185,6 +186,8 @@ class TwinCluster:
         self._ticker: threading.Thread | None = None
         self.dcgm_ports: dict[str, int] = {}
         self.dcgm_endpoints: dict[str, DcgmEndpoint] = {}
+        self.unmapped_work: dict[tuple[str, int], Profile] = {}
+        """GPUs busy with no job mapped to them (a miner, SC-4's fault), by (node, GPU)."""
         self.node_exporter_ports: dict[str, int] = {}
         self.slurmrestd_port: int | None = None
         # None when the topology's storage is not Lustre
@@ -333,7 +336,13 @@ class TwinCluster:
                 self.scheduler.tick(self.now())
                 job = self.scheduler.running_on(node).get(gpu_index)
                 if job is None:
-                    return None
+                    rogue = self.unmapped_work.get((node, gpu_index))
+                    if rogue is None:
+                        return None
+                    memory = self.topology.nodes[0].gpus[0].model.memory_bytes
+                    return shares_for(
+                        rogue, gpu_index=gpu_index, straggler_gpu=None, memory_bytes=memory
+                    )
                 return job_gpu_shares(
                     self.topology, self.scheduler, job, node, gpu_index, self.now()
                 )

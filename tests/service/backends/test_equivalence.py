@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +23,7 @@ import pytest
 
 from hpcscope.analysis.chargeback.aggregate import GroupBy
 from hpcscope.analysis.chargeback.periods import month_of
-from hpcscope.model.access import Principal, Role
+from hpcscope.model.access import JobScope, Principal, Role
 from hpcscope.serve.diagram.view import jsonable
 from hpcscope.service.chargeback import reads as chargeback
 from hpcscope.service.diagram.live import Viewer, live_state
@@ -31,6 +31,8 @@ from hpcscope.service.jobs.contracts import JobList
 from hpcscope.service.jobs.summaries import summarise_finished_jobs
 from hpcscope.service.slo.config import SloConfig
 from hpcscope.service.slo.report import slo_report
+from hpcscope.service.telemetry_rules.engine import TelemetryRules
+from hpcscope.store.alerts import alerts as stored_alerts
 from tests.support.three_backends import (
     BACKENDS,
     SCRAPE_SECONDS,
@@ -62,6 +64,8 @@ class Pages:
     chargeback: dict[str, dict[str, Any]]
     slo: dict[str, dict[str, Any]]
     summaries: dict[str, int]
+    telemetry: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    rogue: tuple[str, int] | None = None
 
 
 def _read(backends: ThreeBackends) -> Pages:
@@ -92,6 +96,20 @@ def _read(backends: ThreeBackends) -> Pages:
         pages.chargeback[name] = report.model_dump(mode="json")
         config = SloConfig.from_settings(service.settings)
         pages.slo[name] = slo_report(service.store, config, ADMIN, now=now).model_dump(mode="json")
+    # the telemetry rules on each backend's GPU inputs, SC-4 after 30 s (not 120: the run is
+    # a minute); the alerts each wrote
+    for name, service in backends.services.items():
+        rules = dict(service.rules)
+        rules["SC-4"] = replace(
+            rules["SC-4"], thresholds={**rules["SC-4"].thresholds, "min_seconds": 30.0}
+        )
+        TelemetryRules(service.store, rules, metrics=service.gpu_samples()).evaluate_once(now=now)
+        pages.telemetry[name] = sorted(
+            (a.rule_id, a.node or "", a.subject or "")
+            for a in stored_alerts(service.store, JobScope(all_jobs=True))
+            if a.rule_id.startswith(("SC-", "GM-", "RD-", "DP-"))
+        )
+    pages.rogue = backends.rogue_gpu
     # the diagram 8 s into a collect interval: every scraper's newest sample is of its page
     diagram_at = backends.rule_instant(time.time()) - 2.0
     backends.wait_until(diagram_at + 2 * SCRAPE_SECONDS)
@@ -171,3 +189,12 @@ def test_chargeback_agrees(pages: Pages) -> None:
 
 def test_the_slos_agree(pages: Pages) -> None:
     _compare(pages.slo, "slo")
+
+
+def test_the_telemetry_rules_fire_on_the_same_faults(pages: Pages) -> None:
+    fired = pages.telemetry["embedded"]
+    assert pages.rogue is not None
+    node, _ = pages.rogue
+    assert ("SC-4", node) in {(rule, where) for rule, where, _ in fired}, fired
+    for name in BACKENDS[1:]:
+        assert pages.telemetry[name] == fired, name
