@@ -10,7 +10,9 @@ Like a real dcgm-exporter (``-c``), the twin collects a page once per :data:`COL
 and serves it to every scrape in between, so the three scrapers see the same samples; its
 collect intervals are lined up with Prometheus' rule evaluations (read from
 ``/api/v1/rules``), so that a rule window holds exactly the pages an embedded read up to the
-same instant holds. Jobs are submitted once every scraper scrapes steadily.
+same instant holds. Jobs are submitted once every scraper scrapes steadily, on a rule
+evaluation instant (the twin shows a job's label from its start, and a window up to a later
+evaluation then holds each scraper's samples of it, whatever the scraper's phase).
 """
 
 from __future__ import annotations
@@ -221,6 +223,10 @@ def three_backends(tmp: Path) -> Iterator[ThreeBackends]:
             for collector in collectors:
                 collector.start()
             _steady(backends)
+            # the jobs start on a rule evaluation instant: a read up to a later one then holds
+            # the same number of every scraper's samples, whatever its phase
+            start = backends.rule_instant(time.time()) + RULE_WINDOW
+            backends.wait_until(start)
             with twin._lock:
                 for spec in JOBS:
                     twin.scheduler.submit(**spec)  # type: ignore[arg-type]

@@ -50,8 +50,15 @@ TOLERANCE = 0.01
 HOURS_ABS = 0.001
 #: Seconds the jobs run before the pages are read: the short jobs end inside it.
 RUN_SECONDS = 62.0
-#: Figures that are times (compared as they are: the scheduler's, the same twin's) or counts.
-EXACT = {"gpus_observed", "gpus_allocated", "idle_gpus", "jobs", "gpus", "throttle_reasons"}
+#: Figures that are counts (compared as they are).
+EXACT = {"gpus_observed", "gpus_allocated", "idle_gpus", "jobs", "gpus"}
+#: From the recording rules, clock reasons are seconds with a slowdown and with a thermal reason,
+#: counted by a subquery whose steps fall on whole multiples of the scrape interval, not on the
+#: samples: within one sample of the GPU's samples, and the reasons as two groups (thermal
+#: 0x20/0x40, another slowdown), not every bit (PromQL has no bitwise OR).
+THERMAL = 0x60
+#: One sample of a GPU over the run (2 s of the ~50 s a job's GPU is read).
+SAMPLE_SHARE = 0.045
 
 
 @dataclass
@@ -139,6 +146,14 @@ def _agree(ours: Any, theirs: Any, where: str, problems: list[str]) -> None:
             return
         for index, (a, b) in enumerate(zip(ours, theirs, strict=True)):
             _agree(a, b, f"{where}[{index}]", problems)
+    elif where.endswith(".throttle_reasons") and isinstance(ours, int) and isinstance(theirs, int):
+        if bool(ours & THERMAL) != bool(theirs & THERMAL):
+            problems.append(f"{where}: thermal {ours:#x} vs {theirs:#x}")
+    elif (
+        where.endswith(".slowdown_share") and isinstance(ours, float) and isinstance(theirs, float)
+    ):
+        if abs(ours - theirs) > SAMPLE_SHARE:
+            problems.append(f"{where}: {ours} vs {theirs}")
     elif (
         isinstance(ours, float | int)
         and isinstance(theirs, float | int)

@@ -40,6 +40,8 @@ _WITH_JOB = 'hpc_job!~"|0"'
 _NO_JOB = 'hpc_job=~"|0"'
 #: Steps per query_range call (under Prometheus' 11,000 points per series).
 MAX_POINTS_PER_QUERY = 10_000
+#: Scrape intervals in the first window of a raw read (the series count is not known yet).
+FIRST_WINDOW_STEPS = 120
 #: dcgm-exporter's Xid counts (``hpcscope.ingest.exporters.node_facts``).
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 #: The columns the telemetry rules read of idle GPUs' samples.
@@ -52,35 +54,6 @@ IDLE_COLUMNS = (
     "sm_active_ratio",
     "fb_used_bytes",
 )
-
-
-def read_grid(start: datetime, end: datetime, step_seconds: float) -> list[tuple[int, int, int]]:
-    """The query_range calls that read ``[start, end]``: (start, end, step), epoch milliseconds.
-
-    The step is the largest whole number of milliseconds, at most ``step_seconds``, that puts
-    points on both ends of the window (within a millisecond a point): a job report weighs each
-    point by the time to the next, so a window read at a step that does not divide it would lose
-    up to a step at its end (1.1 % of a minute's GPU-hours at 1 s scrapes, measured). Chunks
-    hold at most :data:`MAX_POINTS_PER_QUERY` steps.
-    """
-    start_ms = round(epoch_seconds(start) * 1000)
-    end_ms = round(epoch_seconds(end) * 1000)
-    span_ms = end_ms - start_ms
-    if span_ms < 0:
-        return []
-    wanted_ms = max(1, round(step_seconds * 1000))
-    if span_ms == 0:
-        return [(start_ms, end_ms, wanted_ms)]
-    steps = max(1, math.ceil(span_ms / wanted_ms))
-    step_ms = max(1, span_ms // steps)
-    grid = []
-    done = 0
-    while done <= steps:
-        points = min(MAX_POINTS_PER_QUERY, steps - done)
-        chunk_start = start_ms + done * step_ms
-        grid.append((chunk_start, chunk_start + points * step_ms, step_ms))
-        done += points + 1
-    return grid
 
 
 def _seconds(start: datetime, end: datetime) -> int:
@@ -182,19 +155,39 @@ def bucket_means(
     )
 
 
+def raw_range(
+    engine: EngineClient, selector: str, *, since: datetime, until: datetime, step: float
+) -> list[Series]:
+    """Every raw sample, at its own time, of the series ``selector`` selects in ``[since,
+    until]``: instant queries of a range selector (``selector[<ms>ms]``), each answering the
+    samples themselves (not points of a ``query_range`` grid, which repeat a sample or skip one
+    when the grid and the scrapes drift). Read newest first in windows that tile the span (a
+    window's range is closed on Prometheus 2, so the next ends a millisecond before it starts),
+    the first of :data:`FIRST_WINDOW_STEPS` scrapes, the next sized to half the point budget
+    at the series count seen."""
+    start_ms = round(epoch_seconds(since) * 1000)
+    at = round(epoch_seconds(until) * 1000)
+    span_ms = max(1, round(FIRST_WINDOW_STEPS * step * 1000))
+    found: list[Series] = []
+    while at >= start_ms:
+        low = max(start_ms, at - span_ms + 1)
+        answer = engine.query(f"{selector}[{max(1, at - low)}ms]", at=at / 1000)
+        found.extend(answer.series)
+        series = max(1, len(answer.series))
+        steps = max(1, min(MAX_POINTS_PER_QUERY, engine.config.max_points // (2 * series)))
+        span_ms = max(1, round(steps * step * 1000))
+        at = low - 1
+    return found
+
+
 def raw_samples(
     engine: EngineClient, selector: str, *, since: datetime, until: datetime, step: float
 ) -> pa.Table:
-    """Every sample of the dcgm-exporter series ``selector`` selects in ``[since, until]``, at
-    the scrape interval ``step`` (:func:`read_grid`): ``GPU_SAMPLE_SCHEMA`` rows."""
-    source = f"{engine.url}/api/v1/query_range"
-    tables = [GPU_SAMPLE_SCHEMA.empty_table()]
-    for chunk_start, chunk_end, step_ms in read_grid(since, until, step):
-        answer = engine.query_range(
-            selector, start=chunk_start / 1000, end=chunk_end / 1000, step=step_ms / 1000
-        )
-        tables.append(dcgm_series_to_samples(answer.series, source=source))
-    return pa.concat_tables(tables)
+    """Every sample of the dcgm-exporter series ``selector`` selects in ``[since, until]``
+    (:func:`raw_range`): ``GPU_SAMPLE_SCHEMA`` rows."""
+    series = raw_range(engine, selector, since=since, until=until, step=step)
+    table = dcgm_series_to_samples(series, source=f"{engine.url}/api/v1/query {selector}")
+    return table if table.num_rows else GPU_SAMPLE_SCHEMA.empty_table()
 
 
 def idle_gpu_samples(
@@ -232,12 +225,10 @@ def idle_gpu_samples(
 def xid_counts(engine: EngineClient, *, since: datetime, until: datetime, step: float) -> pa.Table:
     """dcgm-exporter's Xid counts in ``[since, until]``, one row per series and scrape."""
     rows: list[dict[str, object]] = []
-    source = f"{engine.url}/api/v1/query_range"
-    for chunk_start, chunk_end, step_ms in read_grid(since, until, step):
-        answer = engine.query_range(
-            XID_COUNT, start=chunk_start / 1000, end=chunk_end / 1000, step=step_ms / 1000
-        )
-        for index, series in enumerate(answer.series):
+    source = f"{engine.url}/api/v1/query {XID_COUNT}"
+    answer = raw_range(engine, XID_COUNT, since=since, until=until, step=step)
+    if answer:
+        for index, series in enumerate(answer):
             key = gpu_key(series.labels, source=source, where=f"[{index}]")
             code = series.labels.get("xid", "")
             if key is None or not code.isdigit():

@@ -6,11 +6,11 @@ Reads go through the engine's :class:`~hpcscope.service.backends.client.EngineCl
 (:meth:`PrometheusSamples.job_gpus`) comes from the engine recording rules when they cover the
 window (:mod:`hpcscope.service.backends.rule_reads`), else from raw samples:
 
-- a window of at most :data:`MAX_RAW_STEPS` scrape intervals is read sample by sample: one
-  ``POST /api/v1/query_range`` per chunk, the selector of every dcgm-exporter series of the jobs
-  (``hpc_job``), at a step of the scrape interval chosen so that points fall on both ends of
-  the window (:func:`read_grid`); the answer becomes the same Arrow table the embedded store
-  returns (:func:`hpcscope.ingest.promql.dcgm_series_to_samples`);
+- a window of at most :data:`MAX_RAW_STEPS` scrape intervals is read sample by sample: the
+  selector of every dcgm-exporter series of the jobs (``hpc_job``) as a range selector, the
+  samples at their own times (:func:`hpcscope.service.backends.engine_live.raw_range`); the
+  answer becomes the same Arrow table the embedded store returns
+  (:func:`hpcscope.ingest.promql.dcgm_series_to_samples`);
 - a longer window is read at a bounded step (the window over :data:`MAX_RAW_STEPS`): each
   field's mean (``avg_over_time``; the largest value for counters, maxima, clock reasons and
   Xids) per step, each point weighing one step.
@@ -45,7 +45,7 @@ from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA
 from hpcscope.model.timeutil import as_naive_utc, epoch_seconds, utcnow
 from hpcscope.service.backends import engine_live
 from hpcscope.service.backends.client import EngineClient, EngineConfig
-from hpcscope.service.backends.engine_live import MAX_POINTS_PER_QUERY, read_grid
+from hpcscope.service.backends.engine_live import MAX_POINTS_PER_QUERY
 from hpcscope.service.backends.engine_rules import (
     ENERGY,
     FB_USED,
@@ -299,4 +299,4 @@ class PrometheusSamples:
         return TimeseriesRead(table, ReadSource("prometheus", "query_range", float(bucket)))
 
 
-__all__ = ["MAX_POINTS_PER_QUERY", "UTIL", "PrometheusSamples", "factor", "read_grid"]
+__all__ = ["MAX_POINTS_PER_QUERY", "UTIL", "PrometheusSamples", "factor"]
