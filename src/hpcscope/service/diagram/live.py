@@ -27,12 +27,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-import polars as pl
-
-from hpcscope.analysis.jobs.efficiency import gpu_summary
 from hpcscope.model.access import JobScope, Principal, system_principal
 from hpcscope.model.alerts import Severity
-from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.collectors import CollectorHealth, collector_health
@@ -353,15 +349,14 @@ def live_verdicts(
     metrics = service.gpu_samples()
     principal = viewer.principal or system_principal("diagram verdicts")
     ids = reports.seen_and_visible(service.store, principal, metrics, since=since, until=now)
-    table = metrics.samples_for_jobs(ids, since=since, until=now) if ids else None
-    if table is None or table.num_rows == 0:
+    if not ids:
         return {}
-    frame = pl.from_arrow(table)
-    assert isinstance(frame, pl.DataFrame)
-    summary = gpu_summary(
-        frame,
-        max_interval_seconds=max_sample_weight_seconds(service.settings.scrape_interval_seconds),
+    read = metrics.job_gpus(ids, since=since, until=now)
+    summary = reports.gpu_rows(
+        read, scrape_interval_seconds=service.settings.scrape_interval_seconds
     )
+    if summary.height == 0:
+        return {}
     return {
         (str(row["job_id"]), str(row["node"]), int(row["gpu"])): str(row["verdict"])
         for row in summary.select("job_id", "node", "gpu", "verdict").iter_rows(named=True)

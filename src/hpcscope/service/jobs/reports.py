@@ -277,10 +277,8 @@ def live_job_gpus(
         currency=currency,
         samples=metrics,
     )
-    recent = _frame(metrics.samples_for_jobs(ids, since=now - window, until=now))
-    summary = gpu_summary(
-        recent, max_interval_seconds=max_sample_weight_seconds(scrape_interval_seconds)
-    )
+    recent = metrics.job_gpus(ids, since=now - window, until=now)
+    summary = gpu_rows(recent, scrape_interval_seconds=scrape_interval_seconds)
     gpus = tuple(
         RunningJobGpu(
             row["job_id"],
