@@ -10,12 +10,13 @@ HTA    := .bench-venv/.installed-hta
 TOOLS  := .tools-venv/.installed-tools
 LOCK   := requirements/dev.lock
 
-.PHONY: demo test check lint typecheck imports unit venv system-deps torch bench bench-venv clean help schemas schemas-check lock sbom audit tools
+.PHONY: demo test check lint typecheck imports unit venv system-deps torch bench bench-venv clean help schemas schemas-check lock sbom audit tools screenshots
 
 help:
 	@echo "make demo   set up, then run the twin cluster + collector + web UI (prints URL and logins)"
 	@echo "make test   set up everything the tests need, then lint, type-check and run the tests"
 	@echo "make bench  run the benchmarks under bench/"
+	@echo "make screenshots  retake the README's screenshots from the running demo (~4 min)"
 
 # Every dependency from the hash-locked file (pip refuses a file whose hash differs), then
 # hpcscope itself without resolving anything more; `make lock` rewrites the lock from
@@ -41,6 +42,10 @@ system-deps:
 
 demo: venv
 	$(BIN)/hpcscope demo $(DEMO_ARGS)
+
+# The README's two screenshots (docs/img/), taken from the running demo in Chromium.
+screenshots: venv
+	$(BIN)/python scripts/readme_screenshots.py
 
 lint: venv
 	$(BIN)/ruff check src tests bench scripts fuzz

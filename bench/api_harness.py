@@ -1,23 +1,14 @@
-"""The API load harness shared by ``bench/api_load.py`` and ``bench/soak.py`` (issue 17 part 4).
+"""The API load harness shared by ``bench/api_load.py`` and ``bench/soak.py``.
 
-What it does, as a browser fleet would: starts ``hpcscope demo`` (the server, with the collector
-scraping the digital twin of ``topologies/128x8-h100.yaml``, 128 nodes x 8 H100, as a child
-process) as a real subprocess on loopback, logs every client in through ``POST /login`` (the
-session cookie a browser keeps), and runs N concurrent clients, each on its own keep-alive
-HTTP/1.1 connection (raw asyncio streams: the generator must cost the shared CPUs little), over
-a weighted mix of the pages and endpoints a user has open:
-
-=================  ==============================  ======  =======================================
-name               request                         weight  why
-=================  ==============================  ======  =======================================
-``diagram_live``   ``GET /api/diagram/state``      4       the diagram's live poll, with the
-                                                           ``If-None-Match`` of the client's last
-                                                           answer, as the page's script sends it
-``job_list``       ``GET /api/jobs``               2       the job list's document
-``job_page``       ``GET /jobs/{id}``              2       one job's page (HTML)
-``job_api``        ``GET /api/jobs/{id}``          1       one job's report document
-``diagram``        ``GET /diagram``                1       the diagram page itself (HTML)
-=================  ==============================  ======  =======================================
+What it does, as a browser fleet and its scripts would: starts ``hpcscope demo`` (the server,
+with the collector scraping the digital twin of a topology: the 128-node
+``topologies/128x8-h100.yaml`` by default, or the demo's 16 GPUs, ``2x8-h100``) as a real
+subprocess on loopback, authenticates every client (``--auth``: the login form's session cookie,
+HTTP Basic on every request, or an API token made for each user), and runs N concurrent
+clients, each on its own keep-alive HTTP/1.1 connection (raw asyncio streams: the generator
+must cost the shared CPUs little), over the GET routes of :mod:`bench.api_routes` (one route,
+or their weighted mix). A poll sends the ``If-None-Match`` of the client's last answer of that
+route, as the pages' scripts and htmx do.
 
 Latency is per request, from the first byte written to the last byte of the body read (a 304
 counts as a good answer). An error is a status outside 200-399, a broken connection or a
@@ -28,11 +19,13 @@ process, which is the server (the twin is its child, not counted).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import random
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -41,15 +34,13 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.api_routes import BY_NAME, MIX, Route
+
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = ROOT / "topologies" / "128x8-h100.yaml"
-MIX: tuple[tuple[str, int], ...] = (
-    ("diagram_live", 4),
-    ("job_list", 2),
-    ("job_page", 2),
-    ("job_api", 1),
-    ("diagram", 1),
-)
+#: ``--topology`` names: the 128-node twin, and the demo's 16 GPUs.
+TOPOLOGIES = {"128": TOPOLOGY, "16": ROOT / "topologies" / "2x8-h100.yaml"}
+AUTH_MODES = ("cookie", "basic", "token")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
@@ -69,8 +60,11 @@ def cpu_seconds(pid: int) -> float:
 class Demo:
     """``hpcscope demo`` on the 128-node twin, as a subprocess; a context manager."""
 
-    def __init__(self, *, port: int, scrape_interval_seconds: float = 2.0) -> None:
+    def __init__(
+        self, *, port: int, scrape_interval_seconds: float = 2.0, topology: Path = TOPOLOGY
+    ) -> None:
         self.port = port
+        self.topology = topology
         self.scrape_interval_seconds = scrape_interval_seconds
         self._dir = tempfile.TemporaryDirectory(prefix="hpcscope-load-", ignore_cleanup_errors=True)
         self.process: subprocess.Popen[bytes] | None = None
@@ -87,7 +81,7 @@ class Demo:
             "--port",
             str(self.port),
             "--topology",
-            str(TOPOLOGY),
+            str(self.topology),
             "--state-dir",
             self._dir.name,
             "--scrape-interval",
@@ -115,8 +109,22 @@ class Demo:
                 except json.JSONDecodeError:
                     continue
                 self.logins = [(d["user"], d["password"]) for d in info["logins"]]
+                self._wait_until_answering(deadline)
                 return self
         raise RuntimeError("demo did not print its URL within 180 s")
+
+    def _wait_until_answering(self, deadline: float) -> None:
+        """The demo prints its URL first and answers a moment later: until ``/healthz``."""
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
+                    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                    if sock.recv(64).startswith(b"HTTP/1.1 200"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError("the demo did not answer /healthz within 180 s")
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
@@ -198,12 +206,42 @@ def _cookies(answer: dict[str, list[str]]) -> dict[str, str]:
 
 @dataclass
 class Client:
-    """One simulated browser: a login, its session cookie and the jobs it may see."""
+    """One simulated browser or script: who it is, how it authenticates, what it may see."""
 
     user: str
+    password: str = ""
+    auth: str = "cookie"
     cookie: str = ""
+    token: str = ""
     job_ids: list[str] = field(default_factory=list)
-    etag: str | None = None
+    analysis_ids: list[str] = field(default_factory=list)
+    etags: dict[str, str] = field(default_factory=dict)
+
+    def headers(self) -> dict[str, str]:
+        """The credentials this client sends with every request (``--auth``)."""
+        if self.auth == "basic":
+            secret = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+            return {"Authorization": f"Basic {secret}"}
+        if self.auth == "token":
+            return {"Authorization": f"Bearer {self.token}"}
+        return {"Cookie": self.cookie}
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """What the routes' paths name besides jobs: a node, a GPU element, the checkpoint root."""
+
+    node: str
+    element: str
+    path: str
+
+    @classmethod
+    def of(cls, topology: Path) -> Place:
+        from hpcscope.model.topology import load_topology
+
+        loaded = load_topology(topology)
+        node = loaded.nodes[0].name
+        return cls(node=node, element=f"gpu-{node}-0", path=loaded.checkpoint_root)
 
 
 @dataclass
@@ -237,8 +275,9 @@ def percentile_ms(seconds: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
 
 
-async def log_in(port: int, user: str, password: str) -> Client:
-    """``POST /login`` as the login form does; the session cookie and the visible jobs."""
+async def log_in(port: int, user: str, password: str, *, auth: str = "cookie") -> Client:
+    """``POST /login`` as the login form does (and, for ``token``, ``POST /api/tokens``); the
+    client with its credentials, visible jobs and trace analyses."""
     connection = Connection(port)
     body = urllib.parse.urlencode({"username": user, "password": password, "next": "/"})
     origin = f"http://127.0.0.1:{port}"
@@ -246,24 +285,44 @@ async def log_in(port: int, user: str, password: str) -> Client:
     status, answer, _ = await connection.request("POST", "/login", headers, body.encode())
     if status != 303 or "cookie" not in answer:
         raise RuntimeError(f"login of {user} answered {status}")
-    client = Client(user=user, cookie=answer["cookie"])
-    status, _, payload = await connection.request("GET", "/api/jobs", {"Cookie": client.cookie})
+    client = Client(user=user, password=password, auth=auth, cookie=answer["cookie"])
+    if auth == "token":
+        wanted = json.dumps({"label": "api-load", "scope": "read", "expires_days": 1}).encode()
+        made = {"Cookie": client.cookie, "Origin": origin, "Content-Type": "application/json"}
+        status, _, payload = await connection.request("POST", "/api/tokens", made, wanted)
+        if status != 201:
+            raise RuntimeError(f"token of {user} answered {status}: {payload[:200]!r}")
+        client.token = json.loads(payload)["secret"]
+    status, _, payload = await connection.request("GET", "/api/jobs", client.headers())
     client.job_ids = [j["job_id"] for j in json.loads(payload)["jobs"]] if status == 200 else []
+    status, _, payload = await connection.request("GET", "/api/traces", client.headers())
+    if status == 200:
+        client.analysis_ids = [a["analysis_id"] for a in json.loads(payload)["analyses"]]
     connection.close()
     return client
 
 
-def _path(name: str, client: Client, rng: random.Random) -> str:
-    if name in ("job_page", "job_api") and not client.job_ids:
-        name = "job_list"  # a user with no jobs yet looks at the (empty) list instead
-    job = rng.choice(client.job_ids) if client.job_ids else ""
-    return {
-        "diagram_live": "/api/diagram/state",
-        "job_list": "/api/jobs",
-        "job_page": f"/jobs/{job}",
-        "job_api": f"/api/jobs/{job}",
-        "diagram": "/diagram",
-    }[name]
+def path_of(route: Route, client: Client, place: Place, rng: random.Random) -> str | None:
+    """The route's path for this client, or None when it names nothing the client has (a job
+    or an analysis it may see)."""
+    values = {"node": place.node, "element": place.element, "path": place.path}
+    if "{job}" in route.path:
+        if not client.job_ids:
+            return None
+        values["job"] = rng.choice(client.job_ids)
+    if "{analysis}" in route.path:
+        if not client.analysis_ids:
+            return None
+        values["analysis"] = rng.choice(client.analysis_ids)
+    return route.path.format(**values)
+
+
+def asks(route: Route, client: Client) -> bool:
+    """Whether this client asks for this route at all (no page by API token; an admin route
+    by admins)."""
+    return not (route.page and client.auth == "token") and (
+        not route.admin or client.user == "admin"
+    )
 
 
 async def run_client(
@@ -275,30 +334,39 @@ async def run_client(
     seed: int,
     think_seconds: float,
     timeout_seconds: float,
+    place: Place,
+    mix: tuple[tuple[str, int], ...] = MIX,
 ) -> None:
-    """Send the weighted mix until ``until`` (monotonic); ``tally[0]`` is the current window."""
+    """Send the weighted ``mix`` until ``until`` (monotonic); ``tally[0]`` is the current
+    window. A route the client does not ask for (:func:`asks`), or that names nothing it has,
+    is skipped."""
     rng = random.Random(seed)
-    names = [n for n, _ in MIX]
-    weights = [w for _, w in MIX]
+    routes = [BY_NAME[name] for name, _ in mix if asks(BY_NAME[name], client)]
+    weights = [weight for name, weight in mix if asks(BY_NAME[name], client)]
     connection = Connection(port)
-    while time.monotonic() < until:
-        name = rng.choices(names, weights)[0]
-        path = _path(name, client, rng)
-        headers = {"Cookie": client.cookie, "Accept": "*/*"}
-        if name == "diagram_live" and client.etag:
-            headers["If-None-Match"] = client.etag
+    while routes and time.monotonic() < until:
+        route = rng.choices(routes, weights)[0]
+        path = path_of(route, client, place, rng)
+        if path is None:
+            route = BY_NAME["job_list"]  # a user with no jobs yet looks at the (empty) list
+            path = route.path
+        headers = {**client.headers(), "Accept": "*/*"}
+        etag = client.etags.get(path)
+        if etag:
+            headers["If-None-Match"] = etag
         start = time.perf_counter()
         try:
             status, answer, _ = await asyncio.wait_for(
                 connection.request("GET", path, headers), timeout_seconds
             )
         except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as exc:
-            tally[0].add(name, time.perf_counter() - start, False, f"{type(exc).__name__}")
+            tally[0].add(route.name, time.perf_counter() - start, False, f"{type(exc).__name__}")
             connection.close()
             continue
-        tally[0].add(name, time.perf_counter() - start, 200 <= status < 400, f"HTTP {status}")
-        if name == "diagram_live" and "etag" in answer:
-            client.etag = answer["etag"]
+        ok = 200 <= status < 400
+        tally[0].add(route.name, time.perf_counter() - start, ok, f"HTTP {status} {path}")
+        if "etag" in answer:
+            client.etags[path] = answer["etag"]
         if think_seconds:
             await asyncio.sleep(rng.uniform(0.5, 1.5) * think_seconds)
     connection.close()
@@ -325,8 +393,11 @@ def summary(tally: Tally, seconds: float) -> dict[str, object]:
     }
 
 
-async def prepare_clients(demo: Demo, count: int, *, wait_for_jobs_seconds: float) -> list[Client]:
-    """Log ``count`` clients in (round robin over the demo logins) once the twin's jobs show."""
+async def prepare_clients(
+    demo: Demo, count: int, *, wait_for_jobs_seconds: float, auth: str = "cookie"
+) -> list[Client]:
+    """Authenticate ``count`` clients (round robin over the demo logins) once the twin's jobs
+    show; one token per user for ``token``, shared by that user's clients."""
     admin = next(u for u in demo.logins if u[0] == "admin")
     deadline = time.monotonic() + wait_for_jobs_seconds
     while time.monotonic() < deadline:  # the collector needs a scrape and a scheduler poll
@@ -334,7 +405,22 @@ async def prepare_clients(demo: Demo, count: int, *, wait_for_jobs_seconds: floa
         if len(probe.job_ids) >= 4:
             break
         await asyncio.sleep(2)
+    made: dict[str, Client] = {}
+    for user, password in demo.logins:
+        made[user] = await log_in(demo.port, user, password, auth=auth)
     clients = []
     for i in range(count):
-        clients.append(await log_in(demo.port, *demo.logins[i % len(demo.logins)]))
+        user = demo.logins[i % len(demo.logins)][0]
+        first = made[user]
+        clients.append(
+            Client(
+                user=first.user,
+                password=first.password,
+                auth=auth,
+                cookie=first.cookie,
+                token=first.token,
+                job_ids=list(first.job_ids),
+                analysis_ids=list(first.analysis_ids),
+            )
+        )
     return clients

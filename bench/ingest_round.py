@@ -5,12 +5,13 @@
 
 The load of ``bench/ingest_vs_prometheus.py`` (the twin's 128 dcgm-exporter pages of a 1,024-GPU
 cluster, two ``hpc_job`` copies per GPU, in their own process) is scraped ``--rounds`` times
-after ``--warmup`` rounds by the collector's own pieces, one stage after the other (no overlap,
-no after-cycle hooks, no web server), into a fresh store:
+after ``--warmup`` rounds by the pieces of the collector's dcgm-exporter source
+(``service/sources/dcgm.py``), one stage after the other (no overlap, no after-cycle hooks, no
+web server), into a fresh store:
 
 * ``fetch``: the HTTP GETs and the event loop (the scrape minus the parse);
 * ``parse``: :meth:`ExpositionParser.parse` of the 128 pages;
-* ``convert``: the collector's per-page work (dcgm conversion, Xid facts, health, scrape rows);
+* ``convert``: the source's per-page work (dcgm conversion, Xid facts, health, scrape rows);
 * ``table``: :func:`readings_table` of the round;
 * ``attribute``: :class:`ReadingsAttributor` (the jobs of every GPU row, as the collector);
 * ``append``: the store's append of the readings and their rollup rows, and the scrapes rows.
@@ -36,11 +37,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from bench.ingest_vs_prometheus import twin_load
-from hpcscope.ingest.exporters.dcgm import DcgmConversion, readings_table
+from hpcscope.ingest.exporters.dcgm import readings_table
 from hpcscope.ingest.exposition import parser as parser_module
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.service.collect.attribution import ReadingsAttributor
-from hpcscope.service.collect.collector import Collector, CollectorConfig, CycleReport
+from hpcscope.service.collect.clock import SystemClock
+from hpcscope.service.sources._scrape import Round
+from hpcscope.service.sources.dcgm import DcgmScrape
 from hpcscope.store import Store
 
 STAGES = ("fetch", "parse", "convert", "table", "attribute", "append")
@@ -65,11 +68,11 @@ class _ParseTimer:
 
 
 async def rounds(
-    collector: Collector, count: int, warmup: int, profile: cProfile.Profile | None
+    source: DcgmScrape, count: int, warmup: int, profile: cProfile.Profile | None
 ) -> dict[str, list[float]]:
     timer = _ParseTimer()
     figures: dict[str, list[float]] = {stage: [] for stage in STAGES}
-    store = collector.store
+    store = source.store
     attributor = ReadingsAttributor(store)
     for index in range(warmup + count):
         measured = index >= warmup
@@ -77,25 +80,22 @@ async def rounds(
             profile.enable()
         timer.seconds = 0.0
         marks = [time.process_time()]
-        targets = collector.targets()
-        results = await collector._scraper.scrape(targets)
+        targets = source.targets()
+        results = await source.scraper.scrape(targets)
         marks.append(time.process_time())
-        report = CycleReport(started_at=collector._clock.now())
-        scrape_rows: list[dict[str, object]] = []
-        gap_rows: list[dict[str, object]] = []
-        conversions: list[DcgmConversion] = []
-        port_tables: list[pa.Table] = []  # the 1,024-GPU load has no node-exporter targets
+        report = Round()
         for result in results:
-            collector._record(result, scrape_rows, gap_rows, conversions, port_tables, report)
+            source.record(result, report)
         marks.append(time.process_time())
+        conversions, source.conversions = source.conversions, []
         table = readings_table(conversions)
         marks.append(time.process_time())
         stored, _ = attributor.attribute(table)
         marks.append(time.process_time())
         store.append("gpu_samples", stored).result()
-        store.append("scrapes", pa.Table.from_pylist(scrape_rows, schema=SCRAPE_SCHEMA)).result()
-        if gap_rows:
-            store.append("collection_gaps", pa.Table.from_pylist(gap_rows, schema=GAP_SCHEMA))
+        store.append("scrapes", pa.Table.from_pylist(report.scrapes, schema=SCRAPE_SCHEMA)).result()
+        if report.gaps:
+            store.append("collection_gaps", pa.Table.from_pylist(report.gaps, schema=GAP_SCHEMA))
         store.flush()
         marks.append(time.process_time())
         if measured and profile is not None:
@@ -109,7 +109,7 @@ async def rounds(
             for stage, seconds in zip(STAGES, spent, strict=True):
                 figures[stage].append(seconds * 1000)
         await asyncio.sleep(max(0.0, 1.0 - (time.process_time() - marks[0])))
-    await collector.aclose()
+    await source.aclose()
     return figures
 
 
@@ -127,12 +127,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         (work / "load").mkdir()
         with twin_load(work / "load", nodes=args.nodes, jobs_per_gpu=args.jobs_per_gpu) as targets:
             store = Store(work / "store.duckdb")
-            config = CollectorConfig(
-                targets_path=targets, scrape_interval_seconds=1.0, scrape_timeout_seconds=1.0
+            source = DcgmScrape(
+                store,
+                targets_path=targets,
+                interval_seconds=1.0,
+                timeout_seconds=1.0,
+                clock=SystemClock(),
             )
-            collector = Collector(store, config)
             try:
-                figures = asyncio.run(rounds(collector, args.rounds, args.warmup, profile))
+                figures = asyncio.run(rounds(source, args.rounds, args.warmup, profile))
             finally:
                 store.close()
     if profile is not None:

@@ -25,17 +25,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.support.collect import collector_for
+
 from hpcscope.cli.prometheus_process import run_prometheus
 from hpcscope.model.access import Principal, Role
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import load_topology
-from hpcscope.service.collect.collector import Collector, CollectorConfig
-from hpcscope.service.collect.scheduler import SlurmrestdSource
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.live import Viewer, live_state
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.jobs.summaries import summarise_finished_jobs
 from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import SlurmSection
 from hpcscope.twin.cluster import TwinCluster
 from hpcscope.twin.workloads import Profile
 
@@ -101,19 +102,12 @@ def run(
                 topology_path=bundled_topology("128x8-h100"),
                 metrics_backend="prometheus",
                 prometheus_url=url,
+                slurm=SlurmSection(url=twin.slurmrestd_url, poll_seconds=float(scrape_seconds)),
             )
             service = Service.open(settings, users=UserDirectory.demo())
             try:
                 summaries = _finished_history(service, scale=scale, seed=seed)
-                collector = Collector(
-                    service.store,
-                    CollectorConfig(
-                        exporters=frozenset(),
-                        scheduler=SlurmrestdSource(url=twin.slurmrestd_url),
-                        scrape_interval_seconds=float(scrape_seconds),
-                        scheduler_poll_seconds=float(scrape_seconds),
-                    ),
-                )
+                collector = collector_for(service.store, service.settings)
                 collector.start()
                 time.sleep(minutes * 60)
                 collector.stop()

@@ -24,6 +24,7 @@ def main() -> None:
         generate(SCENARIOS, out, world_size=4)
     for sc in SCENARIOS:
         doc = to_json(analyze([out / sc.name], world_size=sc.ranks))["comm_classes"]
+        assert doc is not None
         (c,) = [x for x in doc["classes"] if x["class"] == CLASS[sc.kind]]
         n = len(doc["per_step"])
         worst_t = worst_h = tot_t = tot_h = 0.0

@@ -11,14 +11,21 @@ from typer.main import get_command
 
 from hpcscope.cli.main import app
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import LEGACY_KEYS, SourceSections
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def test_every_setting_is_documented() -> None:
+    """Every setting but the sources' sections (``docs/sources.md``, generated: checked by
+    ``tests/service/sources/test_registry.py``) in the table, every old key in its own."""
     text = (DOCS / "settings.md").read_text()
-    documented = set(re.findall(r"^\| `([a-z][a-z0-9_]*)` \|", text, flags=re.MULTILINE))
-    assert documented == set(Settings.model_fields)
+    current, _, earlier = text.partition("## Settings files of earlier versions")
+    row = re.compile(r"^\| `([a-z][a-z0-9_]*)` \|", flags=re.MULTILINE)
+    assert set(row.findall(current)) == set(Settings.model_fields) - set(
+        SourceSections.model_fields
+    )
+    assert set(row.findall(earlier)) == set(LEGACY_KEYS)
 
 
 def _commands(group: typer.Typer) -> set[str]:
@@ -66,7 +73,7 @@ PACKAGE_DIRS = ("model", "ingest", "store", "analysis", "twin", "service", "serv
 EXTERNAL_ALLOWED: tuple[str, ...] = (
     "var/hpcscope.duckdb",  # the default store, created by the server on first start
     "test-artifacts/",  # screenshots and the access matrix, written by the tests, not committed
-    "var/demo/twin/falco/",  # the twin's Falco file_output, written when the demo starts
+    "var/demo/twin/",  # the twin's event files and spools, written when the demo starts
 )
 
 _FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", flags=re.MULTILINE | re.DOTALL)
@@ -230,3 +237,59 @@ def test_the_checker_catches_an_invented_command_and_option() -> None:
     assert _check_command("hpcscope demo --warp 9") == ["`hpcscope demo` has no option `--warp`"]
     assert not _resolve("deploy/falco/rules.yaml")
     assert _resolve("service/collect/collector.py")
+
+
+# --------------------------------------------------------------------------- the README's claims
+
+
+def _readme_layout() -> list[str]:
+    """The README's layout block, line by line."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index("## Layout") :]
+    return block[block.index("```\n") + 4 : block.index("\n```", block.index("```\n") + 4)].split(
+        "\n"
+    )
+
+
+def test_the_readme_layout_names_every_package_of_src() -> None:
+    lines = _readme_layout()
+    start = lines.index("src/hpcscope/")
+    named = {
+        line.split()[0].rstrip("/")
+        for line in lines[start + 1 :]
+        if line.startswith("  ") and not line.startswith("   ")
+    }
+    named = {n for n in named if not n.startswith("(")}
+    packages = {p.parent.name for p in SOURCE_ROOT.glob("*/__init__.py")}
+    # the layout lists src/hpcscope's packages, then deploy's folders (also indented)
+    listed = {n for n in named if (SOURCE_ROOT / n).is_dir()}
+    assert listed == packages, f"README layout vs src/hpcscope: {sorted(listed ^ packages)}"
+
+
+def test_the_readme_names_every_shipped_deploy_folder() -> None:
+    lines = _readme_layout()
+    block = "\n".join(lines[lines.index(next(x for x in lines if x.startswith("deploy/"))) :])
+    shipped = {p.name for p in (ROOT / "deploy").iterdir() if p.is_dir()}
+    named = {name for name in shipped if f"  {name}/" in block}
+    assert named == shipped, f"deploy/ folders the README layout omits: {sorted(shipped - named)}"
+
+
+def test_the_readme_counts_the_grafana_dashboards_it_ships() -> None:
+    text = " ".join((ROOT / "README.md").read_text().split())
+    dashboards = sorted((ROOT / "deploy" / "grafana").glob("*.json"))
+    words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+    assert f"{words[len(dashboards)]} dashboards" in text
+    for path in dashboards:  # hpcscope-cluster.json -> "cluster"
+        assert path.stem.removeprefix("hpcscope-") in text, path.name
+
+
+def test_the_readme_screenshots_come_from_one_make_target() -> None:
+    text = (ROOT / "README.md").read_text()
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert {"docs/img/straggler-job.png", "docs/img/threats-mode.png"} <= set(images)
+    for image in images:
+        assert (ROOT / image).stat().st_size > 10_000, image
+    assert "`make screenshots`" in text
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^screenshots:", makefile, flags=re.MULTILINE)
+    assert "scripts/readme_screenshots.py" in makefile

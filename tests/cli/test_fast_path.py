@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -17,6 +17,7 @@ import hpcscope
 from hpcscope.cli import fast_path, traces_run
 from hpcscope.cli.main import app, load_command
 from hpcscope.service.traces.contracts import TraceAnalysisDocument
+from hpcscope.service.traces.document import AnalysisJson
 from hpcscope.service.traces.html import render_report
 from hpcscope.service.traces.kernel_classes import load_class_table
 from hpcscope.service.traces.pipeline import analyze, to_json
@@ -215,7 +216,7 @@ def test_the_printed_document_is_the_contracts_dump(tmp_path: Path, case: str) -
     document = to_json(result)
     dumped = TraceAnalysisDocument.of(document).model_dump(mode="json", exclude_unset=True)
     assert _print_json_bytes(document) == _print_json_bytes(dumped)
-    assert render_report(document) == render_report(dumped)
+    assert render_report(document) == render_report(cast("AnalysisJson", dumped))
 
 
 @pytest.mark.parametrize("enabled", [True, False])

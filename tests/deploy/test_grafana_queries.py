@@ -24,13 +24,18 @@ import pytest
 
 from hpcscope.model.topology import load_topology
 from hpcscope.serve.app import create_app
-from hpcscope.service.collect.collector import Collector, CollectorConfig
-from hpcscope.service.collect.scheduler import SlurmrestdSource
 from hpcscope.service.core import Service
-from hpcscope.service.settings import bundled_topology
+from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import (
+    DcgmSection,
+    LustreJobStatsSection,
+    NodeSection,
+    SlurmSection,
+)
 from hpcscope.twin.cluster import TwinCluster
 from tests.deploy.test_grafana_dashboards import concrete, dashboards, panels, variable_query
 from tests.deploy.test_prometheus_rules import VMALERT_REFUSES
+from tests.support.collect import collector_for
 from tests.support.prometheus import prometheus, query
 from tests.support.servers import live_server
 from tests.support.victoria_metrics import victoria_metrics, vmalert
@@ -114,14 +119,14 @@ def test_every_dashboard_query_answers_on_a_backend_scraping_the_twin(
     assert set(MAY_BE_EMPTY) <= {panel["title"] for _, panel in panels()}
     topology = load_topology(bundled_topology())
     with TwinCluster(topology, tmp_path / "twin", seed=42, speed=1.0, arrivals_per_hour=0) as twin:
-        collector = Collector(
+        collector = collector_for(
             service.store,
-            CollectorConfig(
-                targets_path=tmp_path / "twin" / "targets.json",
-                scheduler=SlurmrestdSource(url=twin.slurmrestd_url),
+            Settings(
                 scrape_interval_seconds=1.0,
-                scheduler_poll_seconds=1.0,
-                lustre_job_stats_dir=twin.lustre_dir,
+                dcgm=DcgmSection(targets_path=tmp_path / "twin" / "targets.json"),
+                node=NodeSection(targets_path=tmp_path / "twin" / "targets.json"),
+                slurm=SlurmSection(url=twin.slurmrestd_url, poll_seconds=1.0),
+                lustre_job_stats=LustreJobStatsSection(dir=twin.lustre_dir),
             ),
         )
         collector.start()

@@ -14,11 +14,13 @@ from pathlib import Path
 from hpcscope.model.access import JobScope
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.alerts.rules import load_site_rules
-from hpcscope.service.collect.collector import Collector, CollectorConfig
+from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import DcgmSection, NodeSection
 from hpcscope.service.telemetry_rules.engine import TelemetryRules
 from hpcscope.store import Store
 from hpcscope.store.alerts import alerts
 from hpcscope.store.node_facts import latest_posture
+from tests.support.collect import collector_for
 from tests.support.node_exporter import node_exporter
 from tests.support.paths import REPO_ROOT
 
@@ -88,7 +90,13 @@ def test_the_check_reaches_the_rules_through_node_exporter(tmp_path: Path) -> No
             host_port = url.removeprefix("http://").removesuffix("/metrics")
             targets = [{"targets": [host_port], "labels": {"exporter": "node", "node": "gpu05"}}]
             (tmp_path / "targets.json").write_text(json.dumps(targets))
-            collector = Collector(store, CollectorConfig(targets_path=tmp_path / "targets.json"))
+            collector = collector_for(
+                store,
+                Settings(
+                    dcgm=DcgmSection(targets_path=tmp_path / "targets.json"),
+                    node=NodeSection(targets_path=tmp_path / "targets.json"),
+                ),
+            )
 
             async def run() -> None:
                 try:

@@ -9,11 +9,9 @@ intervals, gaps longer than the cap, unknown SM activity and energy counter rese
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import random
-import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -39,6 +37,7 @@ from hpcscope.model.sampling import (
     has_job_sql,
     job_id_from_label,
     max_sample_weight_seconds,
+    sample_weights,
 )
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, JOB_ALLOCATION_SCHEMA, JOB_SCHEMA
 from hpcscope.model.timeutil import utcnow
@@ -90,17 +89,17 @@ class Sample:
 
 
 def reference_useful_seconds(samples: list[Sample]) -> float:
-    """The documented rule, written out plainly: time to the next sample of the series
-    clipped to the cap; the last sample weighs the median interval (the cap when alone)."""
+    """The rule of :func:`~hpcscope.model.sampling.sample_weights` over each GPU's series:
+    weight x SM activity, unknown activity counting for nothing."""
     total = 0.0
     for gpu in {s.gpu for s in samples}:
         series = sorted((s for s in samples if s.gpu == gpu), key=lambda s: s.offset_ms)
-        gaps = [(b.offset_ms - a.offset_ms) / 1000 for a, b in itertools.pairwise(series)]
-        weights = [*gaps, statistics.median(gaps) if gaps else CAP_SECONDS]
+        times = [s.offset_ms / 1000 for s in series]
+        weights = sample_weights(times, max_interval_seconds=CAP_SECONDS)
         for sample, weight in zip(series, weights, strict=True):
             sm = sample.sm_active_ratio
             if sm is not None and not math.isnan(sm):
-                total += min(weight, CAP_SECONDS) * sm
+                total += weight * sm
     return total
 
 

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from hpcscope.model.alerts import Alert, Evidence, Severity, Vector
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
+from hpcscope.service.source_settings import FalcoSection
 from hpcscope.store.alerts import upsert_alerts
 from tests.serve.test_diagram_access import JOB_TOKENS, logged_in
 from tests.support.fleet import write_fleet
@@ -61,7 +62,7 @@ def clients(service: Service) -> Iterator[dict[str | None, TestClient]]:
     write_fleet(service.store, now=NOW)
     upsert_alerts(service.store, list(ALERTS.values())).result()
     # a source that raises alerts (Falco's http_output): detections are configured
-    service.settings = service.settings.model_copy(update={"falco_ingest_token": "t"})
+    service.settings = service.settings.model_copy(update={"falco": FalcoSection(ingest_token="t")})
     made = {user: logged_in(service, user) for user in (*SEES, None)}
     yield made
     for client in made.values():
@@ -174,5 +175,9 @@ def test_threats_mode_lights_nodes_and_vectors_by_worst_severity(
     assert elements["vector-rdma-blind-spot"]["class"] == "alerted sev-high"
     assert elements["vector-gpu-memory-leakage"]["class"] == ""
     detections = clients["alice"].get("/api/diagram").json()["detections"]
-    assert detections["worst_by_vector"]["supply-chain"] == "CRITICAL"
-    assert detections["open_by_node"] == {"gpu01": 4}
+    assert detections["worst_by_vector"] == {"supply-chain": "CRITICAL"}
+    # alice counts her own job's alert only: no count of another job's or of a process
+    # outside every job
+    assert detections["open_by_node"] == {"gpu01": 1}
+    carol = clients["carol"].get("/api/diagram").json()["detections"]
+    assert carol["open_by_node"] == {"gpu01": 2}

@@ -14,6 +14,7 @@ from hpcscope.service.core import Service
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import FalcoSection
 
 ALERT = orjson.dumps(
     {
@@ -32,7 +33,7 @@ ALERT = orjson.dumps(
 
 @pytest.fixture
 def app_client(tmp_path: Path) -> Iterator[TestClient]:
-    settings = Settings(store_path=tmp_path / "s.duckdb", falco_ingest_token="s3cret")
+    settings = Settings(store_path=tmp_path / "s.duckdb", falco=FalcoSection(ingest_token="s3cret"))
     service = Service.open(settings, users=UserDirectory.demo())
     with TestClient(create_app(service)) as client:
         yield client

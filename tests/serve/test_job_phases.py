@@ -6,12 +6,15 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from hpcscope.cli.main import app
+from hpcscope.model.access import Principal
 from hpcscope.model.timeutil import utcnow
-from hpcscope.service.core import Service
+from hpcscope.service.core import SeenJob, Service
+from hpcscope.service.snapshots import caching_only
 from hpcscope.service.traces.capture_contracts import JobPhases
 from hpcscope.service.traces.captures import CaptureSpool
 from hpcscope.twin.scheduler import JobState, SimJob
@@ -85,3 +88,33 @@ def test_hpcscope_job_json_has_the_phases(service: Service, tmp_path: Path) -> N
     text = CliRunner().invoke(app, ["job", "101", "--store", str(path)])
     assert text.exit_code == 0, text.output
     assert "straggler" in text.stdout and "rank 2" in text.stdout and "backward" in text.stdout
+
+
+def test_the_job_page_and_document_check_visibility_once(
+    service: Service,
+    client_as: Callable[[str], TestClient],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The report, the alerts and the phases of one page read the job its one check found.
+
+    The read lane (``serve/read_lane.py``) and ``serve/offload.py`` run a route on the event
+    loop from the snapshots first and, on a miss, once more in a worker thread: each pass
+    checks once (before: three checks a pass), and a lane miss is not tried again on the loop."""
+    populate(service.store, now=utcnow())
+    checks: list[bool] = []  # per check: made in the cache-only pass
+    check = service.visible_job
+
+    def counted(principal: Principal, job_id: str) -> SeenJob | None:
+        checks.append(caching_only())
+        return check(principal, job_id)
+
+    monkeypatch.setattr(service, "visible_job", counted)
+    for user, status in (("alice", 200), ("bob", 404)):
+        for path in ("/jobs/101", "/api/jobs/101"):
+            checks.clear()
+            assert client_as(user).get(path).status_code == status
+            # passes: the read lane's on the loop, the app's on the loop (skipped after the
+            # lane missed the snapshots), the worker thread's: one check each at most
+            assert checks.count(True) <= 2 and checks.count(False) <= 1, (user, path, checks)
+            if user == "alice":  # cold: the worker computed it, the loop tried at most once
+                assert checks.count(False) == 1 and checks.count(True) <= 1, (path, checks)

@@ -19,11 +19,13 @@ from fastapi.testclient import TestClient
 from starlette.requests import Request
 from starlette.responses import Response
 
+from hpcscope.model.access import TokenScope
 from hpcscope.model.timeutil import utcnow
-from hpcscope.serve.app import create_app
+from hpcscope.serve.app import LANE_ROUTES, ROUTERS, create_app
 from hpcscope.serve.read_lane import LaneRoute, ReadLane
 from hpcscope.serve.routes import diagram, jobs
 from hpcscope.service.core import Service
+from hpcscope.service.identity.tokens import ApiTokens
 from tests.conftest import DEMO_PASSWORDS, basic_auth
 from tests.support.fleet import JOBS, write_fleet
 
@@ -119,28 +121,76 @@ def test_an_anonymous_visitor_gets_what_the_routes_answer(
     )  # the page, the poll with and without its ETag
 
 
-def test_forged_cookies_and_basic_credentials_are_left_to_the_app(
+def test_forged_cookies_and_wrong_passwords_are_left_to_the_app(
     apps: tuple[TestClient, TestClient],
 ) -> None:
     plain, laned = apps
     cookie = _cookie(plain, "admin")
     forged = cookie[:-3] + ("AAA" if not cookie.endswith("AAA") else "BBB")
     _same_answers(plain, laned, {"Cookie": forged}, LANE_PATHS)
-    _same_answers(plain, laned, basic_auth("alice"), LANE_PATHS)
     _same_answers(plain, laned, basic_auth("alice", "wrong"), ["/api/jobs"])
+    _same_answers(plain, laned, {"Authorization": "Bearer hps_" + "x" * 40}, ["/api/jobs"])
     assert _lane(laned.app).answered == 0
+
+
+def test_basic_credentials_and_tokens_verified_once_are_answered_on_the_lane(
+    apps: tuple[TestClient, TestClient], service: Service
+) -> None:
+    """The first request checks the secret in a worker (the app's path); the next ones find it
+    verified in the last minute and are the lane's, with the same answers."""
+    plain, laned = apps
+    _same_answers(plain, laned, basic_auth("alice"), LANE_PATHS)
+    by_basic = _lane(laned.app).answered
+    assert by_basic > 0
+    alice = service.principal("alice")
+    assert alice is not None
+    token = ApiTokens(service.store).create(
+        alice, scope=TokenScope.READ, label="lane", expires_days=1, now=utcnow()
+    )
+    bearer = {"Authorization": f"Bearer {token.secret}"}
+    for client in (plain, laned):  # each app records the token's first use: a store write
+        assert client.get("/api/jobs", headers=bearer).status_code == 200
+    service.store.flush()  # committed: no new generation between the two apps' answers
+    _same_answers(plain, laned, bearer, [p for p in LANE_PATHS if p.startswith("/api/")])
+    assert _lane(laned.app).answered > by_basic
 
 
 def test_every_lane_route_is_a_get_route_of_its_router() -> None:
     """A lane entry names a route the app has, so a renamed route cannot leave it behind."""
-    routes = [*jobs.LANE_ROUTES, *diagram.LANE_ROUTES]
     paths = {
         route.path
-        for router in (jobs.router, diagram.router)
+        for router in ROUTERS
         for route in router.routes
         if isinstance(route, APIRoute) and route.methods and "GET" in route.methods
     }
-    assert {route.path for route in routes} <= paths
+    assert {route.path for route in LANE_ROUTES} <= paths
+    assert {route.path for route in [*jobs.LANE_ROUTES, *diagram.LANE_ROUTES]} <= paths
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/alerts?severity=bogus",
+        "/api/alerts?state=open&state=resolved",
+        "/api/alerts?nonsense=1",
+        "/api/chargeback?by=colour",
+        "/api/chargeback?period=2026-13",
+        "/chargeback?by=colour",
+        "/api/access?path=relative/path",
+        "/api/access?path=/lustre&limit=0",
+        "/api/access?path=/lustre&limit=abc",
+        "/api/access",
+        "/access?path=/lustre&limit=99999999",
+    ],
+)
+def test_a_query_the_lane_does_not_take_is_the_apps(
+    apps: tuple[TestClient, TestClient], path: str
+) -> None:
+    """Bad, repeated or unknown parameters: the lane hands the request on and the app's
+    validation answers it, the same either way."""
+    plain, laned = apps
+    _same_answers(plain, laned, {"Cookie": _cookie(plain, "carol")}, [path])
+    assert _lane(laned.app).answered == 0
 
 
 def _nothing(request: Request, parameter: str) -> Response:

@@ -18,6 +18,7 @@ from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
 from hpcscope.service.history import HistoryReport, write_history
 from hpcscope.service.settings import Settings
+from hpcscope.service.traces.captures import CaptureSpool
 from hpcscope.twin.history import simulate_history
 from tests.conftest import basic_auth, demo_users
 
@@ -30,9 +31,16 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service,
     root: Path = tmp_path_factory.mktemp("history")
     service = Service.open(Settings(store_path=root / "s.duckdb"), users=demo_users())
     chunks = simulate_history(
-        service.topology, root / "twin", end=epoch_seconds(END), days=DAYS, step_seconds=600
+        service.topology,
+        root / "twin",
+        end=epoch_seconds(END),
+        days=DAYS,
+        step_seconds=600,
+        capture_dir=root / "capture",
     )
     report = write_history(service, chunks, root / "read", end=END, step_seconds=600)
+    # the golden path's captures of the last week, as the live capture source reads them
+    CaptureSpool(service.store, root / "capture", grace_seconds=0.0).collect_once()
     try:
         yield service, report
     finally:
@@ -76,7 +84,8 @@ def test_incidents_became_alerts_and_old_ones_were_handled(
     assert {a.vector.name for a in alerts} >= {"SUPPLY_CHAIN"}
     assert all(a.last_seen < END for a in alerts)
     old = [a for a in alerts if a.last_seen < END - timedelta(days=4)]
-    assert old and all(a.state is not AlertState.OPEN for a in old)
+    assert old and all(a.state is not AlertState.OPEN for a in old if a.job_id)
+    assert all(a.state is AlertState.OPEN for a in old if not a.job_id)  # a node's: open
     assert any(a.state is AlertState.OPEN for a in alerts if a not in old)
 
 
@@ -92,3 +101,15 @@ def test_the_pages_show_the_month(written: tuple[Service, HistoryReport]) -> Non
         jobs = client.get("/api/jobs", headers=basic_auth("alice")).json()["jobs"]
         assert jobs and {j["user"] for j in jobs} == {"alice"}
         assert {j["source"] for j in jobs} == {"summary"}
+
+
+def test_training_jobs_of_the_last_week_were_captured(
+    written: tuple[Service, HistoryReport],
+) -> None:
+    service, _ = written
+    rows = service.store.query(
+        "SELECT job_id, attribution, straggler_rank, window_end FROM trace_captures"
+    ).to_pylist()
+    assert rows and all(r["attribution"] == "verified" for r in rows)
+    assert any(r["straggler_rank"] is not None for r in rows)
+    assert all(r["window_end"] >= END - timedelta(days=7, hours=1) for r in rows)

@@ -262,3 +262,46 @@ def test_cache_only_does_not_wait_for_another_computation() -> None:
         release.set()
         worker.join(10)
     assert cache_only(snapshots.get, "a", slow) == 7
+
+
+def test_a_report_read_every_n_seconds_stays_current_across_generations() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    snapshots.publish()
+    calls, compute = counter()
+    assert snapshots.get("slo", compute, every_seconds=15.0) == 1
+    for _ in range(6):  # a 2-second cycle's new generations: still current
+        clock.now += 2.0
+        writes.count += 1
+        snapshots.publish()
+        assert snapshots.get("slo", compute, every_seconds=15.0) == 1
+    assert held.jobs == [] and len(calls) == 1
+    clock.now += 4.0  # 16 s old, and a newer generation: served once more, refreshed behind
+    assert snapshots.get("slo", compute, every_seconds=15.0) == 1
+    held.run()
+    assert snapshots.get("slo", compute, every_seconds=15.0) == 2
+
+
+def test_sized_values_are_bounded_by_bytes_least_recently_used_first() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = Snapshots(writes, max_bytes=100, clock=clock, refresh=held)
+
+    def size(value: bytes) -> int:
+        return len(value)
+
+    snapshots.get("a", lambda: b"a" * 40, size=size)
+    snapshots.get("b", lambda: b"b" * 40, size=size)
+    assert snapshots.kept_bytes == 80
+    snapshots.get("a", lambda: b"x", size=size)  # a used last
+    snapshots.get("c", lambda: b"c" * 40, size=size)  # 120 bytes: b goes
+    assert snapshots.kept_bytes == 80 and len(snapshots) == 2
+    assert snapshots.get("b", lambda: b"new", size=size) == b"new"
+    assert snapshots.get("c", lambda: b"", size=size) == b"c" * 40
+    snapshots.clear()
+    assert snapshots.kept_bytes == 0 and len(snapshots) == 0
+
+
+def test_one_value_over_the_budget_is_still_kept_alone() -> None:
+    snapshots = Snapshots(Writes(), max_bytes=10, refresh=Held())
+    assert snapshots.get("big", lambda: b"z" * 50, size=len) == b"z" * 50
+    assert len(snapshots) == 1 and snapshots.kept_bytes == 50

@@ -228,12 +228,17 @@ def test_open_alerts_are_counted_per_vector_node_and_severity(store: Store) -> N
     upsert_alerts(store, [rdma, rdma_again, miner, shell, gone, nowhere]).result()
     set_alert_state(store, shell.key, AlertState.ACKNOWLEDGED, by="admin", at=NOW).result()
     set_alert_state(store, gone.key, AlertState.RESOLVED, by="admin", at=NOW).result()
-    assert q.open_alert_counts(store) == [
-        {"vector": "gradient-injection", "node": None, "severity": "HIGH", "open": 1},
-        {"vector": "rdma-blind-spot", "node": "gpu02", "severity": "HIGH", "open": 2},
+    alice, bob = {"user": "alice", "account": "vision"}, {"user": "bob", "account": "nlp"}
+    counts = q.open_alert_counts(store)
+    assert counts is not None
+    assert sorted(counts, key=lambda r: (r["vector"], r["severity"], str(r["user"]))) == [
+        {"vector": "gradient-injection", "node": None, "severity": "HIGH", **alice, "open": 1},
+        # one row per job owner: each viewer counts the alerts they may read
+        {"vector": "rdma-blind-spot", "node": "gpu02", "severity": "HIGH", **alice, "open": 1},
+        {"vector": "rdma-blind-spot", "node": "gpu02", "severity": "HIGH", **bob, "open": 1},
         # acknowledged is still open; resolved is not
-        {"vector": "supply-chain", "node": "gpu01", "severity": "CRITICAL", "open": 1},
-        {"vector": "supply-chain", "node": "gpu01", "severity": "HIGH", "open": 1},
+        {"vector": "supply-chain", "node": "gpu01", "severity": "CRITICAL", **alice, "open": 1},
+        {"vector": "supply-chain", "node": "gpu01", "severity": "HIGH", **alice, "open": 1},
     ]
 
 

@@ -29,6 +29,7 @@ from hpcscope.service.collect.scheduler import CommandSource, SchedulerCollector
 from hpcscope.service.core import Service
 from hpcscope.service.identity.users import DEMO_LOGINS, UserDirectory
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import CaptureSection
 from hpcscope.service.traces.captures import CaptureSpool
 from hpcscope.store import Store
 from hpcscope.store.captures import job_captures
@@ -141,7 +142,7 @@ def check_capture_job(cluster: SlurmCluster, tmp_path: Path, *, python: str) -> 
         store_path=store_path,
         secret_key="test-secret",
         password_hash_cost_log2=4,
-        capture_spool_dir=spool,
+        capture=CaptureSection(spool_dir=spool),
     )
     service = Service.open(settings, users=UserDirectory.demo(hash_cost_log2=4))
     try:

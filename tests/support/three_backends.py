@@ -29,13 +29,18 @@ import pytest
 
 from hpcscope.model.topology import load_topology
 from hpcscope.service.backends.engine_rules import RuleNames, engine_rules_yaml
-from hpcscope.service.collect.collector import Collector, CollectorConfig
-from hpcscope.service.collect.scheduler import SlurmrestdSource
 from hpcscope.service.core import Service
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import (
+    DcgmSection,
+    JobMappingSection,
+    NodeSection,
+    SlurmSection,
+)
 from hpcscope.twin.cluster import TwinCluster
 from hpcscope.twin.workloads import Profile
+from tests.support.collect import collector_for
 from tests.support.prometheus import prometheus
 from tests.support.victoria_metrics import victoria_metrics
 
@@ -115,7 +120,7 @@ class ThreeBackends:
         time.sleep(max(0.0, at - time.time()))
 
 
-def _service(tmp: Path, name: str, prometheus_url: str, vm_url: str) -> Service:
+def _service(tmp: Path, name: str, prometheus_url: str, vm_url: str, twin: TwinCluster) -> Service:
     engine = {
         "embedded": {},
         "prometheus": {
@@ -130,8 +135,16 @@ def _service(tmp: Path, name: str, prometheus_url: str, vm_url: str) -> Service:
             "prometheus_recording_rules": "never",
         },
     }[name]
+    targets = tmp / "twin" / "targets.json"
     settings = Settings(
         store_path=tmp / f"{name}.duckdb",
+        # the same sections for the three: the engines' services do not register the dcgm
+        # scrape (metrics_backend: prometheus); the embedded one also reads the prolog's
+        # mapping files, as a site's does: allocations end when a job's mapping line does
+        dcgm=DcgmSection(targets_path=targets),
+        node=NodeSection(targets_path=targets),
+        slurm=SlurmSection(url=twin.slurmrestd_url, poll_seconds=SCRAPE_SECONDS),
+        job_mapping=JobMappingSection(dir=tmp / "twin" / "nodes" if name == "embedded" else None),
         scrape_interval_seconds=SCRAPE_SECONDS,
         secret_key="equivalence",
         password_hash_cost_log2=4,
@@ -201,22 +214,9 @@ def three_backends(tmp: Path) -> Iterator[ThreeBackends]:
     ):
         phase = _rule_phase(prometheus_url)
         twin.set_dcgm_collect_phase(phase)
-        services = {name: _service(tmp, name, prometheus_url, vm_url) for name in BACKENDS}
+        services = {name: _service(tmp, name, prometheus_url, vm_url, twin) for name in BACKENDS}
         collectors = [
-            Collector(
-                service.store,
-                CollectorConfig(
-                    targets_path=targets,
-                    exporters=frozenset({"dcgm", "node"} if name == "embedded" else {"node"}),
-                    # the prolog's mapping files, as a site's embedded collector reads them:
-                    # allocations end when a job's mapping line does (not a poll later)
-                    job_mapping_dir=tmp / "twin" / "nodes" if name == "embedded" else None,
-                    scheduler=SlurmrestdSource(url=twin.slurmrestd_url),
-                    scrape_interval_seconds=SCRAPE_SECONDS,
-                    scheduler_poll_seconds=SCRAPE_SECONDS,
-                ),
-            )
-            for name, service in services.items()
+            collector_for(service.store, service.settings) for service in services.values()
         ]
         backends = ThreeBackends(twin, services, prometheus_url, vm_url, phase)
         try:

@@ -11,6 +11,7 @@ one line and an exit code: missing credentials and a rejected request (400) are 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import typer
@@ -51,7 +52,7 @@ def api_request(
     password: str | None,
     token: str | None,
     as_json: bool,
-    body: dict[str, Any] | None = None,
+    body: Mapping[str, object] | None = None,
     expect: tuple[int, ...] = (200,),
     text: bool = False,
 ) -> Any:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -222,6 +223,16 @@ def _serve(
     from hpcscope.serve.server import run_server
     from hpcscope.service.core import Service
     from hpcscope.service.settings import Settings
+    from hpcscope.service.source_settings import (
+        CaptureSection,
+        DcgmSection,
+        FalcoSection,
+        IntegritySection,
+        LustreJobStatsSection,
+        NodeSection,
+        SlurmSection,
+        TetragonSection,
+    )
 
     try:
         settings = Settings(
@@ -230,17 +241,27 @@ def _serve(
             host=host,
             port=port,
             anonymous_diagram=True,
-            targets_path=twin_dir / "targets.json",
-            lustre_job_stats_dir=Path(str(info["lustre_dir"])) if info.get("lustre_dir") else None,
-            # the twin's attacks, in Falco's JSON: Threats mode shows an open alert from the start
-            falco_events_path=(
-                Path(str(info["falco_events_path"])) if info.get("falco_events_path") else None
+            dcgm=DcgmSection(targets_path=twin_dir / "targets.json"),
+            node=NodeSection(targets_path=twin_dir / "targets.json"),
+            lustre_job_stats=LustreJobStatsSection(dir=_path(info, "lustre_dir")),
+            # the twin's attacks in Falco's JSON, Tetragon's export (and the bpftrace sensor's)
+            # and the integrity hook's records: one incident per vector every 10 minutes
+            falco=FalcoSection(events_path=_path(info, "falco_events_path")),
+            tetragon=TetragonSection(
+                events_path=_path(info, "tetragon_events_path"),
+                proc_root=_path(info, "tetragon_proc_root") or Path("/proc"),
             ),
+            integrity=IntegritySection(spool_dir=_path(info, "integrity_dir")),
             # the training jobs' capture windows (Kineto traces): phases on the job pages
-            capture_spool_dir=Path(str(info["capture_dir"])) if info.get("capture_dir") else None,
-            slurmrestd_url=str(info["slurmrestd_url"]),
+            capture=CaptureSection(spool_dir=_path(info, "capture_dir")),
+            slurm=SlurmSection(url=str(info["slurmrestd_url"]), poll_seconds=scrape_interval),
+            # notifications to the twin's chat webhook, idle allocations cancelled through its
+            # slurmrestd after a warning: the notifications' audit fills as on a real site
+            notify_webhook_url=str(info["webhook_url"]) if info.get("webhook_url") else None,
+            notify_public_url=f"http://{host}:{port}",
+            notify_cancel_enabled=bool(info.get("webhook_url")),
+            notify_cancel_via="slurmrestd",
             scrape_interval_seconds=scrape_interval,
-            scheduler_poll_seconds=scrape_interval,
             **engine,
         )
         _announce(f"http://{host}:{port}", info, twin_dir, json_output=json_output)
@@ -262,6 +283,12 @@ def _serve(
             twin.wait(timeout=10)
         except subprocess.TimeoutExpired:
             twin.kill()
+
+
+def _path(info: dict[str, object], key: str) -> Path | None:
+    """A path the twin announced in its run file, if any."""
+    value = info.get(key)
+    return Path(str(value)) if value else None
 
 
 def _announce(url: str, info: dict[str, object], twin_dir: Path, *, json_output: bool) -> None:
@@ -306,15 +333,40 @@ def _history(service: Service, work_dir: Path) -> Callable[[], object]:
     (service/history.py)."""
 
     def write() -> None:
+        from hpcscope.model.access import Principal, Role
         from hpcscope.model.timeutil import epoch_seconds, utcnow
         from hpcscope.service.history import write_history
+        from hpcscope.service.notify.access import update_my_preferences
+        from hpcscope.service.notify.contracts import PreferencesUpdate
+        from hpcscope.service.notify.wiring import notifier_from_settings
         from hpcscope.twin.history import simulate_history
 
         end, step = utcnow(), 600.0
-        chunks = simulate_history(
-            service.topology, work_dir / "twin", end=epoch_seconds(end), step_seconds=step
+        clock = [end]  # the notifier runs at each day's end of the history, on its clock
+        notifier = notifier_from_settings(service, now=lambda: clock[0])
+        # grace turned chat notifications off a month ago (her failures: audited opted_out)
+        update_my_preferences(
+            service,
+            Principal(name="grace", role=Role.RESEARCHER),
+            PreferencesUpdate(webhook_enabled=False),
+            now=end - timedelta(days=31),
         )
-        report = write_history(service, chunks, work_dir / "read", end=end, step_seconds=step)
+
+        def notify(at: datetime) -> None:
+            clock[0] = at
+            if notifier is not None:
+                notifier.run_once()
+
+        chunks = simulate_history(
+            service.topology,
+            work_dir / "twin",
+            end=epoch_seconds(end),
+            step_seconds=step,
+            capture_dir=service.settings.capture.spool_dir,  # the live twin's spool too
+        )
+        report = write_history(
+            service, chunks, work_dir / "read", end=end, step_seconds=step, after_chunk=notify
+        )
         log.info(
             "history ready: 30 days, %d jobs, %d alerts, written in %.1f s; collecting live",
             report.jobs,

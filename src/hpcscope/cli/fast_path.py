@@ -23,7 +23,7 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from hpcscope.model.errors import HpcscopeError
 
@@ -41,11 +41,16 @@ class FastOption(NamedTuple):
     multiple: bool = False
 
 
+#: A value the light path passes to a runner: a flag, a ratio, a count, a path or a list of
+#: paths (a repeated option), None where the option is absent.
+OptionValue = bool | float | int | Path | list[Path] | None
+
+
 class FastCommand(NamedTuple):
     """A command the light path runs: its options, their defaults, and what runs it."""
 
     options: dict[str, FastOption]
-    defaults: dict[str, Any]
+    defaults: dict[str, OptionValue]
     runner: str  # the function of hpcscope.cli.traces_run
 
 
@@ -55,7 +60,7 @@ _SHARED = {
     "--threshold": FastOption("threshold", "ratio"),
     "--world-size": FastOption("world_size", "count"),
 }
-_SHARED_DEFAULTS: dict[str, Any] = {
+_SHARED_DEFAULTS: dict[str, OptionValue] = {
     "json_output": False,
     "html": None,
     "threshold": 0.75,
@@ -105,7 +110,7 @@ def _output(value: str) -> Path | None:
     return path
 
 
-def _convert(kind: str, value: str) -> Any:
+def _convert(kind: str, value: str) -> float | int | Path | None:
     """The value Typer would pass, or None where the light path is not sure of it."""
     if not value or value.startswith("-"):
         return None
@@ -119,9 +124,9 @@ def _convert(kind: str, value: str) -> Any:
     return _output(value)
 
 
-def parse(command: FastCommand, args: list[str]) -> dict[str, Any] | None:
+def parse(command: FastCommand, args: list[str]) -> dict[str, OptionValue] | None:
     """The keyword arguments of the command's runner, or None (Typer takes the command line)."""
-    values: dict[str, Any] = {
+    values: dict[str, OptionValue] = {
         k: list(v) if isinstance(v, list) else v for k, v in command.defaults.items()
     }
     paths: list[Path] = []
@@ -154,7 +159,10 @@ def parse(command: FastCommand, args: list[str]) -> dict[str, Any] | None:
         if value is None:
             return None
         if option.multiple:
-            values[option.dest].append(value)
+            current = values[option.dest]
+            if not isinstance(current, list) or not isinstance(value, Path):
+                return None  # only paths repeat: anything else is Typer's to word
+            current.append(value)
         else:
             values[option.dest] = value
     if not paths:
@@ -210,7 +218,9 @@ def _import_quietly() -> None:
             gc.enable()
 
 
-def _invoke(runner: Callable[..., None], arguments: dict[str, Any], *, as_json: bool) -> int:
+def _invoke(
+    runner: Callable[..., None], arguments: dict[str, OptionValue], *, as_json: bool
+) -> int:
     """Call ``runner`` and handle what leaves it as Typer's group and main loop do."""
     try:
         try:

@@ -35,7 +35,7 @@ class _LazyCommands(MutableMapping[str, Any]):
     """The group's commands: the static table's, loaded on first access (by name)."""
 
     def __init__(self, extra: MutableMapping[str, Any]) -> None:
-        self._loaded: dict[str, Any] = dict(extra)
+        self._loaded: dict[str, object] = dict(extra)  # click commands
 
     def listing(self, name: str) -> Any:
         """The loaded command, or a stand-in carrying its help (for ``--help``)."""

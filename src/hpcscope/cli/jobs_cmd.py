@@ -277,6 +277,8 @@ def _gib(value: float | None) -> str:
     return "—" if value is None else f"{value / 2**30:.1f}"
 
 
+# The server's JSON as sent (JobReportDocument): a client command does not import the contracts
+# (pydantic) to stay light on start-up.
 def _print_full_report(data: dict[str, Any]) -> None:
     """The job report as ``jobstats`` lays one out: header, figures, per-GPU table, notes."""
     console = stdout_console()
@@ -339,6 +341,7 @@ def _print_full_report(data: dict[str, Any]) -> None:
         console.print(f"  what to do: {note['advice']}", highlight=False, markup=False)
 
 
+# The server's JSON as sent (JobPhases), for the same reason.
 def _print_phases(phases: dict[str, Any] | None) -> None:
     """The newest capture window: the straggler, the What-if gain, phases per rank."""
     console = stdout_console()

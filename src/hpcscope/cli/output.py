@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, NotRequired, TypedDict
 
 import orjson
 
@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_RUNTIME_ERROR = 1
 EXIT_USAGE_ERROR = 2
+
+
+class ErrorBody(TypedDict):
+    """The ``--json`` error document: the message, and where it was read when known."""
+
+    error: str
+    where: NotRequired[dict[str, object]]  # SourceError.to_dict: source, line, column, field
 
 
 def stdout_console() -> Console:
@@ -94,7 +101,7 @@ def fail(
     ``--json`` also the JSON error document on stdout."""
     say_error(message)
     if as_json:
-        body: dict[str, Any] = {"error": message}
+        body: ErrorBody = {"error": message}
         if error is not None:
             body["where"] = error.to_dict()
         print_json(body)
@@ -122,6 +129,13 @@ def error_exit_code(error: HpcscopeError) -> int:
     return EXIT_RUNTIME_ERROR
 
 
+def read_error_code(error: SourceError) -> int:
+    """The exit code of a command whose input could not be read: 2 when it exceeded one of its
+    reader's bounds (:class:`~hpcscope.model.bounds.BoundExceeded`: a cycle, nesting, values,
+    size), else 1 (a runtime error: the file is unreadable or not in the format)."""
+    return EXIT_USAGE_ERROR if getattr(error, "bound", None) is not None else EXIT_RUNTIME_ERROR
+
+
 def error_line(error: HpcscopeError) -> str:
     """One line for stderr: ``hpcscope: <source>:<line>:<col>: message`` where known."""
     text = error.describe() if isinstance(error, SourceError) else str(error)
@@ -139,7 +153,7 @@ def report_error(error: HpcscopeError, *, as_json: bool = False) -> NoReturn:
 
     say_error(error_line(error).removeprefix("hpcscope: "))
     if as_json:
-        body: dict[str, Any] = {"error": error_line(error).removeprefix("hpcscope: ")}
+        body: ErrorBody = {"error": error_line(error).removeprefix("hpcscope: ")}
         if isinstance(error, SourceError):
             body["where"] = error.to_dict()
         print_json(body)

@@ -32,6 +32,9 @@ DURATION_OPTION = typer.Option(
 )
 PRINT_OPTION = typer.Option(False, "--print-program", help="Print the filled program and exit.")
 BPFTRACE_OPTION = typer.Option("bpftrace", "--bpftrace", help="The bpftrace executable.")
+CONFIG_OPTION = typer.Option(
+    None, "--config", "-c", help="Settings file (YAML): the topology and rules directory."
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -46,20 +49,26 @@ def sensor(
     duration: float | None = DURATION_OPTION,
     print_program: bool = PRINT_OPTION,
     bpftrace: str = BPFTRACE_OPTION,
+    config: Path | None = CONFIG_OPTION,
 ) -> None:
     """Run the eBPF sensor (bpftrace) and write Tetragon-style JSON events."""
     from hpcscope.model.topology import load_topology
+    from hpcscope.service.alerts.rules import load_site_rules
     from hpcscope.service.security.sensor import (
         Sensor,
         bundled_program_path,
         render_program,
     )
+    from hpcscope.service.security.sensor_watch import SensorWatch
     from hpcscope.service.security.tetragon_policy import protected_roots
-    from hpcscope.service.settings import Settings
+    from hpcscope.service.settings import load_settings
 
-    path = topology or Settings().resolved_topology_path()
+    settings = load_settings(config, topology_path=topology)
+    path = settings.resolved_topology_path()
     roots = [*protected_roots(load_topology(path)), *(protect or [])]
-    program = render_program(bundled_program_path().read_text(encoding="utf-8"), protected=roots)
+    # the site's lists (secrets, sensitive writes, cluster CIDRs, shells) from its rules
+    watch = SensorWatch.from_rules(load_site_rules(settings.rules_dir), protected=roots)
+    program = render_program(bundled_program_path().read_text(encoding="utf-8"), watch=watch)
     if print_program:
         sys.stdout.write(program)
         return
@@ -69,6 +78,7 @@ def sensor(
         out,
         node=node or socket.gethostname().split(".")[0],
         bpftrace=bpftrace,
+        watch=watch,
         on_error=lambda exc: print(error_line(exc), file=sys.stderr),
     )
     try:
@@ -81,5 +91,6 @@ def sensor(
             out.close()
     stats = running.stats
     print(f"sensor: {stats.events} events written, {stats.lost_events} lost in the kernel, "
-          f"{stats.skipped_connects} connects outside jobs skipped", file=sys.stderr)  # fmt: skip
+          f"{stats.skipped_connects} connects inside the cluster skipped",
+          file=sys.stderr)  # fmt: skip
     raise typer.Exit(code)

@@ -206,7 +206,7 @@ def simulate(
         latencies = (
             load_nccl_latencies(latency_table) if latency_table else default_nccl_latencies()
         )
-        values: dict[str, Any] = {
+        values: dict[str, object] = {
             "gpus": gpus,
             "steps": steps,
             "seed": seed,

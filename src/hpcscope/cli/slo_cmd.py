@@ -52,6 +52,7 @@ def slo(
     ``--format tsv`` prints the SLO table alone (one line per SLO).
     """
     fmt = table_format(output_format)
+    # the server's JSON as sent (SloReport): a client command does not import the contracts
     data: dict[str, Any] = api_get(url, "/api/slo", user, password, json_output, token=token)
     if json_output:
         print_json(data)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from hpcscope.cli.output import EXIT_RUNTIME_ERROR, fail, print_json
+from hpcscope.cli.output import fail, print_json, read_error_code
 from hpcscope.model.errors import SourceError
 
 traces_app = typer.Typer(help="PyTorch profiler (Kineto) traces: steps, phases, stragglers.")
@@ -86,7 +86,7 @@ def summarize_command(
     try:
         written = summarize_traces(paths, out, workers=workers)
     except SourceError as exc:
-        fail(exc.describe(), code=EXIT_RUNTIME_ERROR, as_json=json_output, error=exc)
+        fail(exc.describe(), code=read_error_code(exc), as_json=json_output, error=exc)
     if json_output:
         print_json({"summaries": [str(p) for p in written]})
         return

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from hpcscope.cli.output import (
-    EXIT_RUNTIME_ERROR,
     fail,
     print_json,
     print_table,
+    read_error_code,
     stderr_console,
     stdout_console,
 )
 from hpcscope.model.errors import SourceError
+
+if TYPE_CHECKING:
+    from hpcscope.service.traces.document import AnalysisJson, CommClassesJson
 
 
 def run_analyze(
@@ -39,7 +42,7 @@ def run_analyze(
     try:
         classes = load_class_table(kernel_classes) if kernel_classes else None
     except SourceError as exc:
-        fail(exc.describe(), code=EXIT_RUNTIME_ERROR, as_json=json_output, error=exc)
+        fail(exc.describe(), code=read_error_code(exc), as_json=json_output, error=exc)
     progress = None
     if sys.stderr.isatty() and not json_output:
         from rich.progress import Progress
@@ -61,7 +64,7 @@ def run_analyze(
             classes=classes,
         )
     except SourceError as exc:
-        fail(exc.describe(), code=EXIT_RUNTIME_ERROR, as_json=json_output, error=exc)
+        fail(exc.describe(), code=read_error_code(exc), as_json=json_output, error=exc)
     finally:
         if progress is not None:
             bar.stop()
@@ -83,11 +86,11 @@ def run_merge(
     try:
         result = merge_summaries(paths, threshold=threshold, world_size=world_size)
     except SourceError as exc:
-        fail(exc.describe(), code=EXIT_RUNTIME_ERROR, as_json=json_output, error=exc)
+        fail(exc.describe(), code=read_error_code(exc), as_json=json_output, error=exc)
     _emit(to_json(result), json_output=json_output, html=html)
 
 
-def _emit(document: dict[str, Any], *, json_output: bool, html: Path | None) -> None:
+def _emit(document: AnalysisJson, *, json_output: bool, html: Path | None) -> None:
     """The analysis document: as JSON or tables, and the HTML report when asked for.
 
     ``document`` is :func:`~hpcscope.service.traces.pipeline.to_json`'s dict, printed as it is:
@@ -113,13 +116,11 @@ def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value * 1000:,.2f}"
 
 
-def _print_human(doc: dict[str, object]) -> None:
+def _print_human(doc: AnalysisJson) -> None:
     from hpcscope.service.traces.pipeline import PHASES
 
     console = stdout_console()
-    phases: dict[str, dict[str, float]] = doc["phases"]  # type: ignore[assignment]
-    scores: dict[str, float] = doc["scores"]  # type: ignore[assignment]
-    steps: dict[str, float] = doc["step_seconds"]  # type: ignore[assignment]
+    phases, scores, steps = doc["phases"], doc["scores"], doc["step_seconds"]
     rows = [
         [rank, _ms(steps[rank]), *[_ms(phases[rank][p]) for p in PHASES], f"{scores[rank]:.2f}"]
         for rank in phases
@@ -132,20 +133,20 @@ def _print_human(doc: dict[str, object]) -> None:
         rows,
         numeric=columns[1:],
     )
-    stragglers: list[dict[str, object]] = doc["stragglers"]  # type: ignore[assignment]
+    stragglers = doc["stragglers"]
     if not stragglers:
         console.print("No straggler: every rank's score is at or above the threshold.")
     for s in stragglers:
-        phase_excess: dict[str, float] = s["phase_excess_seconds_per_step"]  # type: ignore[assignment]
+        phase_excess = s["phase_excess_seconds_per_step"]
         console.print(
-            f"[bold]Straggler: rank {s['rank']}[/] is {_ms(s['excess_seconds_per_step'])} ms/step "  # type: ignore[arg-type]
+            f"[bold]Straggler: rank {s['rank']}[/] is {_ms(s['excess_seconds_per_step'])} ms/step "
             f"slower than its peers' median (score {s['score']}); slowest phase: {s['phase']} "
             f"(+{_ms(phase_excess[str(s['phase'])])} ms/step). Hint: {s['hint']}",
             highlight=False,
         )
-        for item in s["evidence"]:  # type: ignore[attr-defined]
+        for item in s["evidence"]:
             console.print(f"  evidence: {item['summary']}", highlight=False)
-    what: dict[str, float] = doc["what_if"]  # type: ignore[assignment]
+    what = doc["what_if"]
     share = what["worst_rank_share"]
     console.print(
         f"What-if: actual step {_ms(what['actual_step_seconds'])} ms, ideal (every rank at its "
@@ -157,17 +158,17 @@ def _print_human(doc: dict[str, object]) -> None:
             else "."
         )
     )
-    for note in doc["notes"]:  # type: ignore[attr-defined]
+    for note in doc["notes"]:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
     if doc["partial"]:
         console.print("[yellow]The result is partial (see the notes).[/]")
     _print_comm(doc.get("comm_classes"))
 
 
-def _print_comm(section: object) -> None:
+def _print_comm(section: CommClassesJson | None) -> None:
     """The communication classes: time, hidden, exposed, What-if gain; class stragglers and
     unclassified events."""
-    if not isinstance(section, dict) or not section["classes"]:
+    if section is None or not section["classes"]:
         return
     console = stdout_console()
     rows = []

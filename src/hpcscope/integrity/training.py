@@ -27,7 +27,7 @@ import pwd
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from hpcscope.model.training_events import FORMAT
 DEFAULT_WINDOW_STEPS = 200
 
 
-def _torch_default_weights_only(torch: Any, kwargs: dict[str, Any]) -> bool:
+def _torch_default_weights_only(torch: Any, kwargs: Mapping[str, object]) -> bool:
     """What ``torch.load`` decides when the caller does not pass ``weights_only``."""
     if os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "0") not in ("0", ""):
         return True
@@ -89,7 +89,7 @@ class TrainingRecorder:
         self.write_errors = 0
         self._undo: Callable[[], None] | None = None
 
-    def _write(self, kind: str, fields: dict[str, Any]) -> None:
+    def _write(self, kind: str, fields: Mapping[str, object]) -> None:
         record = {"format": FORMAT, "kind": kind, "job_id": self.job_id, "node": self.node,
                   "gpu": self.gpu, "rank": self.rank, "pid": os.getpid(), "ts": self._clock(),
                   **fields}  # fmt: skip

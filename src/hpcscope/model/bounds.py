@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,6 +237,18 @@ def loads_json(data: str | bytes, *, source: str) -> Any:
     except RecursionError:
         raise BoundExceeded(
             "JSON nested too deeply to read: refused", bound="depth", source=source
+        ) from None
+
+
+@contextmanager
+def refusing_deep_nesting(*, source: str, line: int | None = None) -> Iterator[None]:
+    """Turn a decoder's ``RecursionError`` (msgspec's and ``json``'s answer to nesting deeper
+    than the interpreter's stack) into :class:`BoundExceeded` naming the input."""
+    try:
+        yield
+    except RecursionError:
+        raise BoundExceeded(
+            "nested too deeply to read: refused", bound="depth", source=source, line=line
         ) from None
 
 

@@ -138,6 +138,7 @@ class CaptureMeta:
             schedule = tuple(int(x) for x in data["schedule"])
             if len(schedule) != 3:
                 raise ValueError("want three integers")
+            # the meta file's fields, each converted by its kind (_FIELDS), as keyword arguments
             values: dict[str, Any] = {}
             for name, kind in _FIELDS:
                 raw = data[name]

@@ -15,6 +15,8 @@ nanoseconds (Falco ``evt.time``, Tetragon ``time``) for ordering and deduplicati
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+from typing import TypedDict
 
 import pyarrow as pa
 
@@ -195,3 +197,109 @@ the taint flags, e.g. ``TAINT_UNSIGNED_MODULE``); ``function_name`` is a tracepo
 :data:`MAY_WRITE` 2). ``job_source`` says how the job was found: ``cgroup`` (read from
 ``/proc/<pid>/cgroup``), ``parent`` (the process was gone: its parent's job), ``sensor cgroup``
 or ``sensor stepd`` (resolved by ``hpcscope sensor`` while the process was alive), or null."""
+
+
+class FalcoRow(TypedDict):
+    """One row of :data:`FALCO_ALERT_SCHEMA` as Arrow's ``to_pylist`` gives it (the event rules
+    read these; a test keeps the keys equal to the schema's)."""
+
+    ts: datetime
+    event_time_ns: int
+    rule: str
+    priority: str
+    priority_level: int
+    hostname: str | None
+    source: str | None
+    tags: list[str] | None
+    output: str | None
+    uuid: str | None
+    evt_type: str | None
+    proc_name: str | None
+    proc_exe: str | None
+    proc_cmdline: str | None
+    proc_pname: str | None
+    proc_pexe: str | None
+    proc_anames: list[str] | None
+    proc_tty: int | None
+    proc_pid: int | None
+    proc_ppid: int | None
+    user_name: str | None
+    user_uid: int | None
+    user_loginuid: int | None
+    container_id: str | None
+    container_name: str | None
+    container_image: str | None
+    container_mounts: str | None
+    pod_namespace: str | None
+    pod_name: str | None
+    evt_flags: str | None
+    fd_name: str | None
+    fd_l4proto: str | None
+    fd_cip: str | None
+    fd_cport: int | None
+    fd_sip: str | None
+    fd_sport: int | None
+    fd_rip: str | None
+    fd_rport: int | None
+    target_pid: int | None
+    cgroups: str | None
+    job_id: str | None
+    job_sluid: str | None
+    job_step: str | None
+    raw: str
+    source_name: str
+    source_line: int
+
+
+class TetragonRow(TypedDict):
+    """One row of :data:`TETRAGON_EVENT_SCHEMA` as Arrow's ``to_pylist`` gives it (the event
+    rules read these; a test keeps the keys equal to the schema's)."""
+
+    event_type: str
+    ts: datetime | None
+    event_time_ns: int | None
+    node_name: str | None
+    exec_id: str | None
+    parent_exec_id: str | None
+    pid: int | None
+    tid: int | None
+    uid: int | None
+    auid: int | None
+    binary: str | None
+    arguments: str | None
+    cwd: str | None
+    flags: str | None
+    parent_binary: str | None
+    container_id: str | None
+    container_name: str | None
+    pod_namespace: str | None
+    pod_name: str | None
+    function_name: str | None
+    policy_name: str | None
+    action: str | None
+    file_path: str | None
+    file_mode: str | None
+    entry_path: str | None
+    access_mask: int | None
+    int_args: list[int] | None
+    string_arg: str | None
+    cred_uid: int | None
+    cred_euid: int | None
+    module_name: str | None
+    module_tainted: list[str] | None
+    sock_family: str | None
+    sock_protocol: str | None
+    sock_saddr: str | None
+    sock_sport: int | None
+    sock_daddr: str | None
+    sock_dport: int | None
+    return_int: int | None
+    exit_status: int | None
+    exit_signal: str | None
+    job_id: str | None
+    job_sluid: str | None
+    job_step: str | None
+    job_source: str | None
+    raw: str
+    source_name: str
+    source_line: int

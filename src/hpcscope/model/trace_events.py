@@ -126,4 +126,4 @@ class RankTrace:
     bytes_read: int = 0
     device: str | None = None
     gpu_index: int | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, object] = field(default_factory=dict)

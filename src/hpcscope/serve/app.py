@@ -73,6 +73,19 @@ ROUTERS = [
     access.router,
 ]
 
+#: What the read lane answers past the framework (``serve/read_lane.py``): every route a page
+#: or a script polls, each module's own functions (``serve/kept.py``).
+LANE_ROUTES = (
+    *jobs.LANE_ROUTES,
+    *diagram.LANE_ROUTES,
+    *cluster.LANE_ROUTES,
+    *slo.LANE_ROUTES,
+    *chargeback.LANE_ROUTES,
+    *alerts.LANE_ROUTES,
+    *access.LANE_ROUTES,
+    *traces.LANE_ROUTES,
+)
+
 
 def create_app(
     service: Service,
@@ -118,7 +131,7 @@ def create_app(
     app.state.api_tokens = ApiTokens(service.store, max_days=settings.api_token_max_days)
     secret = settings.secret_key or secrets.token_urlsafe(32)
     if read_lane:  # added first, so innermost: behind the edge and the session cookie
-        app.add_middleware(ReadLane, routes=[*jobs.LANE_ROUTES, *diagram.LANE_ROUTES])
+        app.add_middleware(ReadLane, routes=LANE_ROUTES)
     app.add_middleware(
         SessionMiddleware,
         secret_key=secret,

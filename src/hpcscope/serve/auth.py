@@ -21,10 +21,11 @@ state-changing request in :func:`require_principal`, one place for every route, 
 API tokens' routes (``/tokens``, ``/api/tokens``), which check their own rules.
 
 The dependencies (:func:`require_principal`, :func:`optional_principal`, :func:`site_viewer`)
-are async: a session cookie or a proxy's header resolves from the read snapshots on the event
-loop (:func:`hpcscope.serve.offload.answer`, no thread-pool hop), and a password or a token
-check, or a snapshot miss, runs the same sync rule (:func:`check_principal`, :func:`identify`,
-:func:`check_site_viewer`) in a worker thread.
+are async: a session cookie, a proxy's header, and HTTP Basic credentials or an API token
+verified in the last minute resolve from memory on the event loop
+(:func:`hpcscope.serve.offload.answer`, no thread-pool hop); a password or token check still to
+do (scrypt, a store query), or any other snapshot miss, runs the same sync rule
+(:func:`check_principal`, :func:`identify`, :func:`check_site_viewer`) in a worker thread.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from fastapi import Request
-from starlette.concurrency import run_in_threadpool
 
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import AccessError
@@ -220,17 +220,7 @@ def check_site_viewer(request: Request) -> Principal | None:
     return viewer.principal
 
 
-def checks_a_secret(request: Request) -> bool:
-    """Whether identifying this request checks a password (Basic) or an API token: a hash or
-    a store query, never on the event loop."""
-    return _basic_credentials(request) is not None or (
-        _bearer(request) is not None and _is_api(request)
-    )
-
-
 async def _resolved(request: Request, rule: Callable[[Request], _T]) -> _T:
-    if checks_a_secret(request):
-        return await run_in_threadpool(rule, request)
     return await answer(rule, request)
 
 

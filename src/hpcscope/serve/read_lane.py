@@ -16,10 +16,12 @@ exactly as :func:`hpcscope.serve.offload.answer` does behind the framework, and 
 response it returns. Whenever that cannot be done as cheaply, the request goes on to the app
 untouched, which answers it the usual way:
 
-* a request that checks a secret (HTTP Basic, an API token: a hash or a store query, never on
-  the loop), any other method, a query string, a path no lane route names;
-* any exception while answering: a snapshot miss (the app computes in a worker thread), no
-  principal (the app's 401 or login redirect), a job not visible, anything unexpected.
+* any other method, a query string (unless the route reads its query itself:
+  :attr:`LaneRoute.query`), a path no lane route names;
+* any exception while answering: a snapshot miss (the app computes in a worker thread; also
+  HTTP Basic credentials or an API token not verified in the last minute: a hash or a store
+  query, never on the loop), no principal (the app's 401 or login redirect), a job not
+  visible, a bad query parameter (the app's 400 or 422), anything unexpected.
 
 Nothing is sent before the answer is complete, so falling through is always possible, and the
 same function answers either way: the lane changes what a request costs, never its answer
@@ -35,8 +37,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hpcscope.serve.auth import checks_a_secret
-from hpcscope.service.snapshots import cache_only
+from hpcscope.serve.offload import mark_missed
+from hpcscope.service.snapshots import SnapshotMiss, cache_only
 
 #: The answer of a lane route: the request and the path's one parameter ("" when none).
 LaneAnswer = Callable[[Request, str], Response]
@@ -50,10 +52,14 @@ class LaneRoute:
         path: the route's path, either literal (``/api/jobs``) or ending in one parameter of
             the default ``str`` kind (``/jobs/{job_id}``: one non-empty segment, no ``/``).
         answer: what the route answers with: its principal rule, then its snapshot reads.
+        query: the answer reads the request's query string itself (and raises on a parameter
+            it does not take, so that the app answers it): the lane then answers requests with
+            one too.
     """
 
     path: str
     answer: LaneAnswer
+    query: bool = False
 
     @property
     def prefix(self) -> str | None:
@@ -76,30 +82,30 @@ class ReadLane:
 
     def __init__(self, app: ASGIApp, *, routes: Iterable[LaneRoute]) -> None:
         self.app = app
-        self._literal: dict[str, LaneAnswer] = {}
-        self._prefixed: dict[str, LaneAnswer] = {}
+        self._literal: dict[str, LaneRoute] = {}
+        self._prefixed: dict[str, LaneRoute] = {}
         for route in routes:
             prefix = route.prefix
             table, key = (self._literal, route.path) if prefix is None else (self._prefixed, prefix)
             if key in table:
                 raise ValueError(f"lane route {route.path!r} listed twice")
-            table[key] = route.answer
+            table[key] = route
         self.answered = 0
         """Requests the lane answered itself (for tests and benches)."""
 
-    def _route(self, path: str) -> tuple[LaneAnswer, str] | None:
+    def _route(self, path: str, query: bool) -> tuple[LaneAnswer, str] | None:
         literal = self._literal.get(path)
         if literal is not None:
-            return literal, ""
+            return (literal.answer, "") if literal.query or not query else None
         cut = path.rfind("/") + 1
         prefixed = self._prefixed.get(path[:cut])
-        if prefixed is not None and cut < len(path):
-            return prefixed, path[cut:]
+        if prefixed is not None and cut < len(path) and (prefixed.query or not query):
+            return prefixed.answer, path[cut:]
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
-            found = self._route(scope["path"])
+        if scope["type"] == "http" and scope["method"] == "GET":
+            found = self._route(scope["path"], bool(scope["query_string"]))
             if found is not None:
                 response = _answer(Request(scope, receive), *found)
                 if response is not None:
@@ -111,9 +117,10 @@ class ReadLane:
 
 def _answer(request: Request, answer: LaneAnswer, parameter: str) -> Response | None:
     """The route's answer from the snapshots, or None: the app answers (module docstring)."""
-    if checks_a_secret(request):
-        return None
     try:
         return cache_only(answer, request, parameter)
+    except SnapshotMiss:  # the app computes it in a worker thread, without a second loop pass
+        mark_missed(request)
+        return None
     except Exception:  # the app answers it, raising it again where it has its handlers
         return None

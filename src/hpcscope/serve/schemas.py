@@ -109,6 +109,7 @@ CLI_ONLY: frozenset[str] = frozenset(
 )
 
 
+# A JSON Schema is a free-form JSON object (pydantic's output, written as it is).
 def schema_of(contract: type[Any]) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of what ``contract`` serialises to."""
     schema = TypeAdapter(contract).json_schema(mode="serialization")

@@ -11,20 +11,18 @@ from fastapi import FastAPI
 
 from hpcscope.serve.app import create_app
 from hpcscope.serve.heap import HeapSettler, tune_gc
-from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.backends.watch import EngineWatch
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
 from hpcscope.service.notify.engine import Notifier
 from hpcscope.service.notify.wiring import notifier_from_settings
 from hpcscope.service.security.buffer import SecurityEventBuffer
-from hpcscope.service.security.tetragon_policy import protected_roots
 from hpcscope.service.settings import Settings
 from hpcscope.service.slo.config import SloConfig
 from hpcscope.service.slo.engine import SloUpkeep
-from hpcscope.service.telemetry_rules.engine import TelemetryRules, spools_from_settings
+from hpcscope.service.sources import SourceContext, build_sources
+from hpcscope.service.telemetry_rules.engine import TelemetryRules
 from hpcscope.service.telemetry_rules.engine import port_gpus as telemetry_port_gpus
-from hpcscope.service.traces.captures import CaptureSpool
 
 log = logging.getLogger(__name__)
 
@@ -60,42 +58,19 @@ def uvicorn_config(
     )
 
 
-def security_collection(service: Service, buffer: SecurityEventBuffer) -> SecurityCollection | None:
-    """The alert engine over security events, when a site sends any (Falco's http_output
-    token, a Falco or Tetragon file); None otherwise."""
-    settings = service.settings
-    if (
-        settings.falco_ingest_token is None
-        and settings.falco_events_path is None
-        and settings.tetragon_events_path is None
-    ):
-        return None
-    return SecurityCollection(
-        service.store,
-        buffer,
-        service.rules,
-        checkpoint_roots=[service.topology.checkpoint_root],
-        protected_roots=protected_roots(service.topology),
-        falco_path=settings.falco_events_path,
-        tetragon_path=settings.tetragon_events_path,
-    )
-
-
 def after_cycle_hooks(
     service: Service, notifier: Notifier | None = None
 ) -> list[Callable[[], object]]:
     """What the collector runs after its cycles, in order: the jobs upkeep (summaries of
     finished jobs, retention), the telemetry rules (RD-, SC-4, GM-1/2, DP-), the SLOs'
-    burn-rate evaluation into the alert engine (it reads the summaries just written), the
-    golden path's trace captures when a spool is set, then the notifications (they read all
-    of it), and last the publication of the cycle's writes to the read snapshots
-    (``service/snapshots.py``)."""
+    burn-rate evaluation into the alert engine (it reads the summaries just written), then
+    the notifications (they read all of it), and last the publication of the cycle's writes
+    to the read snapshots (``service/snapshots.py``)."""
     slo = SloUpkeep(service.store, SloConfig.from_settings(service.settings))
     telemetry = TelemetryRules(
         service.store,
         service.rules,
         port_gpus=telemetry_port_gpus(service.topology),
-        spools=spools_from_settings(service.store, service.settings),
         every_seconds=service.settings.telemetry_rules_every_seconds,
         metrics=service.gpu_samples(),
     )  # the telemetry rules (RD-, SC-4, GM-1/2, DP-; service/telemetry_rules/engine.py)
@@ -110,14 +85,6 @@ def after_cycle_hooks(
             2 * service.settings.scrape_interval_seconds + service.settings.scrape_timeout_seconds
         )
         hooks.insert(0, EngineWatch(service.store, engine, silence_seconds=silence).after_cycle)
-    if service.settings.capture_spool_dir is not None:  # the golden path's trace captures
-        hooks.append(
-            CaptureSpool(
-                service.store,
-                service.settings.capture_spool_dir,
-                grace_seconds=service.settings.capture_grace_seconds,
-            ).collect_once
-        )
     if notifier is not None:
         hooks.append(notifier.after_cycle)
     hooks.append(service.snapshots.publish)  # last: the cycle's writes are one generation
@@ -140,10 +107,17 @@ def run_server(
     (the demo's history) runs on a thread of its own once the server serves; the collector
     starts when it returns (or fails: logged), so that nothing it writes races collection.
     """
-    security = security_collection(
-        service, SecurityEventBuffer(max_rows=service.settings.security_buffer_rows)
-    )
-    config = CollectorConfig.from_settings(service.settings, rules=service.rules, security=security)
+    # the Falco/Tetragon tails and POST /api/ingest/falco fill it, the alert engine drains it
+    buffer = SecurityEventBuffer(max_rows=service.settings.security_events.buffer_rows)
+    sources = build_sources(
+        SourceContext(
+            service.store,
+            service.settings,
+            service.rules,
+            service.topology,
+            security_buffer=buffer,
+        )
+    )  # the registry's sources this site's settings switch on (service/sources/)
     notifier = notifier_from_settings(service)  # a bad rules file stops the start
     # the long-lived heap out of the full collections: at start and once the first
     # cycles' caches are built (serve/heap.py)
@@ -151,10 +125,11 @@ def run_server(
     collector = (
         Collector(
             service.store,
-            config,
+            sources,
+            config=CollectorConfig.from_settings(service.settings),
             after_cycle=[*after_cycle_hooks(service, notifier), settler.after_cycle],
         )
-        if config is not None
+        if sources
         else None
     )
 
@@ -189,8 +164,7 @@ def run_server(
 
     app = create_app(service, on_startup=startup, on_shutdown=shutdown)
     app.state.collector = collector
-    if security is not None:  # POST /api/ingest/falco fills the buffer the engine drains
-        app.state.security_events = security.buffer
+    app.state.security_events = buffer  # POST /api/ingest/falco fills what the engine drains
     server = uvicorn.Server(uvicorn_config(app, service.settings, log_level=log_level))
     timer: threading.Timer | None = None
     if duration_seconds is not None:

@@ -7,8 +7,8 @@ filters. Number filters always print a unit: a number on screen says what it is.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from fastapi import Request
 from fastapi.templating import Jinja2Templates
@@ -70,7 +70,7 @@ templates.env.globals["hpcscope_version"] = __version__
 def render(
     request: Request,
     name: str,
-    context: dict[str, Any],
+    context: Mapping[str, object],
     *,
     principal: Principal | None,
     status_code: int = 200,

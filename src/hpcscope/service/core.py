@@ -36,10 +36,20 @@ from hpcscope.service.jobs.retention import Upkeep, UpkeepConfig
 from hpcscope.service.settings import Settings
 from hpcscope.service.snapshots import Snapshots
 from hpcscope.store import Store
+from hpcscope.store import alerts as alert_store
 from hpcscope.store import diagram as diagram_queries
 from hpcscope.store import identity as identity_store
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SeenJob:
+    """A job a principal may see, as :meth:`Service.visible_job` found it: the proof the reads
+    of one page pass on instead of checking visibility again."""
+
+    principal: Principal
+    job_id: str
 
 
 @dataclass
@@ -63,6 +73,7 @@ class Service:
     _alert_changes_lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False
     )
+    _changes: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         store = self.store
@@ -126,18 +137,35 @@ class Service:
         )
         return self.users.principal(name, coordinated_from_slurm=coordinated, known_to_slurm=known)
 
+    def changes(self, kind: str) -> int:
+        """How many writes of ``kind`` (``traces``: an upload or a link) this service made
+        outside the collector's cycles: a kept answer that shows them keys on this count, so
+        the next read sees the write (``serve/kept.py``)."""
+        return self._changes.get(kind, 0)
+
+    def note_change(self, kind: str) -> None:
+        """Count a write of ``kind`` (see :meth:`changes`), after it committed."""
+        with self._alert_changes_lock:
+            self._changes[kind] = self._changes.get(kind, 0) + 1
+
     # ------------------------------------------------------------------ alerts
 
     @property
     def alert_changes(self) -> int:
-        """How many alert state changes this service made: a read view holding alerts keys
-        on it (new alerts come with the collector's cycle, see ``service/snapshots.py``)."""
-        return self._alert_changes
+        """How many alert state changes this service made, plus the alert upserts the store
+        committed (the security engine writes between the collector's cycles): a read view
+        holding alerts keys on it, so the next read sees a new alert or state."""
+        return self._alert_changes + alert_store.alerts_written(self.store)
 
     def job_alerts(self, principal: Principal, job_id: str) -> list[Alert] | None:
         """Alerts of one job; None when the job does not exist or is not visible."""
-        if not self.can_see_job(principal, job_id):
-            return None
+        job = self.visible_job(principal, job_id)
+        return None if job is None else self.alerts_of(job)
+
+    def alerts_of(self, job: SeenJob) -> list[Alert]:
+        """Alerts of a job its principal may see (:meth:`visible_job`), as that principal
+        sees them."""
+        principal, job_id = job.principal, job.job_id
         # what alerts_for reads of the principal, and the alert states changed here (new
         # alerts come with the collector's cycle; an acknowledgement shows on the next read)
         key = (
@@ -253,10 +281,16 @@ class Service:
         who may see it)."""
         if now is not None:
             return self._job_report(principal, job_id, now)
-        if not self.can_see_job(principal, job_id):
-            return None
+        job = self.visible_job(principal, job_id)
+        return None if job is None else self.report_of(job)
+
+    def report_of(self, job: SeenJob) -> JobReport | None:
+        """The report of a job its principal may see (:meth:`visible_job`), from the current
+        generation's snapshot (a job's report is the same for everyone who may see it); None
+        only when the job went away since the check."""
         return self.snapshots.get(
-            ("jobs.report", job_id), lambda: self._job_report(principal, job_id, utcnow())
+            ("jobs.report", job.job_id),
+            lambda: self._job_report(job.principal, job.job_id, utcnow()),
         )
 
     def _job_report(self, principal: Principal, job_id: str, now: datetime) -> JobReport | None:
@@ -273,8 +307,15 @@ class Service:
         return found[0] if found else None
 
     def can_see_job(self, principal: Principal, job_id: str) -> bool:
-        """Whether ``job_id`` exists and ``principal`` may see it (without building a report;
-        per job scope and job in the current generation's snapshot)."""
+        """Whether ``job_id`` exists and ``principal`` may see it (:meth:`visible_job`)."""
+        return self.visible_job(principal, job_id) is not None
+
+    def visible_job(self, principal: Principal, job_id: str) -> SeenJob | None:
+        """The one visibility check of a job: the job when it exists and ``principal`` may see
+        it, else None (without building a report; per job scope and job in the current
+        generation's snapshot). A page showing several reads of one job checks once and
+        passes the :class:`SeenJob` on (:meth:`report_of`, :meth:`alerts_of`, the traces'
+        ``phases_of``)."""
 
         def visible() -> bool:
             _, ids = reports.visible_jobs_by_id(
@@ -282,7 +323,8 @@ class Service:
             )
             return job_id in ids
 
-        return self.snapshots.get(("jobs.visible", principal.job_scope(), job_id), visible)
+        seen = self.snapshots.get(("jobs.visible", principal.job_scope(), job_id), visible)
+        return SeenJob(principal, job_id) if seen else None
 
     def job_timeseries(
         self, principal: Principal, job_id: str, *, max_points: int = 720

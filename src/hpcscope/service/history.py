@@ -15,12 +15,16 @@ order, does what collection does with them:
    :meth:`~hpcscope.service.alerts.engine.SecurityCollection.collect_once` at the chunk's end;
 4. the kept summaries of the jobs that ended (the upkeep's
    :func:`~hpcscope.service.jobs.summaries.summarise_finished_jobs`, at the history's scrape
-   interval, so that each sample stands for one grid step).
+   interval, so that each sample stands for one grid step);
+5. ``after_chunk`` at the chunk's end: the demo runs its notifier there, on the history's
+   clock (the jobs that failed on an Xid notified, every outcome audited).
 
-Then the alerts older than :data:`HANDLED_AFTER_DAYS` are acknowledged or resolved by the
-admin, as a security team works through its queue. No row is made by hand: what the pages show
-at first open (chargeback and its trend, the SLOs with their history and burn rates, the job
-list, the alerts) comes out of the same parsers, merges and analyses as live collection.
+Then the alerts of jobs older than :data:`HANDLED_AFTER_DAYS` are acknowledged or resolved by
+the admin, as a security team works through its queue (a node's alerts stay open: a firing
+again grows them, where a resolved alert would stay resolved). No row is made by hand: what
+the pages show at first open (chargeback and its trend, the SLOs with their history and burn
+rates, the job list, the alerts) comes out of the same parsers, merges and analyses as live
+collection.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -111,7 +115,7 @@ class _Reader:
             path.write_text("")
         self.security = SecurityCollection(
             service.store,
-            SecurityEventBuffer(max_rows=service.settings.security_buffer_rows),
+            SecurityEventBuffer(max_rows=service.settings.security_events.buffer_rows),
             service.rules,
             checkpoint_roots=[service.topology.checkpoint_root],
             protected_roots=protected_roots(service.topology),
@@ -162,6 +166,7 @@ def write_history(
     *,
     end: datetime,
     step_seconds: float,
+    after_chunk: Callable[[datetime], object] | None = None,
 ) -> HistoryReport:
     """Read ``chunks`` into ``service``'s store, as collection would have (module docstring).
 
@@ -188,6 +193,8 @@ def write_history(
             scrape_interval_seconds=step_seconds,
             max_jobs=100_000,
         )
+        if after_chunk is not None:
+            after_chunk(from_epoch_seconds(chunk.end))
     # the jobs that ended last: summarised at the history's interval, not at the live one's
     summaries += summarise_finished_jobs(
         service.store, now=end, scrape_interval_seconds=step_seconds, max_jobs=100_000
@@ -213,11 +220,11 @@ def write_history(
 
 
 def _handle_old_alerts(service: Service, *, end: datetime) -> None:
-    """The admin's work on the queue: older alerts resolved, the rest of the week's
-    acknowledged every other one (through the same call as the alerts page's buttons)."""
+    """The admin's work on the queue: older alerts of jobs resolved, one in three acknowledged
+    (through the same call as the alerts page's buttons)."""
     admin = system_principal("admin")
     cutoff = end - timedelta(days=HANDLED_AFTER_DAYS)
-    handled = [a for a in service.alerts(admin) if a.last_seen < cutoff]
+    handled = [a for a in service.alerts(admin) if a.last_seen < cutoff and a.job_id]
     for index, alert in enumerate(sorted(handled, key=lambda a: a.last_seen)):
         state = AlertState.RESOLVED if index % 3 else AlertState.ACKNOWLEDGED
         service.set_alert_state(admin, alert.key, state, now=alert.last_seen + timedelta(hours=3))

@@ -1,18 +1,24 @@
 """Site settings: one pydantic model, from a YAML/JSON file, environment or flags.
 
-Environment variables use the ``HPCSCOPE_`` prefix (``HPCSCOPE_STORE_PATH``...). Every setting
-is documented in ``docs/settings.md``; a test keeps the two in step.
+Environment variables use the ``HPCSCOPE_`` prefix (``HPCSCOPE_STORE_PATH``...); a key of a
+source's section is ``HPCSCOPE_<SECTION>__<KEY>`` (``HPCSCOPE_SLURM__URL``). The sources'
+sections are :mod:`hpcscope.service.source_settings` (documented in the generated
+``docs/sources.md``); every other setting is documented in ``docs/settings.md``; tests keep
+both in step. The flat keys of earlier versions are still read (``LEGACY_KEYS``).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -20,10 +26,17 @@ from pydantic import (
     model_validator,
 )
 
-from hpcscope.ingest.exporters.lustre_jobstats import DEFAULT_JOBID_PATTERN, compile_jobid_pattern
 from hpcscope.model import bounded_yaml
 from hpcscope.model.errors import ConfigError
 from hpcscope.service.engine_settings import EngineSettings
+from hpcscope.service.source_settings import (
+    LEGACY_KEYS,
+    SourceSections,
+    legacy_replacement,
+    nest_legacy_keys,
+)
+
+log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -43,10 +56,23 @@ def bundled_topology(name: str = "2x8-h100") -> Path:
     raise FileNotFoundError(f"no bundled topology named {name!r}")
 
 
-class Settings(EngineSettings):
-    """Everything a site configures. Defaults suit a single-machine install."""
+class Settings(EngineSettings, SourceSections):
+    """Everything a site configures. Defaults suit a single-machine install.
+
+    The sources' sections (``dcgm``, ``slurm``, ``lustre_job_stats``...) come from
+    :class:`~hpcscope.service.source_settings.SourceSections`; the flat keys earlier versions
+    used for them are moved into their sections on the way in.
+    """
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_keys(cls, data: object) -> object:
+        if isinstance(data, Mapping):
+            nested, _ = nest_legacy_keys(data)
+            return nested
+        return data
 
     store_path: Path = Field(
         Path("var/hpcscope.duckdb"), description="DuckDB file owned by the server process."
@@ -77,96 +103,8 @@ class Settings(EngineSettings):
         "cluster diagram: structure, cards, collectors, threats, "
         "aggregate health, never job or user names.",
     )
-    targets_path: Path | None = Field(
-        None, description="Prometheus file_sd JSON listing the exporters to scrape."
-    )
     scrape_interval_seconds: float = Field(15.0, gt=0, description="Seconds between scrapes.")
     scrape_timeout_seconds: float = Field(5.0, gt=0, description="Per-target scrape timeout.")
-    scheduler_source: Literal["slurmrestd", "commands", "none"] = Field(
-        "slurmrestd",
-        description="Where Slurm's jobs come from: slurmrestd (needs "
-        "slurmrestd_url), commands (squeue --json and sacct on this server), or none.",
-    )
-    slurmrestd_api_version: str = Field(
-        "v0.0.40",
-        description="OpenAPI plugin to ask slurmrestd for (Debian's 22.05 serves v0.0.38).",
-    )
-    slurmrestd_socket: str | None = Field(
-        None,
-        description="slurmrestd UNIX socket (rest_auth/local); the URL's host is then ignored.",
-    )
-    slurmrestd_user: str | None = Field(None, description="X-SLURM-USER-NAME for rest_auth/jwt.")
-    slurmrestd_token_file: Path | None = Field(
-        None, description="File holding the JWT for rest_auth/jwt (read at start)."
-    )
-    slurm_accounting: bool = Field(
-        True, description="In commands mode, also run sacct (needs slurmdbd) for finished jobs."
-    )
-    slurm_associations: bool = Field(
-        False,
-        description="Poll sacctmgr for user -> account memberships and coordinators (team leads).",
-    )
-    slurm_cluster: str | None = Field(
-        None, description="Slurm cluster name for sacctmgr (default: all clusters)."
-    )
-    slurmrestd_url: str | None = Field(
-        None, description="Base URL of slurmrestd (jobs are read from /slurm/v0.0.40/jobs)."
-    )
-    scheduler_poll_seconds: float = Field(
-        10.0, gt=0, description="Seconds between scheduler polls."
-    )
-    job_mapping_dir: Path | None = Field(
-        None, description="dcgm-exporter hpc-job-mapping directory root (per-node sub-directories)."
-    )
-    job_records_dir: Path | None = Field(
-        None, description="Directory of job records written by the Slurm prolog/epilog."
-    )
-    lustre_job_stats_dir: Path | None = Field(
-        None,
-        description="Spool directory of Lustre job_stats snapshots, one <server>.job_stats "
-        "file per OSS/MDS (deploy/lustre/hpcscope-jobstats); read when a file changes.",
-    )
-    lustre_jobid_pattern: str = Field(
-        DEFAULT_JOBID_PATTERN,
-        description="Regex matched against a whole Lustre job_id, with a named group 'job' "
-        "(the Slurm job id) and optionally 'host' (jobid_name with %H).",
-    )
-    falco_ingest_token: str | None = Field(
-        None,
-        description="Shared token Falco's http_output presents to POST /api/ingest/falco "
-        "(Bearer header or ?token=); the endpoint is off when unset.",
-    )
-    falco_events_path: Path | None = Field(
-        None,
-        description="Falco's file_output (json_output: true), tailed by hpcscope serve into "
-        "the alert engine (rotation followed); unset: not read.",
-    )
-    tetragon_events_path: Path | None = Field(
-        None,
-        description="Tetragon's JSON export (/var/log/tetragon/tetragon.log), tailed by "
-        "hpcscope serve into the alert engine, jobs from /proc/<pid>/cgroup; unset: not read.",
-    )
-    lustre_changelog_dir: Path | None = Field(
-        None,
-        description="Spool of Lustre changelog records (<mdt>.changelog, appended by the MDS's "
-        "changelog user) read for DP-1/DP-2 each cycle; unset: not read.",
-    )
-    lustre_fid2path_mount: str | None = Field(
-        None,
-        description="Lustre mount point on the server for 'lfs fid2path' (changelog paths); "
-        "unset: records keep no path and DP-1/DP-2 cannot place them.",
-    )
-    gpu_processes_dir: Path | None = Field(
-        None,
-        description="Spool of per-node NVML process lists (<node>/compute-apps.csv, gpus.csv, "
-        "proc/<pid>/cgroup) read for GM-1/GM-2 each cycle; unset: not read.",
-    )
-    security_buffer_rows: int = Field(
-        100_000,
-        ge=1,
-        description="Parsed Falco/Tetragon events kept in memory for the alert engine; "
-        "the oldest are dropped beyond this.",
-    )
     rollup_grace_seconds: float = Field(
         120.0,
         ge=0,
@@ -298,23 +236,6 @@ class Settings(EngineSettings):
             raise ValueError("tls_certfile and tls_keyfile go together: set both or neither")
         return self
 
-    integrity_spool_dir: Path | None = Field(
-        None,
-        description="Root of the gradient-integrity spool: one directory per job holding "
-        "rank-<r>.jsonl files written by the opt-in DDP hook (hpcscope.integrity).",
-    )
-    capture_spool_dir: Path | None = Field(
-        None,
-        description="Root of the trace-capture spool: one directory per job holding the Kineto "
-        "traces and meta files the golden path's capture writes (hpcscope.capture, "
-        "docs/capture.md); the same path as capture_dir= in the Slurm hooks' config.",
-    )
-    capture_grace_seconds: float = Field(
-        30.0,
-        gt=0,
-        description="Seconds after a capture window's first rank arrives after which it is "
-        "analysed with the ranks that came (a rank that died).",
-    )
     rules_dir: Path | None = Field(
         None,
         description="Directory of detection rule files (*.yaml), validated at start; "
@@ -372,6 +293,11 @@ class Settings(EngineSettings):
     )
     notify_cancel_grace_seconds: float = Field(
         1800.0, gt=0, description="Seconds between the warning and the cancel."
+    )
+    notify_cancel_via: Literal["scancel", "slurmrestd"] = Field(
+        "scancel",
+        description="How warn-then-cancel cancels: scancel on this server, or slurmrestd's "
+        "DELETE /slurm/<version>/job/<id> (slurmrestd_url, its user and token).",
     )
     alertmanager_url: str | None = Field(
         None,
@@ -452,23 +378,6 @@ class Settings(EngineSettings):
                 raise ValueError(f"rate of {model!r} must be >= 0, not {rate}")
         return value
 
-    @field_validator("lustre_jobid_pattern")
-    @classmethod
-    def _jobid_pattern_compiles(cls, value: str) -> str:
-        compile_jobid_pattern(value)  # ValueError names what is wrong
-        return value
-
-    def slurmrestd_token(self) -> str | None:
-        """The JWT from ``slurmrestd_token_file`` (or ``SLURM_JWT``), stripped; None if unset."""
-        if self.slurmrestd_token_file is not None:
-            try:
-                return self.slurmrestd_token_file.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot read: {exc.strerror}", source=str(self.slurmrestd_token_file)
-                ) from None
-        return os.environ.get("SLURM_JWT") or None
-
     def resolved_topology_path(self) -> Path:
         return self.topology_path or bundled_topology()
 
@@ -479,26 +388,75 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     Raises:
         SourceError: unreadable file or an invalid setting, naming the file and the field.
     """
-    values: dict[str, Any] = {}
+    # the file's YAML mapping, then the environment and the overrides, before pydantic checks
+    values: dict[str, object] = {}
     source = "<defaults>"
     if path is not None:
         source = str(path)
         try:
             text = Path(path).read_text(encoding="utf-8")
             loaded = bounded_yaml.safe_load(text, source=source) or {}
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read settings: {exc}", source=source) from None
         if not isinstance(loaded, dict):
             raise ConfigError("settings must be a mapping", source=source, line=1)
-        values.update(loaded)
-    for name in Settings.model_fields:
-        env = os.environ.get(f"HPCSCOPE_{name.upper()}")
-        if env is not None:
-            values[name] = env
-    values.update({k: v for k, v in overrides.items() if v is not None})
+        _merge(values, _nested(loaded, source, warn=True))
+    _merge(values, _nested(_environment(), "the environment", warn=True))
+    _merge(values, _nested({k: v for k, v in overrides.items() if v is not None}, source))
     try:
         return Settings.model_validate(values)
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
         raise ConfigError(first["msg"], source=source, field=field) from None
+
+
+def _environment() -> dict[str, object]:
+    """``HPCSCOPE_<NAME>`` of every setting and old flat key, ``HPCSCOPE_<SECTION>__<KEY>``."""
+    found: dict[str, object] = {}
+    sections = set(SourceSections.model_fields)
+    for name in [*Settings.model_fields, *LEGACY_KEYS]:
+        if name in sections:
+            continue
+        env = os.environ.get(f"HPCSCOPE_{name.upper()}")
+        if env is not None:
+            found[name] = env
+    for section, field in SourceSections.model_fields.items():
+        model = field.annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        for key in model.model_fields:
+            env = os.environ.get(f"HPCSCOPE_{section.upper()}__{key.upper()}")
+            if env is not None:
+                found.setdefault(section, {})
+                section_values = found[section]
+                assert isinstance(section_values, dict)
+                section_values[key] = env
+    return found
+
+
+def _nested(values: Mapping[str, object], source: str, *, warn: bool = False) -> dict[str, object]:
+    """One layer of values (file, environment, flags) with its old flat keys in sections."""
+    try:
+        nested, legacy = nest_legacy_keys(values)
+    except ValueError as exc:
+        raise ConfigError(str(exc), source=source) from None
+    if warn:
+        for key in legacy:
+            log.warning(
+                "settings: %s: %s is an old key, read as %s (docs/settings.md)",
+                source,
+                key,
+                legacy_replacement(key),
+            )
+    return nested
+
+
+def _merge(values: dict[str, object], layer: Mapping[str, object]) -> None:
+    """A later layer over ``values``: a section's keys one by one, other values whole."""
+    sections = set(SourceSections.model_fields)
+    for key, value in layer.items():
+        current = values.get(key)
+        if key in sections and isinstance(current, Mapping) and isinstance(value, Mapping):
+            values[key] = {**current, **value}
+        else:
+            values[key] = value

@@ -13,12 +13,16 @@ or on no known job, is visible to admins only (deny by default).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
+from dataclasses import replace
 from datetime import datetime
 
 import duckdb
 import orjson
+import pyarrow as pa
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.alerts import Alert, AlertState, Evidence, Severity, Vector
@@ -45,35 +49,107 @@ def _row(alert: Alert) -> tuple[object, ...]:
     )  # fmt: skip
 
 
+_TEXT, _INT, _TIME = pa.string(), pa.int64(), pa.timestamp("us")
+_BATCH_SCHEMA = pa.schema(
+    list(
+        zip(
+            _COLUMNS,
+            (_TEXT, _TEXT, _INT, _INT, _TEXT, _TIME, _TIME, _INT, _TEXT, _TEXT, _TEXT, _TEXT,
+             _INT, _TEXT, _INT, _TEXT, _TEXT, _TEXT, _TIME),
+            strict=True,
+        )
+    )
+)  # fmt: skip
+"""The Arrow types of :data:`_COLUMNS`, for the upsert's batch."""
+
+_UPSERT = (
+    "ON CONFLICT (dedup_key) DO UPDATE SET "
+    "count = alerts.count + excluded.count, "
+    "first_seen = least(alerts.first_seen, excluded.first_seen), "
+    "last_seen = greatest(alerts.last_seen, excluded.last_seen), "
+    "severity = greatest(alerts.severity, excluded.severity), "
+    "title = excluded.title, "
+    "step = coalesce(excluded.step, alerts.step), "
+    "evidence_json = excluded.evidence_json, "
+    'node = coalesce(alerts.node, excluded.node), "user" = coalesce(excluded."user", '
+    'alerts."user"), account = coalesce(excluded.account, alerts.account)'
+)
+
+
+def _as_one_per_key(alerts: Sequence[Alert]) -> Sequence[Alert]:
+    """The batch with one alert per key, merged as upserting them in turn would merge them."""
+    if len({a.key for a in alerts}) == len(alerts):
+        return alerts
+    merged: dict[str, Alert] = {}
+    for alert in alerts:
+        old = merged.get(alert.key)
+        merged[alert.key] = (
+            alert
+            if old is None
+            else replace(
+                alert,
+                count=old.count + alert.count,
+                first_seen=min(old.first_seen, alert.first_seen),
+                last_seen=max(old.last_seen, alert.last_seen),
+                severity=max(old.severity, alert.severity),
+                step=alert.step if alert.step is not None else old.step,
+                node=old.node if old.node is not None else alert.node,
+                user=alert.user if alert.user is not None else old.user,
+                account=alert.account if alert.account is not None else old.account,
+            )
+        )
+    return list(merged.values())
+
+
 def upsert_alerts(store: Store, alerts: Sequence[Alert]) -> Future[int]:
     """Insert new alerts, merge repeated ones (see module docstring).
+
+    One ``INSERT ... SELECT`` of the batch (as an Arrow table) with ``ON CONFLICT``: DuckDB's
+    ``executemany`` runs the statement once per row. Alerts of one key in the batch are merged
+    first, as upserting them one by one would.
 
     Returns:
         A future with the number of alerts written (new or merged).
     """
-    rows = [_row(alert) for alert in alerts]
+    rows = [_row(alert) for alert in _as_one_per_key(alerts)]
     names = ", ".join(f'"{c}"' for c in _COLUMNS)
-    marks = ", ".join("?" for _ in _COLUMNS)
+    batch = pa.Table.from_pylist(
+        [dict(zip(_COLUMNS, row, strict=True)) for row in rows], schema=_BATCH_SCHEMA
+    )
 
     def write(con: duckdb.DuckDBPyConnection) -> int:
         if not rows:
             return 0
-        con.executemany(
-            f"INSERT INTO alerts ({names}) VALUES ({marks}) ON CONFLICT (dedup_key) DO UPDATE SET "
-            "count = alerts.count + excluded.count, "
-            "first_seen = least(alerts.first_seen, excluded.first_seen), "
-            "last_seen = greatest(alerts.last_seen, excluded.last_seen), "
-            "severity = greatest(alerts.severity, excluded.severity), "
-            "title = excluded.title, "
-            "step = coalesce(excluded.step, alerts.step), "
-            "evidence_json = excluded.evidence_json, "
-            'node = coalesce(alerts.node, excluded.node), "user" = coalesce(excluded."user", '
-            'alerts."user"), account = coalesce(excluded.account, alerts.account)',
-            rows,
-        )
+        con.register("incoming_alerts", batch)
+        try:
+            con.execute(
+                f"INSERT INTO alerts ({names}) SELECT {names} FROM incoming_alerts {_UPSERT}"
+            )
+        finally:
+            con.unregister("incoming_alerts")
         return len(rows)
 
-    return store.submit_write(write)
+    future = store.submit_write(write)
+    future.add_done_callback(lambda done: _note_written(store, done))
+    return future
+
+
+_WRITTEN: weakref.WeakKeyDictionary[Store, int] = weakref.WeakKeyDictionary()
+_WRITTEN_LOCK = threading.Lock()
+
+
+def _note_written(store: Store, done: Future[int]) -> None:
+    if done.exception() is None and done.result():
+        with _WRITTEN_LOCK:
+            _WRITTEN[store] = _WRITTEN.get(store, 0) + 1
+
+
+def alerts_written(store: Store) -> int:
+    """How many upserts of alerts have committed in ``store`` since it was opened (by any
+    engine, in the collector's cycle or beside it): a read view of alerts keys on it, so a new
+    alert is seen by the next read."""
+    with _WRITTEN_LOCK:
+        return _WRITTEN.get(store, 0)
 
 
 def set_alert_state(

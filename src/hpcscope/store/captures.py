@@ -19,6 +19,7 @@ _NAMES = tuple(f.name for f in fields(StoredCapture))
 _COLUMNS = ", ".join(_NAMES)
 
 
+# A DuckDB row as pyarrow gives it (the SELECT's columns), typed here.
 def _row(values: dict[str, Any]) -> StoredCapture:
     data = dict(values)
     data["nodes"] = tuple(data["nodes"] or ())

@@ -6,11 +6,12 @@ researcher's own jobs, a team lead's accounts, an admin all), like every job rea
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TypedDict, cast
 
 import pyarrow as pa
 
 from hpcscope.model.access import JobScope
+from hpcscope.model.gpu_time import charged_gpu_seconds_sql
 from hpcscope.store.duck import Store
 
 #: Columns of ``job_summaries`` chargeback reads.
@@ -82,15 +83,25 @@ def gpu_rows_overlapping(
     )
 
 
-def seconds_by_account(store: Store) -> list[dict[str, Any]]:
+class AccountSeconds(TypedDict):
+    """Charged GPU-seconds of one account's finished jobs (``account`` None: no account)."""
+
+    account: str | None
+    allocated_gpu_seconds: float | None
+    useful_gpu_seconds: float | None
+
+
+def seconds_by_account(store: Store) -> list[AccountSeconds]:
     """Per account (null: no account), over every kept summary: ``allocated_gpu_seconds``
     and ``useful_gpu_seconds`` as chargeback charges them (allocated, else observed; useful
-    capped at allocated: :func:`hpcscope.analysis.chargeback.waste.charged_seconds`). Unscoped:
+    capped at allocated: :func:`hpcscope.model.gpu_time.charged_gpu_seconds`). Unscoped:
     for ``/metrics``, which requires an admin."""
-    rows: list[dict[str, Any]] = store.query(
-        "SELECT account, sum(a) AS allocated_gpu_seconds, sum(least(u, a)) AS useful_gpu_seconds "
-        "FROM (SELECT account, greatest(0, coalesce(allocated_gpu_seconds, observed_gpu_seconds)) "
-        "AS a, greatest(0, useful_gpu_seconds) AS u FROM job_summaries) GROUP BY account "
+    allocated, useful = charged_gpu_seconds_sql(
+        "allocated_gpu_seconds", "observed_gpu_seconds", "useful_gpu_seconds"
+    )
+    rows = store.query(
+        f"SELECT account, sum({allocated}) AS allocated_gpu_seconds, "
+        f"sum({useful}) AS useful_gpu_seconds FROM job_summaries GROUP BY account "
         "ORDER BY account NULLS LAST"
     ).to_pylist()
-    return rows
+    return cast(list[AccountSeconds], rows)  # the query's columns

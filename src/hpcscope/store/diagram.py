@@ -431,6 +431,8 @@ class OpenAlertCount(TypedDict):
     vector: str
     node: str | None
     severity: str
+    user: str | None
+    account: str | None
     open: int
 
 
@@ -438,7 +440,9 @@ def open_alert_counts(store: Store) -> list[OpenAlertCount] | None:
     """Open alerts (acknowledged included: not resolved) per vector name, node and severity.
 
     Rows: ``vector`` (the catalog id of :data:`~hpcscope.model.alerts.VECTOR_NAMES`), ``node``
-    (nullable), ``severity`` (``LOW`` .. ``CRITICAL``) and ``open`` (a count). None when the
+    (nullable), ``severity`` (``LOW`` .. ``CRITICAL``), the job's ``user`` and ``account``
+    from ``jobs`` (null for an alert on no known job: a node-scoped alert, which only a
+    principal who sees every alert may count) and ``open`` (a count). None when the
     store has no alerts table (an older store before its migrations run): the diagram then
     says detections are not configured instead of showing zeros.
     """
@@ -455,9 +459,10 @@ def open_alert_counts(store: Store) -> list[OpenAlertCount] | None:
     vector_case = " ".join(f"WHEN {int(v)} THEN '{name}'" for v, name in names.items())
     severity_case = " ".join(f"WHEN {int(s)} THEN '{s.name}'" for s in Severity)
     rows = store.query(
-        f"SELECT CASE vector {vector_case} ELSE CAST(vector AS VARCHAR) END AS vector, "
-        f"node, CASE severity {severity_case} ELSE CAST(severity AS VARCHAR) END "
-        f"AS severity, count(*) AS open FROM {ALERTS_TABLE} WHERE state <> ? "
+        f"SELECT CASE a.vector {vector_case} ELSE CAST(a.vector AS VARCHAR) END AS vector, "
+        f"a.node, CASE a.severity {severity_case} ELSE CAST(a.severity AS VARCHAR) END "
+        'AS severity, j."user" AS "user", j.account AS account, count(*) AS open '
+        f"FROM {ALERTS_TABLE} a LEFT JOIN jobs j ON j.job_id = a.job_id WHERE a.state <> ? "
         "GROUP BY ALL ORDER BY vector, node NULLS LAST, severity",
         [AlertState.RESOLVED.value],
     )

@@ -1,8 +1,8 @@
 """What the SLOs read: Slurm's job records with their kept summary's cause and GPU-seconds.
 
 One query over ``jobs`` (migration 1, Slurm's submit/start/end, partition, QOS, state, exit
-code) left-joined to ``job_summaries`` (migration 7: the exit cause with the Xid split, useful
-and allocated GPU-seconds). No table of its own: every SLO figure is recomputed from these
+code) left-joined to ``job_summaries`` (migration 7: the exit cause with the Xid split, useful,
+allocated and observed GPU-seconds). No table of its own: every SLO figure is recomputed from these
 records, so it always agrees with them (``docs/slo.md``).
 """
 
@@ -18,7 +18,7 @@ from hpcscope.store.duck import Store
 _COLUMNS = (
     'j.job_id, j."user", j.account, j.partition, j.qos, j.state, j.exit_code, j.submit_time, '
     "j.start_time, j.end_time, s.exit_cause AS summary_exit_cause, s.useful_gpu_seconds, "
-    "s.allocated_gpu_seconds"
+    "s.allocated_gpu_seconds, s.observed_gpu_seconds"
 )
 
 
@@ -31,8 +31,8 @@ def slo_job_records(store: Store, scope: JobScope, *, since: datetime | None) ->
     Returns:
         ``job_id``, ``user``, ``account``, ``partition``, ``qos``, ``state``, ``exit_code``,
         ``submit_time``, ``start_time``, ``end_time`` (from ``jobs``), ``summary_exit_cause``,
-        ``useful_gpu_seconds``, ``allocated_gpu_seconds`` (from ``job_summaries``, null
-        without one).
+        ``useful_gpu_seconds``, ``allocated_gpu_seconds``, ``observed_gpu_seconds`` (from
+        ``job_summaries``, null without one).
     """
     where, params = Store.scope_sql(scope, user_column='j."user"', account_column="j.account")
     window = ""

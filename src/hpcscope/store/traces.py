@@ -38,6 +38,7 @@ def _visible(scope: JobScope) -> tuple[str, list[object]]:
     return ("(" + " OR ".join(clauses) + ")" if clauses else "FALSE"), params
 
 
+# A DuckDB row as pyarrow gives it (the SELECT's columns), typed here.
 def _row(values: dict[str, Any], result_json: str = "") -> StoredAnalysis:
     return StoredAnalysis(
         analysis_id=values["analysis_id"],

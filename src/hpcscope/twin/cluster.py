@@ -15,22 +15,36 @@ State directory layout::
                                                     traces, meta, NCCL logs (twin/traces.py)
     <state_dir>/lustre/<server>.job_stats           ``lctl get_param`` job_stats of each Lustre
                                                     server (:mod:`hpcscope.twin.lustre`)
+    <state_dir>/falco/events.json                   Falco's file_output: the twin's attacks
+    <state_dir>/tetragon/events.json                Tetragon's export (and the bpftrace
+                                                    sensor's), jobs from <state_dir>/proc/
+    <state_dir>/integrity/<job>/rank-<r>.jsonl      the gradient-integrity hook's records
+
+The demo scenario plays one incident per threat vector every 10 minutes
+(:mod:`hpcscope.twin.live_incidents`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TypedDict
 
 from hpcscope.model.topology import Hca, Topology
 from hpcscope.twin.dcgm import DcgmEndpoint
+from hpcscope.twin.http_routes import (
+    Action,
+    Collectable,
+    Route,
+    Server,
+    metrics_route,
+    serve_routes,
+)
+from hpcscope.twin.live_incidents import LiveIncidents
 from hpcscope.twin.lustre import LustreJobStats
 from hpcscope.twin.node_exporter import InfinibandEndpoint, PortTraffic
 from hpcscope.twin.scheduler import Scheduler, SimJob
@@ -46,71 +60,23 @@ from hpcscope.twin.workloads import (
 
 log = logging.getLogger(__name__)
 
-Route = Callable[[], tuple[int, str, bytes]]
+__all__ = [
+    "Action",
+    "Collectable",
+    "FileSdTarget",
+    "Route",
+    "TwinCluster",
+    "job_gpu_shares",
+    "metrics_route",
+    "serve_routes",
+]
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class FileSdTarget(TypedDict):
+    """One entry of a Prometheus ``file_sd`` file."""
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # a scraper that gives up (timeout) closes the socket: not an error of the twin
-        error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError):
-            log.debug("twin http: client %s went away (%s)", client_address, error)
-            return
-        super().handle_error(request, client_address)
-
-
-def serve_routes(
-    host: str, port: int, routes: dict[str, Route]
-) -> tuple[_Server, threading.Thread]:
-    """Serve GET ``routes`` (path -> callable returning status, content type, body)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:
-            route = routes.get(self.path.split("?", 1)[0])
-            if route is None:
-                status, content_type, body = 404, "text/plain", b"not found\n"
-            else:
-                try:
-                    status, content_type, body = route()
-                except Exception as exc:  # an endpoint bug must not kill the server
-                    log.exception("twin endpoint %s failed", self.path)
-                    status, content_type, body = 500, "text/plain", f"{exc}\n".encode()
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("twin http %s", format % args)
-
-    server = _Server((host, port), Handler)
-    # shutdown() waits for the serve loop's next poll: 0.1 s, not the default 0.5 s per server
-    thread = threading.Thread(
-        target=server.serve_forever, args=(0.1,), name=f"twin-http-{port}", daemon=True
-    )
-    thread.start()
-    return server, thread
-
-
-class Collectable(Protocol):
-    """An exporter behind a page: advances its state and renders the page."""
-
-    def collect(self) -> str: ...
-
-
-def metrics_route(endpoint: Collectable) -> Route:
-    """``GET /metrics`` for an exporter: its page in the Prometheus text format."""
-
-    def route() -> tuple[int, str, bytes]:
-        return 200, "text/plain; version=0.0.4; charset=utf-8", endpoint.collect().encode()
-
-    return route
+    targets: list[str]
+    labels: dict[str, str]
 
 
 def job_gpu_shares(
@@ -181,7 +147,7 @@ class TwinCluster:
             arrivals_per_hour=arrivals_per_hour,
         )
         self._lock = threading.RLock()
-        self._servers: list[_Server] = []
+        self._servers: list[Server] = []
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self.dcgm_ports: dict[str, int] = {}
@@ -194,6 +160,14 @@ class TwinCluster:
         self.lustre = LustreJobStats.from_topology(topology, seed=seed)
         # the golden path's trace capture of the training jobs (hpcscope.twin.traces)
         self.traces = TraceSpool(state_dir / "capture", seed=seed)
+        # one incident per threat vector every 10 minutes (demo scenario)
+        self.incidents = LiveIncidents(
+            state_dir,
+            start=self._start_wall,
+            checkpoint_root=topology.checkpoint_root,
+            ib_errors=self._ib_errors,
+        )
+        self._ib_endpoints: dict[str, InfinibandEndpoint] = {}
 
     def now(self) -> float:
         """Simulated epoch seconds."""
@@ -281,8 +255,17 @@ class TwinCluster:
                 )
                 self._servers.append(ib_server)
                 self.node_exporter_ports[node.name] = ib_server.server_address[1]
+                self._ib_endpoints[node.name] = infiniband
         rest_port = self.base_port + len(self.topology.nodes) if self.base_port else 0
-        rest, _ = serve_routes(self.host, rest_port, {"/slurm/v0.0.40/jobs": self._jobs_route})
+        rest, _ = serve_routes(
+            self.host,
+            rest_port,
+            {"/slurm/v0.0.40/jobs": self._jobs_route},
+            {
+                "DELETE /slurm/v0.0.40/job/": self._cancel_route,
+                "POST /hooks/notify": self._webhook_route,
+            },
+        )
         self._servers.append(rest)
         self.slurmrestd_port = rest.server_address[1]
         self._write_run_files()
@@ -320,6 +303,9 @@ class TwinCluster:
                 self.scheduler.tick(now)
                 self._tick_lustre(now)
                 self.traces.advance(now, self.scheduler.jobs.values())
+                if self.scenario == "demo":
+                    for vector in self.incidents.advance(now, self.scheduler.jobs.values()):
+                        log.info("twin: incident played (%s)", vector)
 
     def _tick_lustre(self, now: float) -> None:
         """Count the jobs' Lustre I/O up to now and rewrite the servers' job_stats files."""
@@ -367,6 +353,17 @@ class TwinCluster:
 
         return traffic
 
+    def _ib_errors(self, node: str, gpu: int, family: str, count: float) -> bool:
+        """Error counts on the port of ``gpu``'s rail on ``node`` (the live incidents)."""
+        endpoint = self._ib_endpoints.get(node)
+        if endpoint is None:
+            return False
+        for index, hca in enumerate(endpoint.hcas):
+            if hca.gpu_index == gpu:
+                endpoint.add_errors(index, family, count)
+                return True
+        return False
+
     def _xid_source(self, node: str) -> Callable[[int], int]:
         def xid(gpu_index: int) -> int:
             with self._lock:
@@ -384,15 +381,43 @@ class TwinCluster:
             )
         return 200, "application/json", json.dumps(body).encode()
 
+    def _cancel_route(self, path: str, body: bytes) -> tuple[int, str, bytes]:
+        """slurmrestd's ``DELETE /slurm/v0.0.40/job/{job_id}``: scancel."""
+        job_id = path.rsplit("/", 1)[-1]
+        with self._lock:
+            if not job_id.isdigit() or int(job_id) not in self.scheduler.jobs:
+                answer = {"errors": [{"error": f"Job {job_id} not found", "error_number": 2017}]}
+                return 404, "application/json", json.dumps(answer).encode()
+            job = self.scheduler.jobs[int(job_id)]
+            if job.end_time is not None:  # slurmctld's ESLURM_ALREADY_DONE
+                answer = {"errors": [{"error": "Job/step already completing or completed",
+                                      "error_number": 2021}]}  # fmt: skip
+                return 500, "application/json", json.dumps(answer).encode()
+            self.scheduler.cancel(int(job_id), at=self.now())
+        return 200, "application/json", json.dumps({"errors": [], "warnings": []}).encode()
+
+    @property
+    def webhook_path(self) -> Path:
+        """What the demo's notification webhook received: one JSON body per line."""
+        return self.state_dir / "webhook" / "messages.jsonl"
+
+    def _webhook_route(self, path: str, body: bytes) -> tuple[int, str, bytes]:
+        """A chat channel's incoming webhook: the JSON body, kept one per line."""
+        json.loads(body)  # a body that is not JSON is the sender's bug: 500, in the log
+        self.webhook_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.webhook_path.open("ab") as handle:
+            handle.write(body.replace(b"\n", b" ") + b"\n")
+        return 200, "text/plain", b"ok\n"
+
     # ------------------------------------------------------------------ discovery
 
-    def targets(self) -> list[dict[str, Any]]:
+    def targets(self) -> list[FileSdTarget]:
         """Prometheus file_sd entries for every endpoint of the twin."""
-        dcgm = [
+        dcgm: list[FileSdTarget] = [
             {"targets": [f"{self.host}:{port}"], "labels": {"exporter": "dcgm", "node": node}}
             for node, port in self.dcgm_ports.items()
         ]
-        node_exporters = [
+        node_exporters: list[FileSdTarget] = [
             {"targets": [f"{self.host}:{port}"], "labels": {"exporter": "node", "node": node}}
             for node, port in self.node_exporter_ports.items()
         ]
@@ -416,6 +441,10 @@ class TwinCluster:
                     "started_at": self._start_wall,
                     "lustre_dir": None if self.lustre_dir is None else str(self.lustre_dir),
                     "falco_events_path": str(self.falco_events_path),
+                    "tetragon_events_path": str(self.incidents.tetragon_path),
+                    "tetragon_proc_root": str(self.incidents.proc_root),
+                    "integrity_dir": str(self.incidents.integrity_root),
+                    "webhook_url": f"{self.slurmrestd_url}/hooks/notify",
                     "capture_dir": str(self.traces.root),
                 },
                 indent=2,

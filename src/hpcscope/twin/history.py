@@ -34,6 +34,7 @@ from hpcscope.twin.dcgm import render_page
 from hpcscope.twin.history_incidents import Incident, IncidentPlan
 from hpcscope.twin.scheduler import REPAIR_SECONDS, JobState, Scheduler, SimJob, Team
 from hpcscope.twin.slurmrestd import jobs_response
+from hpcscope.twin.traces import TraceSpool
 from hpcscope.twin.workloads import GpuCounters, GpuPhysics, Profile
 
 #: The accounts of the history and their users (the demo logins' accounts, and two people and
@@ -47,6 +48,11 @@ HISTORY_TEAMS = (
 
 #: The history's first job id: its ids run below the live twin's (41230 on).
 FIRST_JOB_ID = 38000
+
+#: Each user's daily evaluation job: submitted every 24 h, this many seconds before the month
+#: ends (so that every day of the month, the last one included, has one of each user's jobs).
+NIGHTLY_BEFORE_END = {"alice": 10800, "erin": 10800, "bob": 11400, "frank": 11400,
+                      "dave": 12000, "grace": 12600}  # fmt: skip
 
 _PROFILES = (
     Profile.HEALTHY,
@@ -100,6 +106,8 @@ class HistoryShape:
 
     jobs_per_day: float = 26.0
     max_steps: int = 30  # longest job: 30 steps (5 h at 10 min)
+    captures: int = 6  # training jobs of the last week captured by the golden path
+    capture_days: float = 7.0
     chunk_steps: int = 144  # one chunk: a day at 10 min
     settle_seconds: float = 2400.0
     cancel_ratio: float = 0.06
@@ -125,6 +133,7 @@ class _Month:
         step: float,
         seed: int,
         shape: HistoryShape,
+        capture_dir: Path | None,
     ) -> None:
         self.topology = topology
         self.step = step
@@ -142,6 +151,9 @@ class _Month:
             fault_grace_seconds=step,  # a faulted job hangs one step (the NCCL watchdog)
         )
         self.physics = {(g.node, g.index): GpuPhysics(g.model) for g in topology.gpus}
+        # the golden path's capture: one window of a few training jobs of the last week
+        self.traces = None if capture_dir is None else TraceSpool(capture_dir, seed=seed)
+        self.captured: set[int] = set()
         self.cancels: dict[int, float] = {}
         self.touched: set[int] = set()
         self.finished: list[SimJob] = []
@@ -155,6 +167,23 @@ class _Month:
         room = int((last - now) // self.step) - 1
         for _ in range(int(self.rng.poisson(mean))):
             self._one(now, room)
+        for team in HISTORY_TEAMS:
+            for user in team.users:
+                if (last - now) % 86400 == NIGHTLY_BEFORE_END[user]:
+                    self._nightly(now, user, team.account)
+
+    def _nightly(self, now: float, user: str, account: str) -> None:
+        """The nightly evaluation of ``user``'s latest checkpoint: one GPU, 40 minutes."""
+        job = self.scheduler.submit(
+            name=f"nightly-eval-{user}",
+            user=user,
+            account=account,
+            profile=Profile.HEALTHY,
+            gpus=1,
+            duration_seconds=4 * self.step,
+            submit_time=now,
+        )
+        self.touched.add(job.job_id)
 
     def _one(self, now: float, room: int) -> None:
         rng, step, shape = self.rng, self.step, self.shape
@@ -248,6 +277,21 @@ class _Month:
         body = jobs_response(shown, cluster=self.topology.slurm_cluster_name, now=now)
         return json.dumps(body).encode()
 
+    def capture(self, now: float, *, since: float) -> None:
+        """One capture window of a running training job (two steps in, its GPUs at work), a
+        few jobs of the last days: what the task prolog's capture writes into the spool."""
+        if self.traces is None or now < since or len(self.captured) >= self.shape.captures:
+            return
+        for job in self.running():
+            trained = job.profile in (Profile.STRAGGLER, Profile.DATA_STARVED, Profile.HEALTHY)
+            started = job.start_time is not None and now - job.start_time >= 2 * self.step
+            if trained and started and len(job.allocation) >= 2 and job.job_id not in self.captured:
+                if job.profile is Profile.HEALTHY and len(self.captured) % 3:
+                    continue  # mostly the stragglers and the starved: what a page explains
+                self.traces.write_window(job, 0, at=now)
+                self.captured.add(job.job_id)
+                return
+
     def running(self) -> list[SimJob]:
         return [j for j in self.scheduler.jobs.values() if j.state is JobState.RUNNING]
 
@@ -261,18 +305,25 @@ def simulate_history(
     step_seconds: float = 600.0,
     seed: int = 42,
     shape: HistoryShape | None = None,
+    capture_dir: Path | None = None,
 ) -> Iterator[HistoryChunk]:
     """The month before ``end`` (epoch seconds), chunk by chunk (module docstring).
 
     Args:
         work_dir: the scheduler's mapping files and job records of the month.
         step_seconds: the grid: one scrape of every node per step.
+        capture_dir: the golden path's capture spool: a few training jobs of the last week
+            each leave one capture window there (Kineto traces, meta, NCCL logs), as the task
+            prolog's capture writes them; None: none.
     """
     shape = shape or HistoryShape()
     step = float(step_seconds)
     last = math.floor((end - shape.settle_seconds) / step) * step
     first = last - math.floor(days * 86400 / step) * step
-    month = _Month(topology, work_dir, start=first, step=step, seed=seed, shape=shape)
+    month = _Month(
+        topology, work_dir, start=first, step=step, seed=seed, shape=shape, capture_dir=capture_dir
+    )
+    capture_from = last - shape.capture_days * 86400
     incidents = IncidentPlan(
         first=first, last=last, seed=seed, checkpoint_root=topology.checkpoint_root
     )
@@ -285,6 +336,7 @@ def simulate_history(
                 if job.state is JobState.PENDING:
                     month.cancels[job.job_id] = now
         month.advance(now)
+        month.capture(now, since=capture_from)
         chunk.pages += month.pages(now)
         if chunk.incident is None and (incident := incidents.due(now, month.running())):
             chunk.incident = incident

@@ -254,6 +254,13 @@ class InfinibandEndpoint:
             port.transmitted_packets = port.transmitted_bytes / BULK_PACKET_BYTES
         self._lock = threading.Lock()
 
+    def add_errors(self, port_index: int, family: str, count: float) -> None:
+        """``count`` more of an error counter (``node_infiniband_...``) on one port: what a
+        P_Key probe (constraint errors) or an rkey guess (remote access errors) leaves."""
+        with self._lock:
+            extra = self._counters[port_index].extra
+            extra[family] = extra.get(family, 0.0) + count
+
     def collect(self) -> str:
         with self._lock:
             now = self._clock()

@@ -15,12 +15,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from hpcscope.model.topology import Topology
 from hpcscope.twin import mapping
+from hpcscope.twin.demo_jobs import DEMO_SCENARIO
 from hpcscope.twin.workloads import Profile
 
 log = logging.getLogger(__name__)
@@ -99,57 +99,6 @@ _JOB_NAMES = {
     Profile.FAILED: ("vit-sweep", "rl-rollout", "eval-harness"),
 }
 
-_HOUR = 3600.0
-
-#: The demo's opening jobs (keyword arguments of :meth:`Scheduler.submit`).
-DEMO_SCENARIO: tuple[dict[str, Any], ...] = (
-    {
-        "name": "llama-7b-pretrain",
-        "user": "alice",
-        "account": "vision",
-        "profile": Profile.STRAGGLER,
-        "gpus": 8,
-        "duration_seconds": 8 * _HOUR,
-        # two nodes, GPUs 0-3 of each (AllReduce over InfiniBand); the straggler is the 7th GPU
-        # of the job: GPU 2 of the second node
-        "spread_nodes": 2,
-        "straggler_gpu": 6,
-    },
-    {
-        "name": "bert-finetune",
-        "user": "bob",
-        "account": "nlp",
-        "profile": Profile.DATA_STARVED,
-        "gpus": 4,
-        "duration_seconds": 8 * _HOUR,
-        "nodelist": ("gpu02",),
-    },
-    {
-        "name": "whisper-train",
-        "user": "dave",
-        "account": "speech",
-        "profile": Profile.HEALTHY,
-        "gpus": 2,
-        "duration_seconds": 8 * _HOUR,
-    },
-    {
-        "name": "jupyter-debug",
-        "user": "bob",
-        "account": "nlp",
-        "profile": Profile.IDLE_ALLOCATED,
-        "gpus": 1,
-        "duration_seconds": 8 * _HOUR,
-    },
-    {
-        "name": "vit-sweep-17",
-        "user": "alice",
-        "account": "vision",
-        "profile": Profile.FAILED,
-        "gpus": 1,
-        "duration_seconds": 2 * _HOUR,
-        "fail_after_seconds": 120.0,
-    },
-)
 
 _XIDS = (79, 48, 94, 31)
 

@@ -15,7 +15,6 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 
 def rfc3339_ns(time_ns: int) -> str:
@@ -36,7 +35,7 @@ def falco_line(
     priority: str,
     time_ns: int,
     hostname: str,
-    fields: dict[str, Any],
+    fields: dict[str, object],
     tags: list[str],
     text: str,
 ) -> str:
@@ -72,8 +71,8 @@ class Proc:
     def exec_id(self) -> str:
         return base64.b64encode(f"{self.node}:{self.start_ns}:{self.pid}".encode()).decode()
 
-    def as_json(self) -> dict[str, Any]:
-        process: dict[str, Any] = {
+    def as_json(self) -> dict[str, object]:
+        process: dict[str, object] = {
             "exec_id": self.exec_id,
             "pid": self.pid,
             "uid": self.uid,
@@ -92,7 +91,7 @@ class Proc:
 
 def tetragon_exec(proc: Proc) -> str:
     """A ``process_exec`` export line."""
-    event: dict[str, Any] = {"process": proc.as_json()}
+    event: dict[str, object] = {"process": proc.as_json()}
     if proc.parent is not None:
         event["parent"] = proc.parent.as_json()
     line = {"process_exec": event, "node_name": proc.node, "time": rfc3339_ns(proc.start_ns)}
@@ -100,10 +99,10 @@ def tetragon_exec(proc: Proc) -> str:
 
 
 def tetragon_kprobe(
-    proc: Proc, *, time_ns: int, function: str, args: list[dict[str, Any]], policy: str
+    proc: Proc, *, time_ns: int, function: str, args: list[dict[str, object]], policy: str
 ) -> str:
     """A ``process_kprobe`` export line (action Post)."""
-    event: dict[str, Any] = {
+    event: dict[str, object] = {
         "process": proc.as_json(),
         "function_name": function,
         "args": args,

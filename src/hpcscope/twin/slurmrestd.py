@@ -9,12 +9,20 @@ consumer of job metadata reads are filled; a real response has ~129 keys per job
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TypedDict
 
 from hpcscope.twin.scheduler import JobState, SimJob
 
 
-def _number(value: float | int | None) -> dict[str, Any]:
+class _Number(TypedDict):
+    """slurmrestd's optional integer (``set`` false: no value)."""
+
+    set: bool
+    infinite: bool
+    number: int
+
+
+def _number(value: float | int | None) -> _Number:
     if value is None:
         return {"set": False, "infinite": False, "number": 0}
     return {"set": True, "infinite": False, "number": int(value)}
@@ -35,7 +43,7 @@ def _index_ranges(indices: list[int]) -> str:
     return ",".join(parts)
 
 
-def _job(job: SimJob, *, cluster: str, gpu_type: str) -> dict[str, Any]:
+def _job(job: SimJob, *, cluster: str, gpu_type: str) -> dict[str, object]:
     nodes = job.nodes
     per_node: dict[str, list[int]] = {}
     for node, gpu in job.allocation:
@@ -89,8 +97,8 @@ def _job(job: SimJob, *, cluster: str, gpu_type: str) -> dict[str, Any]:
 
 def jobs_response(
     jobs: Iterable[SimJob], *, cluster: str, now: float, gpu_type: str = "h100"
-) -> dict[str, Any]:
-    """The body of ``GET /slurm/v0.0.40/jobs``."""
+) -> dict[str, object]:
+    """The body of ``GET /slurm/v0.0.40/jobs`` (JSON values, v0.0.40's keys)."""
     return {
         "jobs": [
             _job(job, cluster=cluster, gpu_type=gpu_type)

@@ -27,9 +27,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
@@ -115,7 +115,7 @@ class TraceSpool:
         wait, warmup, active = SCHEDULE
         first_step = 100 + window * 1000 + wait + warmup
         steps = _step_times(job, len(ranks), active, seed=self.seed + job.job_id + window)
-        start_us = (at - steps[0]["end"][-1] / 1e3 - 0.001) * 1e6  # the window ends at ``at``
+        start_us = (at - steps[0].end[-1] / 1e3 - 0.001) * 1e6  # the window ends at ``at``
         for r in ranks:
             events = _rank_events(r, steps, first_step, start_us, len(ranks))
             trace = directory / trace_name(r.rank, window)
@@ -147,15 +147,37 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def _step_times(job: SimJob, world: int, active: int, *, seed: int) -> list[dict[str, Any]]:
+@dataclass(slots=True)
+class _Steps:
+    """One rank's steps: each phase's (start, end) in ms from the window start, per step."""
+
+    data: list[tuple[float, float]] = field(default_factory=list)
+    forward: list[tuple[float, float]] = field(default_factory=list)
+    backward: list[tuple[float, float]] = field(default_factory=list)
+    comm: list[tuple[float, float]] = field(default_factory=list)
+    done: list[tuple[float, float]] = field(default_factory=list)
+    end: list[float] = field(default_factory=list)
+
+
+class _Event(TypedDict):
+    """A complete (``X``) event of a Chrome trace, as ``export_chrome_trace`` writes it."""
+
+    ph: str
+    cat: str
+    name: str
+    pid: int
+    tid: int
+    ts: float
+    dur: float
+    args: NotRequired[dict[str, int | str]]
+
+
+def _step_times(job: SimJob, world: int, active: int, *, seed: int) -> list[_Steps]:
     """Per rank, per step: phase boundaries in ms from the window start (ranks share the
     step start: the previous AllReduce ended them together)."""
     rng = np.random.default_rng(seed)
     data, forward, backward, transfer, optimizer = _STEP_MS[job.profile]
-    out: list[dict[str, Any]] = [
-        {"data": [], "forward": [], "backward": [], "comm": [], "done": [], "end": []}
-        for _ in range(world)
-    ]
+    out = [_Steps() for _ in range(world)]
     t = 0.0
     for step in range(active):
         launch = []
@@ -167,34 +189,34 @@ def _step_times(job: SimJob, world: int, active: int, *, seed: int) -> list[dict
             b = backward * (1 + rng.normal(0, 0.02))
             if job.profile is Profile.STRAGGLER and r == job.straggler_gpu:
                 b = STRAGGLER_BACKWARD_MS * (1 + rng.normal(0, 0.02))
-            out[r]["data"].append((t, t + d))
-            out[r]["forward"].append((t + d, t + d + f))
-            out[r]["backward"].append((t + d + f, t + d + f + b))
+            out[r].data.append((t, t + d))
+            out[r].forward.append((t + d, t + d + f))
+            out[r].backward.append((t + d + f, t + d + f + b))
             launch.append(t + d + f + b)
         done = max(launch) + transfer
         for r in range(world):
-            out[r]["comm"].append((launch[r], done))
-            out[r]["done"].append((done, done + optimizer))
-            out[r]["end"].append(done + optimizer)
+            out[r].comm.append((launch[r], done))
+            out[r].done.append((done, done + optimizer))
+            out[r].end.append(done + optimizer)
         t = done + optimizer + 0.05
     return out
 
 
 def _rank_events(
-    r: _Rank, steps: list[dict[str, Any]], first_step: int, start_us: float, world: int
-) -> list[dict[str, Any]]:
+    r: _Rank, steps: list[_Steps], first_step: int, start_us: float, world: int
+) -> list[_Event]:
     mine = steps[r.rank]
     main, autograd, compute, comm_stream = r.pid, r.pid + 1, 7, 20
-    events: list[dict[str, Any]] = []
+    events: list[_Event] = []
     correlation = 1000 * (r.rank + 1)
 
-    def x(cat: str, name: str, tid: int, lo: float, hi: float, **args: Any) -> None:
-        event: dict[str, Any] = {
+    def x(cat: str, name: str, tid: int, lo: float, hi: float, **args: int) -> None:
+        event: _Event = {
             "ph": "X", "cat": cat, "name": name, "pid": r.pid if cat != "kernel" else r.gpu,
             "tid": tid, "ts": round(start_us + lo * 1e3, 3), "dur": round((hi - lo) * 1e3, 3),
         }  # fmt: skip
         if args:
-            event["args"] = args
+            event["args"] = dict(args)
         events.append(event)
 
     def launch(lo: float, hi: float, name: str, stream: int, kernel_lo: float) -> None:
@@ -204,36 +226,36 @@ def _rank_events(
         x("kernel", name, stream, kernel_lo, hi, device=r.gpu, stream=stream,
           correlation=correlation)  # fmt: skip
 
-    for i in range(len(mine["end"])):
+    for i in range(len(mine.end)):
         step = first_step + i
-        lo = mine["data"][i][0]
-        x("user_annotation", f"ProfilerStep#{step}", main, lo, mine["end"][i])
-        d_lo, d_hi = mine["data"][i]
+        lo = mine.data[i][0]
+        x("user_annotation", f"ProfilerStep#{step}", main, lo, mine.end[i])
+        d_lo, d_hi = mine.data[i]
         x("cpu_op", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", main,
           d_lo, d_hi)  # fmt: skip
-        f_lo, f_hi = mine["forward"][i]
+        f_lo, f_hi = mine.forward[i]
         half = (f_lo + f_hi) / 2
         for a, b in ((f_lo, half), (half, f_hi)):
             x("cpu_op", "aten::linear", main, a, a + 0.05)
             launch(a, b, _GEMM, compute, a + 0.01)
-        b_lo, b_hi = mine["backward"][i]
+        b_lo, b_hi = mine.backward[i]
         mid = (b_lo + b_hi) / 2
         for a, b in ((b_lo, mid), (mid, b_hi)):
             x("cpu_op", "autograd::engine::evaluate_function: MmBackward0", autograd, a, b)
             launch(a, b, _GEMM, compute, a + 0.01)
-        c_lo, c_hi = mine["comm"][i]
+        c_lo, c_hi = mine.comm[i]
         x("user_annotation", "nccl:all_reduce", main, c_lo, c_lo + 0.03)
         x("cpu_op", "c10d::allreduce_", main, c_lo, c_hi)
         launch(c_lo, c_hi, _NCCL_KERNEL, comm_stream, c_lo + 0.01)
         events[-1]["args"].update({"Collective name": "allreduce", "Process Group Name": "0",
                                    "Group size": world})  # fmt: skip
-        o_lo, o_hi = mine["done"][i]
+        o_lo, o_hi = mine.done[i]
         x("user_annotation", "Optimizer.step#AdamW.step", main, o_lo, o_hi)
         launch(o_lo, o_hi, "multi_tensor_apply_kernel", compute, o_lo + 0.01)
     return events
 
 
-def _document(r: _Rank, world: int, events: list[dict[str, Any]], start_us: float) -> Any:
+def _document(r: _Rank, world: int, events: list[_Event], start_us: float) -> object:
     return {
         "schemaVersion": 1,
         "deviceProperties": [

@@ -20,6 +20,7 @@ from hpcscope.ingest.security.falco import parse_falco_lines
 from hpcscope.ingest.security.tetragon import parse_tetragon_lines
 from hpcscope.model.alerts import Alert, Severity, Vector, merge_alerts
 from hpcscope.model.security_events import FALCO_ALERT_SCHEMA
+from hpcscope.service.alerts.falco_meaning import load_falco_meaning, meaning_path
 from hpcscope.service.alerts.rules import load_site_rules
 from hpcscope.twin import attacks
 from hpcscope.twin.attacks import JOBS, SECOND_NS, Scenario
@@ -29,6 +30,8 @@ T0 = 1_796_126_400 * SECOND_NS  # 2026-12-01T12:00:00Z
 RULES = load_site_rules(None)
 EVENT_RULE_IDS = registry().ids(RuleKind.EVENT)
 OWNERS = {job: JobOwner(user, account) for job, (user, account) in JOBS.items()}
+
+MEANING = load_falco_meaning(meaning_path(None))
 
 
 def _tables(s: Scenario, proc_root: Path) -> tuple[pa.Table, pa.Table]:
@@ -45,7 +48,7 @@ def _tables(s: Scenario, proc_root: Path) -> tuple[pa.Table, pa.Table]:
 
 def _replay(s: Scenario, tmp_path: Path) -> list[Alert]:
     falco, tetragon = _tables(s, tmp_path / "proc")
-    engine = EventRules(RULES, checkpoint_roots=[attacks.CHECKPOINTS])
+    engine = EventRules(RULES, checkpoint_roots=[attacks.CHECKPOINTS], meaning=MEANING)
     return engine.evaluate(falco, tetragon, owners=OWNERS).alerts
 
 
@@ -90,7 +93,7 @@ def test_sc2_turns_critical_when_the_connect_comes_in_a_later_batch(tmp_path: Pa
     s = attacks.supply_chain_miner(T0)
     s.proc.write(tmp_path)
     cache = ExecJobCache(proc_root=tmp_path)
-    engine = EventRules(RULES, checkpoint_roots=[])
+    engine = EventRules(RULES, checkpoint_roots=[], meaning=MEANING)
     empty = FALCO_ALERT_SCHEMA.empty_table()
     first = parse_tetragon_lines([x.encode() for x in s.tetragon[:4]], source="t", jobs=cache)
     second = parse_tetragon_lines([s.tetragon[4].encode()], source="t", jobs=cache, first_line=5)
@@ -132,7 +135,7 @@ def test_service_accounts_may_read_every_checkpoint(tmp_path: Path) -> None:
     w1 = rules["W-1"]
     rules["W-1"] = replace(w1, lists={"service_accounts": ("nlp",)})
     falco, tetragon = _tables(attacks.foreign_checkpoint_read(T0), tmp_path)
-    engine = EventRules(rules, checkpoint_roots=[attacks.CHECKPOINTS])
+    engine = EventRules(rules, checkpoint_roots=[attacks.CHECKPOINTS], meaning=MEANING)
     assert engine.evaluate(falco, tetragon, owners=OWNERS).alerts == []
 
 
@@ -140,23 +143,30 @@ def test_a_disabled_rule_stays_quiet(tmp_path: Path) -> None:
     rules = dict(RULES)
     rules["SC-1"] = replace(rules["SC-1"], enabled=False)
     falco, tetragon = _tables(attacks.supply_chain_miner(T0), tmp_path)
-    found = EventRules(rules, checkpoint_roots=[]).evaluate(falco, tetragon, owners=OWNERS)
+    found = EventRules(rules, checkpoint_roots=[], meaning=MEANING).evaluate(
+        falco, tetragon, owners=OWNERS
+    )
     assert {a.rule_id for a in found.alerts} == {"SC-2", "SC-3"}
 
 
-def test_unmapped_falco_alerts_are_counted_not_raised() -> None:
+def test_falco_rules_are_read_with_their_meaning() -> None:
+    """ "Terminal shell in container" (here at the docs' raised Critical priority) is a shell
+    in a container: kubectl exec looks the same, so it is supply-chain LOW outside a job and
+    never SC-1 without SC-1's Python lineage; with its vector's rule switched off it is
+    counted, not raised."""
     sample = Path(__file__).parents[2] / "fixtures/security/falco"
     with (sample / "alert_terminal_shell_falco-website.json").open("rb") as handle:
         parsed = parse_falco_lines(handle, source="sample")
-    engine = EventRules(RULES, checkpoint_roots=[])
-    rules = {k: v for k, v in RULES.items() if k != "SC-1"}
-    verdict = EventRules(rules, checkpoint_roots=[]).evaluate(
-        parsed.table, parsed.table.schema.empty_table(), owners={}
+    empty = parsed.table.schema.empty_table()
+    engine = EventRules(RULES, checkpoint_roots=[], meaning=MEANING)
+    (alert,) = engine.evaluate(parsed.table, empty, owners={}).alerts
+    assert (alert.rule_id, alert.severity, alert.job_id) == ("SC-FAL", Severity.LOW, None)
+    assert "Terminal shell in container" in alert.evidence[0].summary
+    rules = {k: v for k, v in RULES.items() if k != "SC-FAL"}
+    verdict = EventRules(rules, checkpoint_roots=[], meaning=MEANING).evaluate(
+        parsed.table, empty, owners={}
     )
     assert verdict.alerts == [] and verdict.falco_unmapped == verdict.falco_rows == 1
-    # "Terminal shell in container" is one of SC-1's Falco rules: mapped, no job known
-    (alert,) = engine.evaluate(parsed.table, parsed.table.schema.empty_table(), owners={}).alerts
-    assert alert.rule_id == "SC-1" and alert.job_id is None and alert.user == "root"
 
 
 _AT = datetime(2026, 12, 1, 12)
@@ -206,7 +216,7 @@ def test_benign_scenarios_are_quiet_because_of_their_allow_lists(
     rules = dict(RULES)
     rules[rule] = replace(rules[rule], lists={**rules[rule].lists, emptied: ()})
     falco, tetragon = _tables(make(T0), tmp_path)  # type: ignore[operator]
-    found = EventRules(rules, checkpoint_roots=[attacks.CHECKPOINTS]).evaluate(
+    found = EventRules(rules, checkpoint_roots=[attacks.CHECKPOINTS], meaning=MEANING).evaluate(
         falco, tetragon, owners=OWNERS
     )
     assert {a.rule_id for a in found.alerts} == {fires}

@@ -30,6 +30,7 @@ from hpcscope.model.access import JobScope
 from hpcscope.model.alerts import Severity
 from hpcscope.model.schemas import JOB_SCHEMA
 from hpcscope.service.alerts.engine import SecurityCollection
+from hpcscope.service.alerts.falco_meaning import load_falco_meaning, meaning_path
 from hpcscope.service.alerts.rules import load_site_rules
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.store import Store
@@ -45,6 +46,8 @@ SITE = "/opt/venv/lib/python3.11/site-packages"
 
 names = st.from_regex(r"[A-Za-z][A-Za-z0-9]{0,8}([._][A-Za-z0-9]{1,5}){0,2}", fullmatch=True)
 versions = st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){0,3}(\.post[0-9]|rc[0-9])?", fullmatch=True)
+
+MEANING = load_falco_meaning(meaning_path(None))
 
 
 def test_paths_an_installer_writes_are_recognised() -> None:
@@ -113,7 +116,7 @@ def _alerts(lines: list[str], tree: ProcTree, tmp_path: Path) -> list:  # type: 
         [x.encode() for x in lines], source="t.log", jobs=ExecJobCache(proc_root=tmp_path / "proc")
     )
     assert not parsed.errors
-    engine = EventRules(RULES, checkpoint_roots=[CHECKPOINTS])
+    engine = EventRules(RULES, checkpoint_roots=[CHECKPOINTS], meaning=MEANING)
     return engine.evaluate(pa.table({}), parsed.table, owners=OWNERS).alerts
 
 

@@ -19,7 +19,11 @@ from hpcscope.ingest.exporters.infiniband import (
     infiniband_rows,
 )
 from hpcscope.ingest.exposition.parser import ExpositionParser
+from hpcscope.ingest.exposition.scrape import Target
 from hpcscope.model.schemas import IB_PORT_SCHEMA
+from hpcscope.service.collect.clock import SystemClock
+from hpcscope.service.collect.collector import Collector
+from hpcscope.service.sources.node import NodeScrape
 from hpcscope.store import Store
 from hpcscope.store.infiniband import append_ib_counters, ib_counters
 from tests.support.node_exporter import extract_ttar, node_exporter
@@ -146,18 +150,28 @@ def test_unknown_infiniband_families_are_reported_not_fatal() -> None:
     assert conversion.table.num_rows == 3
 
 
+def _node_collector(store: Store, targets: list[Target]) -> Collector:
+    """A collector of one node-exporter source scraping ``targets``."""
+    source = NodeScrape(
+        store,
+        targets_path=None,
+        static_targets=tuple(targets),
+        interval_seconds=15.0,
+        timeout_seconds=5.0,
+        clock=SystemClock(),
+    )
+    return Collector(store, [source])
+
+
 def test_infiniband_collector_scrapes_node_exporter_into_the_store(tmp_path: Path) -> None:
     import asyncio
-
-    from hpcscope.ingest.exposition.scrape import Target
-    from hpcscope.service.collect.collector import Collector, CollectorConfig
 
     with node_exporter(H100) as url, Store(tmp_path / "s.duckdb") as store:
         targets = [
             Target(url, "node", {"node": "gpu-n01"}),
             Target("http://127.0.0.1:1/metrics", "node", {"node": "gpu-n02"}),
         ]
-        collector = Collector(store, CollectorConfig(static_targets=targets))
+        collector = _node_collector(store, targets)
 
         async def two_cycles() -> list[list[str]]:
             try:
@@ -176,13 +190,10 @@ def test_infiniband_collector_scrapes_node_exporter_into_the_store(tmp_path: Pat
 def test_a_rounds_port_rows_of_all_nodes_are_one_store_write(tmp_path: Path) -> None:
     import asyncio
 
-    from hpcscope.ingest.exposition.scrape import Target
-    from hpcscope.service.collect.collector import Collector, CollectorConfig
-
     nodes = ["gpu-n01", "gpu-n02", "gpu-n03"]
     with node_exporter(H100) as url, Store(tmp_path / "s.duckdb") as store:
         targets = [Target(url, "node", {"node": node}) for node in nodes]
-        collector = Collector(store, CollectorConfig(static_targets=targets))
+        collector = _node_collector(store, targets)
         store.flush()
         before = store.writes_committed
 

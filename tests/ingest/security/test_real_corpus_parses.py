@@ -71,3 +71,16 @@ def test_falco_context_fields_for_node_scoped_alerts() -> None:
     assert drop["evt_flags"] == "EXE_WRITABLE|EXE_UPPER_LAYER"
     memfd = next(r for r in rows if r["rule"] == "Fileless execution via memfd_create")
     assert memfd["proc_exe"] == "memfd:program"
+
+
+def test_the_row_types_are_the_schemas() -> None:
+    """The rules read rows as FalcoRow and TetragonRow: their keys are the schemas' columns."""
+    from hpcscope.model.security_events import (
+        FALCO_ALERT_SCHEMA,
+        TETRAGON_EVENT_SCHEMA,
+        FalcoRow,
+        TetragonRow,
+    )
+
+    assert list(FalcoRow.__annotations__) == FALCO_ALERT_SCHEMA.names
+    assert list(TetragonRow.__annotations__) == TETRAGON_EVENT_SCHEMA.names

@@ -251,7 +251,7 @@ def test_any_shapes_never_raise_untyped(
     pid=st.integers(1, 2**31),
     uid=st.integers(0, 2**32 - 1),
     binary=st.text(max_size=30),
-    path=st.text(max_size=40),
+    path=st.text(max_size=40).map(lambda text: "/" + text),  # Tetragon's paths are absolute
     mask=st.sampled_from([MAY_READ, MAY_WRITE, MAY_READ | MAY_WRITE]),
     nanos=st.integers(0, 999_999_999),
 )
@@ -270,3 +270,18 @@ def test_kprobe_round_trip(
     assert (row["pid"], row["uid"], row["binary"]) == (pid, uid, binary)
     assert (row["file_path"], row["access_mask"]) == (path, mask)
     assert row["event_time_ns"] == 1796119200_000_000_000 + nanos
+
+
+def test_a_path_printed_without_its_leading_slash_is_absolute() -> None:
+    """Tetragon 0.8's FollowFD events (the Security Observability report) print d_path
+    without its leading slash: ``etc/passwd`` is ``/etc/passwd``."""
+    event = {
+        "process_kprobe": {
+            "process": {"exec_id": "e", "binary": "/usr/bin/vi"},
+            "function_name": "__x64_sys_write",
+            "args": [{"file_arg": {"path": "etc/passwd"}}, {"size_arg": "627"}],
+        },
+        "time": "2022-01-19T16:29:01.861Z",
+    }
+    [row] = parse_tetragon_lines([orjson.dumps(event)], source="t").table.to_pylist()
+    assert (row["file_path"], row["int_args"]) == ("/etc/passwd", [627])

@@ -13,13 +13,13 @@ from typer.testing import CliRunner
 from hpcscope.cli.main import app
 from hpcscope.ingest.slurm import parse_slurmrestd_jobs
 from hpcscope.model.topology import load_topology
-from hpcscope.serve.server import security_collection
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.live import Viewer, live_state
 from hpcscope.service.identity.users import UserDirectory
-from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import FalcoSection
 from hpcscope.twin.cluster import TwinCluster
+from tests.support.collect import collector_for, run_cycles
 
 runner = CliRunner()
 
@@ -32,15 +32,18 @@ def test_the_demo_twin_attacks_and_threats_mode_shows_it(tmp_path: Path) -> None
         info = json.loads((twin_dir / "twin.json").read_text())
         body = urllib.request.urlopen(f"{twin.slurmrestd_url}/slurm/v0.0.40/jobs").read()
     settings = Settings(
-        store_path=tmp_path / "s.duckdb", falco_events_path=Path(info["falco_events_path"])
+        store_path=tmp_path / "s.duckdb",
+        falco=FalcoSection(events_path=Path(info["falco_events_path"])),
     )
     service = Service.open(settings, users=UserDirectory.demo())
     try:
         service.store.upsert_jobs(parse_slurmrestd_jobs(body, source="twin").jobs)
         service.store.flush()
-        collection = security_collection(service, SecurityEventBuffer())
-        assert collection is not None
-        assert collection.collect_once().alerts == 1
+        # the server's sources for these settings: Falco's file and the alert engine
+        collector = collector_for(service.store, settings, rules=service.rules)
+        assert [source.name for source in collector.sources] == ["falco", "security_events"]
+        (cycle,) = run_cycles(collector)
+        assert cycle.alerts_written == 1
         alice = service.principal("alice")
         bob = service.principal("bob")
         assert alice is not None and bob is not None
@@ -61,7 +64,8 @@ def test_the_demo_twin_attacks_and_threats_mode_shows_it(tmp_path: Path) -> None
         )  # fmt: skip
         assert played.exit_code == 0, played.output
         assert json.loads(played.stdout)["written"] == {info["falco_events_path"]: 1}
-        assert collection.collect_once().alerts == 1
+        (cycle,) = run_cycles(collector)
+        assert cycle.alerts_written == 1
         rules = sorted(a.rule_id for a in service.alerts(alice))
         assert rules == ["CE-1", "SC-2"]
         unknown = runner.invoke(app, ["twin", "attack", "nope", "--falco", str(tmp_path / "f")])

@@ -15,14 +15,15 @@ from hpcscope.model.alerts import Severity
 from hpcscope.model.schemas import JOB_SCHEMA
 from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.alerts.rules import load_site_rules
-from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import FalcoSection
 from hpcscope.store import Store
 from hpcscope.store.alerts import alerts
 from hpcscope.twin import attacks
 from hpcscope.twin.attacks import JOBS, SECOND_NS
 from tests.support.aio import run_async
+from tests.support.collect import collector_for
 
 T0 = 1_796_126_400 * SECOND_NS
 ALL = JobScope(all_jobs=True)
@@ -94,18 +95,17 @@ def test_tailed_files_become_stored_deduplicated_alerts(store: Store, tmp_path: 
 
 def test_the_http_buffer_is_drained_by_the_collector_cycle(store: Store, tmp_path: Path) -> None:
     buffer = SecurityEventBuffer()
-    security = SecurityCollection(store, buffer, load_site_rules(None))
     line = attacks.miner_falco_line(job_id="4410002", node="gpu02", user="bob", time_ns=T0)
     buffer.put("falco", parse_falco_lines([line.encode()], source="http:10.0.0.5"))
-    config = CollectorConfig.from_settings(
-        Settings(store_path=tmp_path / "unused.duckdb"), security=security
+    settings = Settings(
+        store_path=tmp_path / "unused.duckdb", falco=FalcoSection(ingest_token="secret")
     )
-    assert config is not None and config.security is security
+    collector = collector_for(store, settings, rules=load_site_rules(None), buffer=buffer)
+    assert [source.name for source in collector.sources] == ["security_events"]
 
     async def once() -> int:
-        collector = Collector(store, config)
         try:
-            return (await collector.collect_once()).security_alerts_written
+            return (await collector.collect_once()).of("security_events").alerts
         finally:
             await collector.aclose()
 

@@ -23,13 +23,16 @@ import pytest
 from hpcscope.ingest.slurm import SchedulerSnapshot, parse_slurmrestd_jobs
 from hpcscope.model.topology import load_topology
 from hpcscope.service.collect.collector import Collector, CollectorConfig
-from hpcscope.service.settings import bundled_topology
+from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import DcgmSection, NodeSection
+from hpcscope.service.sources.slurm import SlurmPoll
 from hpcscope.store import Store
 from hpcscope.twin import mapping
 from hpcscope.twin.cluster import serve_routes
 from hpcscope.twin.dcgm import DcgmEndpoint
 from hpcscope.twin.workloads import Profile, shares_for
 from tests.support.clock import EPOCH, FakeClock
+from tests.support.collect import collector_for
 from tests.support.paths import FIXTURES
 
 TOPOLOGY = load_topology(bundled_topology())
@@ -116,10 +119,13 @@ def _simulated(
     targets = _targets_file(
         tmp_path / "targets.json", {name: f"node-{name}:9400" for name in switches}
     )
-    config = CollectorConfig(
-        targets_path=targets, scrape_interval_seconds=15, scrape_timeout_seconds=0.2
+    settings = Settings(
+        scrape_interval_seconds=15,
+        scrape_timeout_seconds=0.2,
+        dcgm=DcgmSection(targets_path=targets),
+        node=NodeSection(targets_path=targets),
     )
-    return Collector(store, config, clock=clock, transport=_transport(switches))
+    return collector_for(store, settings, clock=clock, transport=_transport(switches))
 
 
 def _count(store: Store, sql: str) -> int:
@@ -223,11 +229,11 @@ class CountingScheduler:
 def test_the_scheduler_is_polled_on_its_own_interval(tmp_path: Path) -> None:
     clock = FakeClock()
     scheduler = CountingScheduler(clock)
-    config = CollectorConfig(
-        scheduler=scheduler, scrape_interval_seconds=15, scheduler_poll_seconds=40
-    )
     with Store(tmp_path / "store.duckdb") as store:
-        collector = Collector(store, config, clock=clock)
+        slurm = SlurmPoll(store, scheduler, None, poll_seconds=40, wait_seconds=5, clock=clock)
+        collector = Collector(
+            store, [slurm], config=CollectorConfig(scrape_interval_seconds=15), clock=clock
+        )
         asyncio.run(collector.run(cycles=6))  # cycles at 0, 15, ... 75 simulated seconds
         store.flush()
         assert scheduler.polled_at_seconds == [0, 45]  # the first cycle, then once 40 s passed
@@ -242,12 +248,13 @@ def test_collector_thread_survives_and_stops(tmp_path: Path, switches: dict[str,
         for name, server in zip(NAMES, servers, strict=True)
     }
     store = Store(tmp_path / "store.duckdb")
-    collector = Collector(
+    collector = collector_for(
         store,
-        CollectorConfig(
-            targets_path=_targets_file(tmp_path / "targets.json", hosts),
+        Settings(
             scrape_interval_seconds=0.05,
             scrape_timeout_seconds=0.2,
+            dcgm=DcgmSection(targets_path=_targets_file(tmp_path / "targets.json", hosts)),
+            node=NodeSection(targets_path=_targets_file(tmp_path / "targets.json", hosts)),
         ),
     )
     switches["broken"].mode = "hang"

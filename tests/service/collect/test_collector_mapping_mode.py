@@ -16,12 +16,13 @@ import httpx2
 
 from hpcscope.model.topology import load_topology
 from hpcscope.service.collect.attribution import attributed_samples
-from hpcscope.service.collect.collector import Collector, CollectorConfig
-from hpcscope.service.settings import bundled_topology
+from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import DcgmSection, JobMappingSection, NodeSection
 from hpcscope.store import Store
 from hpcscope.twin import mapping
 from hpcscope.twin.dcgm import DcgmEndpoint
 from tests.support.clock import FakeClock
+from tests.support.collect import collector_for
 
 TOPOLOGY = load_topology(bundled_topology())
 
@@ -58,9 +59,13 @@ def test_mapping_mode_attributes_from_the_shared_files(tmp_path: Path) -> None:
         json.dumps([{"targets": ["gpu01:9400"], "labels": {"exporter": "dcgm", "node": "gpu01"}}])
     )
     store = Store(tmp_path / "store.duckdb")
-    collector = Collector(
+    collector = collector_for(
         store,
-        CollectorConfig(targets_path=targets, job_mapping_dir=root, job_records_dir=records),
+        Settings(
+            dcgm=DcgmSection(targets_path=targets),
+            node=NodeSection(targets_path=targets),
+            job_mapping=JobMappingSection(dir=root, records_dir=records),
+        ),
         clock=clock,
         transport=httpx2.MockTransport(page),
     )

@@ -7,11 +7,14 @@ import json
 from pathlib import Path
 
 from hpcscope.model.topology import load_topology
-from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.collect.scheduler import SlurmrestdSource
 from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import DcgmSection, NodeSection, SlurmSection
+from hpcscope.service.sources import build_sources
+from hpcscope.service.sources.slurm import SlurmPoll
 from hpcscope.store import Store
 from hpcscope.twin.cluster import TwinCluster
+from tests.support.collect import collector_for, context_for
 from tests.support.node_exporter import node_exporter
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "infiniband"
@@ -33,13 +36,13 @@ def test_node_exporter_targets_fill_infiniband_counters_and_slurmrestd_fills_job
             {"targets": [host_port], "labels": {"exporter": "node", "node": "real-node"}}
         )
         (tmp_path / "targets.json").write_text(json.dumps(targets))
-        collector = Collector(
+        collector = collector_for(
             store,
-            CollectorConfig(
-                targets_path=tmp_path / "targets.json",
-                scheduler=SlurmrestdSource(url=twin.slurmrestd_url),
+            Settings(
                 scrape_interval_seconds=1,
-                scheduler_poll_seconds=0,
+                dcgm=DcgmSection(targets_path=tmp_path / "targets.json"),
+                node=NodeSection(targets_path=tmp_path / "targets.json"),
+                slurm=SlurmSection(url=twin.slurmrestd_url, poll_seconds=0.01),
             ),
         )
 
@@ -69,15 +72,19 @@ def test_node_exporter_targets_fill_infiniband_counters_and_slurmrestd_fills_job
     store.close()
 
 
+def _slurm(store: Store, settings: Settings) -> SlurmPoll:
+    ((source,),) = build_sources(context_for(store, settings))
+    assert isinstance(source, SlurmPoll)
+    return source
+
+
 def test_settings_choose_the_scheduler_source(tmp_path: Path) -> None:
-    rest = CollectorConfig.from_settings(
-        Settings(slurmrestd_url="http://ctl:6820", slurmrestd_api_version="v0.0.38")
-    )
-    assert rest is not None and isinstance(rest.scheduler, SlurmrestdSource)
-    assert rest.scheduler.version == "v0.0.38"
-    commands = CollectorConfig.from_settings(
-        Settings(scheduler_source="commands", slurm_associations=True)
-    )
-    assert commands is not None and commands.scheduler is not None
-    assert commands.scheduler.name == "slurm-commands" and commands.associations is not None
-    assert CollectorConfig.from_settings(Settings()) is None
+    with Store(tmp_path / "store.duckdb") as store:
+        rest = _slurm(
+            store, Settings(slurm=SlurmSection(url="http://ctl:6820", api_version="v0.0.38"))
+        )
+        assert isinstance(rest.scheduler, SlurmrestdSource)
+        assert rest.scheduler.version == "v0.0.38"
+        commands = _slurm(store, Settings(slurm=SlurmSection(source="commands", associations=True)))
+        assert commands.scheduler.name == "slurm-commands" and commands.associations is not None
+        assert build_sources(context_for(store, Settings())) == []

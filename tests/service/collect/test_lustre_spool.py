@@ -11,14 +11,18 @@ from pathlib import Path
 import pytest
 
 from hpcscope.model.topology import load_topology
-from hpcscope.service.collect.collector import Collector, CollectorConfig, CycleReport
+from hpcscope.service.collect.collector import Collector, CycleReport
 from hpcscope.service.collect.lustre_spool import LustreSpool
 from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import LustreJobStatsSection, SlurmSection
+from hpcscope.service.sources import build_sources
+from hpcscope.service.sources.lustre_job_stats import LustreJobStats as JobStatsSource
 from hpcscope.store import Store
 from hpcscope.store.lustre import job_stats
 from hpcscope.twin.lustre import LustreJobStats
 from hpcscope.twin.scheduler import Scheduler
 from tests.support.aio import run_async
+from tests.support.collect import collector_for, context_for
 from tests.support.paths import FIXTURES
 
 LCTL = FIXTURES / "lustre" / "lctl_get_param_job_stats_lustre2.14_slurm_jobids_whamcloud.txt"
@@ -77,11 +81,13 @@ def test_spool_files_are_stored_and_a_malformed_one_is_a_failed_scrape(
     tmp_path: Path, spool: Path
 ) -> None:
     with Store(tmp_path / "s.duckdb") as store:
-        collector = Collector(store, CollectorConfig(lustre_job_stats_dir=spool))
+        collector = collector_for(
+            store, Settings(lustre_job_stats=LustreJobStatsSection(dir=spool))
+        )
         report = _cycle(collector)
         assert (report.targets, report.ok) == (3, 2)
         # oss1 and mds1 whole; oss2's one complete entry before the bad line is kept too
-        assert report.lustre_rows_written == 240 + 240 + 15
+        assert report.of("lustre_job_stats").rows == 240 + 240 + 15
         assert job_stats(store).num_rows == 240 + 240 + 15
 
         scrapes = _scrapes(store)
@@ -115,12 +121,14 @@ def test_spool_files_are_stored_and_a_malformed_one_is_a_failed_scrape(
 
 def test_only_changed_files_are_read_again(tmp_path: Path, spool: Path) -> None:
     with Store(tmp_path / "s.duckdb") as store:
-        collector = Collector(store, CollectorConfig(lustre_job_stats_dir=spool))
+        collector = collector_for(
+            store, Settings(lustre_job_stats=LustreJobStatsSection(dir=spool))
+        )
         _cycle(collector)
         assert len(_scrapes(store)) == 3
 
         report = _cycle(collector)  # nothing changed: nothing read, nothing recorded
-        assert (report.targets, report.lustre_rows_written) == (0, 0)
+        assert (report.targets, report.of("lustre_job_stats").rows) == (0, 0)
         assert len(_scrapes(store)) == 3
 
         # the OSS writes a new snapshot in which one job moved on; the bad file is fixed
@@ -131,7 +139,7 @@ def test_only_changed_files_are_read_again(tmp_path: Path, spool: Path) -> None:
         _write(spool / "oss2.job_stats", LCTL.read_text(), mtime=2_000)
         report = _cycle(collector)
         assert (report.targets, report.ok) == (2, 2)
-        assert report.lustre_rows_written == 15 + (240 - 15)  # oss1: job 10; oss2: the rest
+        assert report.of("lustre_job_stats").rows == 15 + (240 - 15)  # oss1: job 10; oss2: the rest
         scrapes = _scrapes(store)
         assert len(scrapes) == 5
         assert [row["ok"] for row in scrapes[3:]] == [True, True]
@@ -140,7 +148,7 @@ def test_only_changed_files_are_read_again(tmp_path: Path, spool: Path) -> None:
         # the same bytes written again (a new mtime): read, recorded, nothing duplicated
         _write(spool / "oss1.job_stats", later, mtime=3_000)
         report = _cycle(collector)
-        assert (report.targets, report.lustre_rows_written) == (1, 0)
+        assert (report.targets, report.of("lustre_job_stats").rows) == (1, 0)
         assert job_stats(store).num_rows == 240 * 3 + 15
 
 
@@ -149,7 +157,9 @@ def test_an_unreadable_file_fails_every_cycle_without_stopping_the_others(
 ) -> None:
     _write(spool / "oss9.job_stats", b"job_stats:\n- job_id: \xff\xfe\n", mtime=1_000)
     with Store(tmp_path / "s.duckdb") as store:
-        collector = Collector(store, CollectorConfig(lustre_job_stats_dir=spool))
+        collector = collector_for(
+            store, Settings(lustre_job_stats=LustreJobStatsSection(dir=spool))
+        )
         first = _cycle(collector)
         assert (first.targets, first.ok) == (4, 2)
         second = _cycle(collector)
@@ -160,27 +170,29 @@ def test_an_unreadable_file_fails_every_cycle_without_stopping_the_others(
 
 def test_a_missing_spool_directory_reads_as_empty(tmp_path: Path) -> None:
     with Store(tmp_path / "s.duckdb") as store:
-        collector = Collector(store, CollectorConfig(lustre_job_stats_dir=tmp_path / "later"))
+        collector = collector_for(
+            store, Settings(lustre_job_stats=LustreJobStatsSection(dir=tmp_path / "later"))
+        )
         assert _cycle(collector).targets == 0
         (tmp_path / "later").mkdir()
         shutil.copy(LCTL, tmp_path / "later" / "oss1.job_stats")
-        assert _cycle(collector).lustre_rows_written == 240
+        assert _cycle(collector).of("lustre_job_stats").rows == 240
 
 
 def test_a_collector_with_only_a_lustre_spool_starts(tmp_path: Path, spool: Path) -> None:
     settings = Settings(
         store_path=tmp_path / "s.duckdb",
-        scheduler_source="none",
-        lustre_job_stats_dir=spool,
-        lustre_jobid_pattern=r"SLURM_JOB(?P<job>\d+)(?::\d+:(?P<host>.+))?",
         scrape_interval_seconds=0.2,
+        slurm=SlurmSection(source="none"),
+        lustre_job_stats=LustreJobStatsSection(
+            dir=spool, jobid_pattern=r"SLURM_JOB(?P<job>\d+)(?::\d+:(?P<host>.+))?"
+        ),
     )
-    config = CollectorConfig.from_settings(settings)
-    assert config is not None
-    assert config.lustre_job_stats_dir == spool
-    assert config.lustre_jobid_pattern == settings.lustre_jobid_pattern
     with Store(settings.store_path) as store:
-        collector = Collector(store, config)
+        collector = collector_for(store, settings)
+        (source,) = collector.sources
+        assert isinstance(source, JobStatsSource) and source.spool.directory == spool
+        assert source.spool.pattern.pattern == settings.lustre_job_stats.jobid_pattern
         collector.start()
         deadline = time.monotonic() + 20
         while collector.cycles < 1 and time.monotonic() < deadline:
@@ -191,7 +203,8 @@ def test_a_collector_with_only_a_lustre_spool_starts(tmp_path: Path, spool: Path
         # mds1's numeric ids do not match this site's pattern: kept, without a job
         assert job_stats(store, job_ids=["43"]).num_rows == 0
         assert job_stats(store, job_ids=["10"], hosts=["es18kxe-co-client"]).num_rows == 30
-    assert CollectorConfig.from_settings(Settings(scheduler_source="none")) is None
+        nothing = context_for(store, Settings(slurm=SlurmSection(source="none")))
+        assert build_sources(nothing) == []
 
 
 def test_the_twins_spool_reads_cleanly_with_jobs_and_hosts(tmp_path: Path) -> None:

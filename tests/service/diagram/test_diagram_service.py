@@ -25,6 +25,12 @@ from hpcscope.service.diagram.collectors import CollectorStatus
 from hpcscope.service.diagram.cost import decision_view
 from hpcscope.service.diagram.live import GpuState, Viewer, diagram_viewer, live_state
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import (
+    CaptureSection,
+    FalcoSection,
+    SlurmSection,
+    TetragonSection,
+)
 from hpcscope.store.alerts import upsert_alerts
 from tests.support.fleet import NOW, SAMPLES, STEP, write_fleet
 
@@ -105,7 +111,7 @@ def test_collector_health_from_our_own_scrapes(fleet: Service) -> None:
     assert health["lustre-metrics"].status is CollectorStatus.NOT_CONFIGURED
     assert health["slurm-exporter"].status is CollectorStatus.NOT_CONFIGURED
     # the scheduler read through slurmrestd: configured, and said to be so, without a health
-    fleet.settings.slurmrestd_url = "http://127.0.0.1:6820"
+    fleet.settings.slurm = SlurmSection(url="http://127.0.0.1:6820")
     slurm = {h.id: h for h in live_state(fleet, Viewer(None), now=NOW).collectors}["slurm-exporter"]
     assert slurm.status is CollectorStatus.CONFIGURED
     assert slurm.note is not None and "slurmrestd (http://127.0.0.1:6820)" in slurm.note
@@ -225,7 +231,7 @@ def test_vector_cards_count_open_alerts_of_the_real_table(fleet: Service) -> Non
     # no source raises alerts yet: the table alone does not make detections "configured"
     card = element_card(fleet, viewer(fleet, "alice"), "vector-rdma-blind-spot", now=NOW)
     assert isinstance(card.live, VectorCardLive) and not card.live.alerts.configured
-    fleet.settings = fleet.settings.model_copy(update={"falco_ingest_token": "t"})
+    fleet.settings = fleet.settings.model_copy(update={"falco": FalcoSection(ingest_token="t")})
     card = element_card(fleet, viewer(fleet, "alice"), "vector-rdma-blind-spot", now=NOW)
     assert isinstance(card.live, VectorCardLive) and card.live.alerts.configured
     assert card.live.open_alerts == 0
@@ -236,7 +242,13 @@ def test_vector_cards_count_open_alerts_of_the_real_table(fleet: Service) -> Non
     upsert_alerts(fleet.store, found).result()
     card = element_card(fleet, viewer(fleet, "alice"), "vector-rdma-blind-spot", now=NOW)
     assert isinstance(card.live, VectorCardLive) and card.live.open_alerts == 1
+    # alice counts the alert of her job; the one on no job (a process outside every job) is
+    # counted by those who read every alert only
     state = live_state(fleet, viewer(fleet, "alice"), now=NOW)
+    assert state.alerts.by_node == {"gpu02": 1}
+    assert state.alerts.by_vector == {"rdma-blind-spot": 1}
+    assert state.alerts.worst_by_node == {"gpu02": "HIGH"}
+    state = live_state(fleet, viewer(fleet, "admin"), now=NOW)
     assert state.alerts.by_node == {"gpu02": 2}
     assert state.alerts.by_vector == {"rdma-blind-spot": 1, "supply-chain": 1}
     assert state.alerts.worst_by_node == {"gpu02": "CRITICAL"}
@@ -275,3 +287,53 @@ def test_cost_of_lost_gpu_hours(fleet: Service) -> None:
     }
     assert decision_view(fleet, viewer(fleet, "admin"), now=NOW).own is None
     assert decision_view(fleet, Viewer(None), now=NOW).own is None
+
+
+def test_captured_and_sensor_collectors_say_what_was_collected(fleet: Service) -> None:
+    """The profiler and NCCL logs through the golden path's captures, eBPF on checkpoints
+    through the accesses the Tetragon tail brought: not configured only when nothing is set."""
+    from pathlib import Path
+
+    from hpcscope.model.capture import StoredCapture
+    from hpcscope.model.file_access import FILE_ACCESS_SCHEMA
+    from hpcscope.store.captures import upsert_capture
+    from hpcscope.store.file_access import append_file_access
+
+    def health() -> dict[str, object]:
+        return {h.id: h for h in live_state(fleet, Viewer(None), now=NOW).collectors}
+
+    before = health()
+    for cid in ("pytorch-profiler", "nccl-logs", "ebpf-checkpoints", "tetragon"):
+        assert before[cid].status is CollectorStatus.NOT_CONFIGURED  # type: ignore[attr-defined]
+    fleet.settings.capture = CaptureSection(spool_dir=Path("/var/spool/hpcscope/capture"))
+    fleet.settings.tetragon = TetragonSection(events_path=Path("/var/log/tetragon/tetragon.log"))
+    waiting = health()
+    assert waiting["pytorch-profiler"].status is CollectorStatus.CONFIGURED  # type: ignore[attr-defined]
+    assert waiting["ebpf-checkpoints"].status is CollectorStatus.CONFIGURED  # type: ignore[attr-defined]
+    captured = NOW - timedelta(minutes=2)
+    upsert_capture(
+        fleet.store,
+        StoredCapture(
+            job_id="101", capture_window=0, claimed_job_id="101", updated=captured,
+            window_start=captured, window_end=captured, ranks=4, world_size=4, steps=8,
+            nodes=("gpu01",), attribution="verified", straggler_rank=None, straggler_phase=None,
+            straggler_node=None, straggler_gpu=None, delay_seconds_per_step=None,
+            what_if_gain_seconds_per_step=None, notes=(),
+            result_json='{"analysis": {}, "nccl_logs": ["nccl-rank-0.log"]}',
+        ),
+    )  # fmt: skip
+    access = [
+        {"ts": NOW - timedelta(seconds=30), "path": "/lustre/scratch/checkpoints/a/model.pt",
+         "access": "read", "bytes": 4096, "node": "gpu01", "job_id": "101", "pid": 7, "uid": 1,
+         "binary": "/usr/bin/python3", "arguments": "", "exec_id": None,
+         "function": "security_file_permission", "source_kind": "tetragon",
+         "source_name": "tetragon.log", "source_line": 1}
+    ]  # fmt: skip
+    append_file_access(fleet.store, pa.Table.from_pylist(access, schema=FILE_ACCESS_SCHEMA))
+    fleet.store.flush()
+    seen = health()
+    for cid, when in (("pytorch-profiler", captured), ("nccl-logs", captured),
+                      ("ebpf-checkpoints", NOW - timedelta(seconds=30))):  # fmt: skip
+        assert seen[cid].status is not CollectorStatus.NOT_CONFIGURED  # type: ignore[attr-defined]
+        assert seen[cid].last_event_ts == when, cid  # type: ignore[attr-defined]
+    assert seen["pytorch-profiler"].status is CollectorStatus.OK  # type: ignore[attr-defined]

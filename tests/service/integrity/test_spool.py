@@ -13,12 +13,14 @@ from hpcscope.model.access import JobScope
 from hpcscope.model.alerts import AlertState, Severity
 from hpcscope.model.schemas import JOB_ALLOCATION_SCHEMA, JOB_SCHEMA
 from hpcscope.service.alerts.rules import load_site_rules
-from hpcscope.service.collect.collector import Collector, CollectorConfig, CycleReport
+from hpcscope.service.collect.collector import CycleReport
 from hpcscope.service.integrity.spool import IntegritySpool
 from hpcscope.service.settings import Settings
+from hpcscope.service.source_settings import IntegritySection
 from hpcscope.store import Store
 from hpcscope.store import slurm as slurm_store
 from hpcscope.store.alerts import alerts
+from tests.support.collect import collector_for
 from tests.support.integrity_records import gradients, lines_by_rank, step_lines
 
 WORLD = 4
@@ -107,12 +109,14 @@ def test_the_collector_reads_the_spool_each_cycle(tmp_path: Path) -> None:
     files = _liar_spool(root, 2)
     for rank, lines in files.items():
         (root / "4242" / f"rank-{rank}.jsonl").write_text("\n".join(lines) + "\n")
-    settings = Settings(store_path=tmp_path / "s.duckdb", integrity_spool_dir=root)
+    settings = Settings(
+        store_path=tmp_path / "s.duckdb", integrity=IntegritySection(spool_dir=root)
+    )
     with Store(settings.store_path) as store:
         _platform(store)
-        config = CollectorConfig.from_settings(settings, rules=load_site_rules(None))
-        assert config is not None and config.integrity_spool_dir == root
-        collector = Collector(store, config)
+        collector = collector_for(store, settings, rules=load_site_rules(None))
+        (source,) = collector.sources
+        assert source.name == "integrity"
 
         async def once() -> CycleReport:
             try:
@@ -121,5 +125,5 @@ def test_the_collector_reads_the_spool_each_cycle(tmp_path: Path) -> None:
                 await collector.aclose()
 
         report = asyncio.run(once())
-        assert (report.integrity_alerts_written, report.errors) == (1, [])
+        assert (report.of("integrity").alerts, report.errors) == (1, [])
         assert [a.rule_id for a in alerts(store, ADMIN_SCOPE)] == ["GI-3"]

@@ -14,7 +14,7 @@ from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import Principal, Role
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, JOB_SCHEMA
 from hpcscope.model.timeutil import utcnow
-from hpcscope.service.collect.collector import Collector, CollectorConfig
+from hpcscope.service.collect.collector import Collector
 from hpcscope.service.jobs import reports, timeseries
 from hpcscope.service.jobs.retention import Upkeep, UpkeepConfig, run_upkeep
 from hpcscope.store import Store
@@ -163,7 +163,7 @@ def test_the_collector_runs_the_upkeep_on_its_first_cycle_and_then_every_n(
     }
     store.upsert_jobs(pa.Table.from_pylist([finished], schema=JOB_SCHEMA)).result()
     upkeep = Upkeep(store, UpkeepConfig(every_cycles=2), scrape_interval_seconds=15.0)
-    collector = Collector(store, CollectorConfig(), after_cycle=[upkeep.after_cycle])
+    collector = Collector(store, [], after_cycle=[upkeep.after_cycle])
 
     async def cycles() -> list[int]:
         written = []

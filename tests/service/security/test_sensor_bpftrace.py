@@ -20,13 +20,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from hpcscope.analysis.alerts.file_access import access_records
 from hpcscope.ingest.security.tetragon import parse_tetragon_lines
+from hpcscope.model.security_events import TetragonRow
 from hpcscope.service.security.sensor import Sensor, bundled_program_path, render_program
+from hpcscope.service.security.sensor_watch import SensorWatch
 
 SIZE = 300_000
 WRITTEN = 12_345
@@ -87,13 +89,12 @@ def _run(base: Path) -> Run:
     shutil.copy("/bin/true", temp_true)
     script = base / "workload.py"
     script.write_text(WORKLOAD)
-    program = render_program(
-        bundled_program_path().read_text(), protected=[f"{root}/"], temp_prefixes=[f"{base}/"]
-    )
+    watch = SensorWatch(protected=(f"{root}/",), temp_prefixes=(f"{base}/",))
+    program = render_program(bundled_program_path().read_text(), watch=watch)
     output = base / "tetragon.log"
     found: dict[str, Any] = {}
     with output.open("w") as out:
-        sensor = Sensor(program, out, node="n-sensor", connect_jobs_only=True)
+        sensor = Sensor(program, out, node="n-sensor", watch=watch)
 
         def workload() -> None:
             try:
@@ -163,7 +164,8 @@ def test_writes_are_counted_and_unprotected_files_are_silent(run: Run) -> None:
     seen = [(r["function_name"], r["file_path"], r["int_args"]) for r in _mine(run)]
     assert written == [WRITTEN], (seen, f"{run.lost_events} events lost in the kernel")
     assert not any("other.txt" in (r["file_path"] or "") for r in run.rows)
-    records = access_records(run.rows, protected=[str(run.root)]).to_pylist()
+    rows = cast(list[TetragonRow], run.rows)
+    records = access_records(rows, protected=[str(run.root)]).to_pylist()
     by_access: dict[str, int] = {}
     for record in records:
         if record["pid"] == run.workload_pid:
@@ -177,9 +179,12 @@ def test_temp_exec_connect_ptrace_vm_readv_and_setns(run: Run) -> None:
     execs = [r for r in run.rows if r["event_type"] == "process_exec"]
     assert any(r["binary"].endswith("/dropped-true") and r["job_id"] == "777" for r in execs)
     mine = _mine(run)
-    (connect,) = [r for r in mine if r["function_name"] == "__sys_connect"]
+    (connect,) = [r for r in mine if r["function_name"] == "tcp_connect"]
     assert (connect["sock_daddr"], connect["sock_dport"], connect["sock_family"]) == (
         "10.255.255.1", 4444, "AF_INET")  # fmt: skip
+    (own,) = [r for r in execs if r["pid"] == run.workload_pid]  # every exec is posted
+    assert own["arguments"].startswith(str(run.root.parent / "workload.py"))
+    assert connect["exec_id"] == own["exec_id"]  # the connect chains to its image
     calls = {r["function_name"]: r["int_args"] for r in mine}
     assert calls["__x64_sys_ptrace"] == [2, 999_999]
     assert calls["__x64_sys_process_vm_readv"] == [999_999]

@@ -5,6 +5,7 @@ process gone before its held record is translated keeps the job read when it arr
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import orjson
@@ -43,7 +44,7 @@ def _translator(root: Path) -> SensorTranslator:
                             monotonic_to_wall_ns=0)  # fmt: skip
 
 
-def _read_rows(events: list[dict[str, object]]) -> list[dict[str, object]]:
+def _read_rows(events: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
     rows = [tetragon_event_row(orjson.dumps(e), source="s", line_number=i)
             for i, e in enumerate(events, start=1)]  # fmt: skip
     return [r for r in rows if r["function_name"] == "security_file_permission"]
@@ -147,5 +148,5 @@ def test_an_exec_read_on_arrival_keeps_its_job_after_its_ancestors_exit(tmp_path
     for pid in ("11", "10"):
         shutil.rmtree(root / pid)  # its ancestors exit during the hold; it still runs
     (event,) = translator.feed(exec_record)
-    process = event["process_exec"]["process"]
+    process = orjson.loads(orjson.dumps(event))["process_exec"]["process"]
     assert process["slurm_job"]["job_id"] == "42"

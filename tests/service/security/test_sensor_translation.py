@@ -1,9 +1,11 @@
 """The sensor's records -> Tetragon events on a fake /proc tree (no kernel needed): the job
 from a cgroup, from a ``slurmstepd`` ancestor, or from the parent of a process already gone;
-opens, dup'ed descriptors, flushes and closes summed; connects outside jobs skipped."""
+opens, dup'ed descriptors, flushes and closes summed; connects inside the cluster posted for
+job processes only."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import orjson
@@ -12,6 +14,7 @@ from hpcscope.ingest.security.bpftrace import SensorRecord
 from hpcscope.ingest.security.tetragon import tetragon_event_row
 from hpcscope.service.security.sensor_events import SensorTranslator
 from hpcscope.service.security.sensor_procs import CLOCK_TICKS, ProcReader
+from hpcscope.service.security.sensor_watch import SensorWatch
 
 
 def _proc(root: Path, pid: int, ppid: int, cmdline: str, cgroup: str = "0::/user.slice") -> None:
@@ -38,14 +41,17 @@ def _tree(root: Path) -> Path:
     return root
 
 
-def _rows(events: list[dict[str, object]]) -> list[dict[str, object]]:
+def _rows(events: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
     return [tetragon_event_row(orjson.dumps(e), source="s", line_number=i)
             for i, e in enumerate(events, start=1)]  # fmt: skip
 
 
 def test_jobs_from_cgroup_stepd_ancestor_and_parent_of_a_gone_process(tmp_path: Path) -> None:
     reader = ProcReader(node="n1", proc_root=_tree(tmp_path))
-    translator = SensorTranslator(reader, node="n1", monotonic_to_wall_ns=1_796_126_400 * 10**9)
+    watch = SensorWatch(protected=("/ckpt/",), cluster_cidrs=("10.0.0.0/8",))
+    translator = SensorTranslator(
+        reader, node="n1", monotonic_to_wall_ns=1_796_126_400 * 10**9, watch=watch
+    )
     events = translator.feed_all([
         SensorRecord("open", ns=1, pid=20, tid=20, uid=1000, ppid=1, fd=3, flags=0, comm="python3",
                      path="/ckpt/a/model.pt"),
@@ -57,9 +63,11 @@ def test_jobs_from_cgroup_stepd_ancestor_and_parent_of_a_gone_process(tmp_path: 
         SensorRecord("close", ns=4, pid=99, tid=99, uid=1000, ppid=11, fd=0, read_bytes=24,
                      written_bytes=0, comm="dd"),
         SensorRecord("connect", ns=5, pid=30, tid=30, uid=0, ppid=1, family=2, port=443,
-                     comm="sshd", address="203.0.113.9"),
+                     comm="sshd", address="10.1.2.3", sock_type=1, protocol=6),
         SensorRecord("connect", ns=6, pid=20, tid=20, uid=1000, ppid=1, family=2, port=443,
-                     comm="python3", address="203.0.113.9"),
+                     comm="python3", address="10.1.2.3", sock_type=1, protocol=6),
+        SensorRecord("connect", ns=7, pid=30, tid=30, uid=0, ppid=1, family=10, port=443,
+                     comm="sshd", address="2001:db8::1", sock_type=1, protocol=6),
     ])  # fmt: skip
     rows = _rows(events)
     opens = [r for r in rows if r["function_name"] == "security_file_open"]
@@ -68,9 +76,11 @@ def test_jobs_from_cgroup_stepd_ancestor_and_parent_of_a_gone_process(tmp_path: 
     reads = [r for r in rows if r["function_name"] == "security_file_permission"]
     assert [(r["pid"], r["int_args"]) for r in reads] == [(99, [4, 1000]), (99, [4, 24])]
     assert all(r["file_path"] == "/ckpt/a/model.pt" for r in reads)
-    connects = [r for r in rows if r["function_name"] == "__sys_connect"]
-    assert [(r["pid"], r["sock_daddr"], r["sock_dport"]) for r in connects] == [
-        (20, "203.0.113.9", 443)]  # fmt: skip
+    # inside the cluster: a job's connect is posted (W-2, SC-6), another is not; outside: all
+    connects = [r for r in rows if r["function_name"] == "tcp_connect"]
+    assert [(r["pid"], r["sock_daddr"], r["sock_dport"], r["sock_family"]) for r in connects] == [
+        (20, "10.1.2.3", 443, "AF_INET"), (30, "2001:db8::1", 443, "AF_INET6")]  # fmt: skip
+    assert {r["policy_name"] for r in connects} == {"hpcscope-network"}
     assert translator.stats.skipped_connects == 1
     assert rows[0]["event_time_ns"] == 1_796_126_400 * 10**9 + 1  # monotonic ns + the offset
 

@@ -170,24 +170,6 @@ def test_shipped_thresholds_are_the_reference_starting_values(rules: dict[str, R
     assert rules["GM-4"].items("xids") == ("13", "31", "43")
 
 
-def test_spools_from_settings(tmp_path: Path, rules: dict[str, RuleSpec]) -> None:
-    from hpcscope.service.settings import Settings
-    from hpcscope.service.telemetry_rules.engine import spools_from_settings
-
-    (tmp_path / "changelog").mkdir()
-    (tmp_path / "changelog" / "fs-MDT0000.changelog").write_text(
-        "1 01CREAT 12:00:00.000000000 2026.12.01 0x0 t=[0x1:0x2:0x0] j=7:0:n1 ef=0xf "
-        "u=1:1 nid=0@lo p=[0x1:0x1:0x0] a\n2 01CREAT 12:00:01"  # the second line is incomplete
-    )
-    settings = Settings(lustre_changelog_dir=tmp_path / "changelog",
-                        gpu_processes_dir=tmp_path / "procs")  # fmt: skip
-    with Store(tmp_path / "s.duckdb") as store:
-        spools = spools_from_settings(store, settings)
-        assert len(spools) == 2
-        TelemetryRules(store, rules, spools=spools).evaluate_once()
-        assert queries.changelog(store).num_rows == 1
-
-
 def test_telemetry_alerts_are_scoped_like_every_alert(
     rules: dict[str, RuleSpec], tmp_path: Path
 ) -> None:

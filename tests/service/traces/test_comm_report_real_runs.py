@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {s.name: out / s.name for s in SCENARIOS}
 
 
-def _analysis(path: Path, scenario: CommScenario) -> dict[str, Any]:
+def _analysis(path: Path, scenario: CommScenario) -> Mapping[str, Any]:
     result = to_json(analyze([path], world_size=scenario.ranks))["comm_classes"]
     assert isinstance(result, dict)
     return result

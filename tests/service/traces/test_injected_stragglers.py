@@ -15,6 +15,7 @@ injected run benefits from the straggler's idle core.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def torch_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 
 @pytest.fixture(scope="session")
-def analyses(torch_run: Run) -> dict[str, dict[str, Any]]:
+def analyses(torch_run: Run) -> dict[str, Mapping[str, Any]]:
     return {
         name: to_json(analyze([torch_run.trace_dir(name)], workers=2))
         for name in torch_run.scenarios

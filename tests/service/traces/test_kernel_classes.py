@@ -121,6 +121,7 @@ def test_launch_operators_name_what_they_launch() -> None:
 )
 def test_every_kernel_of_the_sample_traces_is_classified(path: str) -> None:
     doc = to_json(analyze([FIXTURES / "traces" / path]))["comm_classes"]
+    assert doc is not None
     assert doc["unclassified"] == [] and doc["unclassified_seconds"] == 0.0
     assert doc["classes"]  # NCCL collectives in all three
 

@@ -10,7 +10,7 @@ like the others.
 from __future__ import annotations
 
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -88,7 +88,7 @@ def service(tmp_path: Path) -> Iterator[Service]:
     opened.close()
 
 
-def _evidence(document: dict[str, Any], rank: int) -> list[dict[str, Any]]:
+def _evidence(document: Mapping[str, Any], rank: int) -> list[dict[str, Any]]:
     [straggler] = [s for s in document["stragglers"] if s["rank"] == rank]
     return list(straggler["evidence"])
 

@@ -97,7 +97,7 @@ def test_the_fork_helpers_pipe_gives_back_each_rank_and_error_exactly() -> None:
 
     items = find_traces([HTA_2RANK])
     parsed = [trace_inputs.parse_one(item) for item in items]
-    error = ("bad JSON", "rank9.json", 3, 14)
+    error = ("bad JSON", "rank9.json", 3, 14, None)
     sent = [*parsed, error]
     back = trace_inputs._decode_results(trace_inputs._encode_results(sent))
     assert back is not None and len(back) == len(sent)

@@ -13,9 +13,9 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from hpcscope.model.alerts import Alert, Evidence, RuleSpec, Severity
+from hpcscope.model.security_events import FalcoRow, TetragonRow
 
 #: Evidence items kept per merged alert (the store keeps the newest firing's).
 
@@ -69,9 +69,31 @@ def in_networks(
     return any(ip.version == net.version and ip in net for net in nets)
 
 
+def event_time(row: FalcoRow | TetragonRow) -> datetime:
+    """A Tetragon event's time (the rules skip events without one before they read it).
+
+    Raises:
+        ValueError: the event has no time.
+    """
+    ts = row["ts"]
+    if ts is None:
+        raise ValueError(f"{row['source_name']}:{row['source_line']}: an event without a time")
+    return ts
+
+
+def where_run(row: FalcoRow | TetragonRow) -> str:
+    """``" in pod ns/name"`` or ``" in container name"`` when the event names one (the node is
+    the alert's own attribution), else ``""``."""
+    pod, namespace = row["pod_name"], row["pod_namespace"]
+    if pod:
+        return f" in pod {namespace}/{pod}" if namespace else f" in pod {pod}"
+    container = row["container_name"] or row["container_id"]
+    return f" in container {container}" if container and container != "host" else ""
+
+
 def event_alert(
     spec: RuleSpec,
-    row: Mapping[str, Any],
+    row: FalcoRow | TetragonRow,
     *,
     node: str | None,
     owners: Mapping[str, JobOwner],
@@ -94,11 +116,11 @@ def event_alert(
         event_user: the event's own user (name or ``uid N``), used when no job is known.
         severity: overrides the rule's (SC-2 CRITICAL, SC-3 on miner ports).
     """
-    ts: datetime = row["ts"]
+    ts = event_time(row)
     job_id = row.get("job_id")
     owner = owners.get(job_id) if job_id is not None else None
     evidence = Evidence(
-        summary=f"{summary}; {GPU_UNKNOWN}",
+        summary=f"{summary}{where_run(row)}; {GPU_UNKNOWN}",
         source=str(row["source_name"]),
         position=f"line {row['source_line']}",
     )

@@ -11,12 +11,12 @@ write-type syscall a write; bytes are not in Falco's output).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
 from hpcscope.model.file_access import FILE_ACCESS_SCHEMA, file_access_kind
+from hpcscope.model.security_events import FalcoRow, TetragonRow
 
 _FALCO_KINDS = {
     "open": "open", "openat": "open", "openat2": "open", "creat": "write",
@@ -36,8 +36,8 @@ def _under(path: str | None, prefixes: Sequence[str]) -> bool:
 
 
 def access_records(
-    tetragon: Iterable[Mapping[str, Any]],
-    falco: Iterable[Mapping[str, Any]] = (),
+    tetragon: Iterable[TetragonRow],
+    falco: Iterable[FalcoRow] = (),
     *,
     protected: Sequence[str],
 ) -> pa.Table:
@@ -52,7 +52,7 @@ def access_records(
         A table of :data:`~hpcscope.model.file_access.FILE_ACCESS_SCHEMA`, in input order.
     """
     prefixes = _prefixes(protected)
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []  # one FILE_ACCESS_SCHEMA row each: column -> value
     if not prefixes:
         return pa.Table.from_pylist(rows, schema=FILE_ACCESS_SCHEMA)
     for row in tetragon:
@@ -87,27 +87,27 @@ def access_records(
                 "source_line": row["source_line"],
             }
         )
-    for row in falco:
-        path = row.get("fd_name")
-        if row.get("ts") is None or not _under(path, prefixes):
+    for alert in falco:
+        path = alert["fd_name"]
+        if not _under(path, prefixes):
             continue
         rows.append(
             {
-                "ts": row["ts"],
+                "ts": alert["ts"],
                 "path": path,
-                "access": _FALCO_KINDS.get(row.get("evt_type") or "", "open"),
+                "access": _FALCO_KINDS.get(alert["evt_type"] or "", "open"),
                 "bytes": None,
-                "node": row.get("hostname"),
-                "job_id": row.get("job_id"),
-                "pid": row.get("proc_pid"),
-                "uid": row.get("user_uid"),
-                "binary": row.get("proc_exe") or row.get("proc_name"),
-                "arguments": row.get("proc_cmdline"),
+                "node": alert.get("hostname"),
+                "job_id": alert.get("job_id"),
+                "pid": alert.get("proc_pid"),
+                "uid": alert.get("user_uid"),
+                "binary": alert.get("proc_exe") or alert.get("proc_name"),
+                "arguments": alert.get("proc_cmdline"),
                 "exec_id": None,
-                "function": row.get("rule"),
+                "function": alert.get("rule"),
                 "source_kind": "falco",
-                "source_name": row["source_name"],
-                "source_line": row["source_line"],
+                "source_name": alert["source_name"],
+                "source_line": alert["source_line"],
             }
         )
     return pa.Table.from_pylist(rows, schema=FILE_ACCESS_SCHEMA)

@@ -1,28 +1,24 @@
-"""Tetragon events -> hpcscope alerts: the rules evaluated on process and kprobe rows.
+"""Tetragon events -> hpcscope alerts: the job rules evaluated on process and kprobe rows.
 
-Tetragon posts what its TracingPolicies hook (``deploy/tetragon/``); hpcscope decides. Per
-event type:
+Tetragon posts what its TracingPolicies hook (``deploy/tetragon/``); hpcscope decides. The
+rules about a job's processes live here; the node rules (SC-2, SC-3, SC-8, CE-1, CE-3, CE-4,
+CE-6, DP-6, RD-8), which fire whether or not a job owns the process, are
+:mod:`hpcscope.analysis.alerts.node_rules`. Per event type:
 
 - SC-6 on every event type: a process that read weights from a world-writable path spawns a
   child (``process_exec`` whose parent is it) or connects out within ``follow_seconds``;
-- ``process_exec``: SC-1 (a shell or network tool with a Python ancestor; the JIT toolchain
-  allowed), SC-2 (a binary under a temp directory), CE-2 (an NVIDIA container hook with
-  ``LD_PRELOAD``/``LD_LIBRARY_PATH`` in its arguments: Tetragon's exec carries no environment
-  unless the policy asks, so ``env LD_PRELOAD=... nvidia-ctk`` is what it sees), CE-3
-  (``nsenter --target 1``);
+- ``process_exec``: SC-1 (a shell or network tool with a Python ancestor in a job; the JIT
+  toolchain allowed), CE-2 (an NVIDIA container hook with ``LD_PRELOAD``/``LD_LIBRARY_PATH``
+  in its arguments, in a job: Tetragon's exec carries no environment unless the policy asks,
+  so ``env LD_PRELOAD=... nvidia-ctk`` is what it sees);
 - ``process_kprobe`` on a file hook (``security_file_permission``, ``security_mmap_file``,
   ``fd_install``, the truncate hooks): W-1/W-3 under the checkpoint roots, SC-5 (a
-  ``site-packages`` ``*.dist-info`` or ``.pth`` written by a job: ``packages.py``), CE-1
-  (``release_agent`` written), CE-4 (host-only paths written, the munge key read), RD-4
+  ``site-packages`` ``*.dist-info`` or ``.pth`` written by a job: ``packages.py``), RD-4
   (``/dev/infiniband/uverbs*`` opened outside every job);
-- ``process_kprobe`` on a socket hook (a ``sock_arg``): SC-3 (outside the cluster CIDRs,
-  CRITICAL on miner ports) and SC-2's CRITICAL step (the same ``exec_id`` that ran from a temp
-  directory connects out within ``connect_window_seconds``);
-- ``process_kprobe`` on module loads (CE-1), ``setns`` (CE-3), ``ptrace`` and
-  ``process_vm_readv`` (GM-3).
+- ``process_kprobe`` on ``ptrace`` and ``process_vm_readv`` (GM-3).
 
-Rules that concern job processes (SC-1, SC-2, CE-1 module loads, CE-2, CE-3, CE-4, W-) need
-the event's job; RD-4 is the opposite (outside every job).
+SC-1, SC-5, CE-2 and W- need the event's job; RD-4 is the opposite (outside every job); GM-3
+fires for root or outside every job.
 
 W-1/W-3 limit: the creator of a checkpoint (a directory of shards) is the job of the **first
 write seen** under it since the engine started (Lustre changelog CREAT records would name it
@@ -35,22 +31,20 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from hpcscope.analysis.alerts.common import (
     JobOwner,
     basename,
     contains_any,
     event_alert,
-    in_networks,
-    networks,
+    event_time,
     under,
 )
 from hpcscope.analysis.alerts.packages import installed_file, lock_set, why_high
 from hpcscope.model.alerts import Alert, RuleSpec, Severity
 from hpcscope.model.file_access import FILE_HOOKS, TRUNCATE_HOOKS, file_access_kind
+from hpcscope.model.security_events import TetragonRow
 
-READING_MODULE = 2  # enum kernel_read_file_id: security_kernel_read_file's second argument
 MAX_EXECS = 65_536
 
 
@@ -69,14 +63,12 @@ class TetragonState:
 
     Attributes:
         lineage: exec_id -> (binary name, parent exec_id), the newest :data:`MAX_EXECS`.
-        temp_execs: exec_id -> (exec time, binary path) of SC-2 execs, for the CRITICAL step.
         creators: checkpoint directory -> its creator.
         weight_opens: exec_id -> (time, path) of SC-6 loads (weights from a world-writable
             path), the newest :data:`MAX_EXECS`.
     """
 
     lineage: OrderedDict[str, tuple[str, str | None]] = field(default_factory=OrderedDict)
-    temp_execs: dict[str, tuple[datetime, str]] = field(default_factory=dict)
     creators: dict[str, Creator] = field(default_factory=dict)
     weight_opens: OrderedDict[str, tuple[datetime, str]] = field(default_factory=OrderedDict)
 
@@ -86,7 +78,7 @@ class TetragonState:
         while len(self.lineage) > MAX_EXECS:
             self.lineage.popitem(last=False)
 
-    def ancestors(self, row: Mapping[str, Any], depth: int = 8) -> list[str]:
+    def ancestors(self, row: TetragonRow, depth: int = 8) -> list[str]:
         """Binary names of the process's parent, grandparent... as far as known."""
         names = [basename(row.get("parent_binary"))] if row.get("parent_binary") else []
         current: str | None = row.get("parent_exec_id")
@@ -102,22 +94,23 @@ class TetragonState:
 class TetragonRules:
     """The Tetragon rules of one engine, with their state."""
 
-    def __init__(self, rules: Mapping[str, RuleSpec], *, checkpoint_roots: tuple[str, ...]):
+    def __init__(
+        self,
+        rules: Mapping[str, RuleSpec],
+        *,
+        checkpoint_roots: tuple[str, ...],
+        dataset_roots: tuple[str, ...] = (),
+    ):
         self.rules = {k: v for k, v in rules.items() if v.enabled}
+        self._lists: dict[tuple[str, str], tuple[str, ...]] = {}
         self.checkpoint_roots = tuple(r.rstrip("/") + "/" for r in checkpoint_roots if r)
         self.state = TetragonState()
-        sc3 = self.rules.get("SC-3")
-        self._cluster = networks(sc3.items("cluster_cidrs")) if sc3 else ()
-        self._proxies = set(sc3.items("approved_proxies")) if sc3 else set()
-        self._resolvers = set(sc3.items("resolvers")) if sc3 else set()
         self._lockfile = lock_set(self._items("SC-5", "lockfile"))
         self._known_bad = lock_set(self._items("SC-5", "known_bad"))
         self._owners: Mapping[str, JobOwner] = {}
         self._found: list[Alert] = []
 
-    def evaluate(
-        self, rows: list[dict[str, Any]], *, owners: Mapping[str, JobOwner]
-    ) -> list[Alert]:
+    def evaluate(self, rows: list[TetragonRow], *, owners: Mapping[str, JobOwner]) -> list[Alert]:
         """Alerts the rows raise, in row order (not merged)."""
         self._owners, self._found = owners, []
         for row in rows:
@@ -128,8 +121,6 @@ class TetragonRules:
                 self._exec(row)
             elif kind == "process_kprobe":
                 self._kprobe(row)
-            elif kind == "process_exit" and row.get("exec_id"):
-                self.state.temp_execs.pop(row["exec_id"], None)
         return self._found
 
     # ---------------------------------------------------------------- helpers
@@ -137,7 +128,7 @@ class TetragonRules:
     def _fire(
         self,
         rule_id: str,
-        row: Mapping[str, Any],
+        row: TetragonRow,
         subject: str,
         summary: str,
         severity: Severity | None = None,
@@ -160,16 +151,21 @@ class TetragonRules:
         )
 
     def _items(self, rule_id: str, name: str) -> tuple[str, ...]:
-        spec = self.rules.get(rule_id)
-        return spec.items(name) if spec is not None else ()
+        """A rule's list (read once: the rules do not change while the engine runs)."""
+        found = self._lists.get((rule_id, name))
+        if found is None:
+            spec = self.rules.get(rule_id)
+            found = self._lists[(rule_id, name)] = spec.items(name) if spec is not None else ()
+        return found
 
     # ---------------------------------------------------------------- process_exec
 
-    def _exec(self, row: dict[str, Any]) -> None:
+    def _exec(self, row: TetragonRow) -> None:
         binary, args = row.get("binary") or "", row.get("arguments") or ""
         name, in_job = basename(binary), row.get("job_id") is not None
-        if row.get("exec_id"):
-            self.state.remember(row["exec_id"], name, row.get("parent_exec_id"))
+        exec_id = row["exec_id"]
+        if exec_id:
+            self.state.remember(exec_id, name, row.get("parent_exec_id"))
         self._after_weights(row, row.get("parent_exec_id"), f"spawned {binary} {args}".strip())
         if not in_job:
             return
@@ -185,67 +181,24 @@ class TetragonRules:
             python = set(self._items("SC-1", "python_names"))
             if not jit_shell and python.intersection(ancestors):
                 self._fire("SC-1", row, name, f"{command} under {' < '.join(ancestors)}")
-        temp = under(binary, self._items("SC-2", "temp_prefixes")) or contains_any(
-            binary, self._items("SC-2", "temp_substrings")
-        )
-        if temp and not contains_any(binary, self._items("SC-2", "known_temp_substrings")):
-            self._fire("SC-2", row, binary, f"exec of {command}")
-            if row.get("exec_id"):
-                self.state.temp_execs[row["exec_id"]] = (row["ts"], binary)
         if name in self._items("CE-2", "toolkit_binaries") and contains_any(
             args, self._items("CE-2", "env_vars")
         ):
             self._fire("CE-2", row, name, f"exec of {command}")
-        if name == "nsenter" and any(
-            flag in f" {args} " for flag in (" --target 1 ", " -t 1 ", " --target=1 ")
-        ):
-            self._fire("CE-3", row, name, f"exec of {command}")
 
     # ---------------------------------------------------------------- process_kprobe
 
-    def _kprobe(self, row: dict[str, Any]) -> None:
+    def _kprobe(self, row: TetragonRow) -> None:
         function = row.get("function_name") or ""
         if row.get("sock_daddr"):
-            self._connect(row)
+            target = f"{row['sock_daddr']}:{row.get('sock_dport')}"
+            self._after_weights(row, row.get("exec_id"), f"connected to {target}")
         elif function in FILE_HOOKS or function in TRUNCATE_HOOKS:
             self._file(row, function)
-        elif function in self._items("CE-1", "module_functions"):
-            ints = row.get("int_args") or []
-            reading_module = function != "security_kernel_read_file" or READING_MODULE in ints
-            if reading_module and row.get("job_id") is not None:
-                path = row.get("file_path") or basename(row.get("binary"))
-                self._fire("CE-1", row, "kernel module", f"{function} {path} by {row['binary']}")
-        elif function in self._items("CE-3", "setns_functions"):
-            name = basename(row.get("binary"))
-            if row.get("job_id") is not None and name not in self._items(
-                "CE-3", "container_starters"
-            ):
-                self._fire("CE-3", row, name, f"{function} by {row.get('binary')}")
         elif function in self._items("GM-3", "trace_functions"):
             self._trace(row, function)
 
-    def _connect(self, row: dict[str, Any]) -> None:
-        daddr, dport = str(row["sock_daddr"]), row.get("sock_dport")
-        target = f"{daddr}:{dport}" if dport is not None else daddr
-        who = f"{row.get('binary')} ({row.get('function_name')})"
-        exec_id = row.get("exec_id")
-        self._after_weights(row, exec_id, f"connected to {target}")
-        if exec_id in self.state.temp_execs:
-            started, binary = self.state.temp_execs[exec_id]
-            window = self.rules["SC-2"].threshold("connect_window_seconds")
-            if row["ts"] - started <= timedelta(seconds=window):
-                summary = f"{binary} connected to {target} {row['ts'] - started} after its exec"
-                self._fire("SC-2", row, binary, summary, Severity.CRITICAL)
-        if "SC-3" not in self.rules or daddr in self._proxies:
-            return
-        inside = in_networks(daddr, self._cluster)
-        miner = dport is not None and str(dport) in self._items("SC-3", "miner_ports")
-        dns = dport == 53 and bool(self._resolvers) and daddr not in self._resolvers
-        if inside is False or miner or dns:
-            severity = Severity.CRITICAL if miner else None
-            self._fire("SC-3", row, target, f"{who} connected to {target}", severity)
-
-    def _file(self, row: dict[str, Any], function: str) -> None:
+    def _file(self, row: TetragonRow, function: str) -> None:
         path = row.get("file_path") or ""
         kind = file_access_kind(
             function, access_mask=row.get("access_mask"), int_args=row.get("int_args")
@@ -266,14 +219,8 @@ class TetragonRules:
             self._checkpoint(row, path, write=write, what=what)
         if write and "SC-5" in self.rules:
             self._installed(row, path, what)
-        if write and path.endswith("/release_agent"):
-            self._fire("CE-1", row, path, what)
-        if (write and under(path, self._items("CE-4", "host_only_prefixes"))) or (
-            read and path in self._items("CE-4", "secret_paths")
-        ):
-            self._fire("CE-4", row, path, what)
 
-    def _installed(self, row: dict[str, Any], path: str, what: str) -> None:
+    def _installed(self, row: TetragonRow, path: str, what: str) -> None:
         """SC-5: a job process writes a distribution's metadata or a ``.pth`` (MEDIUM; HIGH
         when not locked or known bad)."""
         found = installed_file(path)
@@ -284,7 +231,7 @@ class TetragonRules:
         summary = f"{what}: {found.kind} {found.subject} installed during the job ({verdict})"
         self._fire("SC-5", row, found.subject, summary, Severity.HIGH if high else None)
 
-    def _weights_opened(self, row: dict[str, Any], path: str) -> None:
+    def _weights_opened(self, row: TetragonRow, path: str) -> None:
         """SC-6's first half: weights read from a world-writable path (a temp directory, or a
         file whose mode lets anyone write it)."""
         exec_id = row.get("exec_id")
@@ -296,23 +243,23 @@ class TetragonRules:
         world_writable = len(mode) >= 9 and mode[8] == "w"
         if world_writable or under(path, self._items("SC-6", "world_writable_prefixes")):
             opens = self.state.weight_opens
-            opens[exec_id] = (row["ts"], path)
+            opens[exec_id] = (event_time(row), path)
             opens.move_to_end(exec_id)
             while len(opens) > MAX_EXECS:
                 opens.popitem(last=False)
 
-    def _after_weights(self, row: dict[str, Any], exec_id: str | None, what: str) -> None:
+    def _after_weights(self, row: TetragonRow, exec_id: str | None, what: str) -> None:
         """SC-6's second half: the loading process spawns a child or connects out soon."""
         if exec_id is None or exec_id not in self.state.weight_opens:
             return
         opened, path = self.state.weight_opens[exec_id]
         follow = timedelta(seconds=self.rules["SC-6"].threshold("follow_seconds"))
-        if timedelta(0) <= row["ts"] - opened <= follow:
-            delay = row["ts"] - opened
+        delay = event_time(row) - opened
+        if timedelta(0) <= delay <= follow:
             self._fire("SC-6", row, path, f"loaded {path}, then {what} {delay} later")
             del self.state.weight_opens[exec_id]
 
-    def _checkpoint(self, row: dict[str, Any], path: str, *, write: bool, what: str) -> None:
+    def _checkpoint(self, row: TetragonRow, path: str, *, write: bool, what: str) -> None:
         directory = path.rsplit("/", 1)[0]
         job = str(row["job_id"])
         owner = self._owners.get(job)
@@ -320,7 +267,7 @@ class TetragonRules:
         creator = self.state.creators.get(directory)
         if creator is None:
             if write:
-                self.state.creators[directory] = Creator(job, account, row["ts"])
+                self.state.creators[directory] = Creator(job, account, event_time(row))
             return
         if write and job != creator.job_id:
             self._fire("W-3", row, directory, f"{what}; created by job {creator.job_id}")
@@ -334,7 +281,7 @@ class TetragonRules:
             summary = f"{what}; account {account}, created by account {creator.account}"
             self._fire("W-1", row, directory, summary)
 
-    def _trace(self, row: dict[str, Any], function: str) -> None:
+    def _trace(self, row: TetragonRow, function: str) -> None:
         name, uid = basename(row.get("binary")), row.get("uid")
         owner_tool = (
             row.get("job_id") is not None

@@ -18,6 +18,7 @@ from hpcscope.analysis.chargeback.waste import (
     JobCharge,
     WasteCause,
 )
+from hpcscope.analysis.gpu_time import charged_gpu_seconds_exprs
 
 _CAUSES = [c.value for c in WasteCause]
 
@@ -33,24 +34,12 @@ def job_charges(jobs: pl.DataFrame, gpus: pl.DataFrame) -> dict[str, JobCharge]:
     """
     if jobs.height == 0:
         return {}
-    allocated = (
-        pl.when(
-            pl.col("allocated_gpu_seconds").is_null() | pl.col("allocated_gpu_seconds").is_nan()
-        )
-        .then(pl.col("observed_gpu_seconds"))
-        .otherwise(pl.col("allocated_gpu_seconds"))
-        .clip(lower_bound=0.0)
-    )
+    allocated, useful = charged_gpu_seconds_exprs()
     per_job_gpus = gpus.group_by("job_id").agg(
         pl.len().alias("_rows"), (pl.col("verdict") == IDLE_VERDICT).all().alias("_all_idle")
     )
     frame = (
-        jobs.with_columns(allocated.alias("_a"))
-        .with_columns(
-            pl.min_horizontal(
-                pl.col("useful_gpu_seconds").clip(lower_bound=0.0), pl.col("_a")
-            ).alias("_u")
-        )
+        jobs.with_columns(allocated.alias("_a"), useful.alias("_u"))
         .join(per_job_gpus, on="job_id", how="left")
         .with_columns(pl.col("_rows").fill_null(0), pl.col("_all_idle").fill_null(False))
         .with_columns(

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from hpcscope.model.gpu_time import charged_gpu_seconds
+
 
 class WasteCause(StrEnum):
     """Why an allocated GPU-second was not useful (one cause per GPU-second)."""
@@ -111,13 +113,11 @@ class JobCharge:
 
 
 def charged_seconds(job: JobUse) -> tuple[float, float]:
-    """``(allocated, useful)`` GPU-seconds charged for ``job`` (module docstring)."""
-    allocated = job.allocated_gpu_seconds
-    if allocated is None or allocated != allocated:  # None or NaN
-        allocated = job.observed_gpu_seconds
-    allocated = max(0.0, allocated)
-    useful = min(max(0.0, job.useful_gpu_seconds), allocated)
-    return allocated, useful
+    """``(allocated, useful)`` GPU-seconds charged for ``job``
+    (:func:`hpcscope.model.gpu_time.charged_gpu_seconds`)."""
+    return charged_gpu_seconds(
+        job.allocated_gpu_seconds, job.observed_gpu_seconds, job.useful_gpu_seconds
+    )
 
 
 _CAUSES = tuple(WasteCause)

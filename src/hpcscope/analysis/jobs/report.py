@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import polars as pl
 
@@ -82,9 +81,9 @@ class JobReport:
     metrics: ReadSource | None = None
     """How the metrics backend answered a ``raw`` report (None for a kept summary)."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (datetimes as ISO 8601 UTC strings)."""
-        data: dict[str, Any] = {}
+        data: dict[str, object] = {}
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             if isinstance(value, datetime):

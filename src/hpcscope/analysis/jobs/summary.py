@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 import polars as pl
 
@@ -90,7 +89,7 @@ def summary_rows(
     jobs: pl.DataFrame,
     *,
     summarised_at: datetime,
-) -> tuple[list[dict[str, Any]], pl.DataFrame]:
+) -> tuple[list[dict[str, object]], pl.DataFrame]:
     """The kept rows of finished jobs.
 
     Args:
@@ -106,7 +105,7 @@ def summary_rows(
     codes = {row["job_id"]: row.get("exit_code") for row in jobs.iter_rows(named=True)}
     ids = [r.job_id for r in reports]
     gpus = gpu_summary.filter(pl.col("job_id").is_in(ids)).select(GPU_SUMMARY_COLUMNS)
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     for report in reports:
         xids = [g.xid for g in report.gpus if g.xid is not None]
         firsts = gpus.filter(pl.col("job_id") == report.job_id)

@@ -4,7 +4,8 @@ Input (``jobs``): one row per job, the ``jobs`` table's columns ``job_id``, ``us
 ``account``, ``partition``, ``qos``, ``submit_time``, ``start_time``, ``end_time`` (naive UTC
 datetimes, nulls allowed), plus ``exit_cause`` (the kept summary's, or the service's
 ``exit_cause`` of the Slurm state for a job without summary; null while the job runs) and the
-summary's ``useful_gpu_seconds`` and ``allocated_gpu_seconds`` (null without summary).
+summary's ``useful_gpu_seconds``, ``allocated_gpu_seconds`` and ``observed_gpu_seconds`` (null
+without summary; a frame without ``observed_gpu_seconds`` is read as having none).
 
 Output (an *events* frame): ``job_id``, ``user``, ``account``, ``partition``, ``qos``,
 ``event_time`` (when the event became known), ``good`` and ``total`` (float64: 0/1 and 1 for the
@@ -18,7 +19,9 @@ job SLOs, GPU-seconds for the efficiency SLO), and per SLO a detail column.
 * **job success**: one event per ended job at its end, good when its cause is ``success``;
   ``cancelled`` jobs (a person's choice) are not valid events. ``cause`` keeps the cause.
 * **GPU efficiency**: per summarised job at its end, good = useful GPU-seconds (SM active x
-  time), total = allocated GPU-seconds: the SLI is useful / allocated GPU-hours.
+  time), total = allocated GPU-seconds, both as charged
+  (:func:`hpcscope.model.gpu_time.charged_gpu_seconds`: the allocation, else the observed
+  seconds; useful capped at it): the SLI is useful / allocated GPU-hours.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from hpcscope.analysis.gpu_time import charged_gpu_seconds_exprs
 from hpcscope.analysis.slo.budget import (
     BurnRatePair,
     budget_remaining_ratio,
@@ -104,16 +108,14 @@ def success_events(jobs: pl.DataFrame) -> pl.DataFrame:
 
 def efficiency_events(jobs: pl.DataFrame) -> pl.DataFrame:
     """GPU-efficiency events in GPU-seconds (module docstring)."""
-    allocated = pl.col("allocated_gpu_seconds").cast(pl.Float64)
+    if "observed_gpu_seconds" not in jobs.columns:
+        jobs = jobs.with_columns(pl.lit(None, dtype=pl.Float64).alias("observed_gpu_seconds"))
+    allocated, useful = charged_gpu_seconds_exprs()
     return (
-        jobs.filter(pl.col("end_time").is_not_null() & (allocated > 0))
-        .with_columns(
-            pl.col("end_time").alias("event_time"),
-            pl.min_horizontal(
-                pl.col("useful_gpu_seconds").cast(pl.Float64).fill_null(0.0), allocated
-            ).alias("good"),
-            allocated.alias("total"),
+        jobs.with_columns(
+            pl.col("end_time").alias("event_time"), useful.alias("good"), allocated.alias("total")
         )
+        .filter(pl.col("end_time").is_not_null() & (pl.col("total") > 0))
         .select(*EVENT_COLUMNS)
     )
 

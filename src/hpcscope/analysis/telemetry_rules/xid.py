@@ -51,6 +51,8 @@ def _job_of(
     return mapped[0] if mapped else None
 
 
+# Rows of the per-scrape frame as Polars gives them (``to_dicts``): node, gpu, ts, total,
+# job_id, codes.
 def _bursts(hot: list[dict[str, Any]], window: timedelta) -> list[list[dict[str, Any]]]:
     """Scrapes over the threshold, in time order, grouped into bursts: the next one within
     the exporter's window of the last shares its errors (the gauge counts a sliding window)."""

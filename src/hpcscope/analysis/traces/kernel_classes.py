@@ -21,9 +21,10 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-#: Operations a rule may name.
-OPS = (
+#: Operations a rule may name (the one list: the class file's model reads it too).
+Operation = Literal[
     "all_reduce",
     "reduce_scatter",
     "all_gather",
@@ -37,10 +38,14 @@ OPS = (
     "collective",
     "peer_copy",
     "compute",
-)
-DIMENSIONS = ("dp", "tp", "ep", "pp", "none")
-ROLES = ("transfer", "launch")
-EVENTS = ("gpu", "cpu")
+]
+Dimension = Literal["dp", "tp", "ep", "pp", "none"]
+Role = Literal["transfer", "launch"]
+EventKind = Literal["gpu", "cpu"]
+OPS: tuple[Operation, ...] = get_args(Operation)
+DIMENSIONS: tuple[Dimension, ...] = get_args(Dimension)
+ROLES: tuple[Role, ...] = get_args(Role)
+EVENTS: tuple[EventKind, ...] = get_args(EventKind)
 
 #: Communication classes, in report order, with their labels.
 CLASS_LABELS = {

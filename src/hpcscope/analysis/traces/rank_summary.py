@@ -306,7 +306,7 @@ def decode_summary(data: bytes, *, source: str) -> RankSummary:
         summary = _DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         try:
-            head = msgspec.msgpack.decode(data, type=dict[str, Any])
+            head = msgspec.msgpack.decode(data, type=dict[str, object])
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise SourceError("not an hpcscope trace summary", source=source) from None
         if head.get("schema") != SUMMARY_SCHEMA:

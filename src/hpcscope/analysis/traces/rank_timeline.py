@@ -370,9 +370,7 @@ def rank_timeline(trace: RankTrace, classes: ClassTable | None = None) -> RankTi
         events=len(ev),
         bytes_read=trace.bytes_read,
         device=trace.device,
-        host=trace.metadata.get("host_name")
-        if isinstance(trace.metadata.get("host_name"), str)
-        else None,
+        host=host if isinstance(host := trace.metadata.get("host_name"), str) else None,
         gc_seconds=_per_step(ev.kind == EventKind.PYTHON_GC, ev, step_start, step_end),
         launch_gap_seconds=_launch_gaps(ev, gpu, launch, step_start, step_end),
         gpu_index=trace.gpu_index,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -85,6 +86,15 @@ class GpuTelemetry:
     mapping: str = ""
 
 
+class EvidenceJson(TypedDict):
+    """An :class:`Evidence` in a JSON document."""
+
+    kind: str
+    supports: bool
+    summary: str
+    figures: dict[str, float | int | str | None]
+
+
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """One finding about a straggler's cause.
@@ -101,7 +111,7 @@ class Evidence:
     summary: str
     figures: dict[str, float | int | str | None] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> EvidenceJson:
         return {
             "kind": self.kind,
             "supports": self.supports,

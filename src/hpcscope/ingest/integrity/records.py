@@ -10,7 +10,7 @@ infinite and a null sketch entry as NaN (what the hook's encoder writes for them
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,21 +34,23 @@ class RecordsParse:
     errors: list[IntegrityRecordError] = field(default_factory=list)
 
 
-def _int(raw: dict[str, Any], name: str, *, minimum: int = 0) -> int:
+def _int(raw: Mapping[str, object], name: str, *, minimum: int = 0) -> int:
     value = raw.get(name)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
     return value
 
 
-def _str(raw: dict[str, Any], name: str) -> str:
+def _str(raw: Mapping[str, object], name: str) -> str:
     value = raw.get(name)
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name}: expected a non-empty string, got {value!r}")
     return value
 
 
-def _floats(raw: dict[str, Any], name: str, size: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+def _floats(
+    raw: Mapping[str, object], name: str, size: int
+) -> np.ndarray[Any, np.dtype[np.float64]]:
     value = raw.get(name)
     if not isinstance(value, list) or len(value) != size:
         got = len(value) if isinstance(value, list) else type(value).__name__
@@ -81,7 +83,7 @@ def _bucket(raw: Any, k: int) -> BucketReport:
     )
 
 
-def _reduced(raw: dict[str, Any], k: int) -> tuple[ReducedSlice, ...]:
+def _reduced(raw: Mapping[str, object], k: int) -> tuple[ReducedSlice, ...]:
     """``reduced_sketch`` (the whole bucket: slice 0 of 1) or ``reduced_slices``."""
     whole = raw.get("reduced_sketch")
     slices = raw.get("reduced_slices")

@@ -8,9 +8,9 @@ and line and is skipped; the good lines around it are kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict, overload
 
 import orjson
 
@@ -22,6 +22,20 @@ class TrainingEventError(SourceError):
     """A training-event line that cannot be used."""
 
 
+class _Common(TypedDict):
+    """The fields every kind of event has (:class:`TrainingEvent`'s)."""
+
+    kind: str
+    job_id: str
+    node: str
+    gpu: int | None
+    rank: int
+    pid: int | None
+    ts: float
+    source: str
+    line: int
+
+
 @dataclass
 class EventsParse:
     """What a batch of lines gave: the events, and an error per rejected line."""
@@ -30,7 +44,11 @@ class EventsParse:
     errors: list[TrainingEventError] = field(default_factory=list)
 
 
-def _int(raw: dict[str, Any], name: str, *, optional: bool = False) -> int | None:
+@overload
+def _int(raw: Mapping[str, object], name: str, *, optional: Literal[False] = False) -> int: ...
+@overload
+def _int(raw: Mapping[str, object], name: str, *, optional: bool) -> int | None: ...
+def _int(raw: Mapping[str, object], name: str, *, optional: bool = False) -> int | None:
     value = raw.get(name)
     if value is None and optional:
         return None
@@ -39,7 +57,11 @@ def _int(raw: dict[str, Any], name: str, *, optional: bool = False) -> int | Non
     return value
 
 
-def _str(raw: dict[str, Any], name: str, *, optional: bool = False) -> str | None:
+@overload
+def _str(raw: Mapping[str, object], name: str, *, optional: Literal[False] = False) -> str: ...
+@overload
+def _str(raw: Mapping[str, object], name: str, *, optional: bool) -> str | None: ...
+def _str(raw: Mapping[str, object], name: str, *, optional: bool = False) -> str | None:
     value = raw.get(name)
     if value is None and optional:
         return None
@@ -79,7 +101,7 @@ def parse_event(raw: Any, *, source: str, line: int) -> TrainingEvent:
     ts = raw.get("ts")
     if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 0 < ts < 1e11:
         raise ValueError(f"ts: expected seconds since the epoch, got {ts!r}")
-    common: dict[str, Any] = {
+    common: _Common = {
         "kind": kind, "job_id": _str(raw, "job_id"), "node": _str(raw, "node"),
         "gpu": _int(raw, "gpu", optional=True), "rank": _int(raw, "rank"),
         "pid": _int(raw, "pid", optional=True), "ts": float(ts), "source": source, "line": line,

@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from hpcscope.model.bounds import refusing_deep_nesting
 from hpcscope.model.errors import SourceError
 
 __all__ = ["Answer", "PromqlResponseError", "Series", "decode_answer", "engine_error"]
@@ -96,7 +97,7 @@ def engine_error(body: bytes) -> tuple[str, str] | None:
     """``(errorType, error)`` of an error answer, None when ``body`` is not one."""
     try:
         envelope = _ENVELOPE.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     if envelope.status == "success":
         return None
@@ -122,7 +123,8 @@ def decode_answer(body: bytes, *, source: str) -> Answer:
             point that is no ``[time, "value"]`` pair.
     """
     try:
-        envelope = _ENVELOPE.decode(body)
+        with refusing_deep_nesting(source=source):
+            envelope = _ENVELOPE.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as error:
         raise PromqlResponseError(
             f"not an answer of the Prometheus API: {error}", source=source
@@ -163,7 +165,7 @@ def decode_answer(body: bytes, *, source: str) -> Answer:
             raise PromqlResponseError(
                 f"unexpected result type {kind!r}", source=source, field="data.resultType"
             )
-    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as error:
         raise PromqlResponseError(
             f"bad {kind}: {error}", source=source, field="data.result"
         ) from error

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -111,7 +111,7 @@ def dcgm_series_selector(job_ids: Sequence[str]) -> str:
     return f"{{__name__=~{promql_string(names)},{job_matcher(job_ids)}}}"
 
 
-def node_of(metric: dict[str, Any]) -> str | None:
+def node_of(metric: Mapping[str, object]) -> str | None:
     """The node of a series (the module docstring: ``node``, ``hostname``, ``instance``)."""
     for label in _HOST_LABELS:
         value = metric.get(label)
@@ -172,7 +172,7 @@ def dcgm_matrix_to_samples(body: bytes | str, *, source: str) -> pa.Table:
         where = f"data.result[{index}]"
         if not isinstance(series, dict) or not isinstance(series.get("metric"), dict):
             raise PromqlResponseError("a series without labels", source=source, field=where)
-        metric: dict[str, Any] = series["metric"]
+        metric: Mapping[str, object] = series["metric"]
         target = _cell_target(metric, source=source, where=where)
         if target is None:
             continue
@@ -198,7 +198,7 @@ _Target = tuple[str, float, ValueType, str, int, int | None, str | None]
 """(column, factor, value type, node, gpu, MIG instance, job) of one series."""
 
 
-def _cell_target(metric: dict[str, Any], *, source: str, where: str) -> _Target | None:
+def _cell_target(metric: Mapping[str, object], *, source: str, where: str) -> _Target | None:
     """Where a series' values go, None for a series that holds no GPU sample."""
     field = FIELDS_BY_EXPORTED_NAME.get(str(metric.get("__name__")))
     column = COLUMN_OF_FIELD.get(field.name) if field is not None else None
@@ -212,7 +212,7 @@ def _cell_target(metric: dict[str, Any], *, source: str, where: str) -> _Target 
         if instance_label not in (None, "")
         else None
     )
-    job = job_id_from_label(metric.get("hpc_job"))
+    job = job_id_from_label(cast("str | None", metric.get("hpc_job")))  # labels are strings
     return column, field.factor, field.value_type, node, gpu, instance, job
 
 

@@ -14,6 +14,7 @@ naming the source, line and field; the sensor reports it and goes on.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,26 +22,42 @@ from typing import Any
 import msgspec
 
 from hpcscope.ingest.security.lines import SecurityEventError
+from hpcscope.model.bounds import refusing_deep_nesting
 
 #: printf kinds -> (record kind, field names after the kind). ``ns`` is CLOCK_MONOTONIC.
-PRINTF_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "O": ("open", ("ns", "pid", "tid", "uid", "ppid", "fd", "flags", "comm", "path")),
-    "M": ("mmap", ("ns", "pid", "tid", "uid", "ppid", "fd", "length", "prot", "map_flags", "comm")),
-    "X": (
-        "close",
-        ("ns", "pid", "tid", "uid", "ppid", "fd", "read_bytes", "written_bytes", "comm"),
-    ),
-    "D": ("dup", ("ns", "pid", "tid", "uid", "ppid", "fd", "target_fd")),
-    "E": ("exec", ("ns", "pid", "tid", "uid", "ppid", "path")),
-    "C": ("connect", ("ns", "pid", "tid", "uid", "ppid", "family", "port", "comm", "address")),
-    "P": ("ptrace", ("ns", "pid", "tid", "uid", "ppid", "request", "target_pid", "comm")),
-    "V": ("vm_read", ("ns", "pid", "tid", "uid", "ppid", "target_pid", "comm")),
-    "S": ("setns", ("ns", "pid", "tid", "uid", "ppid", "fd", "nstype", "comm")),
-    "Q": ("exit", ("ns", "pid")),
+_KINDS = {
+    "O": "open ns pid tid uid ppid fd flags comm path",
+    "M": "mmap ns pid tid uid ppid fd length prot map_flags comm",
+    "X": "close ns pid tid uid ppid fd read_bytes written_bytes comm",
+    "D": "dup ns pid tid uid ppid fd target_fd",
+    "A": "argv ns tid index data",
+    "E": "exec ns pid tid uid ppid old_uid old_euid euid length path",
+    "C": "connect ns pid tid uid ppid family port sock_type protocol comm address",
+    "P": "ptrace ns pid tid uid ppid request target_pid comm",
+    "V": "vm_read ns pid tid uid ppid target_pid comm",
+    "S": "setns ns pid tid uid ppid fd nstype comm",
+    "U": "setuid ns pid tid uid ppid call ruid euid suid comm",
+    "K": "creds ns pid tid uid ppid old_uid old_euid new_uid euid gid egid comm",
+    "R": "socket ns pid tid uid ppid family sock_type protocol comm",
+    "L": "module ns pid tid uid ppid call fd flags comm path",
+    "l": "module_done ns pid tid ret",
+    "Z": "unlink ns pid tid uid ppid call fd flags comm path",
+    "Q": "exit ns pid",
 }
-_TEXT_FIELDS = frozenset({"comm", "path", "address"})
+PRINTF_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    letter: (spec.split()[0], tuple(spec.split()[1:])) for letter, spec in _KINDS.items()
+}
+_TEXT_FIELDS = frozenset({"comm", "path", "address", "call", "data"})
 #: The maps of bytes per (pid, fd) since the last flush, and what they count.
 BYTE_MAPS: dict[str, str] = {"@rb": "read", "@wb": "written"}
+_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+
+
+def unescape_buffer(text: str) -> bytes:
+    """bpftrace's ``%r`` text -> the bytes: printable ASCII as is, every other byte as
+    ``\\xNN`` (a backslash the process wrote followed by ``xNN`` reads as that byte: a limit
+    of the format)."""
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text).encode("latin-1", "replace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,22 +65,32 @@ class SensorRecord:
     """One event of the sensor program (fields absent from its kind are None).
 
     Attributes:
-        kind: ``open``, ``dup``, ``mmap``, ``close``, ``exec``,
-            ``connect``, ``ptrace``, ``vm_read``, ``setns``, ``exit``; ``bytes`` (one (pid,
-            fd) entry of a flushed byte map: ``read_bytes`` or ``written_bytes`` set);
-            ``attached`` (the
-            probes are live: ``count`` probes) or ``lost`` (``count`` events the kernel's
-            buffer dropped).
+        kind: ``open``, ``dup``, ``mmap``, ``close``, ``argv`` (64 bytes of a new image's
+            argv), ``exec``, ``connect``, ``ptrace``, ``vm_read``, ``setns``, ``setuid`` (a
+            setuid-family call asking for uid 0), ``creds`` (credentials changed by one),
+            ``socket`` (a packet or raw socket), ``module`` (init_module, finit_module),
+            ``module_done`` (its return), ``unlink``, ``exit``; ``bytes`` (one (pid, fd)
+            entry of a flushed byte map: ``read_bytes`` or ``written_bytes`` set);
+            ``attached`` (the probes are live: ``count`` probes) or ``lost`` (``count``
+            events the kernel's buffer dropped).
         ns: kernel CLOCK_MONOTONIC time in ns.
         ppid: the parent's pid when the event happened (the job of a process already gone).
         fd: the file descriptor (``open``: the return value, negative when the open failed;
-            ``dup``: the old one, ``target_fd`` the copy).
-        flags: open(2) flags; ``map_flags`` and ``prot`` are mmap(2)'s.
-        length: mmap length in bytes.
+            ``dup``: the old one, ``target_fd`` the copy; ``unlink``: the directory's).
+        flags: open(2) flags (``module``: finit_module's, ``unlink``: unlinkat's);
+            ``map_flags`` and ``prot`` are mmap(2)'s.
+        length: mmap length in bytes; ``exec``: the new argv's length.
         read_bytes / written_bytes: bytes since the last flush (``close``, ``bytes``).
-        family: 2 (AF_INET) or 10 (AF_INET6); ``port`` and ``address`` the destination.
+        family: 2 (AF_INET), 10 (AF_INET6), 17 (AF_PACKET)...; ``port`` and ``address`` the
+            destination; ``sock_type`` and ``protocol`` the socket's.
         request: ptrace request; ``target_pid`` the traced process.
         nstype: setns(2)'s ``nstype`` flags.
+        index / data: an ``argv`` record's chunk number and its text (``%r``-escaped).
+        old_uid / old_euid: the credentials before an exec or a setuid-family call;
+            ``uid`` / ``euid`` (and ``new_uid``, ``gid``, ``egid`` of ``creds``) after.
+        call: the syscall (``setuid``, ``finit_module``, ``unlinkat``...); ``ruid``,
+            ``euid``, ``suid`` its uid arguments (-1: not an argument of that call).
+        ret: the syscall's return (``module_done``).
     """
 
     kind: str
@@ -85,15 +112,29 @@ class SensorRecord:
     family: int | None = None
     port: int | None = None
     address: str | None = None
+    sock_type: int | None = None
+    protocol: int | None = None
     request: int | None = None
     target_pid: int | None = None
     nstype: int | None = None
+    index: int | None = None
+    data: str | None = None
+    old_uid: int | None = None
+    old_euid: int | None = None
+    new_uid: int | None = None
+    euid: int | None = None
+    gid: int | None = None
+    egid: int | None = None
+    call: str | None = None
+    ruid: int | None = None
+    suid: int | None = None
+    ret: int | None = None
     count: int | None = None
 
 
 class _Output(msgspec.Struct, gc=False):
     type: str
-    data: Any = None
+    data: Any = None  # Any: bpftrace's JSON (text, a map object, a count object)
 
 
 _DECODER = msgspec.json.Decoder(_Output)
@@ -109,7 +150,7 @@ def _printf(text: str, err: Callable[[str, str | None], SecurityEventError]) -> 
         raise err(f"{kind} event has {len(parts) - 1} fields, expected {len(names)}", "data")
     # the last field is free text (a path may hold tabs): join the rest back
     values = [*parts[1 : len(names)], "\t".join(parts[len(names) :])]
-    fields: dict[str, Any] = {}
+    fields: dict[str, int | str] = {}
     for name, value in zip(names, values, strict=True):
         if name in _TEXT_FIELDS:
             fields[name] = value
@@ -118,11 +159,11 @@ def _printf(text: str, err: Callable[[str, str | None], SecurityEventError]) -> 
             fields[name] = int(value)
         except ValueError:
             raise err(f"{kind} event: {name} {value!r} is not an integer", f"data.{name}") from None
-    return SensorRecord(kind=kind, **fields)
+    return SensorRecord(kind=kind, **fields)  # type: ignore[arg-type]  # names from PRINTF_FIELDS
 
 
 def _byte_map(
-    data: Any, err: Callable[[str, str | None], SecurityEventError]
+    data: object, err: Callable[[str, str | None], SecurityEventError]
 ) -> list[SensorRecord]:
     if not isinstance(data, dict):
         raise err("map output without a data object", "data")
@@ -160,7 +201,8 @@ def parse_sensor_line(line: bytes, *, source: str, line_number: int) -> list[Sen
         return SecurityEventError(message, source=source, line=line_number, field=field)
 
     try:
-        output = _DECODER.decode(line)
+        with refusing_deep_nesting(source=source, line=line_number):
+            output = _DECODER.decode(line)
     except msgspec.DecodeError as exc:
         raise err(f"not bpftrace JSON output: {exc}") from None
     if output.type == "printf":

@@ -29,6 +29,7 @@ from hpcscope.ingest.security.lines import (
     rfc3339_to_ns,
     table_from_rows,
 )
+from hpcscope.model.bounds import refusing_deep_nesting
 from hpcscope.model.security_events import FALCO_ALERT_SCHEMA, FALCO_PRIORITIES
 
 FALCO_FIELD_COLUMNS: Mapping[str, str] = {
@@ -80,6 +81,11 @@ _INT_COLUMNS = frozenset(
         "target_pid",
     }
 )
+#: Column -> the Falco field that wins when two fields fill it (the first listed above).
+_FIRST_WINS: Mapping[str, str] = {
+    column: name for name, column in reversed(list(FALCO_FIELD_COLUMNS.items()))
+}
+_EMPTY_ROW: Mapping[str, object] = dict.fromkeys(FALCO_ALERT_SCHEMA.names)
 _MAX_ANCESTORS = 8  # proc.aname[2..8]: as far as any rule's output goes
 Row = dict[str, object]
 """One row being built: column name -> value (:data:`FALCO_ALERT_SCHEMA`)."""
@@ -130,7 +136,8 @@ def falco_alert_row(line: bytes, *, source: str, line_number: int) -> Row:
             unknown priority.
     """
     try:
-        alert = _DECODER.decode(line)
+        with refusing_deep_nesting(source=source, line=line_number):
+            alert = _DECODER.decode(line)
     except msgspec.DecodeError as exc:
         raise decode_error(exc, line, source=source, line_number=line_number) from None
     priority = normalize_priority(alert.priority)
@@ -152,7 +159,8 @@ def falco_alert_row(line: bytes, *, source: str, line_number: int) -> Row:
             line=line_number,
             field="time",
         )
-    row: Row = {
+    row: Row = dict(_EMPTY_ROW)  # every column (null) as the schema has them
+    row |= {
         "ts": time_ns // 1000,
         "event_time_ns": time_ns,
         "rule": alert.rule,
@@ -167,11 +175,15 @@ def falco_alert_row(line: bytes, *, source: str, line_number: int) -> Row:
         "source_name": source,
         "source_line": line_number,
     }
-    for name, column in FALCO_FIELD_COLUMNS.items():
-        if name == "evt.time" or row.get(column) is not None:
-            continue  # two Falco fields may fill one column: the first present wins
-        value = fields.get(name)
-        row[column] = as_int(value) if column in _INT_COLUMNS else as_str(value)
+    for name, value in fields.items():  # the fields the alert carries (10-20), not all we map
+        column = FALCO_FIELD_COLUMNS.get(name)
+        if column is None or name == "evt.time" or value is None:
+            continue
+        converted = as_int(value) if column in _INT_COLUMNS else as_str(value)
+        if converted is not None and (
+            row.get(column) is None or _FIRST_WINS.get(column) == name
+        ):  # two Falco fields may fill one column: the first of FALCO_FIELD_COLUMNS wins
+            row[column] = converted
     row["proc_anames"] = _ancestors(fields)
     cgroups = row["cgroups"]
     job = slurm_job_from_falco_cgroups(cgroups if isinstance(cgroups, str) else None)

@@ -152,6 +152,7 @@ def rfc3339_to_ns(text: str) -> int | None:
 
 
 def table_from_rows(rows: Sequence[Mapping[str, object]], schema: pa.Schema) -> pa.Table:
-    """Rows (dicts keyed by column) -> a table with ``schema``, columns in schema order."""
-    columns = {name: [row.get(name) for row in rows] for name in schema.names}
-    return pa.Table.from_pydict(columns, schema=schema)
+    """Rows (dicts keyed by column; a missing column is null) -> a table with ``schema``.
+
+    Arrow converts the rows in C++: the Python side never walks rows times columns."""
+    return pa.Table.from_pylist(list(rows), schema=schema)

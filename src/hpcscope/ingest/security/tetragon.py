@@ -37,6 +37,7 @@ from hpcscope.ingest.security.lines import (
     rfc3339_to_ns,
     table_from_rows,
 )
+from hpcscope.model.bounds import refusing_deep_nesting
 from hpcscope.model.security_events import TETRAGON_EVENT_SCHEMA
 
 _META_KEYS = frozenset({"node_name", "time", "node_labels", "cluster_name", "aggregation_info"})
@@ -228,12 +229,21 @@ def _args(row: Row, args: list[_Arg]) -> None:
         if module is not None and row["module_name"] is None:
             row["module_name"], row["module_tainted"] = module.name, module.tainted or None
     if paths:
-        row["file_path"], row["file_mode"] = as_str(paths[0].path), as_str(paths[0].permission)
+        row["file_path"], row["file_mode"] = _absolute(paths[0].path), paths[0].permission
     if len(paths) > 1:
         row["entry_path"] = as_str(paths[1].path)
     row["int_args"] = ints or None
     if row["function_name"] in _ACCESS_MASK_HOOKS and ints:
         row["access_mask"] = ints[0]
+
+
+def _absolute(path: str | None) -> str | None:
+    """A file argument's path as an absolute path: Tetragon walks the dentry from the root,
+    and older agents (the FollowFD events of 0.8) printed it without its leading slash
+    (``etc/passwd``)."""
+    if not path or path.startswith(("/", "memfd:", "anon_inode:", "pipe:", "socket:", ".")):
+        return path
+    return f"/{path}"
 
 
 def _legacy_network(row: Row, event: _Event) -> None:
@@ -259,7 +269,8 @@ def tetragon_event_row(
         SecurityEventError: not JSON (with the column), not an object, or no event key.
     """
     try:
-        decoded = _DECODER.decode(line)
+        with refusing_deep_nesting(source=source, line=line_number):
+            decoded = _DECODER.decode(line)
     except msgspec.DecodeError as exc:
         raise decode_error(exc, line, source=source, line_number=line_number) from None
     typed = _typed(decoded)
@@ -272,7 +283,8 @@ def tetragon_event_row(
     )
     if typed is None:
         try:  # the typed decoder skips unknown keys unread: this read checks all of them
-            untyped = _KEYS.decode(line)
+            with refusing_deep_nesting(source=source, line=line_number):
+                untyped = _KEYS.decode(line)
         except msgspec.DecodeError as exc:
             raise decode_error(exc, line, source=source, line_number=line_number) from None
         keys = [key for key in untyped if key not in _META_KEYS]

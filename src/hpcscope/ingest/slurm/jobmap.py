@@ -30,7 +30,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -182,7 +181,7 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
-def parse_job_record(data: bytes | str | dict[str, Any], *, source: str) -> JobRecord:
+def parse_job_record(data: bytes | str | dict[str, object], *, source: str) -> JobRecord:
     """Decode one job record.
 
     Raises:

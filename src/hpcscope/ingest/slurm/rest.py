@@ -13,7 +13,7 @@ Endpoints: ``GET /slurm/v0.0.4x/jobs`` -> :func:`parse_slurmrestd_jobs`; ``/node
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from hpcscope.ingest.slurm.common import (
     FINISHED_STATES,
@@ -262,6 +262,17 @@ def _allocated_node_names(job: Mapping[str, Any]) -> list[str]:
     return expand_hostlist(text) if isinstance(text, str) else []
 
 
+class _Allocation(TypedDict):
+    """One GPU a job holds, as :meth:`JobRows.add_allocation` takes it (epoch seconds)."""
+
+    job_id: str
+    node: str
+    gpu: int
+    gpu_instance_id: int | None
+    start_time: int
+    end_time: int | None
+
+
 def _gpu_allocations(
     job: Mapping[str, Any],
     job_id: str,
@@ -270,7 +281,7 @@ def _gpu_allocations(
     gres_index: GresIndexResolver,
     warn: _Warnings,
     where: str,
-) -> list[dict[str, Any]]:
+) -> list[_Allocation]:
     details = job.get("gres_detail")
     if start is None or not isinstance(details, list) or not details:
         return []
@@ -282,7 +293,7 @@ def _gpu_allocations(
             field=f"{where}.gres_detail",
         )
         return []
-    out: list[dict[str, Any]] = []
+    out: list[_Allocation] = []
     for node, detail in zip(nodes, details, strict=True):
         try:
             entries = parse_gres(str(detail))

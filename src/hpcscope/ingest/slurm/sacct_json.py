@@ -18,7 +18,7 @@ sacct reports no GPU indices, so this parser yields no allocations.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from hpcscope.ingest.slurm.common import (
     FINISHED_STATES,
@@ -102,7 +102,29 @@ def _block(entry: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _job_row(job: Mapping[str, Any], warn: _Warnings, where: str) -> tuple[dict[str, Any], str]:
+class _JobRow(TypedDict):
+    """One job's columns as :meth:`JobRows.add_job` takes them (times: epoch seconds)."""
+
+    job_id: str
+    cluster: str | None
+    name: str | None
+    user: str | None
+    account: str | None
+    partition: str | None
+    qos: str | None
+    state: str | None
+    exit_code: int | None
+    submit_time: int | None
+    eligible_time: int | None
+    start_time: int | None
+    end_time: int | None
+    time_limit_seconds: int | None
+    gpus: int | None
+    nodes: str | None
+    source: str
+
+
+def _job_row(job: Mapping[str, Any], warn: _Warnings, where: str) -> tuple[_JobRow, str]:
     raw_id = slurm_int(job.get("job_id"))
     if raw_id is None or raw_id <= 0:
         raise ValueError(f"no job_id ({job.get('job_id')!r})")
@@ -144,7 +166,7 @@ def _job_row(job: Mapping[str, Any], warn: _Warnings, where: str) -> tuple[dict[
         gpus = gpus_from_tres_list(requested)
     association = _block(job, "association")
     cluster = string_or_none(job.get("cluster")) or string_or_none(association.get("cluster"))
-    row = {
+    row: _JobRow = {
         "job_id": job_id,
         "cluster": cluster,
         "name": string_or_none(job.get("name")),

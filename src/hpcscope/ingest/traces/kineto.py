@@ -18,13 +18,14 @@ import gzip
 import re
 import zlib
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import orjson
 
 from hpcscope.ingest.compressed import open_maybe_gzip
 from hpcscope.ingest.traces.json_blocks import BlockReader, read_array, reopener
 from hpcscope.ingest.traces.kineto_columns import EventColumns
+from hpcscope.model.bounds import BoundExceeded
 from hpcscope.model.errors import SourceError
 from hpcscope.model.trace_events import RankTrace
 
@@ -54,7 +55,7 @@ def rank_from_name(name: str) -> int | None:
     return None
 
 
-def _metadata(prefix: bytes, suffix: bytes, source: str) -> dict[str, Any]:
+def _metadata(prefix: bytes, suffix: bytes, source: str) -> dict[str, object]:
     try:
         parsed = orjson.loads(prefix + b"[]" + suffix)
     except orjson.JSONDecodeError:
@@ -128,6 +129,10 @@ def read_kineto(
                 parts.append(block)
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise TraceError(f"compressed stream broken: {exc}", source=name) from None
+    except RecursionError:  # msgspec's answer to events nested past the interpreter's stack
+        raise BoundExceeded(
+            "events nested too deeply to read: refused", bound="depth", source=name
+        ) from None
     finally:
         raw.close()
     suffix = b"".join(parts) if reader.problem is None else b"}"
@@ -135,7 +140,7 @@ def read_kineto(
 
 
 def _rank_trace(
-    name: str, metadata: dict[str, Any], columns: EventColumns, reader: BlockReader
+    name: str, metadata: dict[str, object], columns: EventColumns, reader: BlockReader
 ) -> RankTrace:
     info = metadata.get("distributedInfo")
     info = info if isinstance(info, dict) else {}

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import orjson
 
@@ -171,21 +171,30 @@ def collector_status_text(health: CollectorHealth) -> str:
     if health.status is CollectorStatus.NOT_CONFIGURED:
         return "not configured"
     if health.status is CollectorStatus.CONFIGURED:
-        return "configured · health not recorded"
+        return "configured · " + (
+            f"last event {health.last_event_ts:%H:%M:%S} UTC"
+            if health.last_event_ts
+            else "no event yet"
+        )
     if health.status is CollectorStatus.FAILING:
         return f"failing · {health.failing_targets} of {health.targets} targets"
     return f"{health.status.value} · {duration(health.staleness_seconds)}"
 
 
-def shape_view(layout: DiagramLayout, state: LiveState) -> dict[str, dict[str, Any]]:
+#: One shape live: its classes, its accessible name, and its text lines where it has some
+#: (``class`` is a keyword: the functional form).
+ShapeLive = TypedDict("ShapeLive", {"class": str, "label": str, "lines": NotRequired[list[str]]})
+
+
+def shape_view(layout: DiagramLayout, state: LiveState) -> dict[str, ShapeLive]:
     """Per shape id: ``class`` (live classes), ``label`` (accessible name), ``lines`` (GPU text).
 
     Only shapes drawn in ``layout`` appear. Cells carry a class and a tooltip only.
     """
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, ShapeLive] = {}
     collectors = {f"collector-{c.id}": c for c in state.collectors}
     for shape in layout.shapes:
-        entry: dict[str, Any] = {"class": "", "label": _shape_aria(shape)}
+        entry: ShapeLive = {"class": "", "label": _shape_aria(shape)}
         if shape.kind is ElementKind.GPU and shape.id in state.gpus:
             gpu = state.gpus[shape.id]
             entry["class"] = gpu_class(gpu)

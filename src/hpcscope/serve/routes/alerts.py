@@ -20,7 +20,10 @@ from starlette.responses import Response
 
 from hpcscope.model.access import Principal
 from hpcscope.model.alerts import VECTOR_NAMES, Alert, AlertState, Severity, Vector
-from hpcscope.serve.auth import require_principal, service_of
+from hpcscope.serve.auth import check_principal, require_principal, service_of
+from hpcscope.serve.kept import Document, cached_json, kept_page, query_of, serialise
+from hpcscope.serve.offload import answer
+from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
 from hpcscope.service.alerts.access import AlertStateDenied, may_change_state
 from hpcscope.service.alerts.contracts import AlertDocument, AlertFilters, AlertList
@@ -59,60 +62,109 @@ def _read(
     severity: str | None,
     vector: str | None,
     job: str | None,
-) -> tuple[list[Alert], AlertFilters]:
-    """Raises ValueError naming a bad filter."""
+) -> tuple[list[Alert], AlertFilters, Document]:
+    """The alerts, their filters and the ``/api/alerts`` document, kept per alert scope,
+    redaction, filters and alert-state change (``serve/kept.py``). Raises ValueError naming a
+    bad filter."""
+    service = service_of(request)
     states = [_state(state)] if state else None
     minimum = Severity.parse(severity) if severity else None
     chosen = _vector(vector) if vector else None
-    found = service_of(request).alerts(
-        principal, states=states, min_severity=minimum, vector=chosen, job_id=job or None
+
+    def compute() -> tuple[list[Alert], AlertFilters, Document]:
+        found = service.alerts(
+            principal, states=states, min_severity=minimum, vector=chosen, job_id=job or None
+        )
+        filters = AlertFilters(
+            state=states[0].value if states else None,
+            min_severity=minimum.name if minimum else None,
+            vector=VECTOR_NAMES[chosen] if chosen else None,
+            job_id=job or None,
+        )
+        return found, filters, serialise(AlertList.of(found, filters))
+
+    # what Service.alerts reads of the principal (as Service.job_alerts keys it), the filters,
+    # and the alert states changed here (new alerts come with the collector's cycle)
+    key = (
+        "serve.alerts",
+        principal.alert_scope(),
+        principal.redacts_weight_paths,
+        tuple(states or ()),
+        minimum,
+        chosen,
+        job or None,
+        service.alert_changes,
     )
-    filters = AlertFilters(
-        state=states[0].value if states else None,
-        min_severity=minimum.name if minimum else None,
-        vector=VECTOR_NAMES[chosen] if chosen else None,
-        job_id=job or None,
+    kept: tuple[list[Alert], AlertFilters, Document] = service.snapshots.get(
+        key, compute, size=lambda value: len(value[2][0])
     )
-    return found, filters
+    return kept
 
 
-@router.get("/api/alerts")
-def alerts_json(
+_FILTERS = ("state", "severity", "vector", "job")
+
+
+def _alerts_json(
+    request: Request,
+    principal: Principal,
+    state: str | None,
+    severity: str | None,
+    vector: str | None,
+    job: str | None,
+) -> Response:
+    return cached_json(request, *_read(request, principal, state, severity, vector, job)[2])
+
+
+def _lane_alerts_json(request: Request) -> Response:
+    principal = check_principal(request)
+    query = query_of(request, _FILTERS)
+    return _alerts_json(request, principal, *(query.get(name) for name in _FILTERS))
+
+
+@router.get("/api/alerts", response_model=AlertList)
+async def alerts_json(
     request: Request,
     principal: PrincipalDep,
     state: StateQuery = None,
     severity: SeverityQuery = None,
     vector: VectorQuery = None,
     job: JobQuery = None,
-) -> AlertList:
+) -> Response:
     """The alerts you may see, most severe and most recent first; 400 on a bad filter."""
     try:
-        found, filters = _read(request, principal, state, severity, vector, job)
+        return await answer(_alerts_json, request, principal, state, severity, vector, job)
     except ValueError as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from None
-    return AlertList.of(found, filters)
 
 
-@router.get("/alerts")
-def alerts_page(
+def _page(
     request: Request,
-    principal: PrincipalDep,
-    state: StateQuery = None,
-    severity: SeverityQuery = None,
-    vector: VectorQuery = None,
-    job: JobQuery = None,
-    error: str | None = None,
+    principal: Principal,
+    state: str | None,
+    severity: str | None,
+    vector: str | None,
+    job: str | None,
 ) -> Response:
-    status = 200
-    try:
-        found, filters = _read(request, principal, state, severity, vector, job)
-    except ValueError as exc:
-        found, filters, error, status = (
-            [],
-            AlertFilters(state=None, min_severity=None, vector=None, job_id=None),
-            str(exc),
-            400,
-        )
+    """The page (kept per principal and document); raises ValueError on a bad filter."""
+    _read(request, principal, state, severity, vector, job)  # a bad filter raises here
+
+    def page() -> Response:
+        found, filters, _ = _read(request, principal, state, severity, vector, job)
+        return _render(request, principal, found, filters, None, 200)
+
+    changes = service_of(request).alert_changes
+    key = ("serve.alerts_page", principal, state, severity, vector, job, changes)
+    return kept_page(request, key, page)
+
+
+def _render(
+    request: Request,
+    principal: Principal,
+    found: list[Alert],
+    filters: AlertFilters,
+    error: str | None,
+    status: int,
+) -> Response:
     return render(
         request,
         "alerts.html",
@@ -130,6 +182,32 @@ def alerts_page(
         principal=principal,
         status_code=status,
     )
+
+
+def _lane_page(request: Request) -> Response:
+    principal = check_principal(request)
+    query = query_of(request, _FILTERS)
+    return _page(request, principal, *(query.get(name) for name in _FILTERS))
+
+
+@router.get("/alerts")
+async def alerts_page(
+    request: Request,
+    principal: PrincipalDep,
+    state: StateQuery = None,
+    severity: SeverityQuery = None,
+    vector: VectorQuery = None,
+    job: JobQuery = None,
+    error: str | None = None,
+) -> Response:
+    try:
+        if error is None:
+            return await answer(_page, request, principal, state, severity, vector, job)
+        found, filters, _ = await answer(_read, request, principal, state, severity, vector, job)
+        return _render(request, principal, found, filters, error, 200)
+    except ValueError as exc:
+        empty = AlertFilters(state=None, min_severity=None, vector=None, job_id=None)
+        return _render(request, principal, [], empty, str(exc), 400)
 
 
 def _back(filters: AlertFilters) -> str:
@@ -184,3 +262,11 @@ def _answer(form: bool, back: str, message: str, status: int) -> Response:
         joiner = "&" if "?" in back else "?"
         return RedirectResponse(f"{back}{joiner}error={quote(message)}", status_code=303)
     return JSONResponse({"detail": message}, status_code=status)
+
+
+#: What the read lane answers past the framework (``serve/read_lane.py``), filters included
+#: (parsed as the routes do; a bad one raises and the app answers it).
+LANE_ROUTES = (
+    LaneRoute("/api/alerts", lambda request, _: _lane_alerts_json(request), query=True),
+    LaneRoute("/alerts", lambda request, _: _lane_page(request), query=True),
+)

@@ -15,12 +15,22 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from hpcscope.model.access import Principal
 from hpcscope.model.timeutil import utcnow
-from hpcscope.serve.auth import require_principal, service_of
+from hpcscope.serve.auth import check_principal, require_principal, service_of
+from hpcscope.serve.kept import (
+    REPORT_EVERY_SECONDS,
+    Document,
+    cached_json,
+    kept_page,
+    query_of,
+    reader_key,
+    serialise,
+)
+from hpcscope.serve.offload import answer
+from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
 from hpcscope.service.chargeback import reads
 from hpcscope.service.chargeback.contracts import ChargebackReport, ChargebackTrend
@@ -55,64 +65,102 @@ def _period(value: str | None) -> Period:
 
 def _report(
     request: Request, principal: Principal, by: str, period: str | None, account: str | None
-) -> ChargebackReport:
-    """Raises ValueError (a bad parameter)."""
+) -> tuple[ChargebackReport, Document]:
+    """The report and its document (kept). Raises ValueError (a bad parameter)."""
     service = service_of(request)
-    return reads.report(
-        service.store,
-        principal,
-        service.topology,
-        service.settings,
-        period=_period(period),
-        by=_by(by),
-        account=account or None,
+    grouping, span = _by(by), _period(period)
+
+    def compute() -> tuple[ChargebackReport, Document]:
+        found = reads.report(
+            service.store,
+            principal,
+            service.topology,
+            service.settings,
+            period=span,
+            by=grouping,
+            account=account or None,
+        )
+        return found, serialise(found)
+
+    key = ("serve.chargeback", reader_key(principal), grouping, span, account or None)
+    kept: tuple[ChargebackReport, Document] = service.snapshots.get(
+        key, compute, every_seconds=REPORT_EVERY_SECONDS, size=lambda value: len(value[1][0])
     )
+    return kept
 
 
 def _trend(
     request: Request, principal: Principal, by: str, period: str | None, months: int
-) -> ChargebackTrend:
+) -> tuple[ChargebackTrend, Document]:
+    """The trend and its document (kept). Raises ValueError (a bad parameter)."""
     service = service_of(request)
-    return reads.trend(
-        service.store,
-        principal,
-        service.topology,
-        service.settings,
-        period=_period(period),
-        months=months,
-        by=_by(by),
+    grouping, span = _by(by), _period(period)
+
+    def compute() -> tuple[ChargebackTrend, Document]:
+        found = reads.trend(
+            service.store,
+            principal,
+            service.topology,
+            service.settings,
+            period=span,
+            months=months,
+            by=grouping,
+        )
+        return found, serialise(found)
+
+    key = ("serve.chargeback_trend", reader_key(principal), grouping, span, months)
+    kept: tuple[ChargebackTrend, Document] = service.snapshots.get(
+        key, compute, every_seconds=REPORT_EVERY_SECONDS, size=lambda value: len(value[1][0])
+    )
+    return kept
+
+
+def _report_json(
+    request: Request, principal: Principal, by: str, period: str | None, account: str | None
+) -> Response:
+    return cached_json(request, *_report(request, principal, by, period, account)[1])
+
+
+def _lane_report_json(request: Request) -> Response:
+    """``GET /api/chargeback`` for the read lane: its query parsed as the route does (a bad
+    value raises, and the app answers it)."""
+    principal = check_principal(request)
+    query = query_of(request, ("by", "period", "account"))
+    return _report_json(
+        request, principal, query.get("by", "account"), query.get("period"), query.get("account")
     )
 
 
-@router.get("/api/chargeback")
+@router.get("/api/chargeback", response_model=ChargebackReport)
 async def chargeback_json(
     request: Request,
     principal: PrincipalDep,
     by: ByQuery = "account",
     period: PeriodQuery = None,
     account: AccountQuery = None,
-) -> ChargebackReport:
+) -> Response:
     """Allocated, useful and lost GPU-hours by cause, and cost, per group; 400 on a bad
     parameter."""
     try:
-        return await run_in_threadpool(_report, request, principal, by, period, account)
+        return await answer(_report_json, request, principal, by, period, account)
     except ValueError as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from None
 
 
-@router.get("/api/chargeback/trend")
+@router.get("/api/chargeback/trend", response_model=ChargebackTrend)
 async def chargeback_trend_json(
     request: Request,
     principal: PrincipalDep,
     by: ByQuery = "account",
     period: PeriodQuery = None,
     months: MonthsQuery = TREND_MONTHS,
-) -> ChargebackTrend:
+) -> Response:
     """Lost GPU-hours and their cost per group, month by month up to ``period``."""
     try:
-        return await run_in_threadpool(_trend, request, principal, by, period, months)
+        found = await answer(_trend, request, principal, by, period, months)
     except ValueError as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from None
+    return cached_json(request, *found[1])
 
 
 @router.get("/api/chargeback.csv", response_class=Response)
@@ -125,7 +173,7 @@ async def chargeback_csv(
 ) -> Response:
     """The report as CSV (one line per group and a ``total`` line)."""
     try:
-        report = await run_in_threadpool(_report, request, principal, by, period, account)
+        report, _ = await answer(_report, request, principal, by, period, account)
     except ValueError as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from None
     name = f"chargeback-{report.by}-{report.period}" + (f"-{account}" if account else "")
@@ -137,6 +185,65 @@ async def chargeback_csv(
     )
 
 
+def _page(
+    request: Request, principal: Principal, by: str, period: str | None, view: str
+) -> Response:
+    """The page (kept); raises ValueError on a bad parameter."""
+    _by(by), _period(period)  # a bad parameter raises here, before anything is kept
+    shown = "decision" if view == "decision" else "lead"
+
+    def page() -> Response:
+        report, _ = _report(request, principal, by, period, None)
+        trend, _ = _trend(request, principal, by, period, TREND_MONTHS)
+        return _render_page(request, principal, report, trend, None, shown, by, period)
+
+    return kept_page(
+        request,
+        ("serve.chargeback_page", principal, by, period, shown),
+        page,
+        every_seconds=REPORT_EVERY_SECONDS,
+    )
+
+
+def _render_page(
+    request: Request,
+    principal: Principal,
+    report: ChargebackReport | None,
+    trend: ChargebackTrend | None,
+    error: str | None,
+    view: str,
+    by: str,
+    period: str | None,
+) -> Response:
+    return render(
+        request,
+        "chargeback.html",
+        {
+            "report": report,
+            "trend": trend,
+            "error": error,
+            "view": view,
+            "by": by,
+            "period": period or (report.period if report else ""),
+            "groupings": [g.value for g in GroupBy],
+        },
+        principal=principal,
+        status_code=200 if error is None else 400,
+    )
+
+
+def _lane_page(request: Request) -> Response:
+    principal = check_principal(request)
+    query = query_of(request, ("by", "period", "view"))
+    return _page(
+        request,
+        principal,
+        query.get("by", "account"),
+        query.get("period"),
+        query.get("view", "lead"),
+    )
+
+
 @router.get("/chargeback")
 async def chargeback_page(
     request: Request,
@@ -145,28 +252,11 @@ async def chargeback_page(
     period: PeriodQuery = None,
     view: Annotated[str, Query(description="lead or decision")] = "lead",
 ) -> Response:
-    status, error = 200, None
-    report = trend = None
     try:
-        report = await run_in_threadpool(_report, request, principal, by, period, None)
-        trend = await run_in_threadpool(_trend, request, principal, by, period, TREND_MONTHS)
+        return await answer(_page, request, principal, by, period, view)
     except ValueError as exc:
-        status, error = 400, str(exc)
-    return render(
-        request,
-        "chargeback.html",
-        {
-            "report": report,
-            "trend": trend,
-            "error": error,
-            "view": "decision" if view == "decision" else "lead",
-            "by": by,
-            "period": period or (report.period if report else ""),
-            "groupings": [g.value for g in GroupBy],
-        },
-        principal=principal,
-        status_code=status,
-    )
+        shown = "decision" if view == "decision" else "lead"
+        return _render_page(request, principal, None, None, str(exc), shown, by, period)
 
 
 @router.get("/chargeback/report")
@@ -179,7 +269,15 @@ async def chargeback_account_report(
     """The printable monthly report of one account, by user (only the jobs in the viewer's
     scope: a team lead's account in full, a researcher's own jobs in it)."""
     try:
-        report = await run_in_threadpool(_report, request, principal, "user", period, account)
+        report, _ = await answer(_report, request, principal, "user", period, account)
     except ValueError as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from None
     return render(request, "chargeback_report.html", {"report": report}, principal=principal)
+
+
+#: What the read lane answers past the framework (``serve/read_lane.py``), query strings
+#: included (parsed as the routes do; anything else is the app's).
+LANE_ROUTES = (
+    LaneRoute("/api/chargeback", lambda request, _: _lane_report_json(request), query=True),
+    LaneRoute("/chargeback", lambda request, _: _lane_page(request), query=True),
+)

@@ -2,70 +2,136 @@
 
 The per-GPU state is the diagram's live state (``service/diagram/live.py``): one implementation of
 "what this viewer may see of each GPU now", whichever page draws it.
+
+Every tab of the overview polls its live part every 5 seconds, and scripts poll
+``/api/cluster``: all three are kept answers (``serve/kept.py``). The overview's data is computed
+once per data generation for every viewer who sees the same (:meth:`Viewer.visibility`), the
+page and the fragment rendered once per principal (their name is on the page) and data, the
+document serialised once per visibility; requests are answered on the event loop, and past the
+framework by the read lane.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, TypedDict
 
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from hpcscope.model.access import Principal
-from hpcscope.serve.auth import require_principal, service_of
+from hpcscope.model.timeutil import utcnow
+from hpcscope.model.topology import Topology
+from hpcscope.serve.auth import check_principal, require_principal, service_of
 from hpcscope.serve.contracts import ClusterState
 from hpcscope.serve.diagram.view import jsonable
+from hpcscope.serve.kept import Document, cached_json, kept_document, kept_page
+from hpcscope.serve.offload import answer
+from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
-from hpcscope.service.diagram.live import GpuNow, Viewer, live_state
+from hpcscope.service.diagram.live import GpuNow, LiveState, Viewer, live_state
+from hpcscope.service.jobs.reports import CollectionHealth, JobReport
 
 router = APIRouter()
 
 PrincipalDep = Annotated[Principal, Depends(require_principal)]
 
 
-def _context(request: Request, principal: Principal) -> dict[str, Any]:
+class _Overview(TypedDict):
+    """The overview's data for one visibility: what its templates and ``/api/cluster`` show."""
+
+    topology: Topology
+    state: LiveState
+    health: CollectionHealth
+    by_node: dict[str, list[GpuNow]]
+    running: list[JobReport]
+
+
+def _context(request: Request, principal: Principal) -> _Overview:
+    """The overview's data for the principal's visibility, once per generation."""
     service = service_of(request)
-    state = live_state(service, Viewer(principal))
-    # only the jobs with recent samples: this runs on every 5-second poll, it must not build
-    # the report of every job the principal has ever run
-    live = service.live_job_gpus(principal, window=service.live_window(), now=state.generated_at)
-    running = [r for r in live.jobs if r.state in ("RUNNING", None) and r.gpus_observed]
-    by_node: dict[str, list[GpuNow]] = {}
-    for gpu in sorted(state.gpus.values(), key=lambda g: (g.node, g.gpu)):
-        by_node.setdefault(gpu.node, []).append(gpu)
-    return {
-        "topology": service.topology,
-        "state": state,
-        "health": service.collection_health(now=state.generated_at),
-        "by_node": by_node,
-        "running": running,
-    }
+    viewer = Viewer(principal)
+
+    def compute() -> _Overview:
+        state = live_state(service, viewer, now=utcnow(), shared=service.snapshots)
+        # only the jobs with recent samples: this runs on every 5-second poll, it must not
+        # build the report of every job the principal has ever run
+        live = service.live_job_gpus(
+            principal, window=service.live_window(), now=state.generated_at
+        )
+        running = [r for r in live.jobs if r.state in ("RUNNING", None) and r.gpus_observed]
+        by_node: dict[str, list[GpuNow]] = {}
+        for gpu in sorted(state.gpus.values(), key=lambda g: (g.node, g.gpu)):
+            by_node.setdefault(gpu.node, []).append(gpu)
+        return {
+            "topology": service.topology,
+            "state": state,
+            "health": service.collection_health(now=state.generated_at),
+            "by_node": by_node,
+            "running": running,
+        }
+
+    context: _Overview = service.snapshots.get(
+        ("serve.overview_context", viewer.visibility()), compute
+    )
+    return context
+
+
+def _overview(request: Request, principal: Principal, template: str) -> Response:
+    def page() -> Response:
+        context = _context(request, principal)
+        return render(request, template, context, principal=principal)
+
+    return kept_page(request, ("serve.overview", template, principal), page)
 
 
 @router.get("/")
-def overview(request: Request, principal: PrincipalDep) -> Response:
-    return render(request, "overview.html", _context(request, principal), principal=principal)
+async def overview(request: Request, principal: PrincipalDep) -> Response:
+    return await answer(_overview, request, principal, "overview.html")
 
 
 @router.get("/fragments/overview")
-def overview_fragment(request: Request, principal: PrincipalDep) -> Response:
+async def overview_fragment(request: Request, principal: PrincipalDep) -> Response:
     """The live part of the overview, re-rendered by htmx polling."""
-    return render(request, "_overview_live.html", _context(request, principal), principal=principal)
+    return await answer(_overview, request, principal, "_overview_live.html")
+
+
+def _cluster_document(request: Request, principal: Principal) -> Document:
+    def document() -> dict[str, object]:
+        context = _context(request, principal)
+        state, health = context["state"], context["health"]
+        # the diagram's values, as jsonable writes them; tests/serve/test_cluster_contract.py
+        # checks them against ClusterState
+        return {
+            "generated_at": jsonable(state.generated_at),
+            "fresh_seconds": state.fresh_seconds,
+            "gpus": [
+                jsonable(gpu) for gpu in sorted(state.gpus.values(), key=lambda g: (g.node, g.gpu))
+            ],
+            **{key: value for key, value in health.to_dict().items() if key != "generated_at"},
+        }
+
+    return kept_document(request, ("serve.cluster_json", Viewer(principal).visibility()), document)
 
 
 @router.get("/api/cluster", responses={200: {"model": ClusterState}})
-def cluster_json(request: Request, principal: PrincipalDep) -> dict[str, Any]:
+async def cluster_json(request: Request, principal: PrincipalDep) -> Response:
     """Every GPU's latest state as you may see it, and the collector's health."""
-    service = service_of(request)
-    state = live_state(service, Viewer(principal))
-    health = service.collection_health(now=state.generated_at)
-    # the diagram's values, as jsonable writes them; tests/serve/test_cluster_contract.py
-    # checks them against ClusterState
-    return {
-        "generated_at": jsonable(state.generated_at),
-        "fresh_seconds": state.fresh_seconds,
-        "gpus": [
-            jsonable(gpu) for gpu in sorted(state.gpus.values(), key=lambda g: (g.node, g.gpu))
-        ],
-        **{key: value for key, value in health.to_dict().items() if key != "generated_at"},
-    }
+    return await answer(_cluster_json, request, principal)
+
+
+def _cluster_json(request: Request, principal: Principal) -> Response:
+    return cached_json(request, *_cluster_document(request, principal))
+
+
+#: What the read lane answers past the framework (``serve/read_lane.py``): these routes' own
+#: functions, after :func:`require_principal`'s rule.
+LANE_ROUTES = (
+    LaneRoute(
+        "/", lambda request, _: _overview(request, check_principal(request), "overview.html")
+    ),
+    LaneRoute(
+        "/fragments/overview",
+        lambda request, _: _overview(request, check_principal(request), "_overview_live.html"),
+    ),
+    LaneRoute("/api/cluster", lambda request, _: _cluster_json(request, check_principal(request))),
+)

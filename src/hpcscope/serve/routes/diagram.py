@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -172,7 +172,7 @@ def _diagram_page(
         decision = (
             decision_view(service, viewer, now=state.generated_at) if reader == "decision" else None
         )
-        context: dict[str, Any] = {
+        context: dict[str, object] = {
             "topology": service.topology,
             "catalog": service.catalog,
             "layout": layout,

@@ -29,7 +29,7 @@ def security_events(request: Request) -> SecurityEventBuffer:
     with _LOCK:
         buffer = getattr(state, "security_events", None)
         if not isinstance(buffer, SecurityEventBuffer):
-            rows = service_of(request).settings.security_buffer_rows
+            rows = service_of(request).settings.security_events.buffer_rows
             buffer = SecurityEventBuffer(max_rows=rows)
             state.security_events = buffer
     return buffer
@@ -50,7 +50,7 @@ async def ingest_falco(request: Request) -> JSONResponse:
     reply = ingest_falco_post(
         bytes(body),
         presented_token=token,
-        expected_token=service_of(request).settings.falco_ingest_token,
+        expected_token=service_of(request).settings.falco.ingest_token,
         buffer=security_events(request),
         client=request.client.host if request.client else "unknown",
     )

@@ -10,7 +10,6 @@ answered on the event loop, a miss computes in a worker thread (``serve/offload.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -18,6 +17,7 @@ from starlette.responses import HTMLResponse, Response
 
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import check_principal, require_principal, service_of
+from hpcscope.serve.kept import cached_json, etag_of
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
@@ -25,7 +25,7 @@ from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts, JobRepor
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 from hpcscope.service.notify.access import notes_of_report
 from hpcscope.service.traces.capture_contracts import JobPhases, JobReportWithPhases
-from hpcscope.service.traces.job_phases import job_phases
+from hpcscope.service.traces.job_phases import job_phases, phases_of
 
 router = APIRouter()
 
@@ -42,19 +42,6 @@ def jobs_page(request: Request, principal: PrincipalDep) -> Response:
         {"reports": reports, "topology": service.topology},
         principal=principal,
     )
-
-
-def etag_of(body: bytes) -> str:
-    """A strong ETag of a response body."""
-    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
-
-
-def cached_json(request: Request, body: bytes, etag: str) -> Response:
-    """``body`` as JSON with its ETag, or 304 when the client already has it."""
-    headers = {"ETag": etag, "Cache-Control": "no-cache", "Vary": "Cookie, Authorization"}
-    if request.headers.get("if-none-match") == etag:
-        return Response(status_code=304, headers=headers)
-    return Response(body, media_type="application/json", headers=headers)
 
 
 @router.get("/api/jobs", response_model=JobList)
@@ -81,8 +68,10 @@ async def job_page(request: Request, job_id: str, principal: PrincipalDep) -> Re
 
 def _job_page(request: Request, job_id: str, principal: Principal) -> Response:
     service = service_of(request)
-    report = service.job_report(principal, job_id)
-    if report is None:
+    # one visibility check; the page's reads take the job it found
+    job = service.visible_job(principal, job_id)
+    report = service.report_of(job) if job is not None else None
+    if job is None or report is None:
         return render(
             request,
             "not_found.html",
@@ -92,18 +81,16 @@ def _job_page(request: Request, job_id: str, principal: Principal) -> Response:
         )
 
     def page() -> bytes:
-        alerts = service.job_alerts(principal, job_id) or []
         # the report is this generation's, visible to the principal: its notes are too
         notes = service.snapshots.get(
             ("serve.job_notes", job_id), lambda: notes_of_report(service, report)
         )
-        phases = job_phases(service, principal, job_id)
         context = {
             "report": report,
             "topology": service.topology,
-            "alerts": alerts,
+            "alerts": service.alerts_of(job),
             "notes": notes,
-            "phases": phases,
+            "phases": phases_of(service, job),
         }
         return bytes(render(request, "job.html", context, principal=principal).body)
 
@@ -121,17 +108,17 @@ async def job_json(request: Request, job_id: str, principal: PrincipalDep) -> Re
 
 def _job_json(request: Request, job_id: str, principal: Principal) -> Response:
     service = service_of(request)
-    report = service.job_report(principal, job_id)
-    phases = job_phases(service, principal, job_id)
-    if report is None or phases is None:
+    job = service.visible_job(principal, job_id)
+    report = service.report_of(job) if job is not None else None
+    if job is None or report is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
+    phases = phases_of(service, job)
 
     def serialised() -> tuple[bytes, str]:
-        alerts = service.job_alerts(principal, job_id) or []
         report_document = service.snapshots.get(
             ("serve.job_document", job_id), lambda: JobReportDocument.from_report(report)
         )
-        document = JobReportWithAlerts.of(report_document, alerts)
+        document = JobReportWithAlerts.of(report_document, service.alerts_of(job))
         body = JobReportWithPhases.join(document, phases).model_dump_json().encode()
         return body, etag_of(body)
 

@@ -48,7 +48,12 @@ def _list(request: Request, principal: Principal) -> TokenList:
     return TokenList(count=len(found), tokens=found)
 
 
-def _create(principal: Principal, request: Request, fields: dict[str, Any]) -> CreatedToken:
+# A request body as the client sent it (JSON of any shape, or a form): each field is checked
+# where it is read, with the client's value named in the refusal.
+_Fields = dict[str, Any]
+
+
+def _create(principal: Principal, request: Request, fields: _Fields) -> CreatedToken:
     """Raises TokenGrantDenied, TokenRequestError."""
     try:
         scope = TokenScope(str(fields.get("scope") or "read").strip().lower())
@@ -70,7 +75,7 @@ def _create(principal: Principal, request: Request, fields: dict[str, Any]) -> C
     )
 
 
-async def _fields(request: Request) -> dict[str, Any]:
+async def _fields(request: Request) -> _Fields:
     if request.headers.get("content-type", "").startswith("application/json"):
         body = await request.json()
         return body if isinstance(body, dict) else {}

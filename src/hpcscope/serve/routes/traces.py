@@ -23,7 +23,10 @@ from starlette.responses import Response
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import SourceError
 from hpcscope.model.trace_analysis import StoredAnalysis
-from hpcscope.serve.auth import require_principal, service_of
+from hpcscope.serve.auth import check_principal, require_principal, service_of
+from hpcscope.serve.kept import Document, cached_json, kept_page, serialise
+from hpcscope.serve.offload import answer
+from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
 from hpcscope.serve.uploads import UploadError, UploadLimits, receive_files
 from hpcscope.service.traces import reports as trace_reports
@@ -69,36 +72,63 @@ def _threshold(fields: dict[str, str]) -> float:
     return value
 
 
+def _listed(request: Request, principal: Principal) -> tuple[list[StoredAnalysis], Document]:
+    """The analyses the principal may see and the ``/api/traces`` document, kept per job
+    scope, data generation and trace write (``serve/kept.py``: an upload or a link shows on the
+    next read)."""
+    service = service_of(request)
+
+    def compute() -> tuple[list[StoredAnalysis], Document]:
+        rows = trace_reports.list_analyses(service, principal)
+        return rows, serialise(TraceList(analyses=[TraceSummary.from_row(r) for r in rows]))
+
+    kept: tuple[list[StoredAnalysis], Document] = service.snapshots.get(
+        ("serve.traces", principal.job_scope(), service.changes("traces")),
+        compute,
+        size=lambda value: len(value[1][0]),
+    )
+    return kept
+
+
 def _list_page(
     request: Request, principal: Principal, *, error: str | None = None, status: int = 200
 ) -> Response:
     service = service_of(request)
-    rows = trace_reports.list_analyses(service, principal)
-    jobs = [r.job_id for r in service.job_reports(principal)][:200]
-    return render(
-        request,
-        "traces.html",
-        {
-            "analyses": rows,
-            "jobs": jobs,
-            "error": error,
-            "max_upload_bytes": _max_bytes(request),
-        },
-        principal=principal,
-        status_code=status,
-    )
+
+    def page() -> Response:
+        rows, _ = _listed(request, principal)
+        jobs = [r.job_id for r in service.job_reports(principal)][:200]
+        return render(
+            request,
+            "traces.html",
+            {
+                "analyses": rows,
+                "jobs": jobs,
+                "error": error,
+                "max_upload_bytes": _max_bytes(request),
+            },
+            principal=principal,
+            status_code=status,
+        )
+
+    if error is not None:  # after a failed upload: its message, once
+        return page()
+    return kept_page(request, ("serve.traces_page", principal, service.changes("traces")), page)
+
+
+def _traces_json(request: Request, principal: Principal) -> Response:
+    return cached_json(request, *_listed(request, principal)[1])
 
 
 @router.get("/traces")
-def traces_page(request: Request, principal: PrincipalDep) -> Response:
-    return _list_page(request, principal)
+async def traces_page(request: Request, principal: PrincipalDep) -> Response:
+    return await answer(_list_page, request, principal)
 
 
-@router.get("/api/traces")
-def traces_json(request: Request, principal: PrincipalDep) -> TraceList:
+@router.get("/api/traces", response_model=TraceList)
+async def traces_json(request: Request, principal: PrincipalDep) -> Response:
     """The trace analyses you may see, newest first (without their documents)."""
-    rows = trace_reports.list_analyses(service_of(request), principal)
-    return TraceList(analyses=[TraceSummary.from_row(row) for row in rows])
+    return await answer(_traces_json, request, principal)
 
 
 async def _upload(request: Request, principal: Principal) -> StoredAnalysis:
@@ -279,3 +309,10 @@ async def link_json(request: Request, analysis_id: str, principal: PrincipalDep)
     except TraceAccessError as exc:
         return JSONResponse({"error": str(exc)}, status_code=403)
     return JSONResponse(TraceSummary.from_row(row).model_dump(mode="json"))
+
+
+#: What the read lane answers past the framework (``serve/read_lane.py``).
+LANE_ROUTES = (
+    LaneRoute("/api/traces", lambda request, _: _traces_json(request, check_principal(request))),
+    LaneRoute("/traces", lambda request, _: _list_page(request, check_principal(request))),
+)

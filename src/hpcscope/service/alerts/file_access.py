@@ -14,8 +14,9 @@ that job, user and binary, not its command line.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TypedDict, cast
 
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import InputError
@@ -92,7 +93,45 @@ class AccessReport(Contract):
     truncated: bool
 
 
-def _record(row: dict[str, Any], *, redact: bool) -> AccessRecordDocument:
+class _AccessRow(TypedDict):
+    """One row of :func:`~hpcscope.store.file_access.file_access`."""
+
+    ts: datetime
+    path: str
+    access: str
+    bytes: int | None
+    node: str | None
+    job_id: str | None
+    user: str | None
+    account: str | None
+    pid: int | None
+    uid: int | None
+    binary: str | None
+    arguments: str | None
+    owner_job_id: str | None
+    owner_user: str | None
+    source_kind: str
+    source_name: str
+    source_line: int
+    own_job: bool
+
+
+@dataclass
+class _Accessor:
+    """One accessor's accesses, summed (its first row names it)."""
+
+    row: _AccessRow
+    first: datetime
+    last: datetime
+    accesses: set[str] = field(default_factory=set)
+    paths: set[str] = field(default_factory=set)
+    read: int = 0
+    written: int = 0
+    mapped: int = 0
+    events: int = 0
+
+
+def _record(row: _AccessRow, *, redact: bool) -> AccessRecordDocument:
     return AccessRecordDocument(
         ts=iso_z(row["ts"]),
         path=row["path"],
@@ -115,42 +154,38 @@ def _record(row: dict[str, Any], *, redact: bool) -> AccessRecordDocument:
     )
 
 
-def _accessors(rows: list[dict[str, Any]]) -> list[AccessorDocument]:
-    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+def _accessors(rows: list[_AccessRow]) -> list[AccessorDocument]:
+    groups: dict[tuple[str | None, str | None, int | None, str | None, str | None], _Accessor] = {}
     for row in rows:
         key = (row["job_id"], row["node"], row["pid"], row["binary"], row["user"])
-        group = groups.setdefault(
-            key,
-            {"row": row, "accesses": set(), "read": 0, "written": 0, "mapped": 0, "events": 0,
-             "first": row["ts"], "last": row["ts"], "paths": set()},
-        )  # fmt: skip
+        group = groups.setdefault(key, _Accessor(row, row["ts"], row["ts"]))
         size = row["bytes"] or 0
         access = row["access"]
-        group["accesses"].add(access)
-        group["read"] += size if access == "read" else 0
-        group["written"] += size if access == "write" else 0
-        group["mapped"] += size if access == "mmap" else 0
-        group["events"] += 1
-        group["first"] = min(group["first"], row["ts"])
-        group["last"] = max(group["last"], row["ts"])
-        group["paths"].add(row["path"])
+        group.accesses.add(access)
+        group.read += size if access == "read" else 0
+        group.written += size if access == "write" else 0
+        group.mapped += size if access == "mmap" else 0
+        group.events += 1
+        group.first = min(group.first, row["ts"])
+        group.last = max(group.last, row["ts"])
+        group.paths.add(row["path"])
     order = ("open", "read", "mmap", "write", "truncate")
     found = [
         AccessorDocument(
-            job_id=g["row"]["job_id"],
-            user=g["row"]["user"],
-            account=g["row"]["account"],
-            node=g["row"]["node"],
-            pid=g["row"]["pid"],
-            binary=g["row"]["binary"],
-            accesses=[a for a in order if a in g["accesses"]],
-            read_bytes=g["read"],
-            written_bytes=g["written"],
-            mapped_bytes=g["mapped"],
-            events=g["events"],
-            first_seen=iso_z(g["first"]),
-            last_seen=iso_z(g["last"]),
-            paths=len(g["paths"]),
+            job_id=g.row["job_id"],
+            user=g.row["user"],
+            account=g.row["account"],
+            node=g.row["node"],
+            pid=g.row["pid"],
+            binary=g.row["binary"],
+            accesses=[a for a in order if a in g.accesses],
+            read_bytes=g.read,
+            written_bytes=g.written,
+            mapped_bytes=g.mapped,
+            events=g.events,
+            first_seen=iso_z(g.first),
+            last_seen=iso_z(g.last),
+            paths=len(g.paths),
         )
         for g in groups.values()
     ]
@@ -182,7 +217,7 @@ def who_accessed(
     table = file_access(
         store, principal.access_record_scope(), path=path, since=since, limit=limit + 1
     )
-    rows = table.to_pylist()
+    rows = cast(list[_AccessRow], table.to_pylist())
     truncated = len(rows) > limit
     rows = rows[:limit]
     records = [_record(r, redact=not sees_all and not r["own_job"]) for r in rows]

@@ -1,31 +1,26 @@
-"""The collector: scrape exporters, convert, store; poll the scheduler; record its own health.
+"""The collector: poll every source once per cycle, append what they return, keep their health.
 
 One collector per server process, on its own thread with its own asyncio loop (the web server
-keeps its loop to itself). Each cycle:
+keeps its loop to itself). The collector knows no source by name: it is given
+:class:`~hpcscope.service.collect.source.Source` objects (built from a site's settings by the
+registry, ``service/sources/``: exporter scrapes, the scheduler, spools, tails) and each cycle
 
-1. re-reads the Prometheus ``file_sd`` targets file when it changed;
-2. scrapes every dcgm-exporter and node-exporter target concurrently (timeouts per target);
-3. converts dcgm pages into one ``gpu_readings`` row per GPU and time (its jobs decided by the
-   platform's allocations, ``service/collect/attribution.py``; ``gpu_samples`` is the view
-   with one row per job) and node-exporter pages into InfiniBand port
-   counters, and appends them through the store's writer (one write per kind and round);
-4. records one ``scrapes`` row per attempt, and a ``collection_gaps`` row when a target comes
-   back after failing or after a silence (its own outage: seeded from the store at start), and
-   the ``OPS-1`` collection-health alert (``service/collect/health.py``; the gap is data:
-   analysis never reads it as an idle GPU);
-5. every ``scheduler_poll_seconds``, reads Slurm's jobs (slurmrestd, or squeue/sacct) and
-   associations (sacctmgr) into ``jobs``, ``job_allocations`` and ``account_memberships``;
-6. reads the Lustre job_stats spool files that changed into ``lustre_job_stats``, one
-   ``scrapes`` row per file (``service/collect/lustre_spool.py``);
-7. reads the gradient-integrity spool's new lines and raises GI alerts
-   (``service/integrity/spool.py``);
-8. drains the Falco/Tetragon events into the alert engine (``service/alerts/engine.py``);
-9. runs its ``after_cycle`` hooks: the server passes the jobs upkeep (summaries, retention:
-   ``service/jobs/retention.py``) and the trace captures (``service/traces/captures.py``).
+1. polls them in the order given; the sources of one stage (a sequence in the list) are polled
+   concurrently (the dcgm-exporter and node-exporter scrapes wait on the network together);
+2. appends each poll's batches and records its health row in the source's
+   :class:`~hpcscope.service.collect.source.SourceState` (:meth:`Collector.source_states`);
+3. lets the sources finish what they left running (:meth:`Source.settle`), unless asked to
+   overlap it with the next cycle (:meth:`run` does: a round's GPU rows are stored while the
+   next round's scrapes wait for their answers);
+4. runs its ``after_cycle`` hooks: the server passes the jobs upkeep (summaries, retention:
+   ``service/jobs/retention.py``), the telemetry rules, the SLOs, the notifier and the
+   publication of the cycle's writes.
 
-An exporter that hangs, returns 500 or garbage costs one failed scrape row; the collector keeps
-running, and nothing stored before is touched. Seams keep its tests off the wall clock and the
-network: a :class:`Clock` (:class:`SystemClock` by default) and the scraper's httpx2 transport.
+A source that fails costs an error in its health row and the cycle's report; a source that
+raises (a bug) is logged and recorded as a failed poll; the other sources are polled as usual
+and nothing stored before is touched. Seams keep the collector's tests off the wall clock:
+a :class:`Clock` (:class:`SystemClock` by default) and, for the sources, fakes
+(:class:`~hpcscope.service.collect.source.FakeSource`).
 """
 
 from __future__ import annotations
@@ -34,49 +29,36 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
-import httpx2
-import pyarrow as pa
-
-from hpcscope.ingest.exporters.dcgm import DcgmConversion, DcgmConverter, readings_table
-from hpcscope.ingest.exporters.infiniband import infiniband_rows
-from hpcscope.ingest.exporters.node_facts import FactSeries
-from hpcscope.ingest.exposition.scrape import Scraper, ScrapeResult, Target, load_file_sd
-from hpcscope.model.errors import SourceError
-from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
-from hpcscope.model.timeutil import epoch_seconds
-from hpcscope.service.collect.attribution import MappingRoot, ReadingsAttributor
 from hpcscope.service.collect.clock import Clock, SystemClock
 from hpcscope.service.collect.config import CollectorConfig, CycleReport
-from hpcscope.service.collect.health import CollectionHealth
-from hpcscope.service.collect.lustre_spool import LustreSpool, scrape_rows
-from hpcscope.service.collect.node_facts import fact_series, store_node_facts
-from hpcscope.service.collect.scheduler import (
-    BoundedPoll,
-    SchedulerCollector,
-)
+from hpcscope.service.collect.source import Health, Poll, Source, SourceState
 from hpcscope.service.collect.status import StatusLog, format_status
-from hpcscope.service.integrity.spool import IntegritySpool
 from hpcscope.store import Store
-from hpcscope.store import alerts as alert_store
-from hpcscope.store.infiniband import append_ib_counters
-from hpcscope.store.reports import collected_until
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Collector", "CollectorConfig", "CycleReport"]
 
 
+def stages_of(sources: Sequence[Source | Sequence[Source]]) -> tuple[tuple[Source, ...], ...]:
+    """The polling stages of a source list: a source alone, or a sequence polled together."""
+    stages = tuple((s,) if isinstance(s, Source) else tuple(s) for s in sources)
+    names = [source.name for stage in stages for source in stage]
+    if len(set(names)) != len(names):
+        raise ValueError(f"source names must be unique: {names}")
+    return tuple(stage for stage in stages if stage)
+
+
 class Collector:
-    """Scrapes, converts and stores, forever, on a background thread.
+    """Polls its sources, forever, on a background thread.
 
     Args:
-        store: where rows go (through its single writer).
-        config: targets, scheduler endpoint, intervals.
+        store: where batches go (through its single writer).
+        sources: what to poll, in order; a nested sequence is a stage polled concurrently.
+        config: the cycle's interval and the sources' timeout.
         clock: wall and monotonic time, and the wait between cycles (default: the real clock).
-        transport: the scraper's httpx2 transport (default: real TCP connections).
         after_cycle: called on a worker thread after each cycle, in order (the server passes the
             jobs capability's upkeep); an exception is logged and collection goes on.
     """
@@ -84,66 +66,36 @@ class Collector:
     def __init__(
         self,
         store: Store,
-        config: CollectorConfig,
+        sources: Sequence[Source | Sequence[Source]],
         *,
+        config: CollectorConfig | None = None,
         clock: Clock | None = None,
-        transport: httpx2.AsyncBaseTransport | None = None,
         after_cycle: Sequence[Callable[[], object]] = (),
     ) -> None:
         self.store = store
+        self.config = config if config is not None else CollectorConfig()
+        self.stages = stages_of(sources)
         self._after_cycle = tuple(after_cycle)
-        self.config = config
         self._clock: Clock = clock if clock is not None else SystemClock()
-        self._scraper = Scraper(
-            timeout_seconds=config.scrape_timeout_seconds,
-            clock=self._aware_now,
-            transport=transport,
-        )
-        self._converters: dict[str, DcgmConverter] = {}
-        self._facts: dict[str, FactSeries] = {}
-        self._attributor = ReadingsAttributor(store)
-        self._targets: list[Target] = list(config.static_targets)
-        self._targets_mtime: float | None = None
-        # seeded from the store: a restart after an outage records the outage as a gap
-        self.health = CollectionHealth(
-            silence_seconds=2 * config.scrape_interval_seconds + config.scrape_timeout_seconds,
-            collected_until=collected_until(store),
-        )
-        self._last_scheduler_poll: float | None = None
-        self._scheduler = (
-            BoundedPoll(
-                SchedulerCollector(store, config.scheduler, config.associations),
-                wait_seconds=config.scrape_timeout_seconds,
-            )
-            if config.scheduler is not None
-            else None
-        )
-        self._mapping = (
-            MappingRoot(
-                store, config.job_mapping_dir, config.job_records_dir, clock=self._epoch_seconds
-            )
-            if config.job_mapping_dir is not None
-            else None
-        )
-        self._lustre = (
-            LustreSpool(
-                store, config.lustre_job_stats_dir, jobid_pattern=config.lustre_jobid_pattern
-            )
-            if config.lustre_job_stats_dir is not None
-            else None
-        )
-        self._integrity = (
-            IntegritySpool(store, config.integrity_spool_dir, config.rules)
-            if config.integrity_spool_dir is not None
-            else None
-        )
-        self._pending: asyncio.Future[Any] | None = None
+        self._states = {
+            source.name: SourceState(source.name) for stage in self.stages for source in stage
+        }
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._finished = False
         self.cycles = 0
         self.last_report: CycleReport | None = None
         # one INFO line a minute, on the collector's own clock
         self.status_log = StatusLog(store.size_bytes, clock=self._clock.monotonic)
+
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        """Every source, in polling order."""
+        return tuple(source for stage in self.stages for source in stage)
+
+    def source_states(self) -> tuple[SourceState, ...]:
+        """Each source's health over time, in polling order (read by the pages)."""
+        return tuple(self._states[source.name] for source in self.sources)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -184,7 +136,7 @@ class Collector:
                 next_tick = clock.monotonic()
                 delay = 0.0
             await clock.sleep(min(delay, interval))
-        await self._stored()
+        await self._settle()
         await self.aclose()
 
     def _log_cycle(self, report: CycleReport) -> None:
@@ -205,123 +157,71 @@ class Collector:
         if status is not None:
             log.info("%s", format_status(status))
 
-    def _aware_now(self) -> datetime:
-        return self._clock.now().replace(tzinfo=UTC)
-
-    def _epoch_seconds(self) -> float:
-        return epoch_seconds(self._clock.now())
-
     async def aclose(self) -> None:
-        """Close the scraper's HTTP connections (in the loop that used them)."""
-        await self._scraper.aclose()
+        """Release the sources' connections (in the loop that used them)."""
+        for source in self.sources:
+            try:
+                await source.aclose()
+            except Exception:  # closing one must not keep the others open
+                log.exception("closing source %s failed", source.name)
+
+    def close_open_gaps(self) -> None:
+        """At a clean stop: append what each source closes (targets still failing become
+        gaps ending now). Once; after :meth:`stop`."""
+        if self._finished:
+            return
+        self._finished = True
+        now = self._clock.now()
+        for source in self.sources:
+            try:
+                batches = source.finish(now)
+            except Exception:  # one source's bug must not lose the others' rows
+                log.exception("finishing source %s failed", source.name)
+                continue
+            for batch in batches:
+                self.store.append(batch.table, batch.rows)
 
     # ------------------------------------------------------------------ one cycle
 
-    def targets(self) -> list[Target]:
-        """The current target list: static targets plus the file_sd file (re-read on change)."""
-        path = self.config.targets_path
-        if path is not None:
+    async def _settle(self) -> None:
+        """Wait for the work the sources left running (see ``overlap``)."""
+        for source in self.sources:
             try:
-                mtime = path.stat().st_mtime
-            except FileNotFoundError:
-                mtime = None
-            if mtime is not None and mtime != self._targets_mtime:
-                try:
-                    loaded = load_file_sd(path)
-                except SourceError as exc:
-                    log.error("targets file: %s (keeping the previous list)", exc)
-                else:
-                    self._targets = [*self.config.static_targets, *loaded]
-                    self._targets_mtime = mtime
-                    log.info("collector: %d targets from %s", len(loaded), path)
-        return self._targets
+                await source.settle()
+            except Exception:  # a bad round must not end collection
+                log.exception("source %s: finishing its last poll failed", source.name)
 
-    async def _stored(self) -> None:
-        """Wait for the GPU rows of the previous round to be stored (see ``overlap``)."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
+    async def _poll(self, source: Source, now: datetime) -> Poll:
         try:
-            await pending
-        except Exception:  # a bad round must not end collection
-            log.exception("storing the GPU rows of a round failed")
+            return await source.poll(now)
+        except Exception as exc:  # a bug in one source must not stop the others
+            log.exception("source %s failed", source.name)
+            return Poll(Health(source.name, now, errors=(f"{source.name}: {exc}",)))
 
     async def collect_once(self, *, overlap: bool = False) -> CycleReport:
-        """Scrape every target once, store what came back, poll the scheduler if due.
+        """Poll every source once, append what they returned, run the after-cycle hooks.
 
         Args:
-            overlap: return before this round's GPU rows are stored (attributing and appending
-                them then overlaps the next round's scrapes, which wait for the HTTP answers;
-                the next round waits for them before it stores its own). :meth:`run` overlaps;
-                by default the rows are stored when this returns.
+            overlap: return before the work the sources left running is done (the GPU rows of
+                the round are then stored while the next round's scrapes wait for the HTTP
+                answers; the next round waits for them before it stores its own).
+                :meth:`run` overlaps; by default everything is stored when this returns.
         """
-        report = CycleReport(started_at=self._clock.now())
-        if self._mapping is not None:  # allocations first: the samples below are judged by them
-            try:
-                await asyncio.to_thread(self._mapping.collect_once)
-            except Exception as exc:  # a bad mapping directory must not stop scraping
-                log.exception("job mapping collection failed")
-                report.errors.append(f"job mapping: {exc}")
-        targets = [t for t in self.targets() if t.exporter in self.config.exporters]
-        report.targets = len(targets)
-        results = await self._scraper.scrape(targets) if targets else []
-        scrape_rows: list[dict[str, object]] = []
-        gap_rows: list[dict[str, object]] = []
-        conversions: list[DcgmConversion] = []
-        port_tables: list[pa.Table] = []
-        for result in results:
-            self._record(result, scrape_rows, gap_rows, conversions, port_tables, report)
-        if port_tables:  # one write per round, not one per node (128 commits every cycle)
-            append_ib_counters(self.store, pa.concat_tables(port_tables))
-        if any(conversion.gpu_rows for conversion in conversions):
-            table = readings_table(conversions)  # one table per round, not one per page
-            report.samples_written = table.num_rows
-            # one row per GPU and time; its job(s) are decided from the platform's
-            # allocations, the page's hpc_job labels are only the fallback
-            # (service/collect/attribution.py)
-            await self._stored()  # one round in flight at most, stored in order
-            storing = asyncio.ensure_future(
-                asyncio.to_thread(self._attributor.store_readings, table)
-            )
-            if overlap:
-                self._pending = storing
+        now = self._clock.now()
+        report = CycleReport(started_at=now)
+        for stage in self.stages:
+            if len(stage) == 1:
+                polls: Sequence[Poll] = [await self._poll(stage[0], now)]
             else:
-                await storing
-        if scrape_rows:
-            self.store.append("scrapes", pa.Table.from_pylist(scrape_rows, schema=SCRAPE_SCHEMA))
-        if gap_rows:
-            self.store.append("collection_gaps", pa.Table.from_pylist(gap_rows, schema=GAP_SCHEMA))
-        now = self._clock.monotonic()
-        if self._scheduler is not None:  # a hung controller never holds up the scrapes
-            due = not self._scheduler.in_flight and (
-                self._last_scheduler_poll is None
-                or now - self._last_scheduler_poll >= self.config.scheduler_poll_seconds
-            )
-            self._last_scheduler_poll = now if due else self._last_scheduler_poll
-            if (poll := await self._scheduler.poll(start=due)) is not None:
-                report.jobs_written = poll.jobs
-                if not poll.ok:
-                    report.errors.append(f"scheduler: {poll.error}")
-        if self._lustre is not None:
-            await self._collect_lustre(self._lustre, report)
-        if self._integrity is not None:
-            try:
-                cycle = await asyncio.to_thread(self._integrity.collect_once)
-            except Exception as exc:  # an odd spool must not stop the other sources
-                log.exception("integrity spool collection failed")
-                report.errors.append(f"integrity spool: {exc}")
-            else:
-                report.integrity_alerts_written = cycle.alerts
-                report.errors.extend(cycle.errors[:20])
-        if self.config.security is not None:
-            try:
-                events = await asyncio.to_thread(self.config.security.collect_once)
-            except Exception as exc:  # a bad event stream must not stop the other sources
-                log.exception("security event collection failed")
-                report.errors.append(f"security events: {exc}")
-            else:
-                report.security_alerts_written = events.alerts
-                report.errors.extend(events.errors)
+                polls = await asyncio.gather(*(self._poll(source, now) for source in stage))
+            for poll in polls:
+                for batch in poll.batches:
+                    self.store.append(batch.table, batch.rows)
+                self._states[poll.health.source].observe(poll.health)
+                report.polls.append(poll.health)
+                report.errors.extend(poll.health.errors)
+        if not overlap:
+            await self._settle()
         for hook in self._after_cycle:
             try:
                 await asyncio.to_thread(hook)
@@ -329,78 +229,3 @@ class Collector:
                 log.exception("after-cycle hook %r failed", hook)
                 report.errors.append(f"after cycle: {exc}")
         return report
-
-    async def _collect_lustre(self, spool: LustreSpool, report: CycleReport) -> None:
-        try:
-            reads = await asyncio.to_thread(spool.collect_once)
-        except Exception as exc:  # a bug or an odd spool must not stop the other sources
-            log.exception("lustre spool collection failed")
-            report.errors.append(f"lustre spool: {exc}")
-            return
-        report.targets += len(reads)
-        for read in reads:
-            report.lustre_rows_written += read.stored
-            if read.ok:
-                report.ok += 1
-            else:
-                report.errors.append(read.error or f"{read.path}: failed")
-        if reads:
-            self.store.append("scrapes", scrape_rows(reads))
-
-    def _record(
-        self,
-        result: ScrapeResult,
-        scrape_rows: list[dict[str, object]],
-        gap_rows: list[dict[str, object]],
-        conversions: list[DcgmConversion],
-        port_tables: list[pa.Table],
-        report: CycleReport,
-    ) -> None:
-        target = result.target
-        node = target.labels.get("node")
-        row = result.as_row()  # the scrapes row; ok, samples and error are settled below
-        ts = row["ts"]
-        assert isinstance(ts, datetime)
-        samples = 0
-        error = result.error
-        ok = result.ok
-        if result.page is not None and target.exporter == "node":
-            try:
-                ports = infiniband_rows(result.page, ts=ts, node=node or target.url)
-            except SourceError as exc:
-                ok, error = False, exc.describe()
-            else:
-                port_tables.append(ports.table)
-                samples = ports.table.num_rows
-        elif result.page is not None:
-            converter = self._converters.setdefault(target.url, DcgmConverter())
-            try:
-                conversion = converter.convert(result.page, ts=ts, node=node)
-            except SourceError as exc:
-                ok, error = False, exc.describe()
-            else:
-                conversions.append(conversion)
-                samples = conversion.gpu_rows
-        if ok and result.page is not None:  # Xid counts, posture: service/collect/node_facts
-            picker = self._facts.get(target.url)
-            if picker is None:
-                picker = self._facts[target.url] = fact_series(target.exporter)
-            store_node_facts(self.store, target, result.page, ts=ts, picker=picker)
-        if ok:
-            report.ok += 1
-        else:
-            report.errors.append(f"{target.url}: {error}")
-        gap, alert = self.health.observe(target.url, node, ts, ok=ok, error=error)
-        if gap is not None:
-            gap_rows.append(gap.row())
-        if alert is not None:  # OPS-1 (service/collect/health.py)
-            alert_store.upsert_alerts(self.store, [alert])
-        log.debug("scrape %s: ok=%s samples=%d error=%s", target.url, ok, samples, error)
-        # samples: rows stored (GPU rows or port rows), not page lines
-        scrape_rows.append({**row, "ok": ok, "samples": samples, "error": error})
-
-    def close_open_gaps(self) -> None:
-        """At shutdown, record targets still failing as gaps ending now."""
-        rows = [gap.row() for gap in self.health.close_open(self._clock.now())]
-        if rows:
-            self.store.append("collection_gaps", pa.Table.from_pylist(rows, schema=GAP_SCHEMA))

@@ -34,6 +34,7 @@ from hpcscope.ingest.exporters.lustre_jobstats import (
 )
 from hpcscope.model.schemas import SCRAPE_SCHEMA
 from hpcscope.model.timeutil import utcnow
+from hpcscope.service.spool import SpoolFiles
 from hpcscope.store import Store
 from hpcscope.store.lustre import append_job_stats
 
@@ -94,38 +95,11 @@ class LustreSpool:
         self.store = store
         self.directory = directory
         self.pattern = compile_jobid_pattern(jobid_pattern)
-        self._seen: dict[Path, tuple[int, int]] = {}
-        self._warned_missing = False
+        self.files = SpoolFiles(directory, f"*{SUFFIX}")  # service/spool.py
 
     def changed_files(self) -> list[tuple[Path, tuple[int, int]]]:
         """Spool files whose (mtime, size) differ from the last read, sorted by name."""
-        try:
-            entries = sorted(self.directory.iterdir())
-        except FileNotFoundError:
-            if not self._warned_missing:
-                log.warning("lustre spool %s does not exist (yet)", self.directory)
-                self._warned_missing = True
-            return []
-        self._warned_missing = False
-        present: set[Path] = set()
-        changed: list[tuple[Path, tuple[int, int]]] = []
-        for path in entries:
-            # dot files are the writers' temporary files (renamed into place when complete)
-            if path.name.startswith(".") or not path.name.endswith(SUFFIX):
-                continue
-            try:
-                stat = path.stat()
-            except OSError:
-                continue  # renamed away between listing and stat
-            if not path.is_file():
-                continue
-            present.add(path)
-            stamp = (stat.st_mtime_ns, stat.st_size)
-            if self._seen.get(path) != stamp:
-                changed.append((path, stamp))
-        for gone in set(self._seen) - present:
-            del self._seen[gone]
-        return changed
+        return self.files.changed()
 
     def collect_once(self) -> list[SpoolRead]:
         """Read, parse and store every changed file; one :class:`SpoolRead` per file read."""
@@ -169,5 +143,5 @@ class LustreSpool:
             except Exception as exc:  # the store refused: retry the file next cycle
                 log.exception("storing %s failed", path)
                 return done(False, rows, 0, f"{path}: not stored: {exc}")
-        self._seen[path] = stamp  # read (well or badly): not again until it changes
+        self.files.mark_read(path, stamp)  # read (well or badly): not again until it changes
         return done(error is None, rows, stored, error)

@@ -284,10 +284,10 @@ def detections_configured(service: Service) -> bool:
     return any(
         source is not None
         for source in (
-            settings.integrity_spool_dir,
-            settings.falco_ingest_token,
-            settings.falco_events_path,
-            settings.tetragon_events_path,
+            settings.integrity.spool_dir,
+            settings.falco.ingest_token,
+            settings.falco.events_path,
+            settings.tetragon.events_path,
         )
     )
 
@@ -295,8 +295,11 @@ def detections_configured(service: Service) -> bool:
 def alert_summary(
     service: Service, viewer: Viewer, *, shared: Snapshots | None = None
 ) -> AlertSummary:
-    """Open alerts per vector and node; counts only, and never to anonymous visitors (the
-    unscoped counts once per generation with ``shared``, the service's snapshots)."""
+    """Open alerts per vector and node; counts only, never to anonymous visitors, and of the
+    alerts the viewer may read (:meth:`~hpcscope.model.access.Principal.alert_scope`: a
+    researcher counts the alerts of their own jobs, never one about a process outside them;
+    admins and the security team count all). The counts are read once per generation with
+    ``shared`` (the service's snapshots) and scoped per viewer."""
     rows = (
         shared.get(("diagram.alert_counts",), lambda: queries.open_alert_counts(service.store))
         if shared is not None
@@ -315,7 +318,16 @@ def alert_summary(
         if key not in seen or Severity.parse(severity) > Severity.parse(seen[key]):
             seen[key] = severity
 
+    scope = viewer.principal.alert_scope() if viewer.principal is not None else None
     for row in rows:
+        if scope is None or not (
+            scope.all_jobs
+            or (
+                (row.get("user") is not None or row.get("account") is not None)
+                and scope.admits(user=row.get("user"), account=row.get("account"))
+            )
+        ):
+            continue
         count, vector, severity = int(row["open"]), str(row["vector"]), str(row["severity"])
         by_vector[vector] = by_vector.get(vector, 0) + count
         worse(worst_vector, vector, severity)

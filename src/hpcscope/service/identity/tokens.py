@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from hpcscope.model.access import Principal, Role, TokenScope
 from hpcscope.model.errors import AccessError, InputError
 from hpcscope.model.tokens import ApiToken, is_well_formed, new_token, token_digest, token_id
+from hpcscope.service.snapshots import SnapshotMiss, caching_only
 from hpcscope.store import Store
 from hpcscope.store import identity as token_store
 
@@ -156,7 +157,13 @@ class ApiTokens:
         )
 
     def authenticate(self, secret: str, *, now: datetime, address: str) -> ApiToken | None:
-        """The active token ``secret`` is, or None (malformed, unknown, expired, revoked)."""
+        """The active token ``secret`` is, or None (malformed, unknown, expired, revoked).
+
+        Raises:
+            SnapshotMiss: inside :func:`~hpcscope.service.snapshots.cache_only` (the event
+                loop), unless the token is remembered and its use was recorded recently (a store
+                query or write is a worker's job).
+        """
         if not is_well_formed(secret):
             return None
         digest = token_digest(secret)
@@ -165,6 +172,8 @@ class ApiTokens:
             cached = self._cache.get(digest)
         if cached is not None and cached[1] > clock:
             found: ApiToken | None = cached[0]
+        elif caching_only():
+            raise SnapshotMiss(("tokens.authenticate", digest))
         else:
             found = token_store.token_by_digest(self.store, digest)
             if found is not None:
@@ -177,6 +186,8 @@ class ApiTokens:
         with self._lock:
             last = self._touched.get(found.token_id)
             due = last is None or (now - last).total_seconds() >= TOUCH_EVERY_SECONDS
+            if due and caching_only():
+                raise SnapshotMiss(("tokens.touch", found.token_id))
             if due:
                 if len(self._touched) > 100_000:
                     self._touched.clear()

@@ -25,6 +25,7 @@ from hpcscope.model import bounded_yaml
 from hpcscope.model.access import Principal, Role, derive_role
 from hpcscope.model.errors import ConfigError
 from hpcscope.service.settings import DEFAULT_PASSWORD_HASH_COST_LOG2
+from hpcscope.service.snapshots import SnapshotMiss, caching_only
 
 #: Production scrypt cost (the ``password_hash_cost_log2`` setting's default). Tests lower it;
 #: the parameters are in every hash, so hashes made at any cost keep verifying.
@@ -174,6 +175,10 @@ class UserDirectory:
             parsed = _UsersFile.model_validate(raw)
         except OSError as exc:
             raise ConfigError(f"cannot read users file: {exc.strerror}", source=str(path)) from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"not UTF-8 text (byte {exc.start}: {exc.reason})", source=str(path)
+            ) from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"not valid YAML: {exc}", source=str(path)) from None
         except ValidationError as exc:
@@ -238,8 +243,15 @@ class UserDirectory:
         return sorted(self._users)
 
     def authenticate(self, name: str, password: str) -> UserRecord | None:
-        """The user if the password matches, else None (same work either way)."""
+        """The user if the password matches, else None (same work either way).
+
+        Raises:
+            SnapshotMiss: inside :func:`~hpcscope.service.snapshots.cache_only` (the event
+                loop), for any check but a remembered success: hashing is a worker's job.
+        """
         user = self._users.get(name)
+        if user is None and caching_only():
+            raise SnapshotMiss(("users.authenticate", name))
         if user is None:
             # one verification at the real users' cost, as for a wrong password: the time
             # of the answer does not tell whether the name exists
@@ -250,6 +262,8 @@ class UserDirectory:
         now = time.monotonic()
         if self._verified.get(key, 0.0) > now:
             return user
+        if caching_only():
+            raise SnapshotMiss(("users.authenticate", name))
         if not verify_password(password, user.password_hash):
             return None
         if len(self._verified) > 10_000:

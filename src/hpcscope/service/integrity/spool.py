@@ -29,6 +29,7 @@ from hpcscope.model.integrity import IntegrityRecord
 from hpcscope.model.timeutil import from_epoch_seconds
 from hpcscope.service.integrity.monitor import JobMonitor, StepFindings
 from hpcscope.service.integrity.training import TrainingEventsSpool
+from hpcscope.service.spool import Tails
 from hpcscope.store import Store
 from hpcscope.store import slurm as slurm_store
 from hpcscope.store.alerts import upsert_alerts
@@ -58,12 +59,6 @@ class SpoolCycle:
     errors: list[str] = field(default_factory=list)
 
 
-@dataclass
-class _File:
-    offset: int = 0
-    lines: int = 0
-
-
 class IntegritySpool:
     """Reads a spool root of per-job directories and raises GI alerts into the store.
 
@@ -86,7 +81,7 @@ class IntegritySpool:
         self.root = root
         self.rules = rules
         self.placement = placement or self._placement_from_store
-        self._files: dict[Path, _File] = {}
+        self._tails = Tails()  # complete lines, rotation: service/spool.py
         self._placements: dict[tuple[str, int | None, int], Placement] = {}
         self._labels: dict[str, str] = {}
         self.monitors: dict[str, JobMonitor] = {}
@@ -95,23 +90,10 @@ class IntegritySpool:
     # ------------------------------------------------------------------ reading
 
     def _new_lines(self, path: Path) -> list[tuple[int, bytes]]:
-        state = self._files.setdefault(path, _File())
         try:
-            with path.open("rb") as handle:
-                handle.seek(state.offset)
-                data = handle.read()
+            return self._tails.read(path).numbered()
         except OSError as exc:
             raise OSError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        chunk = data[: end + 1]
-        state.offset += len(chunk)
-        lines = []
-        for text in chunk.split(b"\n")[:-1]:
-            state.lines += 1
-            lines.append((state.lines, text))
-        return lines
 
     def collect_once(self) -> SpoolCycle:
         """Read every job directory's new lines, evaluate ready steps, upsert alerts."""

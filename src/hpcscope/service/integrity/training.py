@@ -22,6 +22,7 @@ from hpcscope.ingest.integrity.training_events import parse_event_lines
 from hpcscope.model.alerts import RuleSpec
 from hpcscope.model.timeutil import from_epoch_seconds
 from hpcscope.model.training_events import TrainingEvent
+from hpcscope.service.spool import Tails
 from hpcscope.store import Store
 from hpcscope.store import alerts as alert_store
 from hpcscope.store import slurm as slurm_store
@@ -50,22 +51,13 @@ class TrainingEventsSpool:
         self.store = store
         self.root = root
         self.rules = rules
-        self._offsets: dict[Path, tuple[int, int]] = {}
+        self._tails = Tails()  # complete lines, rotation: service/spool.py
         self._events: dict[str, list[Placed]] = {}
         self._written: dict[str, datetime] = {}
         self._placements: dict[tuple[str, int | None, int], tuple[str | None, ...]] = {}
 
     def _new_lines(self, path: Path) -> list[tuple[int, bytes]]:
-        offset, line = self._offsets.get(path, (0, 0))
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            data = handle.read()
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        chunk = data[: end + 1].split(b"\n")[:-1]
-        self._offsets[path] = (offset + end + 1, line + len(chunk))
-        return [(line + i + 1, text) for i, text in enumerate(chunk)]
+        return self._tails.read(path).numbered()
 
     def _place(self, event: TrainingEvent) -> Placed:
         """The platform's job on the claimed node and GPU at the event's time (one query per

@@ -9,14 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TypedDict, cast
 
 import polars as pl
 import pyarrow as pa
 
 from hpcscope.analysis.jobs.aggregates import summary_from_aggregates
 from hpcscope.analysis.jobs.efficiency import gpu_summary
-from hpcscope.analysis.jobs.report import JobReport, job_reports
+from hpcscope.analysis.jobs.report import JobReport as JobReport  # serve's pages name it
+from hpcscope.analysis.jobs.report import job_reports
 from hpcscope.model.access import Principal
 from hpcscope.model.backends import STORE_READ, GpuMetrics, JobGpuRead, ReadSource
 from hpcscope.model.sampling import max_sample_weight_seconds
@@ -201,16 +202,31 @@ def seen_and_visible(
     return sorted(set(seen) if scope.all_jobs else known)
 
 
+class TargetHealth(TypedDict):
+    """One scrape target over the window (``store.reports.scrape_health``'s columns)."""
+
+    target: str
+    exporter: str
+    node: str | None
+    last_attempt: datetime
+    last_success: datetime | None
+    failures_since_success: int
+    last_error: str | None
+    last_duration_seconds: float | None
+    last_samples: int | None
+    rejected_lines: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class CollectionHealth:
     """The collector's own health: per target, the last attempt and success; recent gaps."""
 
     generated_at: datetime
-    targets: tuple[dict[str, Any], ...]
-    gaps: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    targets: tuple[TargetHealth, ...]
+    gaps: tuple[dict[str, object], ...] = field(default_factory=tuple)  # of collection_gaps
 
-    def to_dict(self) -> dict[str, Any]:
-        def plain(value: Any) -> Any:
+    def to_dict(self) -> dict[str, object]:
+        def plain(value: object) -> object:
             return iso_z(value) if isinstance(value, datetime) else value
 
         return {
@@ -224,7 +240,10 @@ def collection_health(store: Store, *, now: datetime) -> CollectionHealth:
     """Per-target scrape health over the last 15 minutes and the gaps of the last hour.
 
     Holds no job data (targets are exporters and the scheduler), so it needs no scope."""
-    health = queries.scrape_health(store, since=now - timedelta(minutes=15)).to_pylist()
+    health = cast(
+        list[TargetHealth],
+        queries.scrape_health(store, since=now - timedelta(minutes=15)).to_pylist(),
+    )
     gaps = queries.collection_gaps(store, since=now - timedelta(hours=1)).to_pylist()
     return CollectionHealth(generated_at=now, targets=tuple(health), gaps=tuple(gaps))
 

@@ -106,6 +106,10 @@ def load_notify_config(path: Path | None = None) -> NotifyConfig:
         data = data or {}
     except OSError as exc:
         raise NotifyRuleError(f"cannot read: {exc.strerror}", source=source) from None
+    except UnicodeDecodeError as exc:
+        raise NotifyRuleError(
+            f"not UTF-8 text (byte {exc.start}: {exc.reason})", source=source
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise NotifyRuleError(

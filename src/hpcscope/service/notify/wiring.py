@@ -11,7 +11,11 @@ from hpcscope.service.notify.alertmanager import AlertmanagerClient, Alertmanage
 from hpcscope.service.notify.config import load_notify_config
 from hpcscope.service.notify.delivery import Channel, EmailChannel, WebhookChannel
 from hpcscope.service.notify.engine import Notifier, NotifyPolicy
-from hpcscope.service.notify.scheduler import SchedulerCommands, SlurmCommands
+from hpcscope.service.notify.scheduler import (
+    SchedulerCommands,
+    SlurmCommands,
+    SlurmrestdCommands,
+)
 
 
 def notifier_from_settings(
@@ -53,7 +57,16 @@ def notifier_from_settings(
         else None
     )
     if s.notify_cancel_enabled and scheduler is None:
-        scheduler = SlurmCommands()
+        scheduler = (
+            SlurmrestdCommands(
+                s.slurm.url,
+                version=s.slurm.api_version,
+                user=s.slurm.user,
+                token=s.slurm.token(),
+            )
+            if s.notify_cancel_via == "slurmrestd" and s.slurm.url
+            else SlurmCommands()
+        )
     if not channels and forwarder is None and not s.notify_cancel_enabled:
         return None
     return Notifier(

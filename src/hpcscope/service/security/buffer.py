@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -18,6 +19,12 @@ from hpcscope.ingest.security.lines import ParseResult, SecurityEventError
 from hpcscope.model.security_events import FALCO_ALERT_SCHEMA, TETRAGON_EVENT_SCHEMA
 
 KINDS = {"falco": FALCO_ALERT_SCHEMA, "tetragon": TETRAGON_EVENT_SCHEMA}
+
+
+class Pollable(Protocol):
+    """A tail that parses what was appended into the buffer (``service/security/sources``)."""
+
+    def poll(self) -> ParseResult: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +56,9 @@ class SecurityEventBuffer:
         self._rows = 0
         self._dropped = 0
         self._errors: deque[SecurityEventError] = deque(maxlen=max_errors)
+        #: the tails that fill this buffer (they register themselves): the alert engine's
+        #: own loop polls them before it drains (service/alerts/engine.py, SecurityLoop)
+        self.tails: list[Pollable] = []
 
     def __len__(self) -> int:
         with self._lock:

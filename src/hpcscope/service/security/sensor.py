@@ -41,6 +41,7 @@ from hpcscope.service.security.sensor_events import (
 )
 from hpcscope.service.security.sensor_order import DEFAULT_HOLD_NS, KernelOrder
 from hpcscope.service.security.sensor_procs import ProcReader
+from hpcscope.service.security.sensor_watch import SensorWatch
 from hpcscope.service.settings import REPO_ROOT
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,6 @@ PROGRAM_NAME = "hpcscope-sensor.bt"
 #: path of this size; longer paths are cut in the kernel and read back whole from /proc.
 STRLEN = KERNEL_STRLEN
 UVERBS_PREFIX = "/dev/infiniband/uverbs"
-DEFAULT_TEMP_PREFIXES: tuple[str, ...] = ("/tmp/", "/var/tmp/", "/dev/shm/")
 TRACEFS = Path("/sys/kernel/tracing")
 
 
@@ -73,7 +73,7 @@ def bundled_program_path() -> Path:
     raise FileNotFoundError(f"no bundled {PROGRAM_NAME}")
 
 
-def _checked(prefixes: Sequence[str], what: str) -> list[str]:
+def _checked(prefixes: Sequence[str], what: str, *, allow_empty: bool = False) -> list[str]:
     """The prefixes, validated, without those a shorter one already covers (each prefix is
     its own probe: an overlap would report an open twice)."""
     for prefix in prefixes:
@@ -91,7 +91,7 @@ def _checked(prefixes: Sequence[str], what: str) -> list[str]:
     for prefix in sorted(set(prefixes), key=lambda p: (len(p), p)):
         if not any(prefix.startswith(shorter) for shorter in kept):
             kept.append(prefix)
-    if not kept:
+    if not kept and not allow_empty:
         raise SensorConfigError(f"no {what}", source="sensor")
     return sorted(kept)
 
@@ -109,28 +109,64 @@ def _repeat(template: str, name: str, prefixes: Sequence[str]) -> str:
     return head + "".join(copies) + tail
 
 
+def _optional(template: str, has_syscall: Callable[[str], bool]) -> str:
+    """Each ``// @OPTIONAL <syscall>...`` ... ``// @END optional`` block, kept when the kernel
+    has every syscall it names (a kernel without modules has no finit_module tracepoint, and
+    bpftrace 0.17 refuses a program with a probe it cannot attach)."""
+    out: list[str] = []
+    rest = template
+    while "// @OPTIONAL " in rest:
+        head, _, after = rest.partition("// @OPTIONAL ")
+        names, _, after = after.partition("\n")
+        block, _, rest = after.partition("// @END optional\n")
+        out.append(head)
+        if all(has_syscall(name) for name in names.split()):
+            out.append(block)
+    return "".join(out) + rest
+
+
+def syscall_tracepoints(tracefs: Path = TRACEFS) -> Callable[[str], bool]:
+    """Whether the kernel has a syscall's tracepoints (all of them when tracefs cannot be
+    read: ``--print-program`` on a machine without it)."""
+    events = tracefs / "events" / "syscalls"
+    if not events.is_dir():
+        return lambda name: True
+    return lambda name: (events / f"sys_enter_{name}").is_dir()
+
+
 def render_program(
     template: str,
     *,
-    protected: Sequence[str],
-    temp_prefixes: Sequence[str] = DEFAULT_TEMP_PREFIXES,
+    protected: Sequence[str] = (),
+    watch: SensorWatch | None = None,
     watch_uverbs: bool = True,
+    has_syscall: Callable[[str], bool] | None = None,
 ) -> str:
-    """The program with one copy of each prefix block per prefix (pure).
+    """The program with one copy of each prefix block per prefix.
 
     Args:
         template: the text of ``hpcscope-sensor.bt``.
         protected: path prefixes whose opens, reads, writes and mmaps are reported (a root
-            should end in ``/`` so ``/ckpt/`` does not match ``/ckpt-old``).
-        temp_prefixes: directories whose execs are reported.
+            should end in ``/`` so ``/ckpt/`` does not match ``/ckpt-old``); with ``watch``,
+            its own protected roots are added.
+        watch: the policies' selectors (:class:`SensorWatch`): the secrets (any access), the
+            sensitive write prefixes and the unlinked roots; default: the policies' lists.
         watch_uverbs: also report opens of ``/dev/infiniband/uverbs*`` (RD-4).
+        has_syscall: whether the kernel has a syscall's tracepoints (optional blocks);
+            default: this machine's (:func:`syscall_tracepoints`).
 
     Raises:
         SensorConfigError: a prefix the program cannot match.
     """
-    roots = _checked([*protected, *((UVERBS_PREFIX,) if watch_uverbs else ())], "protected prefix")
-    temps = _checked(temp_prefixes, "temp directory")
-    return _repeat(_repeat(template, "protected", roots), "temp", temps)
+    watch = watch or SensorWatch(protected=tuple(protected))
+    roots = _checked(
+        [*protected, *watch.kernel_any_access(), *((UVERBS_PREFIX,) if watch_uverbs else ())],
+        "protected prefix",
+    )
+    written = _checked(watch.kernel_written(), "written prefix")
+    unlinked = _checked([*protected, *watch.kernel_unlinked()], "unlinked root", allow_empty=True)
+    program = _repeat(_repeat(template, "protected", roots), "written", written)
+    return _optional(_repeat(program, "unlinked", unlinked), has_syscall or syscall_tracepoints())
 
 
 def monotonic_to_wall_ns() -> int:
@@ -171,7 +207,7 @@ class Sensor:
         bpftrace: the executable.
         proc_root: where processes are read (``/proc``).
         on_error: called with each output line that could not be read.
-        connect_jobs_only: write connects of job processes only (the default).
+        watch: what is posted (the policies' selectors; :class:`SensorWatch`).
         reorder_hold_ns: how long a record waits for earlier ones from other CPUs' rings
             (:class:`~hpcscope.service.security.sensor_order.KernelOrder`).
     """
@@ -182,7 +218,7 @@ class Sensor:
     bpftrace: str = "bpftrace"
     proc_root: Path = Path("/proc")
     on_error: Callable[[SecurityEventError], None] | None = None
-    connect_jobs_only: bool = True
+    watch: SensorWatch | None = None
     reorder_hold_ns: int = DEFAULT_HOLD_NS
 
     def __post_init__(self) -> None:
@@ -190,7 +226,7 @@ class Sensor:
             ProcReader(node=self.node, proc_root=self.proc_root),
             node=self.node,
             monotonic_to_wall_ns=monotonic_to_wall_ns(),
-            connect_jobs_only=self.connect_jobs_only,
+            watch=self.watch,
         )
         self.attached = threading.Event()
         self._process: subprocess.Popen[bytes] | None = None

@@ -134,8 +134,12 @@ class ProcReader:
                 job = self._gone[ppid].job  # the parent is gone too: its last known job
             if job is not None:
                 job = ProcessJob(job.job_id, job.job_sluid, job.step, f"parent {job.source}")
-            return ProcessInfo(pid, self.exec_id(pid, 0), 0, ppid, uid, None, comm or "",
+            gone = ProcessInfo(pid, self.exec_id(pid, 0), 0, ppid, uid, None, comm or "",
                                "", "", job, alive=False)  # fmt: skip
+            self._gone[pid] = gone  # what an exec of it later knows of it before
+            while len(self._gone) > self._max_entries:
+                self._gone.popitem(last=False)
+            return gone
         event_ppid = ppid
         _, ppid, ticks = stat
         key = (pid, ticks)
@@ -162,6 +166,19 @@ class ProcReader:
             while len(table) > self._max_entries:
                 table.popitem(last=False)
         return info
+
+    def peek(self, pid: int) -> ProcessInfo | None:
+        """The last facts known of ``pid`` without reading ``/proc`` (None: never seen)."""
+        return self._gone.get(pid)
+
+    def remember(self, info: ProcessInfo) -> None:
+        """Take ``info`` as what ``pid`` is now (an exec's identity, from the sensor's own
+        record), until the next fresh read."""
+        key = (info.pid, info.start_ns * CLOCK_TICKS // 1_000_000_000)
+        if info.alive:
+            self._cache[key] = info
+            self._cache.move_to_end(key)
+        self._gone[info.pid] = info
 
     def _build(
         self, pid: int, base: Path, ppid: int, ticks: int, *, uid: int | None, comm: str | None

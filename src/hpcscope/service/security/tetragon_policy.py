@@ -33,6 +33,10 @@ import yaml
 
 from hpcscope.model.topology import Topology
 
+PolicyDocument = dict[str, Any]  # a YAML document of Tetragon's CRD: validate_tracing_policy
+"""A TracingPolicy (or one of its parts) as YAML reads and writes it; its shape is checked by
+:func:`validate_tracing_policy`, not by a static type."""
+
 POLICY_NAME = "hpcscope-weights"
 DEFAULT_WEIGHT_EXTENSIONS: tuple[str, ...] = (
     "safetensors",
@@ -108,6 +112,12 @@ def protected_roots(topology: Topology) -> tuple[str, ...]:
     return tuple(sorted(root.rstrip("/") + "/" for root in roots if root.strip("/")))
 
 
+def dataset_roots(topology: Topology) -> tuple[str, ...]:
+    """The topology's dataset root (``storage.datasets_root``), if it names one (DP-6)."""
+    value = topology.storage.get("datasets_root")
+    return (value,) if isinstance(value, str) and value.strip("/") else ()
+
+
 def weight_suffixes(topology: Topology) -> tuple[str, ...]:
     """``.ext`` suffixes for ``Postfix``: §7's list plus the topology's ``model_weights``."""
     extensions = set(DEFAULT_WEIGHT_EXTENSIONS) | {
@@ -116,8 +126,8 @@ def weight_suffixes(topology: Topology) -> tuple[str, ...]:
     return tuple(f".{ext}" for ext in sorted(extensions) if ext)
 
 
-def _post(rate_limit: str, scope: str | None) -> dict[str, Any]:
-    action: dict[str, Any] = {"action": "Post", "rateLimit": rate_limit}
+def _post(rate_limit: str, scope: str | None) -> dict[str, str]:
+    action = {"action": "Post", "rateLimit": rate_limit}
     if scope is not None:
         action["rateLimitScope"] = scope
     return action
@@ -130,7 +140,7 @@ def crown_jewel_policy(
     name: str = POLICY_NAME,
     rate_limit: str = "1m",
     rate_limit_scope: str | None = None,
-) -> dict[str, Any]:
+) -> PolicyDocument:
     """The TracingPolicy of ``security.md`` §7 as a plain document (pure: no I/O).
 
     Args:
@@ -151,7 +161,7 @@ def crown_jewel_policy(
     post = [_post(rate_limit, rate_limit_scope)]
     prefix = {"index": 0, "operator": "Prefix", "values": list(roots)}
     int_return = {"index": 0, "type": "int"}
-    kprobes: list[dict[str, Any]] = [
+    kprobes: list[PolicyDocument] = [
         {
             "call": "security_file_permission",
             "syscall": False,
@@ -233,7 +243,7 @@ def crown_jewel_policy(
     }
 
 
-def topology_policy(topology: Topology) -> dict[str, Any]:
+def topology_policy(topology: Topology) -> PolicyDocument:
     """The crown-jewel policy for a topology's roots and weight formats."""
     return crown_jewel_policy(protected_roots(topology), weight_suffixes(topology))
 

@@ -12,7 +12,7 @@ answer 422 with the same field names.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -192,7 +192,7 @@ class ExpertStepRequest(StepRequest):
     alltoall_overlap: bool = True
 
 
-def parse_request(model: type[_Params], values: dict[str, Any]) -> Any:
+def parse_request(model: type[_Params], values: Mapping[str, object]) -> Any:
     """Validate ``values`` into ``model``; the first problem as :class:`SimulationInputError`."""
     try:
         return model.model_validate(values)

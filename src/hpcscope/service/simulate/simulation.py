@@ -17,7 +17,6 @@ trace report the caller loaded). Request parsing is in
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from hpcscope.analysis.simulate.calibration import Calibration, MeasuredJob, calibrate
 from hpcscope.analysis.simulate.collectives import (
@@ -122,7 +121,8 @@ def run_simulation(
 
 def _point_fields(
     point: ScalePoint, cost: AllReduceCost, terms: ParallelTerms, currency: str
-) -> dict[str, Any]:
+) -> dict[str, object]:
+    """A point's fields as the point contracts take them (validated there)."""
     return {
         **asdict(point),
         "currency": currency,

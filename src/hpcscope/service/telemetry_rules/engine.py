@@ -39,9 +39,8 @@ from hpcscope.model.backends import GpuMetrics
 from hpcscope.model.hostlist import HostlistError, expand_hostlist
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology
-from hpcscope.service.settings import Settings
 from hpcscope.service.telemetry_rules.ib_window import IbWindow, frame_of
-from hpcscope.service.telemetry_rules.spool import ChangelogSpool, ProcessSpool, fid2path
+from hpcscope.service.telemetry_rules.spool import ChangelogSpool, ProcessSpool
 from hpcscope.store import Store
 from hpcscope.store import alerts as alert_store
 from hpcscope.store import telemetry_rules as queries
@@ -277,21 +276,3 @@ class TelemetryRules:
         except Exception:  # the rules must never stop collection
             log.exception("telemetry rules failed")
             return None
-
-
-def spools_from_settings(store: Store, settings: Settings) -> list[ChangelogSpool | ProcessSpool]:
-    """The spools a site configured (``lustre_changelog_dir``, ``gpu_processes_dir``)."""
-    spools: list[ChangelogSpool | ProcessSpool] = []
-    if settings.lustre_changelog_dir is not None:
-        mount = settings.lustre_fid2path_mount
-        spools.append(
-            ChangelogSpool(
-                store,
-                settings.lustre_changelog_dir,
-                resolve=fid2path(mount) if mount else None,
-                jobid_pattern=settings.lustre_jobid_pattern,
-            )
-        )
-    if settings.gpu_processes_dir is not None:
-        spools.append(ProcessSpool(store, settings.gpu_processes_dir))
-    return spools

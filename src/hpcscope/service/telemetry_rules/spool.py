@@ -33,6 +33,7 @@ from hpcscope.ingest.exporters.nvidia_smi_apps import (
     parse_gpu_index,
 )
 from hpcscope.ingest.security.cgroups import slurm_job_from_proc_cgroup
+from hpcscope.service.spool import SpoolFiles, Tails
 from hpcscope.store import Store
 from hpcscope.store.telemetry_rules import append_changelog, append_gpu_processes
 
@@ -76,32 +77,29 @@ class ChangelogSpool:
     directory: Path
     resolve: FidResolver | None = None
     jobid_pattern: str = DEFAULT_JOBID_PATTERN
-    _offsets: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    _tails: Tails = field(default_factory=Tails)  # rotation, partial lines: service/spool.py
+    _files: SpoolFiles = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._files = SpoolFiles(self.directory, "*.changelog")
 
     def collect_once(self) -> SpoolRead:
         rows, errors = 0, []
-        for path in sorted(self.directory.glob("*.changelog")):
-            offset, line = self._offsets.get(path, (0, 1))
+        for path, _ in self._files.files():
             try:
-                with path.open("rb") as handle:
-                    if handle.seek(0, 2) < offset:  # rotated or truncated: from the start
-                        offset, line = 0, 1
-                    handle.seek(offset)
-                    data = handle.read()
+                read = self._tails.read(path)
             except OSError as exc:
                 errors.append(f"{path}: {exc.strerror or exc}")
                 continue
-            complete = data[: data.rfind(b"\n") + 1]
-            if not complete:
+            if not read.lines:
                 continue
-            text = complete.decode("utf-8", errors="replace")
+            text = read.text().decode("utf-8", errors="replace")
             parsed = parse_changelog(
                 text, mdt=path.stem, source=str(path), resolve=self.resolve,
-                jobid_pattern=self.jobid_pattern, first_line=line,
+                jobid_pattern=self.jobid_pattern, first_line=read.first_line,
             )  # fmt: skip
             rows += append_changelog(self.store, parsed.table).result()
             errors += [str(e) for e in parsed.errors]
-            self._offsets[path] = (offset + len(complete), line + text.count("\n"))
         return SpoolRead(rows, tuple(errors))
 
 
@@ -112,10 +110,16 @@ class ProcessSpool:
     store: Store
     directory: Path
     _seen: dict[Path, str] = field(default_factory=dict)
+    _files: SpoolFiles = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._files = SpoolFiles(self.directory, "*/compute-apps.csv")
 
     def collect_once(self) -> SpoolRead:
         rows, errors = 0, []
-        for apps in sorted(self.directory.glob("*/compute-apps.csv")):
+        # read whole each time: a rewrite inside the filesystem's timestamp granularity keeps
+        # its size and mtime, so the content's digest, not the stamp, says it changed
+        for apps, _ in self._files.files():
             node_dir = apps.parent
             try:
                 text = apps.read_text(encoding="utf-8")

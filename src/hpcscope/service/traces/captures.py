@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpcscope.analysis.traces.rank_summary import (
     decode_summary,
@@ -47,6 +47,7 @@ from hpcscope.model.capture import (
 from hpcscope.model.errors import SourceError
 from hpcscope.model.timeutil import from_epoch_seconds, parse_iso_utc, utcnow
 from hpcscope.service.traces.comm_report import bundled_table
+from hpcscope.service.traces.document import CapturePayloadJson
 from hpcscope.service.traces.inputs import TraceInput, parse_ranks
 from hpcscope.service.traces.pipeline import analyze_timelines, to_json
 from hpcscope.store import slurm as slurm_store
@@ -259,7 +260,7 @@ class CaptureSpool:
             )
         notes.extend(window.errors)
         job_dir = self.root / window.claimed_job
-        payload = {
+        payload: CapturePayloadJson = {
             "analysis": document,
             "placement": {
                 str(rank): {"node": p.node, "gpu": p.gpu, "job_id": p.job_id}
@@ -280,7 +281,7 @@ def _row(
     attribution: str,
     notes: list[str],
     placed: dict[int, Placed],
-    payload: dict[str, Any],
+    payload: CapturePayloadJson,
 ) -> StoredCapture:
     document = payload["analysis"]
     stragglers = sorted(document["stragglers"], key=lambda s: -(s["excess_seconds_per_step"] or 0))

@@ -8,29 +8,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hpcscope.analysis.traces.kernel_classes import Dimension, EventKind, Operation, Role
+
 
 class ClassFileRule(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     match: str = Field(min_length=1)
-    events: Literal["gpu", "cpu"]
-    op: Literal[
-        "all_reduce",
-        "reduce_scatter",
-        "all_gather",
-        "all_to_all",
-        "send",
-        "recv",
-        "send_recv",
-        "broadcast",
-        "reduce",
-        "barrier",
-        "collective",
-        "peer_copy",
-        "compute",
-    ]
-    dimension: Literal["dp", "tp", "ep", "pp", "none"]
-    role: Literal["transfer", "launch"] = "transfer"
+    events: EventKind
+    op: Operation
+    dimension: Dimension
+    role: Role = "transfer"
     library: str = ""
 
     @field_validator("match")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -14,6 +13,12 @@ from hpcscope.analysis.traces.comm_timeline import CommTimeline
 from hpcscope.analysis.traces.kernel_classes import CLASS_LABELS, ClassTable
 from hpcscope.analysis.traces.phases import PhaseTable
 from hpcscope.analysis.traces.rank_timeline import RankTimeline
+from hpcscope.service.traces.document import (
+    CommClassesJson,
+    CommClassJson,
+    CommStepJson,
+    UnclassifiedJson,
+)
 from hpcscope.service.traces.kernel_classes import load_class_table
 
 COMM_SCHEMA = "hpcscope.traces.comm-classes/1"
@@ -87,14 +92,14 @@ def _r(value: float) -> float:
     return round(float(value), 6)
 
 
-def comm_json(phases: ClassPhases | None) -> dict[str, Any] | None:
+def comm_json(phases: ClassPhases | None) -> CommClassesJson | None:
     """The ``comm_classes`` section (None when the ranks were not classified)."""
     if phases is None:
         return None
     p = phases
     ranks = [str(r) for r in p.ranks]
     exposed = p.exposed
-    classes = []
+    classes: list[CommClassJson] = []
     for c, klass in enumerate(p.classes):
         total = float(p.seconds[:, :, c].sum())
         classes.append(
@@ -115,7 +120,7 @@ def comm_json(phases: ClassPhases | None) -> dict[str, Any] | None:
                 else None,
             }
         )
-    per_step = [
+    per_step: list[CommStepJson] = [
         {
             "step": step,
             "ranks": {
@@ -141,7 +146,9 @@ def comm_json(phases: ClassPhases | None) -> dict[str, Any] | None:
         for rank, names in p.unclassified.items()
         for name, seconds in names.items()
     )
-    unclassified = [{"rank": rank, "name": name, "seconds": _r(-neg)} for neg, rank, name in rows]
+    unclassified: list[UnclassifiedJson] = [
+        {"rank": rank, "name": name, "seconds": _r(-neg)} for neg, rank, name in rows
+    ]
     unclassified_seconds = -sum(neg for neg, _, _ in rows)
     return {
         "schema": COMM_SCHEMA,

@@ -13,13 +13,14 @@ present once the analysis is linked to a job) are left out when absent: serialis
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from pydantic import ConfigDict, Field, JsonValue, ValidationError
 
 from hpcscope.model.timeutil import iso_z
 from hpcscope.service.contract import Contract, Number, Scalar, UtcText
 from hpcscope.service.traces.comm_contracts import CommClasses
+from hpcscope.service.traces.document import AnalysisJson
 
 if TYPE_CHECKING:  # the CLI validates documents without loading pyarrow (the row's schema)
     from hpcscope.model.trace_analysis import StoredAnalysis
@@ -173,7 +174,7 @@ class TraceAnalysisDocument(Contract):
     )
 
     @classmethod
-    def of(cls, document: dict[str, Any]) -> TraceAnalysisDocument:
+    def of(cls, document: AnalysisJson) -> TraceAnalysisDocument:
         """The typed document of a ``to_json`` dict (raises ``ValidationError`` on drift)."""
         return cls.model_validate(document)
 
@@ -206,7 +207,26 @@ class TraceSummary(Contract):
         return cls(**_summary_fields(row))
 
 
-def _summary_fields(row: StoredAnalysis) -> dict[str, Any]:
+class _SummaryFields(TypedDict):
+    """:class:`TraceSummary`'s fields, for it and the reports that extend it."""
+
+    analysis_id: str
+    owner_user: str
+    job_id: str | None
+    account: str | None
+    created_utc: str
+    source_names: list[str]
+    ranks: int
+    steps: int
+    partial: bool
+    slowdown: float | None
+    straggler_ranks: list[int]
+    window_start_utc: str | None
+    window_end_utc: str | None
+    url: str
+
+
+def _summary_fields(row: StoredAnalysis) -> _SummaryFields:
     return {
         "analysis_id": row.analysis_id,
         "owner_user": row.owner_user,
@@ -261,7 +281,7 @@ class TraceReport(TraceSummary):
     chart: TraceChart
 
     @classmethod
-    def of(cls, row: StoredAnalysis, document: dict[str, Any]) -> TraceReport | StoredTraceReport:
+    def of(cls, row: StoredAnalysis, document: AnalysisJson) -> TraceReport | StoredTraceReport:
         """The report of a stored analysis and its (evidence-enriched) document.
 
         A document that an earlier hpcscope stored and that the current contract no longer
@@ -276,7 +296,10 @@ class TraceReport(TraceSummary):
                 for error in exc.errors()
             ]
             return StoredTraceReport(
-                **_summary_fields(row), analysis=document, chart=None, contract_problems=problems
+                **_summary_fields(row),
+                analysis=cast("dict[str, JsonValue]", document),  # as stored
+                chart=None,
+                contract_problems=problems,
             )
         return cls(**_summary_fields(row), analysis=analysis, chart=TraceChart.of(analysis))
 

@@ -6,9 +6,9 @@ and ``--json`` never disagree.
 
 from __future__ import annotations
 
-from typing import Any
-
 from jinja2 import Environment, PackageLoader, select_autoescape
+
+from hpcscope.service.traces.document import AnalysisJson
 
 PHASE_COLOURS = {
     "data_load": "#0ea5e9",
@@ -27,7 +27,7 @@ _ENV = Environment(
 )
 
 
-def render_report(doc: dict[str, Any], *, width: int = 900) -> str:
+def render_report(doc: AnalysisJson, *, width: int = 900) -> str:
     """The HTML report for an analysis document."""
     from hpcscope.analysis.traces.rank_timeline import PHASES
 

@@ -29,6 +29,7 @@ from hpcscope.analysis.traces.kernel_classes import ClassTable
 from hpcscope.analysis.traces.rank_timeline import RankTimeline, rank_timeline
 from hpcscope.ingest.compressed import DEFLATE_ERRORS, Gunzip, gunzip_bytes
 from hpcscope.ingest.traces.kineto import TraceError, read_kineto
+from hpcscope.model.bounds import BoundExceeded
 from hpcscope.model.errors import SourceError
 
 if TYPE_CHECKING:  # the pool's modules load when a pool is used (~15 ms of a small run)
@@ -198,16 +199,17 @@ def _small_archive(file: Path) -> list[TraceInput] | None:
     return sorted(found, key=lambda item: item.member or "")
 
 
-_ErrorTuple = tuple[str, str, int | None, int | None]
+_ErrorTuple = tuple[str, str, int | None, int | None, str | None]
 
 
 def parse_one(item: TraceInput) -> RankTimeline | _ErrorTuple:
     """Worker: parse one rank and reduce it. Errors come back as plain tuples (message,
-    source, line, column), which pickle whatever the exception class."""
+    source, line, column, and the bound an input exceeded or None), which pickle whatever the
+    exception class."""
     try:
         return _parse_or_raise(item)
     except SourceError as exc:
-        return (exc.message, exc.source, exc.line, exc.column)
+        return (exc.message, exc.source, exc.line, exc.column, getattr(exc, "bound", None))
 
 
 def _parse_or_raise(item: TraceInput) -> RankTimeline:
@@ -293,7 +295,9 @@ def parse_ranks(
     seen: dict[int, str] = {}
     for result in results:
         if isinstance(result, tuple):
-            message, source, line, column = result
+            message, source, line, column, bound = result
+            if bound is not None:
+                raise BoundExceeded(message, bound=bound, source=source, line=line, column=column)
             raise TraceError(message, source=source, line=line, column=column)
         if result.rank in seen:
             raise SourceError(
@@ -323,14 +327,14 @@ def _in_process(
                 results[index] = (
                     _parse_stream(item, handle)
                     if handle is not None
-                    else ("not a regular file in the archive", item.name, None, None)
+                    else ("not a regular file in the archive", item.name, None, None, None)
                 )
                 if progress:
                     progress(len(results), len(items))
         except _STREAM_ERRORS as exc:
             message = f"cannot read archive: {exc}"
             for index in wanted.values():
-                results.setdefault(index, (message, archive_path, None, None))
+                results.setdefault(index, (message, archive_path, None, None, None))
     return [results[i] for i in range(len(items))]
 
 
@@ -379,7 +383,9 @@ def _with_fork_helper(
             elif isinstance(loaded, bytes):
                 out.append(_parse_stream(item, io.BytesIO(loaded)))
             else:
-                out.append(loaded or ("cannot read the archive member", item.name, None, None))
+                out.append(
+                    loaded or ("cannot read the archive member", item.name, None, None, None)
+                )
         return out
 
     mine, theirs = list(range(0, len(items), 2)), list(range(1, len(items), 2))
@@ -444,9 +450,17 @@ def _decode_results(data: bytes) -> list[RankTimeline | _ErrorTuple] | None:
         for kind, payload in rows:
             if kind == "rank" and isinstance(payload, bytes):
                 out.append(to_timeline(decode_summary(payload, source="fork helper")))
-            elif kind == "error" and isinstance(payload, list) and len(payload) == 4:
-                message, source, line, column = payload
-                out.append((str(message), str(source), _opt_int(line), _opt_int(column)))
+            elif kind == "error" and isinstance(payload, list) and len(payload) == 5:
+                message, source, line, column, bound = payload
+                out.append(
+                    (
+                        str(message),
+                        str(source),
+                        _opt_int(line),
+                        _opt_int(column),
+                        None if bound is None else str(bound),
+                    )
+                )
             else:
                 return None
         return out
@@ -470,7 +484,9 @@ def _read_members(items: Sequence[TraceInput]) -> dict[int, bytes | _ErrorTuple]
                     out[index] = handle.read()
         except _STREAM_ERRORS as exc:
             for index in wanted.values():
-                out.setdefault(index, (f"cannot read archive: {exc}", archive_path, None, None))
+                out.setdefault(
+                    index, (f"cannot read archive: {exc}", archive_path, None, None, None)
+                )
     return out
 
 
@@ -479,9 +495,9 @@ def _parse_stream(item: TraceInput, handle: IO[bytes]) -> RankTimeline | _ErrorT
         trace = read_kineto(item.member or item.path, source=item.name, stream=handle)
         return rank_timeline(trace, item.classes)
     except SourceError as exc:
-        return (exc.message, exc.source, exc.line, exc.column)
+        return (exc.message, exc.source, exc.line, exc.column, getattr(exc, "bound", None))
     except (OSError, tarfile.TarError, EOFError) as exc:
-        return (f"cannot read: {exc}", item.name, None, None)
+        return (f"cannot read: {exc}", item.name, None, None, None)
 
 
 def _extract_members(items: Sequence[TraceInput], directory: Path) -> list[TraceInput]:

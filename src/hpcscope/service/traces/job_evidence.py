@@ -22,7 +22,7 @@ could not be placed), so an empty section is never silent.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -39,7 +39,9 @@ from hpcscope.store import lustre as lustre_queries
 from hpcscope.store import traces as queries
 
 if TYPE_CHECKING:
+    from hpcscope.analysis.traces.straggler_evidence import EvidenceJson
     from hpcscope.service.core import Service
+    from hpcscope.service.traces.document import AnalysisJson
 
 #: How far around the profiled window InfiniBand counter reads are looked for (node_exporter is
 #: often scraped every 15-60 s; the reads that bracket the window are kept).
@@ -48,12 +50,12 @@ COUNTER_MARGIN_SECONDS = 300
 _TELEMETRY_SOURCES = ("infiniband", "lustre")
 
 
-def _from_telemetry(item: dict[str, Any]) -> bool:
+def _from_telemetry(item: EvidenceJson) -> bool:
     figures = item.get("figures") or {}
     return item["kind"] == "hardware" or figures.get("source") in _TELEMETRY_SOURCES
 
 
-def add_job_evidence(service: Service, document: dict[str, Any], job_id: str) -> None:
+def add_job_evidence(service: Service, document: AnalysisJson, job_id: str) -> None:
     """Add hardware and fabric evidence from the job's telemetry in the profiled window to
     each straggler of ``document`` (in place), and say in ``evidence_notes`` what was (not)
     found. Evidence from an earlier link is replaced. The caller has checked that the job is
@@ -85,7 +87,7 @@ def add_job_evidence(service: Service, document: dict[str, Any], job_id: str) ->
         _fabric(service, stragglers, mapping, since, until, notes),
         _storage(service, job_id, stragglers, data_ranks, mapping, since, until, notes),
     )
-    found: dict[int, list[dict[str, object]]] = {}
+    found: dict[int, list[EvidenceJson]] = {}
     for by_rank in sources:
         for rank, items in by_rank.items():
             found.setdefault(rank, []).extend(e.to_dict() for e in items)
@@ -108,7 +110,7 @@ def add_job_evidence(service: Service, document: dict[str, Any], job_id: str) ->
 
 def _hardware(
     service: Service,
-    document: dict[str, Any],
+    document: AnalysisJson,
     job_id: str,
     mapping: dict[int, RankGpu],
     since: datetime | None,

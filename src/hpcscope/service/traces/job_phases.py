@@ -11,7 +11,7 @@ A job without a window says why, and how to switch capture on.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpcscope.analysis.traces.rank_timeline import PHASES
 from hpcscope.model.capture import StoredCapture
@@ -22,12 +22,14 @@ from hpcscope.service.traces.capture_contracts import (
     PhaseStraggler,
     RankPlacement,
 )
+from hpcscope.service.traces.contracts import EvidenceItem
+from hpcscope.service.traces.document import CapturePayloadJson
 from hpcscope.service.traces.job_evidence import add_job_evidence
 from hpcscope.store.captures import job_captures
 
 if TYPE_CHECKING:
     from hpcscope.model.access import Principal
-    from hpcscope.service.core import Service
+    from hpcscope.service.core import SeenJob, Service
 
 HOW_TO_ENABLE = (
     "set capture_dir= (and capture_spool_dir in the server's settings to the same path) and "
@@ -40,16 +42,22 @@ def job_phases(service: Service, principal: Principal, job_id: str) -> JobPhases
     """The job's phases, or None when the job is not visible to ``principal``."""
     # the access check alone: building the job's report here would compute it a second time
     # on the job page and its document, which have their own (the read path's hot spot)
-    if not service.can_see_job(principal, job_id):
-        return None
+    job = service.visible_job(principal, job_id)
+    return None if job is None else phases_of(service, job)
+
+
+def phases_of(service: Service, job: SeenJob) -> JobPhases:
+    """The phases of a job its principal may see (:meth:`Service.visible_job`)."""
     # the same for everyone who may see the job: once per generation (service/snapshots.py)
-    return service.snapshots.get(("traces.phases", job_id), lambda: _phases(service, job_id))
+    return service.snapshots.get(
+        ("traces.phases", job.job_id), lambda: _phases(service, job.job_id)
+    )
 
 
 def _phases(service: Service, job_id: str) -> JobPhases:
     rows = job_captures(service.store, job_id)
     if not rows:
-        configured = service.settings.capture_spool_dir is not None
+        configured = service.settings.capture.spool_dir is not None
         reason = (
             f"no capture window from job {job_id} yet: the capture profiles PyTorch jobs that "
             "step an optimizer, the first window after the first steps (capture_first_step), "
@@ -70,20 +78,20 @@ def _phases(service: Service, job_id: str) -> JobPhases:
     )
 
 
-def _mean_phases(values: list[dict[str, Any]]) -> dict[str, Any]:
+def _mean_phases(values: list[dict[str, float]]) -> dict[str, float]:
     return {p: sum(float(v[p] or 0.0) for v in values) / len(values) for p in PHASES}
 
 
 def window_document(service: Service, job_id: str, row: StoredCapture) -> CaptureWindowDocument:
     """One stored window as its document, with the evidence from the job's telemetry."""
-    payload: dict[str, Any] = json.loads(row.result_json)
-    document: dict[str, Any] = payload["analysis"]
+    payload: CapturePayloadJson = json.loads(row.result_json)  # as the capture spool stored it
+    document = payload["analysis"]
     add_job_evidence(service, document, job_id)
     placement = {
         rank: RankPlacement(node=p["node"], gpu=p["gpu"], verified=p["job_id"] == job_id)
         for rank, p in sorted(payload["placement"].items(), key=lambda kv: int(kv[0]))
     }
-    by_node: dict[str, list[dict[str, Any]]] = {}
+    by_node: dict[str, list[dict[str, float]]] = {}
     for rank, phases in document["phases"].items():
         where = placement.get(rank)
         by_node.setdefault(where.node if where is not None else "unknown", []).append(phases)
@@ -100,7 +108,7 @@ def window_document(service: Service, job_id: str, row: StoredCapture) -> Captur
             phase_delay_seconds_per_step=top["phase_excess_seconds_per_step"].get(top["phase"]),
             score=top["score"],
             hint=top["hint"],
-            evidence=top["evidence"],
+            evidence=[EvidenceItem.model_validate(e) for e in top["evidence"]],
         )
     return CaptureWindowDocument.model_validate(
         {

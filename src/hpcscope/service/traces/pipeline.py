@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from hpcscope.analysis.traces.arrays import median as median_of
 from hpcscope.analysis.traces.comm_phases import ClassPhases
@@ -27,6 +27,7 @@ from hpcscope.service.traces.comm_report import (
     comm_json,
     comm_phases,
 )
+from hpcscope.service.traces.document import AnalysisJson, StepJson
 from hpcscope.service.traces.inputs import TraceInput, find_traces, parse_ranks
 
 if TYPE_CHECKING:  # a server passes its pool; the command line imports no pool module
@@ -131,6 +132,10 @@ def profiled_window(result: TraceAnalysis) -> tuple[datetime, datetime] | None:
     )
 
 
+@overload
+def _round(value: float, digits: int = 6) -> float: ...
+@overload
+def _round(value: float | None, digits: int = 6) -> float | None: ...
 def _round(value: float | None, digits: int = 6) -> float | None:
     return None if value is None else round(float(value), digits)
 
@@ -140,7 +145,7 @@ def _mean_on(tl: RankTimeline, per_step: Any, steps: set[int]) -> float:
     return sum(values) / len(values) if values and len(per_step) == len(tl.steps) else 0.0
 
 
-def to_json(result: TraceAnalysis) -> dict[str, Any]:
+def to_json(result: TraceAnalysis) -> AnalysisJson:
     """The stable ``--json`` document (schema ``hpcscope.traces.analysis/1``), its keys in the
     order :class:`~hpcscope.service.traces.contracts.TraceAnalysisDocument` declares them."""
     table, report = result.table, result.report
@@ -149,7 +154,7 @@ def to_json(result: TraceAnalysis) -> dict[str, Any]:
     ranks = list(table.ranks)
     mean = table.seconds.mean(axis=1)  # [rank, phase]
     busy = busy_seconds(table)  # [rank, step]
-    per_step = []
+    per_step: list[StepJson] = []
     for s, step in enumerate(table.steps):
         worst = report.per_step[s]
         per_step.append(

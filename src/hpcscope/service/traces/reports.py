@@ -24,13 +24,14 @@ from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpcscope.model.access import Principal
 from hpcscope.model.errors import AccessError, SourceError
 from hpcscope.model.timeutil import parse_iso_utc, utcnow
 from hpcscope.model.trace_analysis import StoredAnalysis
 from hpcscope.service.traces.contracts import StoredTraceReport, TraceReport
+from hpcscope.service.traces.document import AnalysisJson
 from hpcscope.service.traces.inputs import IN_PROCESS_JSON_BYTES, find_traces, plan_workers
 from hpcscope.service.traces.job_evidence import add_job_evidence
 from hpcscope.service.traces.pipeline import analyze, to_json
@@ -140,6 +141,7 @@ def analyze_and_store(
         result_json=json.dumps(document),
     )
     queries.insert_analysis(service.store, row)
+    service.note_change("traces")
     return row
 
 
@@ -169,7 +171,7 @@ def analyze_server_directory(
     )
 
 
-def _strip_temporary(document: dict[str, Any], directory: Path) -> None:
+def _strip_temporary(document: AnalysisJson, directory: Path) -> None:
     """Show the uploaded file names, not the server's temporary directory."""
     prefix = str(directory) + os.sep
     for source in document["sources"]:
@@ -184,14 +186,14 @@ def list_analyses(service: Service, principal: Principal) -> list[StoredAnalysis
 
 def get_analysis(
     service: Service, principal: Principal, analysis_id: str
-) -> tuple[StoredAnalysis, dict[str, Any]] | None:
+) -> tuple[StoredAnalysis, AnalysisJson] | None:
     """One analysis and its document, or None when it does not exist or is not visible. The
     hardware evidence is recomputed from the linked job's telemetry on every read (samples
     may have arrived after the analysis was made)."""
     row = queries.get_analysis(service.store, analysis_id, principal.job_scope())
     if row is None:
         return None
-    document: dict[str, Any] = json.loads(row.result_json)
+    document: AnalysisJson = json.loads(row.result_json)  # as stored: the contract decides
     if row.job_id and service.job_report(principal, row.job_id) is not None:
         add_job_evidence(service, document, row.job_id)
     return row, document
@@ -222,6 +224,7 @@ def link_analysis(
         raise TraceAccessError("only the owner of an analysis (or an admin) may link it")
     account = _visible_job_account(service, principal, job_id) if job_id else None
     queries.link_job(service.store, analysis_id, job_id=job_id, account=account)
+    service.note_change("traces")
     found = queries.get_analysis(service.store, analysis_id, principal.job_scope())
     if found is None:  # pragma: no cover - the owner always sees their own analysis
         raise TraceAccessError(f"no analysis {analysis_id} visible to you")

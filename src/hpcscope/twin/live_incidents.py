@@ -1,0 +1,206 @@
+"""The demo twin's scripted incidents: one per threat vector, every 10 minutes, in real formats.
+
+:class:`LiveIncidents` plays, in each cycle of :data:`CYCLE_SECONDS` from the twin's start, the
+incidents of :data:`SCHEDULE` at their offsets, each in a job then running and in the format
+its sensor writes, into the files the demo's server reads:
+
+1. supply chain: Falco's alert for a miner run from ``/tmp`` in a job (``falco/events.json``);
+2. container escape: Tetragon's export of ``nsenter --target 1`` from a job
+   (``tetragon/events.json``, the processes' ``/proc/<pid>/cgroup`` under ``proc/``);
+3. GPU memory leakage: Tetragon's ``ptrace`` kprobe of a root process on a trainer;
+4. RDMA blind spot: Tetragon's ``uverbs`` open by a process outside every job, and the
+   InfiniBand counters node_exporter serves: constraint errors on the port of a running job's
+   GPU (a P_Key probe, RD-5);
+5. data poisoning and the weights: the bpftrace sensor's events (``hpcscope sensor``: Tetragon
+   export under its policy) of a job of another account reading a checkpoint under the
+   cluster's checkpoint root;
+6. gradient injection: the integrity hook's records (``integrity/<job>/rank-<r>.jsonl``) of a
+   data-parallel job one rank of which sends a poisoned gradient and reports an honest one.
+
+All six come in the first 90 seconds of each cycle, so that Threats mode lights every
+vector soon after the demo starts and again every 10 minutes (an alert seen again grows its
+count and keeps its state: one acknowledged or resolved stays so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpcscope.twin import attacks, attacks_sensor
+from hpcscope.twin.attacks import Scenario, retarget
+from hpcscope.twin.integrity_spool import step_lines
+from hpcscope.twin.scheduler import JobState, SimJob
+from hpcscope.twin.security_events import file_access, tetragon_exec
+
+CYCLE_SECONDS = 600.0
+SECOND_NS = 1_000_000_000
+
+
+def _weights_read(t0: int) -> Scenario:
+    """The bpftrace sensor sees a job of another account read 1 GiB of a checkpoint (W-1)."""
+    s = Scenario("sensor-foreign-checkpoint-read", benign=False, job_id="4410002")
+    writer = attacks._python(s, t0)
+    reader = attacks._python(s, t0, job="4410002", pid=2251)
+    shard = f"{attacks.CHECKPOINTS}/run-x/step-900/model.safetensors"
+    s.tetragon = [
+        tetragon_exec(writer),
+        tetragon_exec(reader),
+        file_access(writer, shard, 2, time_ns=t0 + SECOND_NS),
+        *(
+            attacks_sensor.sensor_read(
+                reader, shard, attacks_sensor.CHUNK_BYTES, time_ns=t0 + (20 + i) * SECOND_NS
+            )
+            for i in range(2)
+        ),
+    ]
+    s.expected = {"W-1": 1}
+    return s
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One incident of the cycle: its offset (simulated seconds), vector and scenario."""
+
+    offset: float
+    vector: str
+    make: Callable[[int], Scenario] | None  # None: the integrity spool's incident
+
+
+#: The cycle: every vector in the first 90 seconds.
+SCHEDULE: tuple[Planned, ...] = (
+    Planned(10.0, "supply-chain", attacks.falco_miner),
+    Planned(25.0, "container-escape", attacks.nsenter_escape),
+    Planned(40.0, "gpu-memory-leakage", attacks.root_ptrace),
+    Planned(55.0, "rdma-blind-spot", attacks.uverbs_outside_jobs),
+    Planned(60.0, "rdma-blind-spot", None),  # the InfiniBand counters: a P_Key probe
+    Planned(70.0, "data-poisoning", _weights_read),
+    Planned(85.0, "gradient-injection", None),
+)
+
+
+@dataclass
+class LiveIncidents:
+    """Plays :data:`SCHEDULE` every :data:`CYCLE_SECONDS` from ``start`` (module docstring).
+
+    Args:
+        root: the twin's state directory: ``falco/``, ``tetragon/``, ``proc/``, ``integrity/``.
+        start: the twin's start (simulated epoch seconds).
+        checkpoint_root: the cluster's checkpoint root (the topology's).
+    """
+
+    root: Path
+    start: float
+    checkpoint_root: str
+    ib_errors: Callable[[str, int, str, float], bool] | None = None
+    """(node, GPU, node_exporter family, count) -> whether the node's port took the errors."""
+    played: list[tuple[float, str]] = field(default_factory=list)
+    _done: set[tuple[int, int]] = field(default_factory=set)
+    _steps: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def falco_path(self) -> Path:
+        return self.root / "falco" / "events.json"
+
+    @property
+    def tetragon_path(self) -> Path:
+        return self.root / "tetragon" / "events.json"
+
+    @property
+    def proc_root(self) -> Path:
+        return self.root / "proc"
+
+    @property
+    def integrity_root(self) -> Path:
+        return self.root / "integrity"
+
+    def advance(self, now: float, jobs: Iterable[SimJob]) -> list[str]:
+        """Play every incident due at ``now`` that a running job can host; the vectors."""
+        running = sorted(
+            (
+                j
+                for j in jobs
+                if j.state is JobState.RUNNING and j.allocation and not j.faulted(now)
+            ),
+            key=lambda j: j.job_id,
+        )
+        cycle = int((now - self.start) // CYCLE_SECONDS)
+        played = []
+        for index, planned in enumerate(SCHEDULE):
+            due = self.start + cycle * CYCLE_SECONDS + planned.offset
+            if now < due or (cycle, index) in self._done or not running:
+                continue
+            if self._play(planned, now, running):
+                self._done.add((cycle, index))
+                self.played.append((now, planned.vector))
+                played.append(planned.vector)
+        return played
+
+    def _play(self, planned: Planned, now: float, running: list[SimJob]) -> bool:
+        if planned.make is None and planned.vector == "rdma-blind-spot":
+            return self._probe(running)
+        if planned.make is None:
+            return self._inject(now, running)
+        main = running[0]
+        others = [j for j in running if j.account != main.account]
+        if not others:
+            return False
+        scenario = retarget(
+            planned.make(int(now * SECOND_NS)), job_id=str(main.job_id), node=main.nodes[0]
+        )
+        ids = {"4410001": main.job_id, "4410002": others[0].job_id, "4410006": main.job_id}
+        for pid, text in scenario.proc.cgroups.items():  # first: Tetragon's lookup reads them
+            for placeholder, job_id in ids.items():
+                text = text.replace(f"job_{placeholder}/", f"job_{job_id}/")
+            directory = self.proc_root / str(pid)
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "cgroup").write_text(text + "\n", encoding="utf-8")
+        root = self.checkpoint_root.rstrip("/")
+        pairs = ((self.falco_path, scenario.falco), (self.tetragon_path, scenario.tetragon))
+        for path, lines in pairs:
+            if lines:
+                _append(path, [x.replace(f'"{attacks.CHECKPOINTS}/', f'"{root}/') for x in lines])
+        return True
+
+    def _probe(self, running: list[SimJob]) -> bool:
+        """A job's process probes P_Keys: constraint errors on its GPU's rail (RD-5)."""
+        if self.ib_errors is None:
+            return True  # a cluster without InfiniBand: nothing to count
+        node, gpu = running[0].allocation[0]
+        return self.ib_errors(
+            node, gpu, "node_infiniband_port_constraint_errors_received_total", 48.0
+        )
+
+    def _inject(self, now: float, running: list[SimJob]) -> bool:
+        """A data-parallel job's steps, one rank sending a poisoned gradient (GI-3)."""
+        jobs = [j for j in running if len(j.allocation) >= 3]
+        if not jobs:
+            return False
+        job = max(jobs, key=lambda j: len(j.allocation))
+        first = self._steps.get(job.job_id, 0)
+        bad = len(job.allocation) - 2
+        lines: dict[int, list[str]] = {}
+        for offset in range(12):
+            step = first + offset
+            for rank, line in enumerate(
+                step_lines(
+                    job_id=str(job.job_id),
+                    placement=job.allocation,
+                    step=step,
+                    ts=now + offset * 0.25,
+                    seed=job.job_id,
+                    injected={bad: 4.0} if offset >= 8 else None,
+                )
+            ):
+                lines.setdefault(rank, []).append(line)
+        self._steps[job.job_id] = first + 12
+        for rank, rank_lines in lines.items():
+            _append(self.integrity_root / str(job.job_id) / f"rank-{rank}.jsonl", rank_lines)
+        return True
+
+
+def _append(path: Path, lines: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines))

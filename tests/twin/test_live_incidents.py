@@ -1,0 +1,110 @@
+"""The demo twin's incidents: one per threat vector in the first minutes of every 10, in real
+formats the production pipeline turns into alerts; its slurmrestd cancels and its webhook
+keeps what it is sent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from hpcscope.model.access import system_principal
+from hpcscope.model.alerts import VECTOR_NAMES
+from hpcscope.model.topology import load_topology
+from hpcscope.service.alerts.engine import SecurityCollection
+from hpcscope.service.core import Service
+from hpcscope.service.integrity.spool import IntegritySpool
+from hpcscope.service.notify.scheduler import CancelFailed, SlurmrestdCommands
+from hpcscope.service.security.buffer import SecurityEventBuffer
+from hpcscope.service.security.tetragon_policy import protected_roots
+from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import FalcoSection, TetragonSection
+from hpcscope.twin.cluster import TwinCluster
+from hpcscope.twin.live_incidents import CYCLE_SECONDS, SCHEDULE, LiveIncidents
+from hpcscope.twin.scheduler import Scheduler
+from hpcscope.twin.slurmrestd import jobs_response
+
+TOPOLOGY = load_topology(bundled_topology())
+START = 1_796_000_000.0
+
+
+def _demo_jobs(tmp_path: Path) -> Scheduler:
+    scheduler = Scheduler(TOPOLOGY, tmp_path / "nodes", start_time=START, arrivals_per_hour=0)
+    scheduler.submit_demo_scenario()
+    scheduler.tick(START)
+    return scheduler
+
+
+def test_every_vector_in_the_first_90_seconds_of_each_cycle(tmp_path: Path) -> None:
+    scheduler = _demo_jobs(tmp_path)
+    incidents = LiveIncidents(tmp_path, start=START, checkpoint_root=TOPOLOGY.checkpoint_root)
+    for second in range(0, 2 * int(CYCLE_SECONDS), 5):
+        scheduler.tick(START + second)
+        incidents.advance(START + second, scheduler.jobs.values())
+    vectors = [vector for _, vector in incidents.played]
+    assert vectors == [p.vector for p in SCHEDULE] * 2
+    assert set(vectors) == set(VECTOR_NAMES.values())
+    assert max(t for t, _ in incidents.played[:6]) - START <= 90
+    assert incidents.falco_path.exists() and incidents.tetragon_path.exists()
+    assert list(incidents.integrity_root.glob("*/rank-*.jsonl"))
+    assert TOPOLOGY.checkpoint_root in incidents.tetragon_path.read_text()
+
+
+def test_the_production_pipeline_raises_an_alert_on_every_vector(tmp_path: Path) -> None:
+    """The twin's lines through the alert engine (tails, Tetragon's /proc lookup) and the
+    integrity spool, as the demo's server reads them."""
+    scheduler = _demo_jobs(tmp_path / "twin")
+    incidents = LiveIncidents(
+        tmp_path / "twin", start=START, checkpoint_root=TOPOLOGY.checkpoint_root
+    )
+    for second in range(0, 100, 5):
+        incidents.advance(START + second, scheduler.jobs.values())
+    settings = Settings(
+        store_path=tmp_path / "s.duckdb",
+        falco=FalcoSection(events_path=incidents.falco_path),
+        tetragon=TetragonSection(
+            events_path=incidents.tetragon_path, proc_root=incidents.proc_root
+        ),
+    )
+    service = Service.open(settings)
+    try:
+        from hpcscope.ingest.slurm import parse_slurmrestd_jobs
+        from hpcscope.service.collect.scheduler import apply_snapshot
+
+        body = jobs_response(scheduler.jobs.values(), cluster="c", now=START + 200)
+        apply_snapshot(service.store, parse_slurmrestd_jobs(json.dumps(body), source="twin"))
+        engine = SecurityCollection(
+            service.store,
+            SecurityEventBuffer(),
+            service.rules,
+            checkpoint_roots=[TOPOLOGY.checkpoint_root],
+            protected_roots=protected_roots(TOPOLOGY),
+            falco_path=settings.falco.events_path,
+            tetragon_path=settings.tetragon.events_path,
+            proc_root=settings.tetragon.proc_root,
+        )  # what the demo's falco, tetragon and security_events sources do
+        engine.collect_once()
+        IntegritySpool(service.store, incidents.integrity_root, service.rules).collect_once()
+        alerts = service.alerts(system_principal("test"))
+        assert {VECTOR_NAMES[a.vector] for a in alerts if a.vector} == set(VECTOR_NAMES.values())
+        jobs = {str(j) for j in scheduler.jobs}
+        assert all(a.job_id in jobs for a in alerts if a.job_id is not None)
+    finally:
+        service.close()
+
+
+def test_slurmrestd_cancels_and_the_webhook_keeps_what_it_is_sent(tmp_path: Path) -> None:
+    with TwinCluster(TOPOLOGY, tmp_path, seed=1, arrivals_per_hour=0) as twin:
+        job = next(iter(twin.scheduler.jobs.values()))
+        commands = SlurmrestdCommands(twin.slurmrestd_url)
+        said = commands.cancel(str(job.job_id), reason="idle for 30 min")
+        assert "ok" in said and twin.scheduler.jobs[job.job_id].state.value == "CANCELLED"
+        with pytest.raises(CancelFailed, match="already completing or completed"):
+            commands.cancel(str(job.job_id), reason="again")
+        with pytest.raises(CancelFailed, match="404"):
+            commands.cancel("999999", reason="no such job")
+        posted = httpx2.post(f"{twin.slurmrestd_url}/hooks/notify", json={"text": "hi\nthere"})
+        assert posted.status_code == 200
+        assert json.loads(twin.webhook_path.read_text())["text"] == "hi\nthere"
