@@ -4,7 +4,8 @@ What it does, as a browser fleet and its scripts would: starts ``hpcscope demo``
 with the collector scraping the digital twin of a topology: the 128-node
 ``topologies/128x8-h100.yaml`` by default, or the demo's 16 GPUs, ``2x8-h100``) as a real
 subprocess on loopback, authenticates every client (``--auth``: the login form's session cookie,
-HTTP Basic on every request, or an API token made for each user), and runs N concurrent
+HTTP Basic on every request, or an API token made for each user) once the demo has written its
+month of history and its collector scrapes the twin (:func:`collecting`), and runs N concurrent
 clients, each on its own keep-alive HTTP/1.1 connection (raw asyncio streams: the generator
 must cost the shared CPUs little), over the GET routes of :mod:`bench.api_routes` (one route,
 or their weighted mix). A poll sends the ``If-None-Match`` of the client's last answer of that
@@ -393,11 +394,33 @@ def summary(tally: Tally, seconds: float) -> dict[str, object]:
     }
 
 
+async def collecting(demo: Demo, admin: Client, *, deadline: float) -> None:
+    """Until the collector scrapes the live twin: the demo first writes a month of history
+    (minutes at 128 nodes, while it already answers), and a measure taken then would measure
+    the history's writing."""
+    connection = Connection(demo.port)
+    try:
+        while time.monotonic() < deadline:
+            status, _, payload = await connection.request("GET", "/api/cluster", admin.headers())
+            if status == 200 and json.loads(payload).get("targets"):
+                return
+            await asyncio.sleep(5)
+    finally:
+        connection.close()
+    raise RuntimeError("the demo's collector did not start scraping in time")
+
+
 async def prepare_clients(
-    demo: Demo, count: int, *, wait_for_jobs_seconds: float, auth: str = "cookie"
+    demo: Demo,
+    count: int,
+    *,
+    wait_for_jobs_seconds: float,
+    auth: str = "cookie",
+    wait_for_collection_seconds: float = 1200.0,
 ) -> list[Client]:
     """Authenticate ``count`` clients (round robin over the demo logins) once the twin's jobs
-    show; one token per user for ``token``, shared by that user's clients."""
+    show and the collector scrapes it (:func:`collecting`); one token per user for ``token``,
+    shared by that user's clients."""
     admin = next(u for u in demo.logins if u[0] == "admin")
     deadline = time.monotonic() + wait_for_jobs_seconds
     while time.monotonic() < deadline:  # the collector needs a scrape and a scheduler poll
@@ -405,6 +428,7 @@ async def prepare_clients(
         if len(probe.job_ids) >= 4:
             break
         await asyncio.sleep(2)
+    await collecting(demo, probe, deadline=time.monotonic() + wait_for_collection_seconds)
     made: dict[str, Client] = {}
     for user, password in demo.logins:
         made[user] = await log_in(demo.port, user, password, auth=auth)

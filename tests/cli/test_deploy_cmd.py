@@ -15,12 +15,32 @@ runner = CliRunner(env={"NO_COLOR": "1"})
 SHIPPED = Path(__file__).resolve().parents[2] / "deploy" / "tetragon" / "hpcscope-weights.yaml"
 
 
-def test_writes_the_default_policy(tmp_path: Path) -> None:
+#: The five static policies and the rendered one: what a site installs.
+EXPECTED = [
+    "hpcscope-credentials.yaml",
+    "hpcscope-modules.yaml",
+    "hpcscope-namespaces.yaml",
+    "hpcscope-network.yaml",
+    "hpcscope-sensitive-files.yaml",
+    "hpcscope-weights.yaml",
+]
+
+
+def test_writes_every_shipped_policy(tmp_path: Path) -> None:
+    """Every policy the node and job rules read, byte for byte what the repository ships (the
+    rendered one equal to the default topology's), each valid; nothing else."""
     result = runner.invoke(app, ["deploy", "tetragon", "--out", str(tmp_path / "tp")])
     assert result.exit_code == 0, result.output
-    written = tmp_path / "tp" / "hpcscope-weights.yaml"
-    assert result.stdout.strip() == str(written)
-    assert written.read_text() == SHIPPED.read_text()
+    written = sorted((tmp_path / "tp").iterdir())
+    assert [p.name for p in written] == EXPECTED
+    assert result.stdout.split() == [str(p) for p in written]
+    shipped = sorted(SHIPPED.parent.glob("hpcscope-*.yaml"))
+    assert [p.name for p in shipped] == EXPECTED
+    for mine, theirs in zip(written, shipped, strict=True):
+        assert mine.read_bytes() == theirs.read_bytes(), mine.name
+        doc = yaml.safe_load(mine.read_text())
+        assert validate_tracing_policy(doc) == [], mine.name
+        assert doc["metadata"]["name"] == mine.stem
 
 
 def test_json_names_roots_of_another_topology(tmp_path: Path) -> None:
@@ -38,6 +58,7 @@ def test_json_names_roots_of_another_topology(tmp_path: Path) -> None:
     doc = json.loads(result.stdout)
     assert doc["roots"] == ["/gpfs/ckpt/", "/gpfs/data/", "/lustre/scratch/checkpoints/"]
     assert ".gguf" in doc["weight_suffixes"]
+    assert doc["written"] == [str(tmp_path / name) for name in EXPECTED]
     policy = yaml.safe_load((tmp_path / "hpcscope-weights.yaml").read_text())
     assert validate_tracing_policy(policy) == []
 

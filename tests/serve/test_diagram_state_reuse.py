@@ -19,6 +19,7 @@ from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.serve.routes import diagram as diagram_routes
 from hpcscope.service.core import Service
+from hpcscope.service.diagram import live
 from hpcscope.service.diagram.live import Viewer, live_state
 from hpcscope.service.identity.users import (
     DEMO_LOGINS,
@@ -40,7 +41,8 @@ def computations(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
         seen.append(viewer.name)
         return real(service, viewer, **kwargs)
 
-    monkeypatch.setattr(diagram_routes, "live_state", counting)
+    monkeypatch.setattr(diagram_routes, "live_state", counting)  # a zoomed view's
+    monkeypatch.setattr(live, "live_state", counting)  # the whole cluster's, shared
     return seen
 
 

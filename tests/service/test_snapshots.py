@@ -54,8 +54,14 @@ def counter() -> tuple[list[int], Callable[[], int]]:
 
 
 def make(writes: Writes, clock: Clock, held: Held, *, stale_seconds: float = 30.0) -> Snapshots:
+    """Snapshots whose every generation counts (no minimum refresh: the generations' tests)."""
     return Snapshots(
-        writes, max_age_seconds=10.0, stale_seconds=stale_seconds, clock=clock, refresh=held
+        writes,
+        max_age_seconds=10.0,
+        stale_seconds=stale_seconds,
+        min_refresh_seconds=0.0,
+        clock=clock,
+        refresh=held,
     )
 
 
@@ -305,3 +311,42 @@ def test_one_value_over_the_budget_is_still_kept_alone() -> None:
     snapshots = Snapshots(Writes(), max_bytes=10, refresh=Held())
     assert snapshots.get("big", lambda: b"z" * 50, size=len) == b"z" * 50
     assert len(snapshots) == 1 and snapshots.kept_bytes == 50
+
+
+def test_published_cycles_shorter_than_the_minimum_refresh_do_not_recompute() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = Snapshots(writes, min_refresh_seconds=5.0, clock=clock, refresh=held)
+    calls, compute = counter()
+    writes.count += 1  # without a collector: a write is seen by the next read, whatever
+    assert snapshots.get("view", compute) == 1
+    writes.count += 1
+    assert snapshots.get("view", compute) == 2
+    for _ in range(2):  # a collector's 2-second cycles: the entry current for 5 s
+        clock.now += 2.0
+        writes.count += 1
+        snapshots.publish()
+        assert snapshots.get("view", compute) == 2
+    clock.now += 2.0  # 6 s old and a newer generation: served, refreshed behind
+    assert snapshots.get("view", compute) == 2
+    held.run()
+    assert snapshots.get("view", compute) == 3 and len(calls) == 3
+
+
+def test_how_often_may_depend_on_the_value() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    snapshots.publish()
+
+    def every(value: str) -> float:
+        return 60.0 if value.startswith("finished") else 0.0
+
+    assert snapshots.get("done", lambda: "finished job", every_seconds=every) == "finished job"
+    assert snapshots.get("live", lambda: "running job", every_seconds=every) == "running job"
+    clock.now += 20.0
+    writes.count += 1
+    snapshots.publish()
+    assert snapshots.get("done", lambda: "again", every_seconds=every) == "finished job"
+    assert snapshots.get("live", lambda: "again", every_seconds=every) == "running job"
+    held.run()  # the running job's entry was refreshed, the finished one's was current
+    assert snapshots.get("live", lambda: "later", every_seconds=every) == "again"
+    assert snapshots.get("done", lambda: "later", every_seconds=every) == "finished job"

@@ -11,8 +11,6 @@ from hpcscope.model.errors import SourceError
 
 app = typer.Typer(help="Write the guardrails generated from the topology.", no_args_is_help=True)
 
-POLICY_FILE = "hpcscope-weights.yaml"
-
 
 def register(root: typer.Typer) -> None:
     root.add_typer(app, name="deploy")
@@ -21,15 +19,18 @@ def register(root: typer.Typer) -> None:
 @app.command("tetragon")
 def tetragon(
     topology: str = typer.Option("2x8-h100", help="Topology file, or a bundled name."),
-    out: Path = typer.Option(Path("."), "--out", help="Directory to write the policy into."),
+    out: Path = typer.Option(Path("."), "--out", help="Directory to write the policies into."),
     json_output: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
 ) -> None:
-    """Write the crown-jewel Tetragon TracingPolicy for the topology's weight/dataset roots."""
+    """Write every Tetragon TracingPolicy hpcscope reads: the shipped ones and the crown-jewel
+    policy rendered for the topology's weight/dataset roots."""
     from hpcscope.model.topology import load_topology
     from hpcscope.service.security.tetragon_policy import (
+        RENDERED_POLICY_FILE,
         policy_header,
         protected_roots,
         render_policy_yaml,
+        static_policies,
         topology_policy,
         weight_suffixes,
     )
@@ -41,25 +42,31 @@ def tetragon(
             path = bundled_topology(topology)
         cluster = load_topology(path)
         policy = topology_policy(cluster)
+        files = {p.name: p.read_bytes() for p in static_policies()}
     except (SourceError, ValueError, FileNotFoundError) as exc:
         fail(str(exc), code=EXIT_USAGE_ERROR, as_json=json_output)
-    target = out / POLICY_FILE
+    files[RENDERED_POLICY_FILE] = render_policy_yaml(policy, header=policy_header(cluster)).encode()
+    written: list[Path] = []
     try:
         out.mkdir(parents=True, exist_ok=True)
-        target.write_text(render_policy_yaml(policy, header=policy_header(cluster)))
+        for name, content in sorted(files.items()):
+            target = out / name
+            target.write_bytes(content)
+            written.append(target)
     except OSError as exc:
-        fail(f"{target}: cannot write: {exc.strerror}", as_json=json_output)
+        fail(f"{out / name}: cannot write: {exc.strerror}", as_json=json_output)
     if json_output:
         print_json(
             {
-                "written": [str(target)],
+                "written": [str(p) for p in written],
                 "policy": policy["metadata"]["name"],
                 "roots": list(protected_roots(cluster)),
                 "weight_suffixes": list(weight_suffixes(cluster)),
             }
         )
     else:
-        typer.echo(str(target))
+        for target in written:
+            typer.echo(str(target))
 
 
 ENGINE_RULES_FILE = "hpcscope-engine-rules.yml"

@@ -45,7 +45,7 @@ from hpcscope.model.errors import AccessError
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.tokens import PREFIX as TOKEN_PREFIX
 from hpcscope.serve.edge import PROXY_USER_KEY, SAFE_METHODS
-from hpcscope.serve.offload import answer
+from hpcscope.serve.offload import resolve
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.live import diagram_viewer
 from hpcscope.service.identity.login_guard import LoginGuard
@@ -221,7 +221,7 @@ def check_site_viewer(request: Request) -> Principal | None:
 
 
 async def _resolved(request: Request, rule: Callable[[Request], _T]) -> _T:
-    return await answer(rule, request)
+    return await resolve(rule, request)
 
 
 async def require_principal(request: Request) -> Principal:

@@ -72,6 +72,13 @@ def reader_key(principal: Principal) -> tuple[str, Role, frozenset[str]]:
     return (principal.name, principal.role, principal.coordinated_accounts)
 
 
+def page_key(principal: Principal) -> tuple[tuple[str, Role, frozenset[str]], bool]:
+    """What a page may use of a principal: :func:`reader_key`, and whether it may change
+    anything (its buttons): a page read by HTTP Basic and one read with the session cookie are
+    the same page."""
+    return reader_key(principal), principal.may_change
+
+
 def serialise(value: JsonDocument) -> Document:
     """A document's bytes as the framework writes a route's return value, and their ETag."""
     content = value.model_dump(mode="json") if isinstance(value, BaseModel) else value

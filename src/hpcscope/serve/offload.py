@@ -53,3 +53,12 @@ async def answer(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) ->
         except SnapshotMiss:
             pass
     return await run_in_threadpool(function, *args, **kwargs)
+
+
+async def resolve(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """:func:`answer` for who is asking (the principal's rule), which the lane's miss (of the
+    route's data) says nothing about."""
+    try:
+        return cache_only(function, *args, **kwargs)
+    except SnapshotMiss:
+        return await run_in_threadpool(function, *args, **kwargs)

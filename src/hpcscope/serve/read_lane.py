@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from fastapi.exception_handlers import http_exception_handler
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -107,7 +109,10 @@ class ReadLane:
         if scope["type"] == "http" and scope["method"] == "GET":
             found = self._route(scope["path"], bool(scope["query_string"]))
             if found is not None:
-                response = _answer(Request(scope, receive), *found)
+                request = Request(scope, receive)
+                response = _answer(request, *found)
+                if isinstance(response, HTTPException):  # a 404 the route raised: its answer
+                    response = await http_exception_handler(request, response)
                 if response is not None:
                     self.answered += 1
                     await response(scope, receive, send)
@@ -115,10 +120,16 @@ class ReadLane:
         await self.app(scope, receive, send)
 
 
-def _answer(request: Request, answer: LaneAnswer, parameter: str) -> Response | None:
-    """The route's answer from the snapshots, or None: the app answers (module docstring)."""
+def _answer(
+    request: Request, answer: LaneAnswer, parameter: str
+) -> Response | HTTPException | None:
+    """The route's answer from the snapshots, the HTTP error it raised (answered as the
+    framework answers it: the app has no handler of its own for them), or None: the app
+    answers (module docstring)."""
     try:
         return cache_only(answer, request, parameter)
+    except HTTPException as exc:
+        return exc
     except SnapshotMiss:  # the app computes it in a worker thread, without a second loop pass
         mark_missed(request)
         return None

@@ -42,6 +42,16 @@ from hpcscope.store import identity as identity_store
 
 log = logging.getLogger(__name__)
 
+#: A finished job's report (and page) is recomputed at most this often: its samples are all in
+#: and summarised; what may still change is its notes (and its alerts, keyed on their changes).
+FINISHED_JOB_SECONDS = 60.0
+
+
+def report_every_seconds(report: JobReport | None) -> float:
+    """How long a job's kept report stays current whatever the generation (the snapshots'
+    ``every_seconds``): :data:`FINISHED_JOB_SECONDS` once it ended, else one generation."""
+    return FINISHED_JOB_SECONDS if report is not None and report.end_time is not None else 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class SeenJob:
@@ -291,6 +301,7 @@ class Service:
         return self.snapshots.get(
             ("jobs.report", job.job_id),
             lambda: self._job_report(job.principal, job.job_id, utcnow()),
+            every_seconds=report_every_seconds,
         )
 
     def _job_report(self, principal: Principal, job_id: str, now: datetime) -> JobReport | None:

@@ -12,13 +12,18 @@ keyed by what the answer depends on, and computes each key once per **generation
 * an entry is *current* while the generation is unchanged and it is younger than
   ``max_age_seconds`` (time alone changes some answers: a GPU turning stale, a running job's
   elapsed time); a key read with ``every_seconds`` (a report over hours or months: the SLOs,
-  chargeback) is also current, whatever the generation, while younger than that: a 2-second
-  cycle does not recompute a month's figures every 2 seconds;
+  chargeback; a finished job's page) is also current, whatever the generation, while younger
+  than that: a 2-second cycle does not recompute a month's figures every 2 seconds. Once a
+  collector publishes its cycles, no entry is recomputed more often than every
+  ``min_refresh_seconds`` (the pages poll every 5 to 7 s: a cycle shorter than that would
+  recompute every view of every viewer for nobody to see);
 * once a collector publishes its cycles, a request that finds an entry that is no longer
   current but younger than ``stale_seconds`` gets it at once, and one background refresh per
   key recomputes it (a dashboard figure at most one cycle behind, instead of every client
   waiting for the recomputation); an older entry, or none, is computed in the request, once:
-  concurrent requests for the same key wait for that one computation. Without a collector a
+  concurrent requests for the same key wait for that one computation. A computation that
+  reads other entries (a page reads its document) reads them current: computed now if they are
+  not, so a refreshed page never shows the data of the generation before. Without a collector a
   write is seen by the very next read (no stale answer: tests and one-shot reads write, then
   read).
 
@@ -62,6 +67,8 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 _CACHE_ONLY: ContextVar[bool] = ContextVar("hpcscope_snapshots_cache_only", default=False)
+#: Set while a value is computed: what it reads of other entries must be current, not stale.
+_COMPUTING: ContextVar[bool] = ContextVar("hpcscope_snapshots_computing", default=False)
 
 
 class SnapshotMiss(HpcscopeError):
@@ -90,6 +97,8 @@ def caching_only() -> bool:
 MAX_AGE_SECONDS = 10.0
 #: An entry no longer current is still served (and refreshed behind) up to this age.
 STALE_SECONDS = 30.0
+#: Once cycles are published, an entry younger than this is current whatever the generation.
+MIN_REFRESH_SECONDS = 5.0
 #: Entries kept (least recently used out first): per scope, per job, per zoom node.
 MAX_ENTRIES = 4096
 #: Bytes of sized values kept (serialised pages and documents), least recently used out first.
@@ -103,6 +112,11 @@ class _Entry:
     value: Any
     every_seconds: float = 0.0
     size: int = 0
+
+
+#: How often at least an entry is recomputed: seconds, or a function of the value (a finished
+#: job's page less often than a running one's).
+Every = float | Callable[[Any], float]
 
 
 def background_runner() -> Callable[[Callable[[], None]], None]:
@@ -141,6 +155,7 @@ class Snapshots:
         stale_seconds: float = STALE_SECONDS,
         max_entries: int = MAX_ENTRIES,
         max_bytes: int = MAX_BYTES,
+        min_refresh_seconds: float = MIN_REFRESH_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         refresh: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
@@ -149,6 +164,7 @@ class Snapshots:
         self.stale_seconds = stale_seconds
         self._max_entries = max_entries
         self._max_bytes = max_bytes
+        self.min_refresh_seconds = min_refresh_seconds
         self._bytes = 0
         self._clock = clock
         self._refresh = refresh
@@ -187,7 +203,8 @@ class Snapshots:
 
     def _current(self, entry: _Entry, generation: int, now: float) -> bool:
         age = now - entry.computed_at
-        return age < entry.every_seconds or (
+        floor = self.min_refresh_seconds if self._published is not None else 0.0
+        return age < max(entry.every_seconds, floor) or (
             entry.generation == generation and age < self.max_age_seconds
         )
 
@@ -196,7 +213,7 @@ class Snapshots:
         key: Hashable,
         compute: Callable[[], T],
         *,
-        every_seconds: float = 0.0,
+        every_seconds: Every = 0.0,
         size: Callable[[T], int] | None = None,
     ) -> T:
         """The value of ``key``: current, or stale and being refreshed, or computed now.
@@ -204,7 +221,8 @@ class Snapshots:
         Args:
             key: everything the value depends on (module docstring, "Scopes").
             compute: computes the value.
-            every_seconds: the entry stays current this long whatever the generation.
+            every_seconds: the entry stays current this long whatever the generation (or a
+                function of the value that says how long).
             size: the value's size in bytes, counted against ``max_bytes``.
 
         Raises:
@@ -213,7 +231,9 @@ class Snapshots:
         generation = self.generation()
         now = self._clock()
         refresh = False
-        stale_seconds = self.stale_seconds if self._published is not None else 0.0
+        stale_seconds = (
+            self.stale_seconds if self._published is not None and not _COMPUTING.get() else 0.0
+        )
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
@@ -248,10 +268,11 @@ class Snapshots:
         compute: Callable[[], T],
         future: Future[Any],
         generation: int,
-        every_seconds: float,
+        every_seconds: Every,
         size: Callable[[T], int] | None,
     ) -> T:
         started = self._clock()
+        token = _COMPUTING.set(True)
         try:
             value = compute()
         except BaseException as exc:
@@ -259,7 +280,10 @@ class Snapshots:
                 self._computing.pop(key, None)
             future.set_exception(exc)
             raise
+        finally:
+            _COMPUTING.reset(token)
         weight = size(value) if size is not None else 0
+        every = every_seconds(value) if callable(every_seconds) else every_seconds
         with self._lock:
             self.computations += 1
             self._computing.pop(key, None)
@@ -267,7 +291,7 @@ class Snapshots:
             # entry old at once rather than hiding under a newer number
             old = self._entries.pop(key, None)
             self._bytes += weight - (old.size if old is not None else 0)
-            self._entries[key] = _Entry(generation, started, value, every_seconds, weight)
+            self._entries[key] = _Entry(generation, started, value, every, weight)
             while len(self._entries) > self._max_entries or (
                 self._bytes > self._max_bytes and len(self._entries) > 1
             ):
@@ -279,7 +303,7 @@ class Snapshots:
         self,
         key: Hashable,
         compute: Callable[[], Any],
-        every_seconds: float,
+        every_seconds: Every,
         size: Callable[[Any], int] | None,
     ) -> None:
         """One background recomputation of ``key`` (the caller marked it refreshing)."""

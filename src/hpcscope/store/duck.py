@@ -369,6 +369,21 @@ class Store:
 
         return self.submit_write(write)
 
+    def close_allocations_of(self, ends: Sequence[tuple[str, Any]]) -> Future[int]:
+        """:meth:`close_allocations` for several jobs, ``(job_id, end_time)`` each, in one
+        write (a scheduler poll ends many jobs at once)."""
+        rows = [[end_time, job_id] for job_id, end_time in ends]
+
+        def write(con: duckdb.DuckDBPyConnection) -> int:
+            if rows:
+                con.executemany(
+                    "UPDATE job_allocations SET end_time = ? WHERE job_id = ? AND end_time IS NULL",
+                    rows,
+                )
+            return 0
+
+        return self.submit_write(write)
+
     def finalise_rollups(self, cutoff: Any) -> Future[None]:
         """Finalise the rollup minutes that start at or before ``cutoff`` (the clock-based rule
         of :mod:`hpcscope.store.rollups`, for when collection stopped)."""

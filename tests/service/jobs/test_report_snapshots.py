@@ -75,7 +75,9 @@ def test_an_explicit_now_reads_past_the_snapshots(service: Service) -> None:
 def test_with_a_collector_a_new_cycle_is_served_once_refreshed(service: Service) -> None:
     held: list[Callable[[], None]] = []
     store = service.store
-    service.snapshots = Snapshots(lambda: store.writes_committed, refresh=held.append)
+    service.snapshots = Snapshots(
+        lambda: store.writes_committed, refresh=held.append, min_refresh_seconds=0.0
+    )
     admin = _principal(service, "admin")
     service.snapshots.publish()
     assert service.job_reports(admin) == []

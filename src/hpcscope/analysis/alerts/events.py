@@ -130,7 +130,7 @@ RULES: tuple[Rule, ...] = (
     event_rule("SC-8", _S, NodeRules, lists=("reverse_shell_tools", "netcat_tools")),
     event_rule("CE-1", _C, NodeRules,
                lists=("module_functions", "module_loaders", "module_dirs", "taints")),
-    event_rule("CE-2", _C, TetragonRules, lists=("toolkit_binaries", "env_vars")),
+    event_rule("CE-2", _C, NodeRules, lists=("toolkit_binaries", "env_vars")),
     event_rule("CE-3", _C, NodeRules, lists=("container_starters",)),
     event_rule("CE-4", _C, NodeRules,
                lists=("host_only_prefixes", "secret_paths", "secret_readers",

@@ -18,6 +18,11 @@ read are the contract of ``docs/security.md`` ("Tetragon event shapes the rules 
   socket a shell (``nc -e``, ``bash -i >& /dev/tcp/...``) or the peer is outside the site's
   networks (then CRITICAL), MEDIUM otherwise (a health check through ``/dev/tcp``); a
   netcat-like exec alone is MEDIUM (HIGH with ``-e``/``-c``).
+- CE-2: an NVIDIA container hook (``toolkit_binaries``) whose command line sets
+  ``LD_PRELOAD``/``LD_LIBRARY_PATH`` (``env_vars``; ``env LD_PRELOAD=... nvidia-ctk`` too:
+  Tetragon's exec carries no environment unless the policy asks): the rule's severity in a
+  job, a container or a pod, or with ``LD_PRELOAD`` (the NVIDIAScape path: the hook runs as
+  host root with the image's environment); HIGH for a library path set on the bare host.
 - CE-1: a kernel module loaded with taint flags (CRITICAL), read from outside the module tree
   or by a process in a container or job (HIGH), requested by a container or job (MEDIUM);
   ``release_agent`` written (CRITICAL).
@@ -257,6 +262,7 @@ class NodeRules:
                     summary = f"{command}: a copy or session towards {address}"
                     self._fire("SC-3", row, address, summary)
                     break
+        self._toolkit_hook(row, command)
         tools = self._items("SC-8", "netcat_tools")
         if name in tools:
             handoff = any(flag in args for flag in _SHELL_HANDOFF)
@@ -264,6 +270,20 @@ class NodeRules:
             self._fire("SC-8", row, name, f"exec of {command}", severity)
         if exec_id:
             self.state.remember(exec_id, proc)
+
+    def _toolkit_hook(self, row: Row, command: str) -> None:
+        """CE-2 (the module docstring)."""
+        tokens = command.split()
+        hooks = self._items("CE-2", "toolkit_binaries")
+        hook = next((basename(t) for t in tokens if basename(t) in hooks), None)
+        variables = [v for v in self._items("CE-2", "env_vars") if v]
+        found = [t for t in tokens if any(t.startswith(v) for v in variables)]
+        if hook is None or not found:
+            return
+        confined = _in_container(row) or row.get("job_id") is not None
+        preload = any(t.startswith("LD_PRELOAD=") for t in found)
+        severity = None if confined or preload else Severity.HIGH
+        self._fire("CE-2", row, hook, f"exec of {command}", severity)
 
     # ---------------------------------------------------------------- connects
 

@@ -1,23 +1,21 @@
 """Tetragon events -> hpcscope alerts: the job rules evaluated on process and kprobe rows.
 
 Tetragon posts what its TracingPolicies hook (``deploy/tetragon/``); hpcscope decides. The
-rules about a job's processes live here; the node rules (SC-2, SC-3, SC-8, CE-1, CE-3, CE-4,
-CE-6, DP-6, RD-8), which fire whether or not a job owns the process, are
+rules about a job's processes live here; the node rules (SC-2, SC-3, SC-8, CE-1, CE-2, CE-3,
+CE-4, CE-6, DP-6, RD-8), which fire whether or not a job owns the process, are
 :mod:`hpcscope.analysis.alerts.node_rules`. Per event type:
 
 - SC-6 on every event type: a process that read weights from a world-writable path spawns a
   child (``process_exec`` whose parent is it) or connects out within ``follow_seconds``;
 - ``process_exec``: SC-1 (a shell or network tool with a Python ancestor in a job; the JIT
-  toolchain allowed), CE-2 (an NVIDIA container hook with ``LD_PRELOAD``/``LD_LIBRARY_PATH``
-  in its arguments, in a job: Tetragon's exec carries no environment unless the policy asks,
-  so ``env LD_PRELOAD=... nvidia-ctk`` is what it sees);
+  toolchain allowed);
 - ``process_kprobe`` on a file hook (``security_file_permission``, ``security_mmap_file``,
   ``fd_install``, the truncate hooks): W-1/W-3 under the checkpoint roots, SC-5 (a
   ``site-packages`` ``*.dist-info`` or ``.pth`` written by a job: ``packages.py``), RD-4
   (``/dev/infiniband/uverbs*`` opened outside every job);
 - ``process_kprobe`` on ``ptrace`` and ``process_vm_readv`` (GM-3).
 
-SC-1, SC-5, CE-2 and W- need the event's job; RD-4 is the opposite (outside every job); GM-3
+SC-1, SC-5 and W- need the event's job; RD-4 is the opposite (outside every job); GM-3
 fires for root or outside every job.
 
 W-1/W-3 limit: the creator of a checkpoint (a directory of shards) is the job of the **first
@@ -35,7 +33,6 @@ from datetime import datetime, timedelta
 from hpcscope.analysis.alerts.common import (
     JobOwner,
     basename,
-    contains_any,
     event_alert,
     event_time,
     under,
@@ -181,10 +178,6 @@ class TetragonRules:
             python = set(self._items("SC-1", "python_names"))
             if not jit_shell and python.intersection(ancestors):
                 self._fire("SC-1", row, name, f"{command} under {' < '.join(ancestors)}")
-        if name in self._items("CE-2", "toolkit_binaries") and contains_any(
-            args, self._items("CE-2", "env_vars")
-        ):
-            self._fire("CE-2", row, name, f"exec of {command}")
 
     # ---------------------------------------------------------------- process_kprobe
 

@@ -349,7 +349,6 @@ class DcgmConverter:
             self._table = table
         for sid in range(len(self._column), len(table)):
             self._decide(sid, table[sid], source)
-            self._arrays = None
 
     def _decide(self, sid: int, series: Series, source: str) -> None:
         labels = dict(series.labels)
@@ -401,15 +400,19 @@ class DcgmConverter:
         return (host, gpu, instance, job_id_from_label(labels.get("hpc_job")))
 
     def _decision_arrays(self) -> _DecisionArrays:
-        if self._arrays is None:
-            self._arrays = _DecisionArrays(
-                column=np.array(self._column, dtype=np.intp),
-                row_key=np.array(self._row_key, dtype=np.intp),
-                host=np.array(self._host, dtype=np.intp),
-                factor=np.array(self._factor, dtype=np.float64),
-                blank_at=np.array(self._blank_at, dtype=np.float64),
-                int_field=np.array(self._int_field, dtype=bool),
+        """The decisions as arrays; the series learnt since the last call are appended (a new
+        ``hpc_job`` adds a few series: not a copy of every decision made so far)."""
+        done = 0 if self._arrays is None else len(self._arrays.column)
+        if self._arrays is None or done < len(self._column):
+            tail = _DecisionArrays(
+                column=np.array(self._column[done:], dtype=np.intp),
+                row_key=np.array(self._row_key[done:], dtype=np.intp),
+                host=np.array(self._host[done:], dtype=np.intp),
+                factor=np.array(self._factor[done:], dtype=np.float64),
+                blank_at=np.array(self._blank_at[done:], dtype=np.float64),
+                int_field=np.array(self._int_field[done:], dtype=bool),
             )
+            self._arrays = tail if self._arrays is None else self._arrays.extended(tail)
         return self._arrays
 
 
@@ -421,6 +424,17 @@ class _DecisionArrays:
     factor: npt.NDArray[np.float64]
     blank_at: npt.NDArray[np.float64]
     int_field: npt.NDArray[np.bool_]
+
+    def extended(self, tail: _DecisionArrays) -> _DecisionArrays:
+        """These decisions followed by ``tail``'s."""
+        return _DecisionArrays(
+            column=np.concatenate((self.column, tail.column)),
+            row_key=np.concatenate((self.row_key, tail.row_key)),
+            host=np.concatenate((self.host, tail.host)),
+            factor=np.concatenate((self.factor, tail.factor)),
+            blank_at=np.concatenate((self.blank_at, tail.blank_at)),
+            int_field=np.concatenate((self.int_field, tail.int_field)),
+        )
 
 
 def _small_int(text: str) -> int | None:

@@ -155,6 +155,9 @@ class ExpositionParser:
         self.series: list[Series] = []
         self.generation = 0
         self._keys: dict[str, int] = {}
+        # each cached key's own string object (a steady page's heads point to it): kept as the
+        # keys are, so that a page becoming steady costs its own lines, not the whole cache
+        self._key_strings: dict[str, str] = {}
         self._index: dict[Series, int] = {}
         self._meta: dict[str, MetaLine | LineError] = {}
         self._layout: _Layout | None = None
@@ -216,7 +219,7 @@ class ExpositionParser:
         ):
             # Every line known (no new series, no rejected line): the next page with the same
             # heads needs no look-up. Its heads are kept as the key cache's strings, no copy.
-            shared = cast(list[str], list(map({k: k for k in self._keys}.get, heads, heads)))
+            shared = cast(list[str], list(map(self._key_strings.get, heads, heads)))
             self._steady = _Steady(shared, mask, fast_sids.copy(), self._layout if misses else None)
         if slow:
             self._merge(sids, fast_sids, values, slow, page)
@@ -289,6 +292,7 @@ class ExpositionParser:
             page.new_series += 1
         if parsed.cache_key is not None:
             self._keys[parsed.cache_key] = sid
+            self._key_strings[parsed.cache_key] = parsed.cache_key
         slow[i] = (sid, parsed.value, parsed.timestamp_ms)
         return False
 
@@ -479,6 +483,7 @@ class ExpositionParser:
         self._label_sets = {}
         self._blocks = {}
         self._keys = {key: renumber[sid] for key, sid in self._keys.items() if sid in renumber}
+        self._key_strings = {key: key for key in self._keys}
         page.series_ids = [renumber[sid] for sid in page.series_ids]
         self._steady = None
         self.generation += 1

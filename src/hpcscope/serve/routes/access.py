@@ -22,7 +22,15 @@ from starlette.responses import Response
 from hpcscope.model.access import Principal
 from hpcscope.model.timeutil import as_naive_utc
 from hpcscope.serve.auth import check_principal, require_principal, service_of
-from hpcscope.serve.kept import Document, cached_json, kept_page, query_of, reader_key, serialise
+from hpcscope.serve.kept import (
+    Document,
+    cached_json,
+    kept_page,
+    page_key,
+    query_of,
+    reader_key,
+    serialise,
+)
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
@@ -99,7 +107,9 @@ def _page(request: Request, principal: Principal, path: str, limit: int) -> Resp
     """The page (kept per principal and report); raises AccessPathError on a bad path."""
     if not path:
         return kept_page(
-            request, ("serve.access_page", principal), lambda: _render(request, principal, "")
+            request,
+            ("serve.access_page", page_key(principal)),
+            lambda: _render(request, principal, ""),
         )
     _report(request, principal, path, None, limit)  # a relative path raises here
 
@@ -107,7 +117,7 @@ def _page(request: Request, principal: Principal, path: str, limit: int) -> Resp
         report, _ = _report(request, principal, path, None, limit)
         return _render(request, principal, path, report)
 
-    return kept_page(request, ("serve.access_page", principal, path, limit), page)
+    return kept_page(request, ("serve.access_page", page_key(principal), path, limit), page)
 
 
 def _render(

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from hpcscope.model.access import Principal
 from hpcscope.model.alerts import VECTOR_NAMES, Alert, AlertState, Severity, Vector
 from hpcscope.serve.auth import check_principal, require_principal, service_of
-from hpcscope.serve.kept import Document, cached_json, kept_page, query_of, serialise
+from hpcscope.serve.kept import Document, cached_json, kept_page, page_key, query_of, serialise
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
@@ -153,7 +153,7 @@ def _page(
         return _render(request, principal, found, filters, None, 200)
 
     changes = service_of(request).alert_changes
-    key = ("serve.alerts_page", principal, state, severity, vector, job, changes)
+    key = ("serve.alerts_page", page_key(principal), state, severity, vector, job, changes)
     return kept_page(request, key, page)
 
 

@@ -25,6 +25,7 @@ from hpcscope.serve.kept import (
     Document,
     cached_json,
     kept_page,
+    page_key,
     query_of,
     reader_key,
     serialise,
@@ -199,7 +200,7 @@ def _page(
 
     return kept_page(
         request,
-        ("serve.chargeback_page", principal, by, period, shown),
+        ("serve.chargeback_page", page_key(principal), by, period, shown),
         page,
         every_seconds=REPORT_EVERY_SECONDS,
     )

@@ -19,16 +19,15 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from hpcscope.model.access import Principal
-from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology
 from hpcscope.serve.auth import check_principal, require_principal, service_of
 from hpcscope.serve.contracts import ClusterState
 from hpcscope.serve.diagram.view import jsonable
-from hpcscope.serve.kept import Document, cached_json, kept_document, kept_page
+from hpcscope.serve.kept import Document, cached_json, kept_document, kept_page, page_key
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
-from hpcscope.service.diagram.live import GpuNow, LiveState, Viewer, live_state
+from hpcscope.service.diagram.live import GpuNow, LiveState, Viewer, kept_live_state
 from hpcscope.service.jobs.reports import CollectionHealth, JobReport
 
 router = APIRouter()
@@ -52,7 +51,7 @@ def _context(request: Request, principal: Principal) -> _Overview:
     viewer = Viewer(principal)
 
     def compute() -> _Overview:
-        state = live_state(service, viewer, now=utcnow(), shared=service.snapshots)
+        state = kept_live_state(service, viewer)
         # only the jobs with recent samples: this runs on every 5-second poll, it must not
         # build the report of every job the principal has ever run
         live = service.live_job_gpus(
@@ -81,7 +80,11 @@ def _overview(request: Request, principal: Principal, template: str) -> Response
         context = _context(request, principal)
         return render(request, template, context, principal=principal)
 
-    return kept_page(request, ("serve.overview", template, principal), page)
+    # the live fragment names nobody: one per visibility; the page names its reader
+    who: object = (
+        Viewer(principal).visibility() if template == "_overview_live.html" else page_key(principal)
+    )
+    return kept_page(request, ("serve.overview", template, who), page)
 
 
 @router.get("/")

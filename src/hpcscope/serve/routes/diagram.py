@@ -43,7 +43,7 @@ from hpcscope.serve.templating import percent, render, templates
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.cards import ElementCard, UnknownElement, element_card
 from hpcscope.service.diagram.cost import decision_view
-from hpcscope.service.diagram.live import LiveState, Viewer, live_state
+from hpcscope.service.diagram.live import LiveState, Viewer, kept_live_state, live_state
 from hpcscope.service.snapshots import SnapshotMiss, caching_only
 
 router = APIRouter()
@@ -104,8 +104,11 @@ def _live(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveView:
     come with it."""
 
     def compute() -> LiveView:
-        nodes = [layout.zoom_node] if layout.zoom_node is not None else None
-        state = live_state(service, viewer, now=utcnow(), nodes=nodes, shared=service.snapshots)
+        if layout.zoom_node is None:  # the whole cluster: shared with the overview
+            state = kept_live_state(service, viewer)
+        else:
+            nodes = [layout.zoom_node]
+            state = live_state(service, viewer, now=utcnow(), nodes=nodes, shared=service.snapshots)
         body, etag = live_payload(layout, state, summary_text(state))
         return LiveView(state, body, etag)
 

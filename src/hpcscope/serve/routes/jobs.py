@@ -22,6 +22,7 @@ from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
 from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts, JobReportWithAlerts
+from hpcscope.service.core import report_every_seconds
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 from hpcscope.service.notify.access import notes_of_report
 from hpcscope.service.traces.capture_contracts import JobPhases, JobReportWithPhases
@@ -80,10 +81,15 @@ def _job_page(request: Request, job_id: str, principal: Principal) -> Response:
             status_code=404,
         )
 
+    # a finished job's page is rendered again at most every minute, a running one's per cycle
+    every = report_every_seconds(report)
+
     def page() -> bytes:
         # the report is this generation's, visible to the principal: its notes are too
         notes = service.snapshots.get(
-            ("serve.job_notes", job_id), lambda: notes_of_report(service, report)
+            ("serve.job_notes", job_id),
+            lambda: notes_of_report(service, report),
+            every_seconds=every,
         )
         context = {
             "report": report,
@@ -96,7 +102,7 @@ def _job_page(request: Request, job_id: str, principal: Principal) -> Response:
 
     # the principal's name is on the page and the alerts are theirs: one page per principal
     key = ("serve.job_page", principal, job_id, service.alert_changes)
-    return HTMLResponse(service.snapshots.get(key, page))
+    return HTMLResponse(service.snapshots.get(key, page, every_seconds=every))
 
 
 @router.get("/api/jobs/{job_id}", response_model=JobReportWithPhases)
@@ -113,17 +119,20 @@ def _job_json(request: Request, job_id: str, principal: Principal) -> Response:
     if job is None or report is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
     phases = phases_of(service, job)
+    every = report_every_seconds(report)
 
     def serialised() -> tuple[bytes, str]:
         report_document = service.snapshots.get(
-            ("serve.job_document", job_id), lambda: JobReportDocument.from_report(report)
+            ("serve.job_document", job_id),
+            lambda: JobReportDocument.from_report(report),
+            every_seconds=every,
         )
         document = JobReportWithAlerts.of(report_document, service.alerts_of(job))
         body = JobReportWithPhases.join(document, phases).model_dump_json().encode()
         return body, etag_of(body)
 
     key = ("serve.job_json", principal, job_id, service.alert_changes)
-    body, etag = service.snapshots.get(key, serialised)
+    body, etag = service.snapshots.get(key, serialised, every_seconds=every)
     return cached_json(request, body, etag)
 
 

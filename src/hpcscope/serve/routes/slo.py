@@ -26,6 +26,7 @@ from hpcscope.serve.kept import (
     Document,
     cached_json,
     kept_page,
+    page_key,
     serialise,
 )
 from hpcscope.serve.offload import answer
@@ -69,7 +70,7 @@ def _slo_page(request: Request, principal: Principal) -> Response:
         return render(request, "slo.html", {"report": report}, principal=principal)
 
     return kept_page(
-        request, ("serve.slo_page", principal), page, every_seconds=REPORT_EVERY_SECONDS
+        request, ("serve.slo_page", page_key(principal)), page, every_seconds=REPORT_EVERY_SECONDS
     )
 
 

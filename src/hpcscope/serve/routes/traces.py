@@ -24,7 +24,7 @@ from hpcscope.model.access import Principal
 from hpcscope.model.errors import SourceError
 from hpcscope.model.trace_analysis import StoredAnalysis
 from hpcscope.serve.auth import check_principal, require_principal, service_of
-from hpcscope.serve.kept import Document, cached_json, kept_page, serialise
+from hpcscope.serve.kept import Document, cached_json, kept_page, page_key, serialise
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
@@ -113,7 +113,9 @@ def _list_page(
 
     if error is not None:  # after a failed upload: its message, once
         return page()
-    return kept_page(request, ("serve.traces_page", principal, service.changes("traces")), page)
+    return kept_page(
+        request, ("serve.traces_page", page_key(principal), service.changes("traces")), page
+    )
 
 
 def _traces_json(request: Request, principal: Principal) -> Response:

@@ -247,11 +247,14 @@ def apply_snapshot(
     added = merge_allocations(store, snapshot.allocations).result()
     upsert_aliases(store, snapshot.aliases).result()
     holding: set[str] = set()
+    ended: list[tuple[str, object]] = []
     for row in snapshot.jobs.select(["job_id", "state", "end_time"]).to_pylist():
         if row["end_time"] is not None:
-            store.close_allocations(row["job_id"], row["end_time"]).result()
+            ended.append((row["job_id"], row["end_time"]))
         elif row["state"] in _HOLDING:
             holding.add(str(row["job_id"]))
+    if ended:  # one write for every job the poll saw ended
+        store.close_allocations_of(ended).result()
     if live_view_at is not None:
         close_open_allocations(store, keep_job_ids=holding, end_time=live_view_at).result()
     return added

@@ -500,3 +500,15 @@ def live_state(
         cluster=cluster,
         alerts=alert_summary(service, viewer, shared=shared),
     )
+
+
+def kept_live_state(service: Service, viewer: Viewer) -> LiveState:
+    """:func:`live_state` of every node for ``viewer``'s visibility (:meth:`Viewer.visibility`),
+    computed once per data generation (``service/snapshots.py``) for every page that draws it:
+    the diagram's live poll and the cluster overview."""
+
+    def compute() -> LiveState:
+        return live_state(service, viewer, now=utcnow(), shared=service.snapshots)
+
+    state: LiveState = service.snapshots.get(("diagram.live_state", viewer.visibility()), compute)
+    return state

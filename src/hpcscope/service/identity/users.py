@@ -13,8 +13,10 @@ import base64
 import hashlib
 import hmac
 import secrets
+import threading
 import time
 from collections import Counter
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,6 +161,8 @@ class UserDirectory:
         self._hash_cost_log2 = hash_cost_log2
         self._cache_key = secrets.token_bytes(32)
         self._verified: dict[bytes, float] = {}
+        self._verifying: dict[bytes, Future[bool]] = {}
+        self._lock = threading.Lock()
         self._dummy: str | None = None
 
     @classmethod
@@ -264,12 +268,30 @@ class UserDirectory:
             return user
         if caching_only():
             raise SnapshotMiss(("users.authenticate", name))
-        if not verify_password(password, user.password_hash):
-            return None
-        if len(self._verified) > 10_000:
-            self._verified.clear()
-        self._verified[key] = now + self.CACHE_SECONDS
-        return user
+        # one verification at a time per name and password: when a remembered success runs
+        # out, a script's concurrent requests wait for one scrypt rather than each running one
+        with self._lock:
+            running = self._verifying.get(key)
+            mine = running is None
+            if running is None:
+                running = self._verifying[key] = Future()
+        if not mine:
+            return user if running.result() else None
+        try:
+            good = verify_password(password, user.password_hash)
+        except BaseException as exc:
+            running.set_exception(exc)
+            raise
+        finally:
+            with self._lock:
+                self._verifying.pop(key, None)
+        if good:
+            with self._lock:
+                if len(self._verified) > 10_000:
+                    self._verified.clear()
+                self._verified[key] = now + self.CACHE_SECONDS
+        running.set_result(good)
+        return user if good else None
 
     def principal(
         self,

@@ -27,11 +27,13 @@ it runs on what we render, what we ship under ``deploy/tetragon/`` and Tetragon'
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from hpcscope.model.topology import Topology
+from hpcscope.service.settings import REPO_ROOT
 
 PolicyDocument = dict[str, Any]  # a YAML document of Tetragon's CRD: validate_tracing_policy
 """A TracingPolicy (or one of its parts) as YAML reads and writes it; its shape is checked by
@@ -390,4 +392,30 @@ def policy_header(topology: Topology) -> tuple[str, ...]:
         "roots (DP-6) (docs/security.md).",
         "Install: tetra tracingpolicy add hpcscope-weights.yaml, or copy it into",
         "/etc/tetragon/tetragon.tp.d/ (deploy/tetragon/README.md).",
+    )
+
+
+#: The rendered policy's file name (the topology's roots); the static ones sit beside it.
+RENDERED_POLICY_FILE = "hpcscope-weights.yaml"
+
+
+def bundled_policies_dir() -> Path:
+    """The TracingPolicies shipped with hpcscope (``deploy/tetragon`` of the checkout or the
+    wheel's ``hpcscope/tetragon``)."""
+    for candidate in (
+        Path(__file__).resolve().parents[2] / "tetragon",
+        REPO_ROOT / "deploy" / "tetragon",
+    ):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("no bundled TracingPolicy directory")
+
+
+def static_policies() -> list[Path]:
+    """The shipped policies that do not depend on the topology, by name (every
+    ``hpcscope-*.yaml`` of :func:`bundled_policies_dir` but the rendered one)."""
+    return sorted(
+        path
+        for path in bundled_policies_dir().glob("hpcscope-*.yaml")
+        if path.name != RENDERED_POLICY_FILE
     )
