@@ -13,7 +13,7 @@ from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, JOB_SCHEMA
 from hpcscope.service.jobs.summaries import summarise_finished_jobs
 from hpcscope.store import Store
 from hpcscope.store import summaries as kept
-from hpcscope.store.cold import COLD_PARTS, cold_samples
+from hpcscope.store.cold import COLD_PARTS, cold_dir, cold_samples
 from hpcscope.store.migrations import MIGRATIONS
 from hpcscope.store.reports import sample_time_range, samples_for_jobs
 
@@ -51,7 +51,7 @@ def test_raw_samples_past_retention_move_to_parquet_and_read_back(tmp_path: Path
         moved = kept.delete_raw_samples(store, before=T0 + timedelta(days=20)).result()
         assert moved == original.num_rows
         assert store.query("SELECT count(*) AS n FROM gpu_readings").to_pylist()[0]["n"] == 0
-        cold = store.cold_dir
+        cold = cold_dir(store.path)
         assert cold == Path(f"{tmp_path / 's.duckdb'}.cold")
         days = sorted(p.parent.name for p in cold.glob("day=*/*.parquet"))
         assert days == ["day=2026-01-10", "day=2026-01-11"]

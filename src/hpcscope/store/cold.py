@@ -96,7 +96,7 @@ def move_to_cold(
 
 def has_cold(store: Store) -> bool:
     """Whether the store has a cold tier with any part."""
-    directory = store.cold_dir
+    directory = cold_dir(store.path)
     return directory is not None and directory.is_dir() and any(directory.glob("day=*/*.parquet"))
 
 
@@ -124,7 +124,7 @@ def cold_samples(
 ) -> pa.Table | None:
     """The cold tier's ``gpu_samples`` rows (one per GPU, time and job, as the view) of
     ``job_ids`` in ``[since, until]``; None when there is no part for the window."""
-    directory = store.cold_dir
+    directory = cold_dir(store.path)
     if directory is None or not directory.is_dir() or not job_ids:
         return None
     parts = _days(since, until, directory)

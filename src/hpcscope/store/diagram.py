@@ -143,7 +143,7 @@ def gpu_states(store: Store, *, latest: pa.Table, scope: JobScope, idle_values: 
     """
     scope_sql, scope_params = _scope(scope)
     rows = {"latest_rows": latest.select(["ts", "node", "gpu", "job_id", *LIVE_GPU_COLUMNS])}
-    holders = store.query_with(
+    holders = store.query(
         f"""
 WITH latest AS (
   SELECT node, gpu, job_id FROM latest_rows
@@ -161,7 +161,7 @@ FROM holders h LEFT JOIN jobs j ON j.job_id = h.job_id
         tables=rows,
     ).to_pylist()
     newest = ", ".join(f"arg_max({c}, ts) AS {c}" for c in LIVE_GPU_COLUMNS)
-    counters = store.query_with(
+    counters = store.query(
         f"SELECT node, gpu, max(ts) AS ts, {newest} FROM latest_rows GROUP BY node, gpu",
         tables=rows,
     ).to_pylist()

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.errors import StoreError
-from hpcscope.store import cold, readings, rollups
+from hpcscope.store import readings, rollups
 from hpcscope.store.migrations import DEFAULT_ROLLUP_GRACE_SECONDS, MIGRATIONS, Migration
 
 log = logging.getLogger(__name__)
@@ -439,31 +439,23 @@ class Store:
             self._local.cursor = cursor
         return cursor
 
-    def query(self, sql: str, params: Sequence[object] = ()) -> pa.Table:
+    def query(
+        self,
+        sql: str,
+        params: Sequence[object] = (),
+        *,
+        tables: Mapping[str, pa.Table] | None = None,
+    ) -> pa.Table:
         """Run a read-only SQL query and return Arrow. For the store's own query modules.
+        ``tables``: Arrow tables the query reads by name (what a metrics engine answered).
 
         Raises:
             StoreError: DuckDB refused the query (a corrupt file, a bug in a query module).
         """
+        cursor, tables = self._cursor(), tables or {}
+        for name, table in tables.items():
+            cursor.register(name, table)
         try:
-            return self._cursor().sql(sql, params=list(params)).to_arrow_table()
-        except duckdb.Error as exc:
-            raise StoreError(f"store {self.path}: query failed: {exc}") from exc
-
-    @property
-    def cold_dir(self) -> Path | None:
-        """Where raw samples past retention go as Parquet (``store/cold.py``)."""
-        return cold.cold_dir(self.path)
-
-    def query_with(
-        self, sql: str, params: Sequence[object] = (), *, tables: Mapping[str, pa.Table]
-    ) -> pa.Table:
-        """:meth:`query` with Arrow ``tables`` readable by name (what a metrics engine answered,
-        joined with the store's tables), registered for this query only."""
-        cursor = self._cursor()
-        try:
-            for name, table in tables.items():
-                cursor.register(name, table)
             return cursor.sql(sql, params=list(params)).to_arrow_table()
         except duckdb.Error as exc:
             raise StoreError(f"store {self.path}: query failed: {exc}") from exc

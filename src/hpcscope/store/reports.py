@@ -135,7 +135,7 @@ def timeseries_of_jobs(
     order = "GROUP BY ALL ORDER BY bucket, job_id, node, gpu"
     if cold.has_cold(store):
         rows = samples_for_jobs(store, job_ids, since=since, until=until)
-        return store.query_with(f"{buckets} FROM raw_rows {order}", tables={"raw_rows": rows})
+        return store.query(f"{buckets} FROM raw_rows {order}", tables={"raw_rows": rows})
     where = Where().among("job_id", list(job_ids)).window(since, until)
     return store.query(f"{buckets} FROM gpu_samples {where.sql()} {order}", where.params)
 

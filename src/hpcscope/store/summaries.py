@@ -19,7 +19,7 @@ import pyarrow as pa
 from hpcscope.model.access import JobScope
 from hpcscope.model.schemas import JOB_GPU_SUMMARY_SCHEMA, JOB_SUMMARY_SCHEMA
 from hpcscope.store import rollups
-from hpcscope.store.cold import move_to_cold
+from hpcscope.store.cold import cold_dir, move_to_cold
 from hpcscope.store.duck import Store
 from hpcscope.store.migrations import ROLLUP_STATE
 from hpcscope.store.readings import READINGS, SHARED_JOB_IDS, raw_table
@@ -127,7 +127,7 @@ def delete_raw_samples(
     whose rollups are final, to the cold tier (``store/cold.py``: Parquet beside the store; a
     store in memory deletes them). Samples without a job, or of a job without a summary, stay.
     Returns the number of rows taken out of the table."""
-    cold_dir = store.cold_dir
+    directory = cold_dir(store.path)
 
     def write(con: duckdb.DuckDBPyConnection) -> int:
         samples = raw_table(con)
@@ -150,9 +150,9 @@ def delete_raw_samples(
             f"{pending}) AND job_id IN (SELECT job_id FROM job_summaries) {shared}"
         )
         params = [before, before, before] if pending else [before, before]
-        if cold_dir is not None and samples == READINGS:
+        if directory is not None and samples == READINGS:
             return move_to_cold(
-                con, samples, where=where, params=params, directory=cold_dir, now=now or before
+                con, samples, where=where, params=params, directory=directory, now=now or before
             )
         rows = con.execute(f"DELETE FROM {samples} WHERE {where}", params).fetchall()
         return int(rows[0][0]) if rows else 0

@@ -176,7 +176,7 @@ def _compare(documents: dict[str, dict[str, Any]], page: str) -> None:
 
 def test_the_job_list_and_every_report_agree(pages: Pages) -> None:
     jobs = pages.job_list["embedded"]["jobs"]
-    assert len(jobs) == 5 and {j["state"] for j in jobs} >= {"RUNNING", "COMPLETED"}
+    assert len(jobs) == 4 and {j["state"] for j in jobs} >= {"RUNNING", "COMPLETED"}
     assert any(j["source"] == "summary" for j in jobs), "no job was summarised"
     assert pages.summaries["prometheus"] == pages.summaries["embedded"] >= 1
     _compare(pages.job_list, "job list")
@@ -193,7 +193,7 @@ def test_the_job_list_and_every_report_agree(pages: Pages) -> None:
 
 def test_the_diagram_values_agree(pages: Pages) -> None:
     gpus = pages.cluster["embedded"]["gpus"]
-    assert sum(1 for g in gpus.values() if g["state"] == "active") >= 15
+    assert sum(1 for g in gpus.values() if g["state"] == "active") == 12  # two jobs still run
     _compare(pages.cluster, "cluster")
 
 

@@ -18,6 +18,7 @@ from hpcscope.service.collect.collector import Collector
 from hpcscope.service.jobs import reports, timeseries
 from hpcscope.service.jobs.retention import Upkeep, UpkeepConfig, run_upkeep
 from hpcscope.store import Store
+from hpcscope.store.cold import cold_dir
 from hpcscope.store.migrations import MIGRATIONS
 
 NOW = datetime(2026, 11, 30, 12, 0, 0)
@@ -97,7 +98,7 @@ def test_after_retention_old_jobs_answer_from_summaries_and_rollups(tmp_path: Pa
         assert series["source"] == "raw" and series["out_of_retention"] == []
         assert series["bucket_seconds"] == 30
         assert series["series"][1]["sm_active_ratio"][0] == pytest.approx(0.5)
-        cold = store.cold_dir
+        cold = cold_dir(store.path)
         assert cold is not None and len(list(cold.glob("day=*/*.parquet"))) == 1
         # rollups past their retention go too, and a site removes its old Parquet files: the
         # chart then says so, the report still answers
