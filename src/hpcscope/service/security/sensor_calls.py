@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 SYSCALL_PREFIX = "__arm64_sys_" if platform.machine() in ("aarch64", "arm64") else "__x64_sys_"
 READING_MODULE = 2  # enum kernel_read_file_id: security_kernel_read_file's second argument
+_SOCK_TYPE_MASK = 0xF
 _FAMILIES = {2: "AF_INET", 10: "AF_INET6", 17: "AF_PACKET"}
 _PROTOCOLS = {6: "IPPROTO_TCP", 262: "IPPROTO_MPTCP"}
 #: /sys/module/<name>/taint letters -> Tetragon's ``module_arg.tainted`` names.
@@ -116,7 +117,9 @@ class CallEvents(ABC):
     def _on_socket(self, record: SensorRecord) -> Sequence[TetragonEvent]:
         if record.pid is None:
             return ()
-        args: list[KprobeArg] = [{"int_arg": record.family}, {"int_arg": record.sock_type},
+        # the hook sees the type without SOCK_NONBLOCK / SOCK_CLOEXEC (socket(2) strips them)
+        kind = None if record.sock_type is None else record.sock_type & _SOCK_TYPE_MASK
+        args: list[KprobeArg] = [{"int_arg": record.family}, {"int_arg": kind},
                                  {"int_arg": record.protocol}, {"int_arg": 0}]  # fmt: skip
         return [self.kprobe(self.info(record), record, "security_socket_create", args,
                             policy="hpcscope-network")]  # fmt: skip
