@@ -440,11 +440,7 @@ class Store:
         return cursor
 
     def query(
-        self,
-        sql: str,
-        params: Sequence[object] = (),
-        *,
-        tables: Mapping[str, pa.Table] | None = None,
+        self, sql: str, params: Sequence[object] = (), *, tables: Mapping[str, pa.Table] = {}
     ) -> pa.Table:
         """Run a read-only SQL query and return Arrow. For the store's own query modules.
         ``tables``: Arrow tables the query reads by name (what a metrics engine answered).
@@ -452,7 +448,7 @@ class Store:
         Raises:
             StoreError: DuckDB refused the query (a corrupt file, a bug in a query module).
         """
-        cursor, tables = self._cursor(), tables or {}
+        cursor = self._cursor()
         for name, table in tables.items():
             cursor.register(name, table)
         try:
