@@ -406,8 +406,7 @@ class LustreJobStats:
         full bulk RPCs, whatever the target (a live incident: a job writing a dataset's OST)."""
         ost = next(t for t in self._osts if t.name == target)
         job_id, span = f"{job.job_id}:{user_uid(job.user)}:{node}", (_ns(now - 1.0), _ns(now))
-        sizes = ((CHECKPOINT_RPC_BYTES, 1.0),)
-        rpcs = max(1, nbytes // CHECKPOINT_RPC_BYTES)
+        rpcs, sizes = max(1, nbytes // CHECKPOINT_RPC_BYTES), ((CHECKPOINT_RPC_BYTES, 1.0),)
         self._transfer(ost, job_id, "write", sizes, rpcs, _LATENCY_USECS["write"], span)
 
     def _entry(self, target: LustreTarget, job_id: str, span_ns: tuple[int, int]) -> JobStatsEntry:
