@@ -137,6 +137,7 @@ def demo(
     try:
         seconds = parse_duration(duration) if duration else None
         topology_path = Path(topology) if Path(topology).exists() else bundled_topology(topology)
+        rules_dir = _dataset_rules(topology_path, state_dir / "rules")
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc), code=EXIT_USAGE_ERROR)
     twin_dir = state_dir / "twin"
@@ -180,6 +181,7 @@ def demo(
             notify_cancel_enabled=bool(info.get("webhook_url")),
             notify_cancel_via="slurmrestd",
             scrape_interval_seconds=scrape_interval,
+            rules_dir=rules_dir,  # the topology's datasets registered: DP-4 over job_stats
         )
         _announce(f"http://{host}:{port}", info, twin_dir, json_output=json_output)
         service = Service.open(settings)
@@ -200,6 +202,19 @@ def demo(
             twin.wait(timeout=10)
         except subprocess.TimeoutExpired:
             twin.kill()
+
+
+def _dataset_rules(topology_path: Path, target: Path) -> Path | None:
+    """The bundled rules with the topology's datasets registered (``datasets_root`` on its
+    ``dataset_targets``, curated by vision), or None (the bundled rules) when it has no pool."""
+    from hpcscope.model.topology import load_topology
+    from hpcscope.service.alerts.rules import rules_with_datasets
+
+    storage = load_topology(topology_path).storage
+    pool = storage.get("dataset_targets") or []
+    if not pool:
+        return None
+    return rules_with_datasets(target, [f"{storage['datasets_root']} vision {','.join(pool)}"])
 
 
 def _path(info: dict[str, object], key: str) -> Path | None:
