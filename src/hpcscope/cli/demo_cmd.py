@@ -111,7 +111,7 @@ def demo(
     history: bool = typer.Option(
         True,
         "--history/--no-history",
-        help="Write 30 days of the cluster's past into a fresh store first (about 10 s).",
+        help="Write 30 days of the cluster's past into a fresh store first (about 15 s).",
     ),
 ) -> None:
     """Run the demo: twin cluster + collection + analysis + web UI on localhost."""
