@@ -293,3 +293,11 @@ def test_the_readme_screenshots_come_from_one_make_target() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^screenshots:", makefile, flags=re.MULTILINE)
     assert "scripts/readme_screenshots.py" in makefile
+
+
+def test_the_benchmarks_page_is_a_reference_of_at_most_300_lines() -> None:
+    """Today's figure per bench, not a run log: a rerun replaces a section's figures."""
+    lines = (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
+    assert len(lines) <= 300, f"docs/benchmarks.md has {len(lines)} lines (at most 300)"
+    for line in lines:  # no history: the docs never cite the issue tracker
+        assert not re.search(r"\bissue \d+", line, flags=re.IGNORECASE), line

@@ -1,5 +1,5 @@
 """The cold tier: raw samples past retention moved to Parquet (zstd, one directory per day),
-read again for zoom-in, nothing lost on the way; a store before migration 18 upgrades in place."""
+read again for zoom-in, nothing lost on the way; a store before migration 19 upgrades in place."""
 
 from __future__ import annotations
 
@@ -72,11 +72,11 @@ def test_raw_samples_past_retention_move_to_parquet_and_read_back(tmp_path: Path
 
 def test_a_store_before_the_cold_tier_upgrades_in_place(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
-    with Store(path, migrations=tuple(m for m in MIGRATIONS if m.version < 18)) as old:
+    with Store(path, migrations=tuple(m for m in MIGRATIONS if m.version < 19)) as old:
         _job(old)
         assert old.schema_version() == 17
     with Store(path) as upgraded:
-        assert upgraded.schema_version() == MIGRATIONS[-1].version >= 18
+        assert upgraded.schema_version() == MIGRATIONS[-1].version >= 19
         assert upgraded.query(f"SELECT count(*) AS n FROM {COLD_PARTS}").to_pylist()[0]["n"] == 0
         _summarised(upgraded)
         assert kept.delete_raw_samples(upgraded, before=T0 + timedelta(days=20)).result() > 0

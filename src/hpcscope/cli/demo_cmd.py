@@ -113,7 +113,7 @@ def demo(
     history: bool = typer.Option(
         True,
         "--history/--no-history",
-        help="Write 30 days of the cluster's past into a fresh store first (about 10 s).",
+        help="Write 30 days of the cluster's past into a fresh store first (about 15 s).",
     ),
     backend: str = typer.Option(
         "embedded",
@@ -135,6 +135,7 @@ def demo(
         topology_path = Path(topology) if Path(topology).exists() else bundled_topology(topology)
         if backend not in ("embedded", "prometheus"):
             raise ValueError(f"--backend {backend!r}: embedded or prometheus")
+        rules_dir = _dataset_rules(topology_path, state_dir / "rules")
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc), code=EXIT_USAGE_ERROR)
     twin_dir = state_dir / "twin"
@@ -158,6 +159,7 @@ def demo(
             twin,
             info,
             engine=engine,
+            rules_dir=rules_dir,
             store_path=store_path,
             topology_path=topology_path,
             twin_dir=twin_dir,
@@ -208,6 +210,7 @@ def _serve(
     info: dict[str, object],
     *,
     engine: dict[str, object],
+    rules_dir: Path | None,
     store_path: Path,
     topology_path: Path,
     twin_dir: Path,
@@ -262,6 +265,7 @@ def _serve(
             notify_cancel_enabled=bool(info.get("webhook_url")),
             notify_cancel_via="slurmrestd",
             scrape_interval_seconds=scrape_interval,
+            rules_dir=rules_dir,  # the topology's datasets registered: DP-4 over job_stats
             **engine,
         )
         _announce(f"http://{host}:{port}", info, twin_dir, json_output=json_output)
@@ -283,6 +287,19 @@ def _serve(
             twin.wait(timeout=10)
         except subprocess.TimeoutExpired:
             twin.kill()
+
+
+def _dataset_rules(topology_path: Path, target: Path) -> Path | None:
+    """The bundled rules with the topology's datasets registered (``datasets_root`` on its
+    ``dataset_targets``, curated by vision), or None (the bundled rules) when it has no pool."""
+    from hpcscope.model.topology import load_topology
+    from hpcscope.service.alerts.rules import rules_with_datasets
+
+    storage = load_topology(topology_path).storage
+    pool = storage.get("dataset_targets") or []
+    if not pool:
+        return None
+    return rules_with_datasets(target, [f"{storage['datasets_root']} vision {','.join(pool)}"])
 
 
 def _path(info: dict[str, object], key: str) -> Path | None:

@@ -44,6 +44,7 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      │    ├── SimulationParameterError (step model parameters; a ValueError)
      │    ├── CollectiveModelError   (collective cost model parameters; a ValueError)
      │    ├── UploadError            (malformed or oversized upload)
+     │    ├── BodyRefused            (a request body not JSON, or nested past the bound)
      │    ├── AccessPathError        (who-read-my-weights path not absolute; a ValueError)
      │    ├── UnknownElement         (no diagram element with this id; a KeyError)
      │    ├── TokenRequestError      (an API token request: bad expiry or label; a ValueError)

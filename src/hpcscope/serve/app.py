@@ -23,6 +23,7 @@ from hpcscope.serve.auth import (
     Unauthorized,
     sent_basic,
 )
+from hpcscope.serve.body import BodyRefused
 from hpcscope.serve.edge import EdgeMiddleware
 from hpcscope.serve.read_lane import ReadLane
 from hpcscope.serve.routes import (
@@ -169,6 +170,10 @@ def create_app(
     @app.exception_handler(ReadOnlyPrincipal)
     async def _read_only(request: Request, exc: ReadOnlyPrincipal) -> Response:
         return JSONResponse({"detail": str(exc)}, status_code=403)
+
+    @app.exception_handler(BodyRefused)
+    async def _body_refused(request: Request, exc: BodyRefused) -> Response:
+        return JSONResponse({"detail": exc.message}, status_code=exc.status)
 
     @app.exception_handler(LoginThrottled)
     async def _throttled(request: Request, exc: LoginThrottled) -> Response:

@@ -3,14 +3,14 @@
 The retention pass (``service/jobs/retention.py``) used to delete the raw samples of summarised
 jobs older than ``raw_retention_days``. It now moves them: in one write transaction it copies
 them to ``<store>.cold/day=YYYY-MM-DD/part-<uuid>.parquet`` (zstd, one directory per UTC day of
-the samples, hive-partitioned), records each part in ``cold_parts`` (migration 18), and deletes
+the samples, hive-partitioned), records each part in ``cold_parts`` (migration 19), and deletes
 them from the table; if the copy fails nothing is deleted. Rows keep the columns of
 ``gpu_readings`` (a shared GPU's further jobs in ``shared_job_ids``).
 
 Reads of raw samples for given jobs (:func:`cold_samples`) scan the Parquet files of the days
 their window touches, so a job page zooms into a month-old job's seconds as it zooms into
 today's; its report still comes from its kept summary. What the cold tier does not hold either
-(a site that deletes old Parquet files, a store before migration 18 whose samples were deleted)
+(a site that deletes old Parquet files, a store before migration 19 whose samples were deleted)
 is "out of retention" on the job page, never zero.
 """
 
@@ -42,7 +42,7 @@ CREATE TABLE {COLD_PARTS} (
     written_at TIMESTAMP NOT NULL
 );
 """
-"""Migration 18: one row per Parquet part the retention pass wrote."""
+"""Migration 19: one row per Parquet part the retention pass wrote."""
 
 
 def cold_dir(store_path: str) -> Path | None:

@@ -166,6 +166,7 @@ class TwinCluster:
             start=self._start_wall,
             checkpoint_root=topology.checkpoint_root,
             ib_errors=self._ib_errors,
+            dataset_write=self._dataset_write if self.lustre and self.lustre.read_only else None,
         )
         self._ib_endpoints: dict[str, InfinibandEndpoint] = {}
 
@@ -363,6 +364,14 @@ class TwinCluster:
                 endpoint.add_errors(index, family, count)
                 return True
         return False
+
+    def _dataset_write(self, job: SimJob, now: float) -> bool:
+        """2 GiB from ``job``'s first node to the first OST of the datasets' pool."""
+        if self.lustre is None or not job.allocation:
+            return False
+        target = min(self.lustre.read_only)
+        self.lustre.write_burst(job, job.allocation[0][0], target, 2 * 2**30, now)
+        return True
 
     def _xid_source(self, node: str) -> Callable[[int], int]:
         def xid(gpu_index: int) -> int:

@@ -10,6 +10,7 @@ import pytest
 
 from hpcscope.model.errors import SourceError
 from hpcscope.service.traces import inputs as trace_inputs
+from hpcscope.service.traces import trace_files
 from hpcscope.service.traces.inputs import find_traces, plan_workers
 from hpcscope.service.traces.pipeline import analyze, to_json
 from tests.support.paths import FIXTURES
@@ -37,7 +38,7 @@ def test_a_streamed_archive_gives_the_same_document(monkeypatch: pytest.MonkeyPa
     """An archive too large to keep in memory is streamed, one pass per archive, by each way of
     parsing (in process, the forked helper's member read, extraction for a pool)."""
     reference = _doc(PARAM, workers=1)
-    monkeypatch.setattr(trace_inputs, "_small_archive", lambda file: None)
+    monkeypatch.setattr(trace_files, "_small_archive", lambda file: None)
     assert all(item.data is None for item in find_traces([PARAM]))
     in_process = _doc(PARAM, workers=1)
     pool = _doc(PARAM, workers=2)

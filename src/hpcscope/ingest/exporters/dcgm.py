@@ -34,7 +34,6 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from hpcscope.ingest.dcgm_fields import (
     COLUMN_OF_FIELD,
@@ -43,10 +42,18 @@ from hpcscope.ingest.dcgm_fields import (
     INT32_BLANKS,
     INT64_BLANK_AT,
 )
+from hpcscope.ingest.exporters.dcgm_tables import (
+    COLUMNS,
+    PLATFORM_JOB_IDS,
+    DcgmConversion,
+    GpuKey,
+    key_columns_of,
+    readings_table,
+    samples_table,
+)
 from hpcscope.ingest.exposition.parser import ParsedPage, Series
 from hpcscope.model.errors import SourceError
 from hpcscope.model.sampling import job_id_from_label
-from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA, TS
 from hpcscope.model.timeutil import epoch_micros
 
 __all__ = [
@@ -58,13 +65,7 @@ __all__ = [
     "samples_table",
 ]
 
-_COLUMNS = [metric.column for metric in GPU_METRICS]
-_COLUMN_INDEX = {column: index for index, column in enumerate(_COLUMNS)}
-_INTEGER_COLUMNS = frozenset(
-    index
-    for index, column in enumerate(_COLUMNS)
-    if pa.types.is_integer(GPU_SAMPLE_SCHEMA.field(column).type)
-)
+_COLUMN_INDEX = {column: index for index, column in enumerate(COLUMNS)}
 _HOST_LABELS = ("hostname", "Hostname")
 _ENTITY_LABELS = ("nvlink", "nvswitch", "cpu", "cpucore")
 _INT16_MAX = 2**15 - 1
@@ -76,88 +77,6 @@ _UNPLACED = -2  # a mapped field that cannot be put on a GPU row
 
 RowKey = tuple[str | None, int, int | None, str | None]
 """(host label value, gpu, MIG instance id, job id): what one series belongs to."""
-
-GpuKey = tuple[str, int, int | None]
-"""(node, gpu, MIG instance id): one output row."""
-
-#: The column of :func:`readings_table` with the ``hpc_job`` labels of each GPU row.
-PLATFORM_JOB_IDS = "platform_job_ids"
-
-
-class DcgmConversion:
-    """The rows of one page, and what did not make it into them.
-
-    The Arrow :attr:`table` is built on first access: a collector that stores many pages at
-    once builds one table for all of them with :func:`samples_table` instead (a small Arrow
-    table costs ~0.1 ms to assemble whatever its size).
-    """
-
-    __slots__ = (
-        "_jobs",
-        "_key_columns",
-        "_keys",
-        "_matrix",
-        "_present",
-        "_table",
-        "_ts_micros",
-        "dropped_blank",
-        "errors",
-        "hostnames",
-        "unattributed",
-        "unknown_fields",
-    )
-
-    def __init__(
-        self,
-        *,
-        keys: Sequence[GpuKey],
-        jobs: Sequence[tuple[str, ...]],
-        key_columns: list[pa.Array] | None,
-        matrix: npt.NDArray[np.float64],
-        present: npt.NDArray[np.bool_],
-        ts_micros: int,
-        unknown_fields: frozenset[str],
-        dropped_blank: int,
-        hostnames: frozenset[str],
-        unattributed: int,
-        errors: tuple[SourceError, ...],
-    ) -> None:
-        self._keys = keys
-        self._jobs = jobs
-        self._key_columns = key_columns
-        self._matrix = matrix
-        self._present = present
-        self._ts_micros = ts_micros
-        self._table: pa.Table | None = None
-        self.unknown_fields = unknown_fields
-        """Metric names on the page that feed no column (other exporters' fields, ENC_UTIL...)."""
-        self.dropped_blank = dropped_blank
-        """Samples dropped because their value was a DCGM blank sentinel."""
-        self.hostnames = hostnames
-        """Values of the ``Hostname``/``hostname`` label seen on the page."""
-        self.unattributed = unattributed
-        """Samples of mapped fields that belong to no GPU row (no ``gpu`` label, link entities,
-        or no host label when no node was given)."""
-        self.errors = errors
-        """Series with labels that make no sense (a ``gpu`` that is not a small integer)."""
-
-    @property
-    def table(self) -> pa.Table:
-        """Rows of GPU_SAMPLE_SCHEMA, one per (GPU, job), sorted by (node, gpu,
-        gpu_instance_id, job_id)."""
-        if self._table is None:
-            self._table = samples_table([self])
-        return self._table
-
-    @property
-    def rows(self) -> int:
-        """Number of rows in :attr:`table` (a GPU with two ``hpc_job`` copies counts twice)."""
-        return sum(max(1, len(jobs)) for jobs in self._jobs)
-
-    @property
-    def gpu_rows(self) -> int:
-        """Number of GPU (or MIG instance) rows: the rows of :func:`readings_table`."""
-        return len(self._keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,8 +157,8 @@ class DcgmConverter:
             plan.int_field & (values >= _INT32_BLANK_LOW) & (values <= _INT32_BLANK_HIGH)
         )
         dropped = int(np.count_nonzero(blank))
-        matrix = np.zeros((len(plan.keys), len(_COLUMNS)), dtype=np.float64)
-        present = np.zeros((len(plan.keys), len(_COLUMNS)), dtype=bool)
+        matrix = np.zeros((len(plan.keys), len(COLUMNS)), dtype=np.float64)
+        present = np.zeros((len(plan.keys), len(COLUMNS)), dtype=bool)
         keys: Sequence[GpuKey] = plan.keys
         jobs: Sequence[tuple[str, ...]] = plan.jobs
         key_columns: list[pa.Array] | None = plan.key_columns
@@ -296,7 +215,7 @@ class DcgmConverter:
         # One sample per cell: the page's last (the hpc_job copies of a GPU, which carry the
         # same counters, a repeated series, or several hosts' pages served by one target and
         # attributed to one node).
-        cells = row_index * len(_COLUMNS) + columns
+        cells = row_index * len(COLUMNS) + columns
         _, last_reversed = np.unique(cells[::-1], return_index=True)
         last = np.sort(len(cells) - 1 - last_reversed)
         sids = sids[last]
@@ -307,7 +226,7 @@ class DcgmConverter:
             node=node,
             keys=ordered_keys,
             jobs=ordered_jobs,
-            key_columns=_key_columns(list(ordered_keys), list(ordered_jobs)),
+            key_columns=key_columns_of(list(ordered_keys), list(ordered_jobs)),
             take=positions[last],
             row=row_index[last],
             column=columns[last],
@@ -442,90 +361,6 @@ def _small_int(text: str) -> int | None:
         return None
     number = int(text)
     return number if number <= _INT16_MAX else None
-
-
-def _key_columns(keys: list[GpuKey], jobs: list[tuple[str, ...]]) -> list[pa.Array]:
-    """node, gpu, gpu_instance_id and the job labels (a list per row) of GPU rows."""
-    return [
-        pa.array([key[0] for key in keys], type=pa.string()),
-        pa.array([key[1] for key in keys], type=pa.int16()),
-        pa.array([key[2] for key in keys], type=pa.int16()),
-        pa.array(jobs, type=pa.list_(pa.string())),
-    ]
-
-
-_READINGS_SCHEMA = pa.schema(
-    [*GPU_SAMPLE_SCHEMA, pa.field(PLATFORM_JOB_IDS, pa.list_(pa.string()))]
-)
-
-
-def readings_table(conversions: Sequence[DcgmConversion]) -> pa.Table:
-    """One row per GPU (or MIG instance) of several pages, in their order.
-
-    Columns: GPU_SAMPLE_SCHEMA with ``job_id`` null, then :data:`PLATFORM_JOB_IDS`, the
-    ``hpc_job`` labels of the GPU's copies (empty: no job). The job is decided by the
-    platform's allocations when the rows are stored (``service/collect/attribution.py``).
-    Assembling one table for a whole scrape round (128 pages for 1,024 GPUs) instead of one
-    per page saves the fixed cost of building small Arrow tables.
-    """
-    parts = [conversion for conversion in conversions if conversion.gpu_rows]
-    if len(parts) == 1 and parts[0]._key_columns is not None:
-        key_columns = parts[0]._key_columns
-    else:
-        key_columns = _key_columns(
-            [key for part in parts for key in part._keys],
-            [jobs for part in parts for jobs in part._jobs],
-        )
-    count = sum(part.gpu_rows for part in parts)
-    width = len(_COLUMNS)
-    matrix = np.concatenate([part._matrix for part in parts]) if parts else np.zeros((0, width))
-    present = (
-        np.concatenate([part._present for part in parts])
-        if parts
-        else np.zeros((0, width), dtype=bool)
-    )
-    stamps = np.repeat(
-        np.array([part._ts_micros for part in parts], dtype=np.int64),
-        [part.gpu_rows for part in parts],
-    )
-    node, gpu, instance, labels = key_columns
-    arrays: list[pa.Array] = [
-        pa.array(stamps, type=TS),
-        node,
-        gpu,
-        instance,
-        pa.nulls(count, pa.string()),
-    ]
-    # One Arrow array per type for all metric columns (column-major), sliced per column:
-    # two conversions instead of one per column.
-    missing = ~present.T.ravel()
-    floats = pa.array(matrix.T.ravel(), mask=missing, type=pa.float64())
-    ints = pa.array(matrix.T.astype(np.int64).ravel(), mask=missing, type=pa.int64())
-    for index in range(width):
-        source = ints if index in _INTEGER_COLUMNS else floats
-        arrays.append(source.slice(index * count, count))
-    arrays.append(labels)
-    batch = pa.RecordBatch.from_arrays(arrays, schema=_READINGS_SCHEMA)
-    return pa.Table.from_batches([batch])
-
-
-def samples_table(conversions: Sequence[DcgmConversion]) -> pa.Table:
-    """GPU_SAMPLE_SCHEMA rows of several pages, one per (GPU, ``hpc_job`` label), in order.
-
-    A GPU with no label is one row with a null ``job_id``; a GPU shared by two jobs is two
-    rows with the same counters (the shape of the exporter's copies).
-    """
-    readings = readings_table(conversions)
-    labels = readings.column(PLATFORM_JOB_IDS).combine_chunks()
-    assert isinstance(labels, pa.ListArray)
-    lengths = pc.list_value_length(labels).to_numpy(zero_copy_only=False)
-    taken = np.repeat(np.arange(len(labels)), np.maximum(lengths, 1))
-    out = readings.drop_columns([PLATFORM_JOB_IDS]).take(pa.array(taken, type=pa.int64()))
-    jobs: list[str | None] = []
-    for row in labels.to_pylist():
-        jobs.extend(row or [None])
-    index = out.schema.get_field_index("job_id")
-    return out.set_column(index, out.schema.field(index), pa.array(jobs, type=pa.string()))
 
 
 def dcgm_page_to_samples(

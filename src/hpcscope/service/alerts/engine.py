@@ -168,19 +168,13 @@ class SecurityCollection:
         for source in self.sources:
             started = time.perf_counter()
             result = source.poll()
-            exists = source.tail.path.exists()
             polls.append(
-                {
-                    "ts": now or utcnow(),
-                    "target": str(source.tail.path),
-                    "exporter": source.kind,
-                    "node": None,
-                    "ok": exists,
-                    "duration_seconds": time.perf_counter() - started,
-                    "samples": result.table.num_rows,
-                    "rejected_lines": len(result.errors),
-                    "error": None if exists else "file does not exist (yet)",
-                }
+                source.scrape_row(
+                    now or utcnow(),
+                    started=started,
+                    rows=result.table.num_rows,
+                    rejected=len(result.errors),
+                )
             )
         if polls:
             self.store.append("scrapes", pa.Table.from_pylist(polls, schema=SCRAPE_SCHEMA))

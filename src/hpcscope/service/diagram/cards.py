@@ -21,16 +21,11 @@ from hpcscope.model.errors import InputError
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Element, ElementKind, Layer
 from hpcscope.service.core import Service
+from hpcscope.service.diagram.alert_counts import AlertSummary, alert_summary
 from hpcscope.service.diagram.collectors import CollectorHealth, CollectorStatus, collector_health
-from hpcscope.service.diagram.live import (
-    AlertSummary,
-    GpuNow,
-    NodeLive,
-    Viewer,
-    alert_summary,
-    gpu_views,
-)
+from hpcscope.service.diagram.live import GpuNow, NodeLive, gpu_views
 from hpcscope.service.diagram.ports import PortNow, port_now
+from hpcscope.service.diagram.viewer import Viewer
 from hpcscope.store import diagram as queries
 
 

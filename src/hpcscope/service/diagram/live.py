@@ -22,16 +22,19 @@ Cards (:mod:`hpcscope.service.diagram.cards`) and the decision-maker figures
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from hpcscope.model.access import JobScope, Principal, system_principal
-from hpcscope.model.alerts import Severity
+from hpcscope.model.access import system_principal
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
+from hpcscope.service.diagram.alert_counts import AlertSummary, alert_summary
+from hpcscope.service.diagram.alert_counts import detections_configured as detections_configured
 from hpcscope.service.diagram.collectors import CollectorHealth, collector_health
+from hpcscope.service.diagram.viewer import Viewer as Viewer
+from hpcscope.service.diagram.viewer import diagram_viewer as diagram_viewer
 from hpcscope.service.jobs import reports
 from hpcscope.service.settings import Settings
 from hpcscope.service.snapshots import Snapshots
@@ -45,40 +48,6 @@ MIN_FRESH_SECONDS = 60.0
 LAST_SEEN_LOOKBACK = timedelta(days=1)
 #: Window of the live per-GPU verdict (straggler, waiting at the barrier...) the diagram shows.
 VERDICT_WINDOW_SECONDS = 5 * 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class Viewer:
-    """Who is looking at the diagram: a principal, or an anonymous visitor."""
-
-    principal: Principal | None
-
-    @property
-    def anonymous(self) -> bool:
-        return self.principal is None
-
-    @property
-    def name(self) -> str | None:
-        return self.principal.name if self.principal is not None else None
-
-    def scope(self) -> JobScope:
-        """The principal's job scope; no job at all for an anonymous visitor."""
-        if self.principal is None:
-            return JobScope(all_jobs=False)
-        return self.principal.job_scope()
-
-    def visibility(self) -> tuple[bool, bool, JobScope]:
-        """All that :func:`live_state` reads of the viewer: anonymity, admin rights (idle GPUs'
-        counters) and the job scope. Viewers who agree on it see the same live state."""
-        admin = self.principal is not None and self.principal.is_admin
-        return (self.anonymous, admin, self.scope())
-
-
-def diagram_viewer(settings: Settings, principal: Principal | None) -> Viewer | None:
-    """The viewer for this request, or None when the diagram needs a login."""
-    if principal is not None:
-        return Viewer(principal)
-    return Viewer(None) if settings.anonymous_diagram else None
 
 
 class GpuState(StrEnum):
@@ -157,26 +126,6 @@ class ClusterHealth:
     sm_active_ratio: float | None
     gpus_with_xid: int
     latest_ts: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class AlertSummary:
-    """Open security alerts per threat vector and node, when detections exist.
-
-    ``worst_by_vector``/``worst_by_node``: the severity name (``HIGH``...) of the most severe
-    open alert of each vector and node, for Threats mode's colours.
-    """
-
-    configured: bool
-    shown: bool
-    by_vector: Mapping[str, int] = field(default_factory=dict)
-    by_node: Mapping[str, int] = field(default_factory=dict)
-    worst_by_vector: Mapping[str, str] = field(default_factory=dict)
-    worst_by_node: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def total(self) -> int:
-        return sum(self.by_vector.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,74 +223,6 @@ def _node_live(element_id: str, node: str, gpus: list[GpuNow]) -> NodeLive:
         worst_sm_active_ratio=min(real) if real else None,
         xid_gpus=sum(1 for g in gpus if g.xid_last),
         job_ids=tuple(jobs),
-    )
-
-
-def detections_configured(service: Service) -> bool:
-    """Whether any source raises alerts: the gradient-integrity spool, Falco (its
-    ``http_output`` endpoint or a file) or Tetragon's export."""
-    settings = service.settings
-    return any(
-        source is not None
-        for source in (
-            settings.integrity.spool_dir,
-            settings.falco.ingest_token,
-            settings.falco.events_path,
-            settings.tetragon.events_path,
-        )
-    )
-
-
-def alert_summary(
-    service: Service, viewer: Viewer, *, shared: Snapshots | None = None
-) -> AlertSummary:
-    """Open alerts per vector and node; counts only, never to anonymous visitors, and of the
-    alerts the viewer may read (:meth:`~hpcscope.model.access.Principal.alert_scope`: a
-    researcher counts the alerts of their own jobs, never one about a process outside them;
-    admins and the security team count all). The counts are read once per generation with
-    ``shared`` (the service's snapshots) and scoped per viewer."""
-    rows = (
-        shared.get(("diagram.alert_counts",), lambda: queries.open_alert_counts(service.store))
-        if shared is not None
-        else queries.open_alert_counts(service.store)
-    )
-    if rows is None or not detections_configured(service):
-        return AlertSummary(configured=False, shown=not viewer.anonymous)
-    if viewer.anonymous:
-        return AlertSummary(configured=True, shown=False)
-    by_vector: dict[str, int] = {}
-    by_node: dict[str, int] = {}
-    worst_vector: dict[str, str] = {}
-    worst_node: dict[str, str] = {}
-
-    def worse(seen: dict[str, str], key: str, severity: str) -> None:
-        if key not in seen or Severity.parse(severity) > Severity.parse(seen[key]):
-            seen[key] = severity
-
-    scope = viewer.principal.alert_scope() if viewer.principal is not None else None
-    for row in rows:
-        if scope is None or not (
-            scope.all_jobs
-            or (
-                (row.get("user") is not None or row.get("account") is not None)
-                and scope.admits(user=row.get("user"), account=row.get("account"))
-            )
-        ):
-            continue
-        count, vector, severity = int(row["open"]), str(row["vector"]), str(row["severity"])
-        by_vector[vector] = by_vector.get(vector, 0) + count
-        worse(worst_vector, vector, severity)
-        if row["node"] is not None:
-            node = str(row["node"])
-            by_node[node] = by_node.get(node, 0) + count
-            worse(worst_node, node, severity)
-    return AlertSummary(
-        configured=True,
-        shown=True,
-        by_vector=by_vector,
-        by_node=by_node,
-        worst_by_vector=worst_vector,
-        worst_by_node=worst_node,
     )
 
 
@@ -505,10 +386,13 @@ def live_state(
 def kept_live_state(service: Service, viewer: Viewer) -> LiveState:
     """:func:`live_state` of every node for ``viewer``'s visibility (:meth:`Viewer.visibility`),
     computed once per data generation (``service/snapshots.py``) for every page that draws it:
-    the diagram's live poll and the cluster overview."""
+    the diagram's live poll and the cluster overview; its open-alert counts once per alert
+    write (:func:`alert_summary`)."""
 
     def compute() -> LiveState:
         return live_state(service, viewer, now=utcnow(), shared=service.snapshots)
 
     state: LiveState = service.snapshots.get(("diagram.live_state", viewer.visibility()), compute)
-    return state
+    # the open-alert counts follow every alert write, not the generation (alert_summary)
+    alerts = alert_summary(service, viewer, shared=service.snapshots)
+    return state if alerts == state.alerts else replace(state, alerts=alerts)

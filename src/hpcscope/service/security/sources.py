@@ -10,8 +10,10 @@ same for a pipe (``sys.stdin.buffer``, a FIFO) until end of file.
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import IO
 
@@ -50,6 +52,25 @@ class _TailSource(ABC):
             self._rows += result.table.num_rows
             self._rejected += len(result.errors)
         return result
+
+    def scrape_row(
+        self, now: datetime, *, started: float, rows: int, rejected: int
+    ) -> dict[str, object]:
+        """This tail's ``scrapes`` row for a poll begun at ``started`` (``time.perf_counter``):
+        exporter ``falco`` or ``tetragon``, target the file, rows parsed, lines rejected, not ok
+        while the file does not exist; the diagram's collectors show it like an exporter's."""
+        exists = self.tail.path.exists()
+        return {
+            "ts": now,
+            "target": str(self.tail.path),
+            "exporter": self.kind,
+            "node": None,
+            "ok": exists,
+            "duration_seconds": time.perf_counter() - started,
+            "samples": rows,
+            "rejected_lines": rejected,
+            "error": None if exists else "file does not exist (yet)",
+        }
 
     def take_counts(self) -> tuple[int, int]:
         """Rows parsed and lines rejected by every poll since the last call (for the tail's

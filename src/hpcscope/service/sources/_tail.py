@@ -26,19 +26,8 @@ class TailedEvents(ThreadedSource):
         started = time.perf_counter()
         self.tail.poll()
         rows, rejected = self.tail.take_counts()  # this poll's and the engine loop's since
-        exists = self.tail.tail.path.exists()
-        row = {
-            "ts": now,
-            "target": str(self.tail.tail.path),
-            "exporter": self.tail.kind,
-            "node": None,
-            "ok": exists,
-            "duration_seconds": time.perf_counter() - started,
-            "samples": rows,
-            "rejected_lines": rejected,
-            "error": None if exists else "file does not exist (yet)",
-        }
+        row = self.tail.scrape_row(now, started=started, rows=rows, rejected=rejected)
         health = Health(
-            self.name, now, targets=1, ok=int(exists), rows=rows
+            self.name, now, targets=1, ok=int(bool(row["ok"])), rows=rows
         )  # its lines' errors are reported by the engine that drains them
         return Poll(health, (Batch("scrapes", pa.Table.from_pylist([row], SCRAPE_SCHEMA)),))

@@ -1,0 +1,110 @@
+"""Threats mode's counts: open security alerts per threat vector and node, per viewer.
+
+Counts only, never an alert's text: a researcher counts the alerts of their own jobs, admins
+and the security team count all, an anonymous visitor none. Part of the diagram's live state
+(:mod:`hpcscope.service.diagram.live`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hpcscope.model.alerts import Severity
+from hpcscope.service.core import Service
+from hpcscope.service.diagram.viewer import Viewer
+from hpcscope.service.snapshots import Snapshots
+from hpcscope.store import diagram as queries
+
+
+@dataclass(frozen=True, slots=True)
+class AlertSummary:
+    """Open security alerts per threat vector and node, when detections exist.
+
+    ``worst_by_vector``/``worst_by_node``: the severity name (``HIGH``...) of the most severe
+    open alert of each vector and node, for Threats mode's colours.
+    """
+
+    configured: bool
+    shown: bool
+    by_vector: Mapping[str, int] = field(default_factory=dict)
+    by_node: Mapping[str, int] = field(default_factory=dict)
+    worst_by_vector: Mapping[str, str] = field(default_factory=dict)
+    worst_by_node: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_vector.values())
+
+
+def detections_configured(service: Service) -> bool:
+    """Whether any source raises alerts: the gradient-integrity spool, Falco (its
+    ``http_output`` endpoint or a file) or Tetragon's export."""
+    settings = service.settings
+    return any(
+        source is not None
+        for source in (
+            settings.integrity.spool_dir,
+            settings.falco.ingest_token,
+            settings.falco.events_path,
+            settings.tetragon.events_path,
+        )
+    )
+
+
+def alert_summary(
+    service: Service, viewer: Viewer, *, shared: Snapshots | None = None
+) -> AlertSummary:
+    """Open alerts per vector and node; counts only, never to anonymous visitors, and of the
+    alerts the viewer may read (:meth:`~hpcscope.model.access.Principal.alert_scope`: a
+    researcher counts the alerts of their own jobs, never one about a process outside them;
+    admins and the security team count all). With ``shared`` (the service's snapshots) the
+    counts are read once per alert write (:attr:`~hpcscope.service.core.Service.alert_changes`:
+    the security engine writes between the collector's cycles, and a state change counts
+    too), for every viewer, and scoped per viewer."""
+    rows = (
+        shared.get(
+            ("diagram.alert_counts", service.alert_changes),
+            lambda: queries.open_alert_counts(service.store),
+        )
+        if shared is not None
+        else queries.open_alert_counts(service.store)
+    )
+    if rows is None or not detections_configured(service):
+        return AlertSummary(configured=False, shown=not viewer.anonymous)
+    if viewer.anonymous:
+        return AlertSummary(configured=True, shown=False)
+    by_vector: dict[str, int] = {}
+    by_node: dict[str, int] = {}
+    worst_vector: dict[str, str] = {}
+    worst_node: dict[str, str] = {}
+
+    def worse(seen: dict[str, str], key: str, severity: str) -> None:
+        if key not in seen or Severity.parse(severity) > Severity.parse(seen[key]):
+            seen[key] = severity
+
+    scope = viewer.principal.alert_scope() if viewer.principal is not None else None
+    for row in rows:
+        if scope is None or not (
+            scope.all_jobs
+            or (
+                (row.get("user") is not None or row.get("account") is not None)
+                and scope.admits(user=row.get("user"), account=row.get("account"))
+            )
+        ):
+            continue
+        count, vector, severity = int(row["open"]), str(row["vector"]), str(row["severity"])
+        by_vector[vector] = by_vector.get(vector, 0) + count
+        worse(worst_vector, vector, severity)
+        if row["node"] is not None:
+            node = str(row["node"])
+            by_node[node] = by_node.get(node, 0) + count
+            worse(worst_node, node, severity)
+    return AlertSummary(
+        configured=True,
+        shown=True,
+        by_vector=by_vector,
+        by_node=by_node,
+        worst_by_vector=worst_vector,
+        worst_by_node=worst_node,
+    )
