@@ -74,7 +74,7 @@ def test_a_store_before_the_cold_tier_upgrades_in_place(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     with Store(path, migrations=tuple(m for m in MIGRATIONS if m.version < 19)) as old:
         _job(old)
-        assert old.schema_version() == 17
+        assert old.schema_version() == 18
     with Store(path) as upgraded:
         assert upgraded.schema_version() == MIGRATIONS[-1].version >= 19
         assert upgraded.query(f"SELECT count(*) AS n FROM {COLD_PARTS}").to_pylist()[0]["n"] == 0
