@@ -22,7 +22,7 @@ Cards (:mod:`hpcscope.service.diagram.cards`) and the decision-maker figures
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -383,10 +383,13 @@ def live_state(
 def kept_live_state(service: Service, viewer: Viewer) -> LiveState:
     """:func:`live_state` of every node for ``viewer``'s visibility (:meth:`Viewer.visibility`),
     computed once per data generation (``service/snapshots.py``) for every page that draws it:
-    the diagram's live poll and the cluster overview."""
+    the diagram's live poll and the cluster overview; its open-alert counts once per alert
+    write (:func:`alert_summary`)."""
 
     def compute() -> LiveState:
         return live_state(service, viewer, now=utcnow(), shared=service.snapshots)
 
     state: LiveState = service.snapshots.get(("diagram.live_state", viewer.visibility()), compute)
-    return state
+    # the open-alert counts follow every alert write, not the generation (alert_summary)
+    alerts = alert_summary(service, viewer, shared=service.snapshots)
+    return state if alerts == state.alerts else replace(state, alerts=alerts)
