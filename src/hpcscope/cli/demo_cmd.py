@@ -344,12 +344,12 @@ def _announce(url: str, info: dict[str, object], twin_dir: Path, *, json_output:
     typer.echo("\n".join(lines))
 
 
-def _history(service: Service, work_dir: Path) -> Callable[[], object]:
+def _history(service: Service, work_dir: Path) -> Callable[[Callable[[], bool]], object]:
     """What the server runs before it collects: the month before now, as the twin's
     collectors would have read it (twin/history.py), read by the collector's code
     (service/history.py)."""
 
-    def write() -> None:
+    def write(stopping: Callable[[], bool]) -> None:
         from hpcscope.model.access import Principal, Role
         from hpcscope.model.timeutil import epoch_seconds, utcnow
         from hpcscope.service.history import write_history
@@ -382,8 +382,17 @@ def _history(service: Service, work_dir: Path) -> Callable[[], object]:
             capture_dir=service.settings.capture.spool_dir,  # the live twin's spool too
         )
         report = write_history(
-            service, chunks, work_dir / "read", end=end, step_seconds=step, after_chunk=notify
+            service,
+            chunks,
+            work_dir / "read",
+            end=end,
+            step_seconds=step,
+            after_chunk=notify,
+            stopped=stopping,  # Ctrl-C while it is written: the demo stops within a day's chunk
         )
+        if report.stopped:
+            log.info("history stopped after %.1f s: the demo is stopping", report.seconds)
+            return
         log.info(
             "history ready: 30 days, %d jobs, %d alerts, written in %.1f s; collecting live",
             report.jobs,

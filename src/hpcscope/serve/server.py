@@ -97,15 +97,17 @@ def run_server(
     duration_seconds: float | None = None,
     on_ready: Callable[[str], None] | None = None,
     log_level: str = "warning",
-    before_collection: Callable[[], object] | None = None,
+    before_collection: Callable[[Callable[[], bool]], object] | None = None,
 ) -> None:
     """Serve until interrupted (or for ``duration_seconds``), collecting in the background.
 
     ``log_level`` is uvicorn's own (start-up lines at ``info``, one line per request at
     ``debug``). The collector starts in the app's lifespan and stops before the store closes,
     so queued writes are flushed and no data is lost on a clean stop. ``before_collection``
-    (the demo's history) runs on a thread of its own once the server serves; the collector
-    starts when it returns (or fails: logged), so that nothing it writes races collection.
+    (the demo's history) runs on a thread of its own once the server serves, given whether the
+    server is stopping (a stop waits for it to return: it should return soon once told); the
+    collector starts when it returns (or fails: logged), so that nothing it writes races
+    collection.
     """
     # the Falco/Tetragon tails and POST /api/ingest/falco fill it, the alert engine drains it
     buffer = SecurityEventBuffer(max_rows=service.settings.security_events.buffer_rows)
@@ -136,7 +138,7 @@ def run_server(
     def prepare_then_collect() -> None:
         try:
             if before_collection is not None:
-                before_collection()
+                before_collection(stopping.is_set)
         except Exception:  # the server goes on serving and collecting without it
             log.exception("before collection: failed")
         if collector is not None and not stopping.is_set():

@@ -13,9 +13,7 @@ something in (``last_event_ts``), from what was actually collected:
 * eBPF on checkpoints: the accesses to protected paths the sensors recorded (``file_access``),
   when a Tetragon export (or the bpftrace sensor's) is tailed.
 
-A collector whose source the settings switch on (:data:`COLLECTOR_SOURCES`, the sources
-registry's :func:`~hpcscope.service.sources.source_status`) but that brought nothing in the
-window is "configured"; "not configured" means nothing is set for that collector.
+"not configured" means nothing is set for that collector.
 
 The figures name no job and no user, so they are the same for every viewer, anonymous
 visitors included. :mod:`hpcscope.service.diagram.live` puts them into the live state, and
@@ -33,7 +31,6 @@ from typing import TypedDict
 from hpcscope.model.catalog import Collector
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.service.core import Service
-from hpcscope.service.sources import source_status
 from hpcscope.store import activity
 from hpcscope.store import diagram as queries
 from hpcscope.store.diagram import ScrapeHealth
@@ -54,18 +51,6 @@ COLLECTOR_EXPORTERS: Mapping[str, tuple[str, ...]] = {
     "ib-counters": ("ib-counters", "perfquery", "ibstat", "infiniband", "node"),
     "lustre-metrics": ("lustre-metrics", "lustre", "lustre-jobstats"),
     "ebpf-checkpoints": ("ebpf-checkpoints",),
-}
-
-#: The registered sources (``service/sources``) that collect from each collector: one of them
-#: switched on by the settings makes the collector configured before it brought anything in.
-COLLECTOR_SOURCES: Mapping[str, tuple[str, ...]] = {
-    "slurm-exporter": ("slurm",),
-    "dcgm-exporter": ("dcgm",),
-    "node-exporter": ("node",),
-    "ib-counters": ("node",),
-    "falco": ("falco",),
-    "tetragon": ("tetragon",),
-    "lustre-metrics": ("lustre_job_stats", "lustre_changelog"),
 }
 
 #: Collectors read through the golden path's captures (``capture_spool_dir``).
@@ -185,15 +170,6 @@ def _configured_elsewhere(service: Service, collector_id: str, base: _Base) -> C
             f"hpcscope reads the scheduler from slurmrestd ({settings.slurm.url}) every "
             f"{settings.slurm.poll_seconds:g} s instead of slurm-exporter; the health of "
             "those polls is not recorded yet."
-        )
-        return CollectorHealth(status=CollectorStatus.CONFIGURED, note=note, **base)
-    names = COLLECTOR_SOURCES.get(collector_id, ())
-    on = [s for s in source_status(settings) if s.configured and s.name in names]
-    if on:
-        minutes = HEALTH_WINDOW_SECONDS / 60
-        note = (
-            f"set up ({'; '.join(f'{s.name}: {s.summary}' for s in on)}); nothing collected "
-            f"from it in the last {minutes:g} min."
         )
         return CollectorHealth(status=CollectorStatus.CONFIGURED, note=note, **base)
     return CollectorHealth(status=CollectorStatus.NOT_CONFIGURED, **base)
