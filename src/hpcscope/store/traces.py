@@ -139,16 +139,12 @@ def delete_analysis(store: Store, analysis_id: str) -> None:
 
 
 def job_allocation(store: Store, job_id: str) -> list[tuple[str, int]]:
-    """The ``(node, gpu)`` pairs a job held (its allocations, else the GPUs its samples name)."""
+    """The ``(node, gpu)`` pairs a job's allocations name (the scheduler's and the job
+    mapping's records; the GPUs its samples name are read from the metrics backend)."""
     rows = store.query(
         "SELECT DISTINCT node, gpu FROM job_allocations WHERE job_id = ? ORDER BY node, gpu",
         [job_id],
     ).to_pylist()
-    if not rows:
-        rows = store.query(
-            "SELECT DISTINCT node, gpu FROM gpu_samples WHERE job_id = ? ORDER BY node, gpu",
-            [job_id],
-        ).to_pylist()
     return [(str(r["node"]), int(r["gpu"])) for r in rows]
 
 
