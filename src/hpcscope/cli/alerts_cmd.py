@@ -7,6 +7,7 @@ jobs`` (``--token``/``HPCSCOPE_TOKEN``, or ``--user``/``--password``).
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 import typer
@@ -42,6 +43,7 @@ COLUMNS = (
     Column("job id", priority=0),
     Column("user", priority=0),
     Column("node", priority=0),
+    Column("container / pod", priority=2),
     Column("GPU", priority=3, numeric=True),
     Column("subject (rank, path, ...)", priority=1, wrap=True),
     Column("count", priority=3, numeric=True),
@@ -49,6 +51,12 @@ COLUMNS = (
     Column("state", priority=1),
     Column("alert key", priority=2),
 )
+
+
+def _place(alert: dict[str, Any]) -> str | None:
+    """``container`` / ``pod``, whichever the alert names (a server before them: neither)."""
+    parts = [alert.get("container"), alert.get("pod")]
+    return " / ".join(p for p in parts if p) or None
 
 
 def register(app: typer.Typer) -> None:
@@ -86,6 +94,7 @@ def alerts(
             a["job_id"],
             a["user"],
             a["node"],
+            _place(a),
             a["gpu"],
             a["subject"],
             a["count"],

@@ -151,7 +151,8 @@ class Alert:
         first_seen: when the rule first fired on this subject (naive UTC).
         last_seen: when it last fired (naive UTC).
         count: how many times it fired (steps, events).
-        node: the node, from the platform's attribution.
+        node: the node, from the platform's attribution (a node-scoped alert has a node and
+            no job).
         job_id: the Slurm job, from the platform's attribution (never self-reported alone).
         user: the job's user.
         account: the job's account.
@@ -162,6 +163,10 @@ class Alert:
         state: open, acknowledged or resolved.
         state_by: who set the state (None while open and untouched).
         state_at: when the state was set.
+        container: the container the event ran in (its name, else its id), when the event
+            names one (a Falco or Tetragon event; never for a process on the bare host).
+        pod: the Kubernetes pod the event ran in, ``namespace/name``, when the event names one.
+            Neither is part of the deduplication key: a repeat keeps the newest firing's.
     """
 
     rule_id: str
@@ -182,6 +187,8 @@ class Alert:
     state: AlertState = AlertState.OPEN
     state_by: str | None = None
     state_at: datetime | None = None
+    container: str | None = None
+    pod: str | None = None
 
     @property
     def key(self) -> str:
@@ -208,6 +215,8 @@ class Alert:
             "last_seen": iso_z(self.last_seen),
             "count": self.count,
             "node": self.node,
+            "container": self.container,
+            "pod": self.pod,
             "job_id": self.job_id,
             "user": self.user,
             "account": self.account,

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hpcscope.model.errors import SourceError
@@ -282,3 +283,20 @@ def check_expansion(
             source=source,
             field=f"byte {compressed_bytes} of the compressed input",
         )
+
+
+def read_text(path: str | Path, *, error: type[SourceError] = SourceError) -> str:
+    """A text file's content, UTF-8: an unreadable file or bytes that are not UTF-8 (a binary
+    file given where a YAML or text file is expected) raise ``error`` naming the file and the
+    byte, never a bare ``UnicodeDecodeError``.
+
+    Raises:
+        SourceError: (``error``) the file cannot be read, or is not UTF-8 text.
+    """
+    source = str(path)
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise error(f"cannot read: {exc.strerror or exc}", source=source) from None
+    except UnicodeDecodeError as exc:
+        raise error(f"not UTF-8 text (byte {exc.start}: {exc.reason})", source=source) from None

@@ -44,6 +44,7 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      │    ├── SimulationParameterError (step model parameters; a ValueError)
      │    ├── CollectiveModelError   (collective cost model parameters; a ValueError)
      │    ├── UploadError            (malformed or oversized upload)
+     │    ├── BodyRefused            (a request body not JSON, or nested past the bound)
      │    ├── AccessPathError        (who-read-my-weights path not absolute; a ValueError)
      │    ├── UnknownElement         (no diagram element with this id; a KeyError)
      │    ├── TokenRequestError      (an API token request: bad expiry or label; a ValueError)
@@ -68,6 +69,7 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      ├── DeliveryError               (a notification not delivered: SMTP, webhook, Alertmanager)
      ├── CancelFailed                (scancel did not cancel a job)
      ├── MetricsBackendError         (a Prometheus API backend that did not answer; a RuntimeError)
+     ├── EngineNotStarted            (the demo's Prometheus not installed or not started)
      └── SnapshotMiss                (a cached read that would compute on the event loop: internal)
 """
 

@@ -22,6 +22,7 @@ from typing import Literal
 import yaml
 
 from hpcscope.model import bounded_yaml
+from hpcscope.model.bounds import read_text
 from hpcscope.model.errors import SourceError
 
 Algorithm = Literal["ring", "tree"]
@@ -134,8 +135,4 @@ def load_nccl_latencies(path: str | Path) -> NcclLatencies:
     Raises:
         NcclTableError: unreadable file or a bad table.
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise NcclTableError(f"cannot read: {exc.strerror}", source=str(path)) from None
-    return parse_nccl_latencies(text, source=str(path))
+    return parse_nccl_latencies(read_text(path, error=NcclTableError), source=str(path))

@@ -27,6 +27,7 @@ import yaml
 from pydantic import ValidationError
 
 from hpcscope.model import bounded_yaml, topology_file
+from hpcscope.model.bounds import read_text
 from hpcscope.model.errors import TopologyError
 from hpcscope.model.hostlist import HostlistError, expand_hostlist
 
@@ -486,9 +487,4 @@ def load_topology(path: str | Path) -> Topology:
     Raises:
         TopologyError: unreadable file, bad YAML or an invalid field (with file and line).
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TopologyError(f"cannot read: {exc.strerror}", source=str(path)) from None
-    return parse_topology(text, source=str(path))
+    return parse_topology(read_text(path, error=TopologyError), source=str(path))

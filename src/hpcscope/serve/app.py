@@ -23,6 +23,7 @@ from hpcscope.serve.auth import (
     Unauthorized,
     sent_basic,
 )
+from hpcscope.serve.body import BodyRefused
 from hpcscope.serve.edge import EdgeMiddleware
 from hpcscope.serve.read_lane import ReadLane
 from hpcscope.serve.routes import (
@@ -43,7 +44,8 @@ from hpcscope.serve.routes import (
     traces,
 )
 from hpcscope.serve.session_cookie import SessionMiddleware
-from hpcscope.serve.templating import STATIC_DIR
+from hpcscope.serve.templating import STATIC_DIR, render
+from hpcscope.service.backends import MetricsBackendError
 from hpcscope.service.core import Service
 from hpcscope.service.identity.login_guard import LoginGuard
 from hpcscope.service.identity.tokens import ApiTokens
@@ -169,12 +171,33 @@ def create_app(
     async def _read_only(request: Request, exc: ReadOnlyPrincipal) -> Response:
         return JSONResponse({"detail": str(exc)}, status_code=403)
 
+    @app.exception_handler(BodyRefused)
+    async def _body_refused(request: Request, exc: BodyRefused) -> Response:
+        return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
     @app.exception_handler(LoginThrottled)
     async def _throttled(request: Request, exc: LoginThrottled) -> Response:
         return JSONResponse(
             {"detail": str(exc)},
             status_code=429,
             headers={"Retry-After": exc.retry_after_header},
+        )
+
+    @app.exception_handler(MetricsBackendError)
+    async def _engine_down(request: Request, exc: MetricsBackendError) -> Response:
+        # a page whose GPU figures the engine cannot give says so, never a zero
+        reason = str(exc)
+        if request.url.path.startswith("/api/") or "text/html" not in request.headers.get(
+            "accept", ""
+        ):
+            body = {"detail": f"the metrics engine did not answer: {reason}"}
+            return JSONResponse({**body, "unavailable": "gpu_metrics"}, status_code=503)
+        return render(
+            request,
+            "engine_down.html",
+            {"reason": reason},
+            principal=None,
+            status_code=503,
         )
 
     for router in ROUTERS:

@@ -1,10 +1,11 @@
-"""Alerts: upsert by deduplication key, state changes, scoped reads (``alerts``, migration 6).
+"""Alerts: upsert by deduplication key, state changes, scoped reads (``alerts``, migrations 9
+and 18).
 
 An alert is stored once per :func:`~hpcscope.model.alerts.dedup_key`. Upserting one already
 stored adds its ``count``, widens ``first_seen``/``last_seen``, keeps the higher severity,
-takes the newer step and evidence, and **keeps the state** (an acknowledged alert firing again
-stays acknowledged, and says so with its growing count). Acknowledge and resolve record who and
-when.
+takes the newer step, evidence, container and pod, and **keeps the state** (an acknowledged
+alert firing again stays acknowledged, and says so with its growing count). Acknowledge and
+resolve record who and when.
 
 Reads take the principal's :class:`~hpcscope.model.access.JobScope` and apply it in SQL
 through the ``jobs`` table, as the job reports do: an alert on a job the scope does not admit,
@@ -32,7 +33,7 @@ from hpcscope.store.filters import Where
 _COLUMNS = (
     "dedup_key", "rule_id", "vector", "severity", "title", "first_seen", "last_seen", "count",
     "node", "job_id", "user", "account", "gpu", "subject", "step", "evidence_json", "state",
-    "state_by", "state_at",
+    "state_by", "state_at", "container", "pod",
 )  # fmt: skip
 
 #: Evidence items kept per alert (the newest firing's).
@@ -45,7 +46,7 @@ def _row(alert: Alert) -> tuple[object, ...]:
         alert.key, alert.rule_id, int(alert.vector), int(alert.severity), alert.title,
         alert.first_seen, alert.last_seen, alert.count, alert.node, alert.job_id, alert.user,
         alert.account, alert.gpu, alert.subject, alert.step, evidence, alert.state.value,
-        alert.state_by, alert.state_at,
+        alert.state_by, alert.state_at, alert.container, alert.pod,
     )  # fmt: skip
 
 
@@ -55,7 +56,7 @@ _BATCH_SCHEMA = pa.schema(
         zip(
             _COLUMNS,
             (_TEXT, _TEXT, _INT, _INT, _TEXT, _TIME, _TIME, _INT, _TEXT, _TEXT, _TEXT, _TEXT,
-             _INT, _TEXT, _INT, _TEXT, _TEXT, _TEXT, _TIME),
+             _INT, _TEXT, _INT, _TEXT, _TEXT, _TEXT, _TIME, _TEXT, _TEXT),
             strict=True,
         )
     )
@@ -72,7 +73,9 @@ _UPSERT = (
     "step = coalesce(excluded.step, alerts.step), "
     "evidence_json = excluded.evidence_json, "
     'node = coalesce(alerts.node, excluded.node), "user" = coalesce(excluded."user", '
-    'alerts."user"), account = coalesce(excluded.account, alerts.account)'
+    'alerts."user"), account = coalesce(excluded.account, alerts.account), '
+    "container = coalesce(excluded.container, alerts.container), "
+    "pod = coalesce(excluded.pod, alerts.pod)"
 )
 
 
@@ -96,6 +99,8 @@ def _as_one_per_key(alerts: Sequence[Alert]) -> Sequence[Alert]:
                 node=old.node if old.node is not None else alert.node,
                 user=alert.user if alert.user is not None else old.user,
                 account=alert.account if alert.account is not None else old.account,
+                container=alert.container if alert.container is not None else old.container,
+                pod=alert.pod if alert.pod is not None else old.pod,
             )
         )
     return list(merged.values())
@@ -202,6 +207,8 @@ def _alert(row: dict[str, object]) -> Alert:
         state=AlertState(str(row["state"])),
         state_by=row["state_by"],  # type: ignore[arg-type]
         state_at=row["state_at"],  # type: ignore[arg-type]
+        container=row["container"],  # type: ignore[arg-type]
+        pod=row["pod"],  # type: ignore[arg-type]
     )
 
 

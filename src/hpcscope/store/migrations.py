@@ -13,10 +13,24 @@ from dataclasses import dataclass
 from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRICS
 from hpcscope.store import readings
 from hpcscope.store.capture_ddl import CAPTURES_DDL
+from hpcscope.store.cold import COLD_DDL
 from hpcscope.store.file_access import FILE_ACCESS_DDL
 from hpcscope.store.node_facts import NODE_FACTS_DDL
 from hpcscope.store.notify_ddl import NOTIFY_DDL
 from hpcscope.store.telemetry_rules import TELEMETRY_RULES_DDL
+
+#: Migration 18: an alert's container and pod as their own columns. Alerts stored before it
+#: named them only in their first evidence item's summary (``"... in pod ns/name; GPU not
+#: known..."`` or ``"... in container name; GPU not known..."``): they are taken from there.
+_ALERT_PLACE_SQL = r"""
+ALTER TABLE alerts ADD COLUMN container VARCHAR;
+ALTER TABLE alerts ADD COLUMN pod VARCHAR;
+UPDATE alerts SET
+    container = nullif(regexp_extract(json_extract_string(evidence_json, '$[0].summary'),
+        ' in container (\S+); GPU not known', 1), ''),
+    pod = nullif(regexp_extract(json_extract_string(evidence_json, '$[0].summary'),
+        ' in pod (\S+); GPU not known', 1), '');
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,5 +413,11 @@ CREATE TABLE api_tokens (
         17,
         "rollups of the open minutes read from raw samples; partial rows written once a minute",
         _PENDING_SQL,
+    ),
+    Migration(18, "alerts: the container and pod an event ran in, as columns", _ALERT_PLACE_SQL),
+    Migration(
+        19,
+        "cold_parts: raw samples past retention moved to Parquet (zstd, one directory per day)",
+        COLD_DDL,
     ),
 )

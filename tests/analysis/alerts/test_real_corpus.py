@@ -86,7 +86,26 @@ def test_node_alerts_name_the_node_and_the_pod_or_container(scored: list[Scored]
     (alert,) = nsenter.alerts
     assert (alert.rule_id, alert.node, alert.job_id) == ("CE-3", "minikube", None)
     assert " in pod default/privileged-pod" in alert.evidence[0].summary
+    assert alert.pod == "default/privileged-pod"
     shm = next(
         s for s in scored if s.label.file == "event-generator-run-lab9.jsonl" and s.label.line == 8
     )
     assert " in container eventgen" in shm.alerts[0].evidence[0].summary
+    assert (shm.alerts[0].container, shm.alerts[0].pod) == ("eventgen", None)
+
+
+def test_every_alert_names_the_container_or_pod_its_event_names(scored: list[Scored]) -> None:
+    """An alert's container and pod are its event's, as fields and in its evidence; an event on
+    the bare host names neither."""
+    named = 0
+    for s in scored:
+        for alert in s.alerts:
+            summary = alert.evidence[0].summary
+            if alert.pod:
+                assert f" in pod {alert.pod};" in summary
+            elif alert.container:
+                assert f" in container {alert.container};" in summary
+            else:
+                assert " in pod " not in summary and " in container " not in summary
+            named += bool(alert.pod or alert.container)
+    assert named >= 20

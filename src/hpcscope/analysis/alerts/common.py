@@ -81,14 +81,29 @@ def event_time(row: FalcoRow | TetragonRow) -> datetime:
     return ts
 
 
+def pod_of(row: FalcoRow | TetragonRow) -> str | None:
+    """The event's pod, ``namespace/name`` (the name alone without a namespace), or None."""
+    pod, namespace = row["pod_name"], row["pod_namespace"]
+    if not pod:
+        return None
+    return f"{namespace}/{pod}" if namespace else pod
+
+
+def container_of(row: FalcoRow | TetragonRow) -> str | None:
+    """The event's container, its name else its id, or None (Falco names the bare host
+    ``host``: not a container)."""
+    container = row["container_name"] or row["container_id"]
+    return container if container and container != "host" else None
+
+
 def where_run(row: FalcoRow | TetragonRow) -> str:
     """``" in pod ns/name"`` or ``" in container name"`` when the event names one (the node is
     the alert's own attribution), else ``""``."""
-    pod, namespace = row["pod_name"], row["pod_namespace"]
+    pod = pod_of(row)
     if pod:
-        return f" in pod {namespace}/{pod}" if namespace else f" in pod {pod}"
-    container = row["container_name"] or row["container_id"]
-    return f" in container {container}" if container and container != "host" else ""
+        return f" in pod {pod}"
+    container = container_of(row)
+    return f" in container {container}" if container else ""
 
 
 def event_alert(
@@ -138,4 +153,6 @@ def event_alert(
         gpu=None,
         subject=subject,
         evidence=(evidence,),
+        container=container_of(row),
+        pod=pod_of(row),
     )

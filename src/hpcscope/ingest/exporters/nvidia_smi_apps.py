@@ -82,7 +82,7 @@ def parse_compute_apps(
     names = [_name(f) for f in fields] if fields is not None else None
     try:
         records = list(csv.reader(io.StringIO(text), skipinitialspace=True))
-    except csv.Error as exc:  # a NUL byte: nvidia-smi never writes one
+    except csv.Error as exc:  # a NUL byte or a field past csv's limit: nvidia-smi writes neither
         errors.append(ComputeAppsFormatError(f"not CSV: {exc}", source=source))
         return ComputeApps(pa.Table.from_pylist([], schema=GPU_PROCESS_SCHEMA), errors)
     for number, record in enumerate(records, start=1):
@@ -175,10 +175,13 @@ def parse_gpu_index(text: str, *, source: str) -> dict[str, int]:
         ComputeAppsFormatError: no ``index``/``uuid`` header, or a line that is not two fields
             with a numeric index.
     """
-    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
+    try:  # a NUL byte or a field past csv's limit: nvidia-smi writes neither
+        records = list(csv.reader(io.StringIO(text), skipinitialspace=True))
+    except csv.Error as exc:
+        raise ComputeAppsFormatError(f"not CSV: {exc}", source=source) from None
     out: dict[str, int] = {}
     names: list[str] | None = None
-    for number, record in enumerate(reader, start=1):
+    for number, record in enumerate(records, start=1):
         if not record:
             continue
         if names is None:

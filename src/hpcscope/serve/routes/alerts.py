@@ -21,6 +21,7 @@ from starlette.responses import Response
 from hpcscope.model.access import Principal
 from hpcscope.model.alerts import VECTOR_NAMES, Alert, AlertState, Severity, Vector
 from hpcscope.serve.auth import check_principal, require_principal, service_of
+from hpcscope.serve.body import body_fields
 from hpcscope.serve.kept import Document, cached_json, kept_page, page_key, query_of, serialise
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
@@ -223,11 +224,7 @@ def _back(filters: AlertFilters) -> str:
 
 
 async def _fields(request: Request) -> dict[str, str]:
-    if request.headers.get("content-type", "").startswith("application/json"):
-        body = await request.json()
-        return {k: str(v) for k, v in body.items()} if isinstance(body, dict) else {}
-    form = await request.form()
-    return {k: v for k, v in form.items() if isinstance(v, str)}
+    return {k: str(v) for k, v in (await body_fields(request)).items()}
 
 
 @router.post("/api/alerts/{key}/state", response_model=AlertDocument)

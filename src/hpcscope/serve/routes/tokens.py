@@ -25,6 +25,7 @@ from starlette.responses import Response
 from hpcscope.model.access import Principal, TokenScope
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.auth import api_tokens, require_principal
+from hpcscope.serve.body import body_fields
 from hpcscope.serve.templating import render
 from hpcscope.service.identity.contracts import CreatedTokenDocument, TokenDocument, TokenList
 from hpcscope.service.identity.tokens import (
@@ -76,11 +77,7 @@ def _create(principal: Principal, request: Request, fields: _Fields) -> CreatedT
 
 
 async def _fields(request: Request) -> _Fields:
-    if request.headers.get("content-type", "").startswith("application/json"):
-        body = await request.json()
-        return body if isinstance(body, dict) else {}
-    form = await request.form()
-    return {k: v for k, v in form.items() if isinstance(v, str)}
+    return await body_fields(request)
 
 
 def _page(

@@ -24,6 +24,7 @@ from hpcscope.model.access import Principal
 from hpcscope.model.errors import SourceError
 from hpcscope.model.trace_analysis import StoredAnalysis
 from hpcscope.serve.auth import check_principal, require_principal, service_of
+from hpcscope.serve.body import body_fields
 from hpcscope.serve.kept import Document, cached_json, kept_page, page_key, serialise
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
@@ -208,11 +209,7 @@ async def _directory(request: Request, principal: Principal, fields: dict[str, s
 
 
 async def _form_fields(request: Request) -> dict[str, str]:
-    if request.headers.get("content-type", "").startswith("application/json"):
-        body = await request.json()
-        return {k: str(v) for k, v in body.items()} if isinstance(body, dict) else {}
-    form = await request.form()
-    return {k: v for k, v in form.items() if isinstance(v, str)}
+    return {k: str(v) for k, v in (await body_fields(request)).items()}
 
 
 @router.post("/traces/directory")

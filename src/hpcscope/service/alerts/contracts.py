@@ -33,6 +33,8 @@ class AlertDocument(Contract):
     last_seen: UtcText
     count: int
     node: str | None
+    container: str | None
+    pod: str | None
     job_id: str | None
     user: str | None
     account: str | None

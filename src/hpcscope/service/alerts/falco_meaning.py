@@ -19,6 +19,7 @@ from hpcscope.analysis.alerts.falco_meaning import (
     FalcoRuleMeaning,
 )
 from hpcscope.model.alerts import VECTOR_NAMES, Severity, Vector
+from hpcscope.model.bounds import read_text
 from hpcscope.service.alerts.rules import RuleFileError, bundled_rules_dir
 from hpcscope.service.yaml_lines import compose_and_load, line_of, validation_failure
 
@@ -88,10 +89,7 @@ def load_falco_meaning(path: Path) -> FalcoMeaning:
         RuleFileError: unreadable, not YAML, or an invalid entry (file and line named).
     """
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RuleFileError(f"cannot read: {exc.strerror or exc}", source=source) from None
+    text = read_text(path, error=RuleFileError)
     node, raw = compose_and_load(text, source=source, error=RuleFileError)
     try:
         table = _Table.model_validate(raw if raw is not None else {})

@@ -133,6 +133,9 @@ class ProcessSpool:
             except OSError as exc:
                 errors.append(f"{apps}: {exc.strerror or exc}")
                 continue
+            except UnicodeDecodeError as exc:  # a binary file in the spool: named, skipped
+                errors.append(f"{apps}: not UTF-8 text (byte {exc.start}: {exc.reason})")
+                continue
             except ComputeAppsFormatError as exc:
                 errors.append(str(exc))
                 continue
@@ -153,7 +156,7 @@ class ProcessSpool:
     def _job(node_dir: Path, pid: int) -> str | None:
         try:
             text = (node_dir / "proc" / str(pid) / "cgroup").read_text(encoding="utf-8")
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             return None  # the process ended before its cgroup was copied: no job known
         found = slurm_job_from_proc_cgroup(text)
         return None if found is None else found.job_id
