@@ -87,7 +87,10 @@ class Service:
 
     def __post_init__(self) -> None:
         store = self.store
-        self.snapshots = Snapshots(lambda: store.writes_committed)
+        self.snapshots = Snapshots(
+            lambda: store.writes_committed,
+            min_refresh_seconds=self.settings.snapshot_min_refresh_seconds,
+        )
 
     @classmethod
     def open(cls, settings: Settings, *, users: UserDirectory | None = None) -> Service:
