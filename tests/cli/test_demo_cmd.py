@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -66,6 +67,37 @@ def test_demo_serves_prints_logins_and_stops_by_itself(tmp_path: Path) -> None:
     assert body is not None, "the demo never served jobs"
     assert {job["account"] for job in body["jobs"]} <= {"vision", "nlp"}  # carol's teams
     assert (tmp_path / "demo" / "hpcscope.duckdb").exists()
+
+
+def test_ctrl_c_while_the_history_is_written_stops_the_demo_at_once(tmp_path: Path) -> None:
+    """The month takes ~15 s to write: a Ctrl-C as soon as the pages answer stops the demo
+    within a day's chunk of it, not once the month is written."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hpcscope", "demo", "--port", str(port),
+         "--state-dir", str(tmp_path / "demo")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx2.HTTPError:
+                time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        stopped_at = time.monotonic()
+        _out, err = process.communicate(timeout=60)
+        seconds = time.monotonic() - stopped_at
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130 and "Traceback" not in err, err  # 128 + SIGINT, as a shell
+    assert "history stopped after" in err and "history ready" not in err, err
+    assert seconds < 8, seconds
 
 
 def test_demo_json_prints_url_and_logins(tmp_path: Path) -> None:

@@ -82,6 +82,20 @@ def test_unknown_field_is_rejected_with_its_line() -> None:
     assert text.splitlines()[info.value.line - 1].strip() == "gpu_hours: 3"
 
 
+@pytest.mark.parametrize(
+    ("pool", "message"),
+    [
+        ("[scratch-OST0008]", "scratch-OST0008 not an OST of scratch"),
+        ("[" + ", ".join(f"scratch-OST{i:04x}" for i in range(8)) + "]", "at least one OST"),
+    ],
+)
+def test_the_datasets_pool_names_osts_of_the_filesystem(pool: str, message: str) -> None:
+    text = _default_text().replace("[scratch-OST0006, scratch-OST0007]", pool)
+    with pytest.raises(TopologyError, match=message) as info:
+        parse_topology(text, source="t.yaml")
+    assert info.value.field == "storage"
+
+
 def test_bad_size_string_is_explained() -> None:
     text = _default_text().replace("memory_bytes: 2TiB", "memory_bytes: two terabytes")
     with pytest.raises(TopologyError, match="not a size"):

@@ -2,12 +2,16 @@
 the state route, for alice, bob, dave (researchers), carol (team lead of vision and nlp),
 admin and an anonymous visitor. Reads: exactly the alerts of the jobs in scope, and no token
 of another job anywhere in a response (0 cross-tenant reads). State: the alert's job user or
-an admin (G9); 404 for an alert one cannot see, 403 for one seen but not one's own."""
+an admin (G9); 404 for an alert one cannot see, 403 for one seen but not one's own. Threats
+mode counts the alerts each viewer may see, and follows every alert write, not only the
+collector's cycles."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -181,3 +185,39 @@ def test_threats_mode_lights_nodes_and_vectors_by_worst_severity(
     assert detections["open_by_node"] == {"gpu01": 1}
     carol = clients["carol"].get("/api/diagram").json()["detections"]
     assert carol["open_by_node"] == {"gpu01": 2}
+
+
+def _escape(client: TestClient) -> Any:
+    return client.get("/api/diagram/state").json()["elements"]["vector-container-escape"]
+
+
+def test_an_alert_written_between_cycles_shows_in_threats_mode_at_the_next_poll(
+    service: Service, clients: dict[str | None, TestClient]
+) -> None:
+    """The security engine writes alerts between the collector's cycles (the detection
+    delay): a kept live state or page of the cycle before must not hide them."""
+    service.snapshots.publish()  # a collector: one generation per cycle, none in this test
+    admin, alice, dave = clients["admin"], clients["alice"], clients["dave"]
+    assert _escape(admin)["lines"][1] == "1 open"  # dave's CE-3
+    assert _escape(alice)["class"] == "" and _escape(dave)["lines"][1] == "1 open"
+    page = admin.get("/diagram?mode=threats").text
+
+    outside = replace(_alert("CE-3", None, Vector.CONTAINER_ESCAPE, Severity.CRITICAL),
+                      node="gpu02", subject="nsenter -t 1", pod="ml/escape-0")  # fmt: skip
+    upsert_alerts(service.store, [outside]).result()
+    after = _escape(admin)
+    assert after["lines"][1] == "2 open" and after["class"] == "alerted sev-critical"
+    node = next(e for k, e in admin.get("/api/diagram/state").json()["elements"].items()
+                if k.endswith("gpu02") and "alerted" in e["class"])  # fmt: skip
+    assert "; 1 open alert" in node["label"] and node["label"].endswith("worst CRITICAL")
+    assert admin.get("/diagram?mode=threats").text != page
+    # a node-scoped alert: the security team counts it, a researcher never does
+    assert _escape(alice)["class"] == "" and _escape(dave)["lines"][1] == "1 open"
+    # nothing else is recomputed per poll: asking again is served from memory
+    computed = service.snapshots.computations
+    _escape(admin)
+    assert service.snapshots.computations == computed
+    # a state change is a write too: a resolved alert is no longer counted
+    resolved = admin.post(f"/api/alerts/{outside.key}/state", json={"state": "resolved"})
+    assert resolved.status_code == 200
+    assert _escape(admin)["lines"][1] == "1 open"

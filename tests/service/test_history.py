@@ -113,3 +113,28 @@ def test_training_jobs_of_the_last_week_were_captured(
     assert rows and all(r["attribution"] == "verified" for r in rows)
     assert any(r["straggler_rank"] is not None for r in rows)
     assert all(r["window_end"] >= END - timedelta(days=7, hours=1) for r in rows)
+
+
+def test_a_stop_while_the_history_is_written_ends_it_within_a_chunk(tmp_path: Path) -> None:
+    """The demo stopped while its month is written: nothing more is read after the chunk (a
+    day) during which the stop came, and the report says the history is cut."""
+    service = Service.open(Settings(store_path=tmp_path / "s.duckdb"), users=demo_users())
+    try:
+        chunks = simulate_history(
+            service.topology, tmp_path / "twin", end=epoch_seconds(END), days=4.0, step_seconds=600
+        )
+        ends: list[datetime] = []
+        report = write_history(
+            service,
+            chunks,
+            tmp_path / "read",
+            end=END,
+            step_seconds=600,
+            after_chunk=ends.append,
+            stopped=lambda: len(ends) >= 2,
+        )
+        assert report.stopped and len(ends) == 2
+        last = service.store.query("SELECT max(ts) AS ts FROM gpu_samples").to_pylist()[0]["ts"]
+        assert last is not None and last <= ends[-1] < END - timedelta(days=1)
+    finally:
+        service.close()

@@ -14,9 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import yaml
 
+from hpcscope.analysis.alerts.common import JobOwner
 from hpcscope.analysis.alerts.events import EventRules
+from hpcscope.ingest.security.exec_cache import ExecJobCache
 from hpcscope.ingest.security.falco import parse_falco_lines
 from hpcscope.ingest.security.tetragon import parse_tetragon_lines
 from hpcscope.model.alerts import VECTOR_NAMES, Alert, Severity
@@ -105,20 +108,61 @@ def _streams() -> Iterator[tuple[str, Path]]:
             yield tool, path
 
 
-def score() -> list[Scored]:
-    """Every labelled line with the alerts it raised."""
+@dataclass(frozen=True, slots=True)
+class InJob:
+    """Every line moved into one Slurm job, as the node would show it: each Falco line's
+    ``thread.cgroups`` replaced by ``cgroups`` (what ``append_output`` adds), and each Tetragon
+    process's ``/proc/<pid>/cgroup`` under ``proc_root`` naming the job (host mode, read by
+    :class:`~hpcscope.ingest.security.exec_cache.ExecJobCache`)."""
+
+    job_id: str
+    owner: JobOwner
+    cgroups: str
+    proc_root: Path
+
+
+def job_proc_tree(root: Path, cgroup: str) -> Path:
+    """A proc tree where every process of the Tetragon corpus (and its parent) is in the
+    cgroup ``cgroup`` (``0::/system.slice/...``): the ``/proc/<pid>/cgroup`` of each pid."""
+    for path in sorted((REAL / "tetragon").glob("*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            event = next(v for k, v in orjson.loads(line).items() if k.startswith("process_"))
+            for who in ("process", "parent"):
+                pid = (event.get(who) or {}).get("pid")
+                if pid:
+                    (root / str(pid)).mkdir(parents=True, exist_ok=True)
+                    (root / str(pid) / "cgroup").write_text(cgroup + "\n", encoding="utf-8")
+    return root
+
+
+def _in_job(line: bytes, in_job: InJob | None) -> bytes:
+    if in_job is None:
+        return line
+    alert = orjson.loads(line)
+    alert.setdefault("output_fields", {})["thread.cgroups"] = in_job.cgroups
+    return orjson.dumps(alert)
+
+
+def score(in_job: InJob | None = None) -> list[Scored]:
+    """Every labelled line with the alerts it raised (outside any job, or in ``in_job``)."""
     by_line = {(label.tool, label.file, label.line): label for label in labels()}
+    owners = {} if in_job is None else {in_job.job_id: in_job.owner}
     scored: list[Scored] = []
     for tool, path in _streams():
         rules = engine()
+        jobs = None if in_job is None else ExecJobCache(proc_root=in_job.proc_root)
         for number, line in enumerate(path.read_bytes().splitlines(), start=1):
             label = by_line[(tool, path.name, number)]
             if tool == "falco":
-                falco = parse_falco_lines([line], source=path.name, first_line=number).table
+                falco = parse_falco_lines(
+                    [_in_job(line, in_job)], source=path.name, first_line=number
+                ).table
                 tetragon = TETRAGON_EVENT_SCHEMA.empty_table()
             else:
                 falco = FALCO_ALERT_SCHEMA.empty_table()
-                tetragon = parse_tetragon_lines([line], source=path.name, first_line=number).table
-            verdict = rules.evaluate(falco, tetragon, owners={})
+                tetragon = parse_tetragon_lines(
+                    [line], source=path.name, first_line=number, jobs=jobs
+                ).table
+            verdict = rules.evaluate(falco, tetragon, owners=owners)
             scored.append(Scored(label, tuple(verdict.alerts)))
     return scored

@@ -284,6 +284,29 @@ def test_the_same_seed_writes_the_same_files(tmp_path: Path) -> None:
     assert first != content(tmp_path / "c", 6)
 
 
+def test_no_job_writes_the_datasets_pool_but_an_incident_does(tmp_path: Path) -> None:
+    """The topology's ``dataset_targets`` are read, never written, by the jobs' checkpoints and
+    logs (over 2 checkpoint intervals); the live incident's burst lands there in bulk RPCs."""
+    assert TOPOLOGY.storage["dataset_targets"] == ["scratch-OST0006", "scratch-OST0007"]
+    scheduler, lustre, snapshots = _run(tmp_path, 2500.0, step=100.0)
+    pool = set(TOPOLOGY.storage["dataset_targets"])
+    entries = [e for server in snapshots[-1].values() for e in server]
+    written = {e.target for e in entries if e.ops.get("write_bytes", (0,))[0] > 0}
+    read = {e.target for e in entries if e.ops.get("read_bytes", (0,))[0] > 0}
+    assert written and not written & pool and pool <= read
+    job = min(scheduler.jobs.values(), key=lambda j: j.job_id)
+    lustre.write_burst(job, "gpu01", "scratch-OST0006", 2 * 2**30, T0 + 2600.0)
+    [burst] = [
+        e
+        for e in read_job_stats((lustre.write(tmp_path / "lustre")[1]).read_text())
+        if e.target == "scratch-OST0006"
+        and e.job_id.startswith(f"{job.job_id}:")
+        and e.job_id.endswith(":gpu01")
+    ]
+    samples, _unit, _min, _max, total, _sumsq, hist = burst.ops["write_bytes"]
+    assert (samples, total, hist) == (128, 2 * 2**30, {16 * 2**20: 128})
+
+
 def test_no_lustre_files_without_a_lustre_filesystem() -> None:
     with pytest.raises(ValueError, match="OST"):
         LustreJobStats(server_layout("fs", object_targets=0))

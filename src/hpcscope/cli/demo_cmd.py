@@ -10,8 +10,10 @@ stops by itself (tests and CI smoke runs use it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import shutil
 import subprocess
 import sys
@@ -111,7 +113,13 @@ def demo(
     history: bool = typer.Option(
         True,
         "--history/--no-history",
-        help="Write 30 days of the cluster's past into a fresh store first (about 10 s).",
+        help="Write 30 days of the cluster's past into a fresh store first (about 15 s).",
+    ),
+    backend: str = typer.Option(
+        "embedded",
+        "--backend",
+        help="embedded (hpcscope scrapes the GPUs), or prometheus (a Prometheus started here "
+        "scrapes them with the engine recording rules; hpcscope reads it, no GPU collector).",
     ),
 ) -> None:
     """Run the demo: twin cluster + collection + analysis + web UI on localhost."""
@@ -120,23 +128,14 @@ def demo(
     from hpcscope.serve.allocator import tune_allocator
 
     tune_allocator()  # before Service.open starts the store's writer (serve/allocator.py)
-    from hpcscope.serve.server import run_server
-    from hpcscope.service.core import Service
-    from hpcscope.service.settings import Settings, bundled_topology
-    from hpcscope.service.source_settings import (
-        CaptureSection,
-        DcgmSection,
-        FalcoSection,
-        IntegritySection,
-        LustreJobStatsSection,
-        NodeSection,
-        SlurmSection,
-        TetragonSection,
-    )
+    from hpcscope.service.settings import bundled_topology
 
     try:
         seconds = parse_duration(duration) if duration else None
         topology_path = Path(topology) if Path(topology).exists() else bundled_topology(topology)
+        if backend not in ("embedded", "prometheus"):
+            raise ValueError(f"--backend {backend!r}: embedded or prometheus")
+        rules_dir = _dataset_rules(topology_path, state_dir / "rules")
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc), code=EXIT_USAGE_ERROR)
     twin_dir = state_dir / "twin"
@@ -152,6 +151,92 @@ def demo(
         twin, info = _start_twin(twin_dir, seed=seed, speed=speed, topology=str(topology_path))
     except RuntimeError as exc:
         fail(str(exc), code=EXIT_RUNTIME_ERROR)
+    with contextlib.ExitStack() as engines:
+        engine: dict[str, object] = {}
+        if backend == "prometheus":
+            engine = _start_engine(engines, state_dir, twin_dir, scrape_interval, twin)
+        _serve(
+            twin,
+            info,
+            engine=engine,
+            rules_dir=rules_dir,
+            store_path=store_path,
+            topology_path=topology_path,
+            twin_dir=twin_dir,
+            state_dir=state_dir,
+            host=host,
+            port=port,
+            scrape_interval=scrape_interval,
+            seconds=seconds,
+            level=level,
+            history=history and fresh,
+            json_output=json_output,
+        )
+
+
+def _start_engine(
+    engines: contextlib.ExitStack,
+    state_dir: Path,
+    twin_dir: Path,
+    scrape_interval: float,
+    twin: subprocess.Popen[bytes],
+) -> dict[str, object]:
+    """A real Prometheus scraping the twin with the engine rules (``--backend prometheus``)."""
+    from hpcscope.cli.prometheus_process import EngineNotStarted, run_prometheus
+
+    engine_dir = state_dir / "prometheus"
+    shutil.rmtree(engine_dir, ignore_errors=True)
+    try:
+        url = engines.enter_context(
+            run_prometheus(
+                engine_dir,
+                targets=twin_dir / "targets.json",
+                scrape_interval_seconds=max(1, math.ceil(scrape_interval)),
+            )
+        )
+    except EngineNotStarted as exc:
+        twin.terminate()
+        fail(str(exc), code=EXIT_RUNTIME_ERROR)
+    return {
+        "metrics_backend": "prometheus",
+        "prometheus_url": url,
+        # the demo's Prometheus has the rules from its start: read them as soon as they cover
+        "prometheus_recording_rules": "auto",
+    }
+
+
+def _serve(
+    twin: subprocess.Popen[bytes],
+    info: dict[str, object],
+    *,
+    engine: dict[str, object],
+    rules_dir: Path | None,
+    store_path: Path,
+    topology_path: Path,
+    twin_dir: Path,
+    state_dir: Path,
+    host: str,
+    port: int,
+    scrape_interval: float,
+    seconds: float | None,
+    level: str,
+    history: bool,
+    json_output: bool,
+) -> None:
+    from hpcscope.serve.server import run_server
+    from hpcscope.service.core import Service
+    from hpcscope.service.settings import Settings
+    from hpcscope.service.source_settings import (
+        CaptureSection,
+        DcgmSection,
+        FalcoSection,
+        IntegritySection,
+        LustreJobStatsSection,
+        NodeSection,
+        SlurmSection,
+        TetragonSection,
+    )
+
     try:
         settings = Settings(
             store_path=store_path,
@@ -180,10 +265,12 @@ def demo(
             notify_cancel_enabled=bool(info.get("webhook_url")),
             notify_cancel_via="slurmrestd",
             scrape_interval_seconds=scrape_interval,
+            rules_dir=rules_dir,  # the topology's datasets registered: DP-4 over job_stats
+            **engine,
         )
         _announce(f"http://{host}:{port}", info, twin_dir, json_output=json_output)
         service = Service.open(settings)
-        past = _history(service, state_dir / "history") if history and fresh else None
+        past = _history(service, state_dir / "history") if history else None
 
         try:
             run_server(
@@ -200,6 +287,19 @@ def demo(
             twin.wait(timeout=10)
         except subprocess.TimeoutExpired:
             twin.kill()
+
+
+def _dataset_rules(topology_path: Path, target: Path) -> Path | None:
+    """The bundled rules with the topology's datasets registered (``datasets_root`` on its
+    ``dataset_targets``, curated by vision), or None (the bundled rules) when it has no pool."""
+    from hpcscope.model.topology import load_topology
+    from hpcscope.service.alerts.rules import rules_with_datasets
+
+    storage = load_topology(topology_path).storage
+    pool = storage.get("dataset_targets") or []
+    if not pool:
+        return None
+    return rules_with_datasets(target, [f"{storage['datasets_root']} vision {','.join(pool)}"])
 
 
 def _path(info: dict[str, object], key: str) -> Path | None:
@@ -244,12 +344,12 @@ def _announce(url: str, info: dict[str, object], twin_dir: Path, *, json_output:
     typer.echo("\n".join(lines))
 
 
-def _history(service: Service, work_dir: Path) -> Callable[[], object]:
+def _history(service: Service, work_dir: Path) -> Callable[[Callable[[], bool]], object]:
     """What the server runs before it collects: the month before now, as the twin's
     collectors would have read it (twin/history.py), read by the collector's code
     (service/history.py)."""
 
-    def write() -> None:
+    def write(stopping: Callable[[], bool]) -> None:
         from hpcscope.model.access import Principal, Role
         from hpcscope.model.timeutil import epoch_seconds, utcnow
         from hpcscope.service.history import write_history
@@ -282,8 +382,17 @@ def _history(service: Service, work_dir: Path) -> Callable[[], object]:
             capture_dir=service.settings.capture.spool_dir,  # the live twin's spool too
         )
         report = write_history(
-            service, chunks, work_dir / "read", end=end, step_seconds=step, after_chunk=notify
+            service,
+            chunks,
+            work_dir / "read",
+            end=end,
+            step_seconds=step,
+            after_chunk=notify,
+            stopped=stopping,  # Ctrl-C while it is written: the demo stops within a day's chunk
         )
+        if report.stopped:
+            log.info("history stopped after %.1f s: the demo is stopping", report.seconds)
+            return
         log.info(
             "history ready: 30 days, %d jobs, %d alerts, written in %.1f s; collecting live",
             report.jobs,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 # --------------------------------------------------------------------------------------------
 # Sizes and rates written for humans ("80 GiB", "400 Gb/s") become base units (bytes, bits/s).
@@ -137,6 +137,18 @@ class Storage(Strict):
     object_targets: int = Field(ge=1)
     datasets_root: str
     checkpoints_root: str
+    #: OSTs of the datasets' pool (``<name>-OST<hex>``), read-only to jobs: none writes there.
+    dataset_targets: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _dataset_targets_exist(self) -> Storage:
+        osts = {f"{self.name}-OST{i:04x}" for i in range(self.object_targets)}
+        unknown = [t for t in self.dataset_targets if t not in osts]
+        if unknown:
+            raise ValueError(f"dataset_targets: {', '.join(unknown)} not an OST of {self.name}")
+        if self.dataset_targets and osts <= set(self.dataset_targets):
+            raise ValueError("dataset_targets: leave at least one OST the jobs can write")
+        return self
 
 
 class Partition(Strict):

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from hpcscope.serve.app import create_app
 from hpcscope.serve.heap import HeapSettler, tune_gc
+from hpcscope.service.backends.watch import EngineWatch
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
 from hpcscope.service.notify.engine import Notifier
@@ -71,12 +72,19 @@ def after_cycle_hooks(
         service.rules,
         port_gpus=telemetry_port_gpus(service.topology),
         every_seconds=service.settings.telemetry_rules_every_seconds,
+        metrics=service.gpu_samples(),
     )  # the telemetry rules (RD-, SC-4, GM-1/2, DP-; service/telemetry_rules/engine.py)
     hooks: list[Callable[[], object]] = [
         service.upkeep().after_cycle,
         telemetry.after_cycle,
         slo.after_cycle,
     ]
+    engine = service.engine()
+    if engine is not None:  # an engine that does not answer raises OPS-1 (backends/watch.py)
+        silence = (
+            2 * service.settings.scrape_interval_seconds + service.settings.scrape_timeout_seconds
+        )
+        hooks.insert(0, EngineWatch(service.store, engine, silence_seconds=silence).after_cycle)
     if notifier is not None:
         hooks.append(notifier.after_cycle)
     hooks.append(service.snapshots.publish)  # last: the cycle's writes are one generation
@@ -89,15 +97,17 @@ def run_server(
     duration_seconds: float | None = None,
     on_ready: Callable[[str], None] | None = None,
     log_level: str = "warning",
-    before_collection: Callable[[], object] | None = None,
+    before_collection: Callable[[Callable[[], bool]], object] | None = None,
 ) -> None:
     """Serve until interrupted (or for ``duration_seconds``), collecting in the background.
 
     ``log_level`` is uvicorn's own (start-up lines at ``info``, one line per request at
     ``debug``). The collector starts in the app's lifespan and stops before the store closes,
     so queued writes are flushed and no data is lost on a clean stop. ``before_collection``
-    (the demo's history) runs on a thread of its own once the server serves; the collector
-    starts when it returns (or fails: logged), so that nothing it writes races collection.
+    (the demo's history) runs on a thread of its own once the server serves, given whether the
+    server is stopping (a stop waits for it to return: it should return soon once told); the
+    collector starts when it returns (or fails: logged), so that nothing it writes races
+    collection.
     """
     # the Falco/Tetragon tails and POST /api/ingest/falco fill it, the alert engine drains it
     buffer = SecurityEventBuffer(max_rows=service.settings.security_events.buffer_rows)
@@ -128,7 +138,7 @@ def run_server(
     def prepare_then_collect() -> None:
         try:
             if before_collection is not None:
-                before_collection()
+                before_collection(stopping.is_set)
         except Exception:  # the server goes on serving and collecting without it
             log.exception("before collection: failed")
         if collector is not None and not stopping.is_set():

@@ -16,14 +16,19 @@ from datetime import datetime, timedelta
 from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import WEIGHT_EXTENSIONS, Principal, WeightPaths
 from hpcscope.model.alerts import Alert, AlertState, RuleSpec, Severity, Vector
-from hpcscope.model.backends import GpuSampleReader
+from hpcscope.model.backends import GpuMetrics
 from hpcscope.model.catalog import Catalog, default_catalog
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology, load_topology
 from hpcscope.service.alerts import access as alert_access
 from hpcscope.service.alerts.rules import load_site_rules
-from hpcscope.service.backends import EngineClient, engine_client, sample_reader
+from hpcscope.service.backends import (
+    EngineClient,
+    PrometheusSamples,
+    engine_client,
+    sample_reader,
+)
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.jobs import reports, timeseries
 from hpcscope.service.jobs.contracts import JobTimeseries
@@ -82,6 +87,7 @@ class Service:
 
     _alert_changes: int = field(default=0, init=False, repr=False)
     _engine: EngineClient | None = field(default=None, init=False, repr=False)
+    _metrics: GpuMetrics | None = field(default=None, init=False, repr=False)
     _alert_changes_lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False
     )
@@ -89,7 +95,10 @@ class Service:
 
     def __post_init__(self) -> None:
         store = self.store
-        self.snapshots = Snapshots(lambda: store.writes_committed)
+        self.snapshots = Snapshots(
+            lambda: store.writes_committed,
+            min_refresh_seconds=self.settings.snapshot_min_refresh_seconds,
+        )
 
     @classmethod
     def open(cls, settings: Settings, *, users: UserDirectory | None = None) -> Service:
@@ -114,6 +123,8 @@ class Service:
         return cls(settings=settings, topology=topology, store=store, users=UserDirectory([]))
 
     def close(self) -> None:
+        if isinstance(self._metrics, PrometheusSamples):
+            self._metrics.close()
         if self._engine is not None:
             self._engine.close()
         self.store.close()
@@ -257,9 +268,14 @@ class Service:
 
     # ------------------------------------------------------------------ job reports
 
-    def gpu_samples(self) -> GpuSampleReader:
-        """Where job reports read GPU samples: the ``metrics_backend`` setting."""
-        return sample_reader(self.settings, self.store, engine=self.engine())
+    def gpu_samples(self) -> GpuMetrics:
+        """Where every GPU-sample read goes: the ``metrics_backend`` setting (one backend per
+        service: the engine's client, its probe of the recording rules)."""
+        engine = self.engine()
+        with self._alert_changes_lock:
+            if self._metrics is None:
+                self._metrics = sample_reader(self.settings, self.store, engine=engine)
+            return self._metrics
 
     def job_reports(self, principal: Principal, *, now: datetime | None = None) -> list[JobReport]:
         """Reports of every job ``principal`` may see, newest first.
@@ -332,7 +348,9 @@ class Service:
         ``phases_of``)."""
 
         def visible() -> tuple[bool, bool]:
-            jobs, ids = reports.visible_jobs_by_id(self.store, principal, [job_id])
+            jobs, ids = reports.visible_jobs_by_id(
+                self.store, principal, [job_id], metrics=self.gpu_samples()
+            )
             ended = job_id in ids and jobs.height > 0 and jobs["end_time"].null_count() == 0
             return job_id in ids, ended
 
@@ -358,6 +376,7 @@ class Service:
             job_id,
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             max_points=max_points,
+            metrics=self.gpu_samples(),
         )
 
     def upkeep(self) -> Upkeep:
@@ -367,6 +386,7 @@ class Service:
             self.store,
             UpkeepConfig.from_settings(self.settings),
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
+            metrics=self.gpu_samples(),
         )
 
     def collection_health(self, *, now: datetime | None = None) -> reports.CollectionHealth:
@@ -390,4 +410,5 @@ class Service:
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,
             currency=self.topology.currency,
+            samples=self.gpu_samples(),
         )

@@ -98,6 +98,8 @@ class HistoryReport:
     alerts: int
     incidents: tuple[str, ...]
     seconds: float
+    stopped: bool = False
+    """The server stopped while it was written: the days after the last chunk are missing."""
 
 
 class _Reader:
@@ -167,6 +169,7 @@ def write_history(
     end: datetime,
     step_seconds: float,
     after_chunk: Callable[[datetime], object] | None = None,
+    stopped: Callable[[], bool] | None = None,
 ) -> HistoryReport:
     """Read ``chunks`` into ``service``'s store, as collection would have (module docstring).
 
@@ -176,14 +179,20 @@ def write_history(
             emptied first.
         end: the end of the history (UTC, naive): the demo's start.
         step_seconds: the history's scrape interval (one page per node per step).
+        after_chunk: called with each chunk's end once it is read (the demo's notifier).
+        stopped: asked after each chunk (a day): when it holds, nothing more is read (a demo
+            stopped while its history is written stops within a chunk, not at its end).
     """
     started = time.perf_counter()
     shutil.rmtree(work_dir, ignore_errors=True)
     work_dir.mkdir(parents=True)
     reader = _Reader(service, work_dir)
     incidents: list[str] = []
-    summaries = 0
+    summaries, halted = 0, False
     for chunk in chunks:
+        if stopped is not None and stopped():
+            halted = True
+            break
         reader.read(chunk)
         if chunk.incident_name is not None:
             incidents.append(chunk.incident_name)
@@ -195,11 +204,12 @@ def write_history(
         )
         if after_chunk is not None:
             after_chunk(from_epoch_seconds(chunk.end))
-    # the jobs that ended last: summarised at the history's interval, not at the live one's
-    summaries += summarise_finished_jobs(
-        service.store, now=end, scrape_interval_seconds=step_seconds, max_jobs=100_000
-    )
-    _handle_old_alerts(service, end=end)
+    if not halted:
+        # the jobs that ended last: summarised at the history's interval, not the live one's
+        summaries += summarise_finished_jobs(
+            service.store, now=end, scrape_interval_seconds=step_seconds, max_jobs=100_000
+        )
+        _handle_old_alerts(service, end=end)
     report = HistoryReport(
         jobs=len(reader.jobs),
         samples=reader.samples,
@@ -207,6 +217,7 @@ def write_history(
         alerts=reader.alerts,
         incidents=tuple(incidents),
         seconds=time.perf_counter() - started,
+        stopped=halted,
     )
     log.info(
         "history: %d jobs, %d GPU samples, %d summaries, %d alerts in %.1f s",

@@ -13,7 +13,8 @@ its sensor writes, into the files the demo's server reads:
    GPU (a P_Key probe, RD-5);
 5. data poisoning and the weights: the bpftrace sensor's events (``hpcscope sensor``: Tetragon
    export under its policy) of a job of another account reading a checkpoint under the
-   cluster's checkpoint root;
+   cluster's checkpoint root, and Lustre's job_stats of a training job writing 2 GiB to an OST
+   of the datasets' pool (the topology's ``dataset_targets``, DP-4);
 6. gradient injection: the integrity hook's records (``integrity/<job>/rank-<r>.jsonl``) of a
    data-parallel job one rank of which sends a poisoned gradient and reports an honest one.
 
@@ -61,22 +62,25 @@ def _weights_read(t0: int) -> Scenario:
 
 @dataclass(frozen=True, slots=True)
 class Planned:
-    """One incident of the cycle: its offset (simulated seconds), vector and scenario."""
+    """One incident of the cycle: its offset (simulated seconds), vector, the rule it raises
+    and its scenario (None: played on the twin's counters or the integrity spool)."""
 
     offset: float
     vector: str
-    make: Callable[[int], Scenario] | None  # None: the integrity spool's incident
+    rule: str
+    make: Callable[[int], Scenario] | None
 
 
 #: The cycle: every vector in the first 90 seconds.
 SCHEDULE: tuple[Planned, ...] = (
-    Planned(10.0, "supply-chain", attacks.falco_miner),
-    Planned(25.0, "container-escape", attacks.nsenter_escape),
-    Planned(40.0, "gpu-memory-leakage", attacks.root_ptrace),
-    Planned(55.0, "rdma-blind-spot", attacks.uverbs_outside_jobs),
-    Planned(60.0, "rdma-blind-spot", None),  # the InfiniBand counters: a P_Key probe
-    Planned(70.0, "data-poisoning", _weights_read),
-    Planned(85.0, "gradient-injection", None),
+    Planned(10.0, "supply-chain", "SC-2", attacks.falco_miner),
+    Planned(25.0, "container-escape", "CE-3", attacks.nsenter_escape),
+    Planned(40.0, "gpu-memory-leakage", "GM-3", attacks.root_ptrace),
+    Planned(55.0, "rdma-blind-spot", "RD-4", attacks.uverbs_outside_jobs),
+    Planned(60.0, "rdma-blind-spot", "RD-5", None),  # the InfiniBand counters: a P_Key probe
+    Planned(70.0, "data-poisoning", "W-1", _weights_read),
+    Planned(78.0, "data-poisoning", "DP-4", None),  # Lustre job_stats: a dataset's OST written
+    Planned(85.0, "gradient-injection", "GI-3", None),
 )
 
 
@@ -95,6 +99,8 @@ class LiveIncidents:
     checkpoint_root: str
     ib_errors: Callable[[str, int, str, float], bool] | None = None
     """(node, GPU, node_exporter family, count) -> whether the node's port took the errors."""
+    dataset_write: Callable[[SimJob, float], bool] | None = None
+    """(job, now) -> whether a dataset OST's job_stats took the job's writes (None: no pool)."""
     played: list[tuple[float, str]] = field(default_factory=list)
     _done: set[tuple[int, int]] = field(default_factory=set)
     _steps: dict[int, int] = field(default_factory=dict)
@@ -138,8 +144,10 @@ class LiveIncidents:
         return played
 
     def _play(self, planned: Planned, now: float, running: list[SimJob]) -> bool:
-        if planned.make is None and planned.vector == "rdma-blind-spot":
+        if planned.rule == "RD-5":
             return self._probe(running)
+        if planned.rule == "DP-4":
+            return self.dataset_write is None or self.dataset_write(running[0], now)
         if planned.make is None:
             return self._inject(now, running)
         main = running[0]

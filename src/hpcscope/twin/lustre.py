@@ -7,17 +7,8 @@ of ``lctl get_param obdfilter.*.job_stats mdt.*.job_stats``; the twin writes tha
 
     <spool_dir>/<server>.job_stats     oss1, oss2, ... (OSTs) and mds1 (the MDT)
 
-Layout (Lustre 2.14+, the whamcloud sample in ``tests/fixtures/lustre/``)::
-
-    obdfilter.scratch-OST0000.job_stats=
-    job_stats:
-    - job_id:          "41231:11893:gpu02"
-      snapshot_time:   1764417600.250000000 secs.nsecs
-      start_time:      1764417000.000000000 secs.nsecs
-      elapsed_time:    600.250000000 secs.nsecs
-      read_bytes:      { samples: ..., unit: bytes, ..., sumsq: ..., hist: { 64K: 12, 1M: 3 } }
-      read:            { samples: ..., unit: usecs, min: ..., max: ..., sum: ..., sumsq: ... }
-      ...
+Layout: Lustre 2.14+'s, byte for byte as the whamcloud sample in ``tests/fixtures/lustre/``
+(``obdfilter.<target>.job_stats=``, then one ``- job_id:`` entry of counters per job id).
 
 Semantics kept from Lustre: counters are cumulative per entry and only grow; ``snapshot_time``
 is the entry's latest update (not the time of the read) and ``elapsed_time`` is snapshot minus
@@ -27,12 +18,11 @@ its last I/O (its end, or its GPU fault for a job that hangs). Latencies are in 
 ``read_bytes``/``write_bytes`` carry a power-of-two histogram (bucket = the size rounded up).
 
 The I/O model: every running job reads its dataset striped over :data:`STRIPE_COUNT` OSTs at
-:data:`~hpcscope.twin.workloads.STORAGE_READ_BYTES_PER_SECOND` per GPU with the read latency
-of :data:`~hpcscope.twin.workloads.STORAGE_READ_LATENCY_SECONDS` (the data-starved job's reads
-are ~25x slower), appends to its log files, writes a checkpoint every
-:data:`CHECKPOINT_INTERVAL_SECONDS`, and opens, stats and closes files on the MDT. Counts are
-Poisson draws from one generator seeded by the twin's seed: same seed and same tick times, same
-files.
+:data:`~hpcscope.twin.workloads.STORAGE_READ_BYTES_PER_SECOND` per GPU (read latency
+:data:`~hpcscope.twin.workloads.STORAGE_READ_LATENCY_SECONDS`: the data-starved job's ~25x),
+appends to its logs, writes a checkpoint every :data:`CHECKPOINT_INTERVAL_SECONDS` (never on the
+topology's ``dataset_targets``) and opens, stats and closes files on the MDT. Counts are Poisson
+draws from one generator seeded by the twin's seed: same seed and tick times, same files.
 """
 
 from __future__ import annotations
@@ -258,6 +248,7 @@ class LustreJobStats:
         seed: seeds the operation counts and service times.
         cleanup_interval_seconds: ``job_cleanup_interval``: idle entries are dropped after it.
         stripe_count: OSTs each job's files are striped over.
+        read_only: OSTs no job writes (the datasets' pool): its writes go to its other stripes.
     """
 
     def __init__(
@@ -267,6 +258,7 @@ class LustreJobStats:
         seed: int = 42,
         cleanup_interval_seconds: float = JOB_CLEANUP_INTERVAL_SECONDS,
         stripe_count: int = STRIPE_COUNT,
+        read_only: Sequence[str] = (),
     ) -> None:
         self.targets = tuple(targets)
         self._osts = [t for t in self.targets if t.component == "ost"]
@@ -275,6 +267,8 @@ class LustreJobStats:
             raise ValueError("a Lustre filesystem needs at least one OST and one MDT")
         self.cleanup_interval_seconds = cleanup_interval_seconds
         self.stripe_count = max(1, min(stripe_count, len(self._osts)))
+        self.read_only = frozenset(read_only)
+        self._writable = [t for t in self._osts if t.name not in self.read_only]
         self._rng = np.random.default_rng([seed, 0x4C55535452])  # "LUSTR": its own stream
         self._entries: dict[tuple[str, str], JobStatsEntry] = {}
         self._last: float | None = None
@@ -290,7 +284,7 @@ class LustreJobStats:
             object_targets=int(storage["object_targets"]),
             metadata_targets=int(storage["metadata_targets"]),
         )
-        return cls(targets, seed=seed)
+        return cls(targets, seed=seed, read_only=storage.get("dataset_targets") or ())
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -374,16 +368,17 @@ class LustreJobStats:
                 osts, rng.multinomial(reads, [1 / len(osts)] * len(osts)), strict=True
             ):
                 self._transfer(ost, job_id, "read", sizes, int(count), latency, span_ns)
-        # log and metrics appends (one file, one stripe)
+        # log and metrics appends (one file, one stripe); nothing written to a read-only OST
+        written = [t for t in osts if t.name not in self.read_only] or self._writable[:1]
         if profile is not Profile.IDLE_ALLOCATED:
             appends = int(rng.poisson(LOG_WRITES_PER_NODE_SECOND * seconds))
             latency = _LATENCY_USECS["write"] / 4
-            self._transfer(osts[0], job_id, "write", _LOG_SIZES, appends, latency, span_ns)
+            self._transfer(written[0], job_id, "write", _LOG_SIZES, appends, latency, span_ns)
         # checkpoints: each GPU's shard in 16 MiB RPCs, the old file truncated (punch) and synced
         if checkpoints > 0 and profile is not Profile.IDLE_ALLOCATED:
             rpcs = CHECKPOINT_BYTES_PER_GPU * gpus * checkpoints // CHECKPOINT_RPC_BYTES
-            shares = rng.multinomial(rpcs, [1 / len(osts)] * len(osts))
-            for ost, count in zip(osts, shares, strict=True):
+            shares = rng.multinomial(rpcs, [1 / len(written)] * len(written))
+            for ost, count in zip(written, shares, strict=True):
                 self._transfer(
                     ost, job_id, "write", ((CHECKPOINT_RPC_BYTES, 1.0),), int(count),
                     _LATENCY_USECS["write"], span_ns,
@@ -405,6 +400,14 @@ class LustreJobStats:
             osts, rng.multinomial(opens, [1 / len(osts)] * len(osts)), strict=True
         ):
             self._timed(ost, job_id, "getattr", int(count), _LATENCY_USECS["ost_getattr"], span_ns)
+
+    def write_burst(self, job: SimJob, node: str, target: str, nbytes: int, now: float) -> None:
+        """``nbytes`` written by ``job`` from ``node`` to ``target`` over the last second, in
+        full bulk RPCs, whatever the target (a live incident: a job writing a dataset's OST)."""
+        ost = next(t for t in self._osts if t.name == target)
+        job_id, span = f"{job.job_id}:{user_uid(job.user)}:{node}", (_ns(now - 1.0), _ns(now))
+        rpcs, sizes = max(1, nbytes // CHECKPOINT_RPC_BYTES), ((CHECKPOINT_RPC_BYTES, 1.0),)
+        self._transfer(ost, job_id, "write", sizes, rpcs, _LATENCY_USECS["write"], span)
 
     def _entry(self, target: LustreTarget, job_id: str, span_ns: tuple[int, int]) -> JobStatsEntry:
         key = (target.name, job_id)

@@ -14,6 +14,7 @@ from hpcscope.service.alerts.rules import (
     load_rule_file,
     load_rules,
     load_site_rules,
+    rules_with_datasets,
 )
 from hpcscope.service.core import Service
 from hpcscope.service.settings import Settings
@@ -130,3 +131,17 @@ def test_a_cidr_that_does_not_parse_is_named_with_its_rule(tmp_path: Path) -> No
     line = text[: text.index("- id: SC-3")].count("\n") + 1
     assert info.value.describe().startswith(f"{tmp_path / 'events.yaml'}:{line}: ")
     assert "'10.0.0.0/33' is not an address or CIDR" in info.value.describe()
+
+
+def test_a_dataset_registry_written_into_a_copy_of_the_bundled_rules(tmp_path: Path) -> None:
+    """What the demo runs with: the bundled rules, DP-1's ``datasets`` (read by DP-2 and DP-4)
+    filled; the bundled directory itself untouched."""
+    entry = "/lustre/scratch/datasets vision scratch-OST0006,scratch-OST0007"
+    directory = rules_with_datasets(tmp_path / "rules", [entry])
+    rules = load_site_rules(directory)
+    assert rules["DP-1"].items("datasets") == (entry,)
+    assert load_site_rules(None)["DP-1"].items("datasets") == ()
+    assert set(rules) == set(load_site_rules(None))
+    assert (directory / "falco" / "meaning.yaml").is_file()
+    again = rules_with_datasets(directory, [])  # a fresh copy each time: nothing left over
+    assert load_site_rules(again)["DP-1"].items("datasets") == ()

@@ -98,10 +98,10 @@ class LiveView:
 
 
 def _live(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveView:
-    """The live state for ``viewer``, computed once per data generation for every viewer who
-    sees the same (:meth:`Viewer.visibility`) and zoom (the service's snapshots,
-    ``service/snapshots.py``): every open page polls it, and the serialised body and ETag
-    come with it."""
+    """The live state for ``viewer``, computed once per data generation and alert write for
+    every viewer who sees the same (:meth:`Viewer.visibility`) and zoom (the service's
+    snapshots, ``service/snapshots.py``): every open page polls it, and the serialised body
+    and ETag come with it."""
 
     def compute() -> LiveView:
         if layout.zoom_node is None:  # the whole cluster: shared with the overview
@@ -112,7 +112,8 @@ def _live(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveView:
         body, etag = live_payload(layout, state, summary_text(state))
         return LiveView(state, body, etag)
 
-    key = ("serve.diagram_live", viewer.visibility(), layout.zoom_node)
+    # the open-alert counts change with every alert write (service/diagram/alert_counts.py)
+    key = ("serve.diagram_live", viewer.visibility(), layout.zoom_node, service.alert_changes)
     return service.snapshots.get(key, compute)
 
 
@@ -194,7 +195,8 @@ def _diagram_page(
 
     if element is not None:  # any string: one page each would let a client fill the memory
         return HTMLResponse(page())
-    key = ("serve.diagram_page", viewer, layout.zoom_node, mode, reader)
+    changes = service.alert_changes if mode == "threats" else None  # its counts: every write
+    key = ("serve.diagram_page", viewer, layout.zoom_node, mode, reader, changes)
     return HTMLResponse(service.snapshots.get(key, page))
 
 

@@ -15,6 +15,9 @@ lists that evaluator reads, and list values its check accepts.
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import (
@@ -188,6 +191,21 @@ def load_rules(directory: Path, *, registered: RuleRegistry | None = None) -> di
                 )
             rules[spec.rule_id] = spec
     return rules
+
+
+def rules_with_datasets(target: Path, datasets: Sequence[str]) -> Path:
+    """``target``: a fresh copy of the bundled rules whose dataset registry (DP-1's
+    ``datasets``, which DP-2 and DP-4 read too) lists ``datasets`` (``"<root> <owner account>
+    <OST targets>"``), as a site that registers its datasets writes it (the demo's)."""
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(bundled_rules_dir(), target)
+    path = target / "security-telemetry.yaml"
+    empty = "      datasets: []\n"
+    text = path.read_text(encoding="utf-8")
+    if text.count(empty) != 1:
+        raise RuleFileError("no empty DP-1 datasets list to fill", source=str(path))
+    path.write_text(text.replace(empty, f"      datasets: {json.dumps(list(datasets))}\n"))
+    return target
 
 
 def load_site_rules(

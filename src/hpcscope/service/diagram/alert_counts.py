@@ -58,10 +58,15 @@ def alert_summary(
     """Open alerts per vector and node; counts only, never to anonymous visitors, and of the
     alerts the viewer may read (:meth:`~hpcscope.model.access.Principal.alert_scope`: a
     researcher counts the alerts of their own jobs, never one about a process outside them;
-    admins and the security team count all). The counts are read once per generation with
-    ``shared`` (the service's snapshots) and scoped per viewer."""
+    admins and the security team count all). With ``shared`` (the service's snapshots) the
+    counts are read once per alert write (:attr:`~hpcscope.service.core.Service.alert_changes`:
+    the security engine writes between the collector's cycles, and a state change counts
+    too), for every viewer, and scoped per viewer."""
     rows = (
-        shared.get(("diagram.alert_counts",), lambda: queries.open_alert_counts(service.store))
+        shared.get(
+            ("diagram.alert_counts", service.alert_changes),
+            lambda: queries.open_alert_counts(service.store),
+        )
         if shared is not None
         else queries.open_alert_counts(service.store)
     )

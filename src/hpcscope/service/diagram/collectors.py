@@ -198,7 +198,11 @@ def _captured(
         )
     staleness = (now - seen["last_ts"]).total_seconds()
     status = CollectorStatus.OK if seen["recent"] else CollectorStatus.STALE
-    note = f"read through the golden path's captures: {seen['recent']} {what}(s) lately."
+    windows = "capture windows" if seen["recent"] != 1 else "capture window"
+    note = (
+        f"read through the golden path's captures: {seen['recent']} "
+        f"{what.replace('capture window', windows)} lately."
+    )
     return CollectorHealth(
         status=status,
         note=note,
