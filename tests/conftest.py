@@ -15,6 +15,9 @@ from hpcscope.service.core import Service
 from hpcscope.service.identity.users import DEMO_LOGINS, UserDirectory
 from hpcscope.service.settings import Settings
 
+# the xdist groups of `make test` (machine-wide resources, shared module fixtures): a hook
+from tests.support.xdist_groups import pytest_collection_modifyitems  # noqa: F401
+
 pytest_plugins = ["tests.support.browser"]
 
 # No per-example deadline: it is a timing assertion, and speed belongs in bench/ (a loaded CI
@@ -75,19 +78,3 @@ def client_as(service: Service) -> Iterator[Callable[[str], TestClient]]:
     yield make
     for test_client in clients:
         test_client.__exit__(None, None, None)
-
-
-#: Tests that share one machine-wide resource run on one xdist worker, one after the other
-#: (``make test`` runs ``pytest -n 2 --dist loadgroup``): real Slurm clusters (munged, MariaDB,
-#: slurmd with cgroups on this host) and the root eBPF sensor (bpftrace sees every process's
-#: reads, the other tests' too), which one test also runs on Slurm: one group for both.
-MACHINE_WIDE_FILES = ("bpftrace", "sensor")
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("slurm") is not None or any(
-            word in item.path.name for word in MACHINE_WIDE_FILES
-        ):
-            item.add_marker(pytest.mark.xdist_group("machine-wide"))

@@ -21,6 +21,7 @@ import httpx2
 import pytest
 
 from tests.support.browser import login, screenshot
+from tests.support.processes import FRESH_VIEWS
 from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -64,7 +65,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, **FRESH_VIEWS, "PYTHONUNBUFFERED": "1"},
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
 from hpcscope.service.jobs.retention import UpkeepConfig, run_upkeep
+from hpcscope.store.cold import cold_dir
 from tests.support.browser import login, screenshot
 from tests.support.data import populate
 from tests.support.servers import live_server
@@ -59,6 +61,9 @@ def test_an_old_job_past_retention_says_summarised_and_out_of_retention(
     config = UpkeepConfig(raw_retention_days=14, rollup_retention_days=7)
     done = run_upkeep(service.store, config, now=utcnow(), scrape_interval_seconds=15.0)
     assert done.summaries_written == 1 and done.raw_samples_deleted > 0
+    cold = cold_dir(service.store.path)  # the raw samples went to Parquet: the site removed it
+    assert cold is not None and any(cold.glob("day=*/*.parquet"))
+    shutil.rmtree(cold)
     with live_server(create_app(service)) as base:
         login(page, base, "bob", "bob-demo")
         page.goto(f"{base}/jobs/102")

@@ -21,6 +21,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from tests.support.processes import FRESH_VIEWS
 from tests.support.servers import free_port
 
 pytestmark = pytest.mark.e2e
@@ -45,7 +46,7 @@ SETTLED = {
 
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HPCSCOPE_LOG_LEVEL": "INFO"}
+    env = {**os.environ, **FRESH_VIEWS, "PYTHONUNBUFFERED": "1", "HPCSCOPE_LOG_LEVEL": "INFO"}
     with log.open("wb") as handle:  # the child keeps its own descriptor
         return subprocess.Popen(
             [sys.executable, "-m", "hpcscope", *args],

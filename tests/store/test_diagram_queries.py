@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,6 +15,7 @@ from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.store import Store
 from hpcscope.store import diagram as q
 from hpcscope.store.alerts import set_alert_state, upsert_alerts
+from hpcscope.store.reports import EmbeddedSamples
 from tests.support.fleet import NOW, SAMPLES, STEP, write_fleet
 
 ALL = JobScope(all_jobs=True)
@@ -32,12 +33,17 @@ def store(tmp_path: Path) -> Iterator[Store]:
     opened.close()
 
 
+def _states(store: Store, *, scope: JobScope, since: datetime, idle_values: bool) -> q.GpuStates:
+    latest = EmbeddedSamples(store).latest(since=since)
+    return q.gpu_states(store, latest=latest, scope=scope, idle_values=idle_values)
+
+
 def _by_gpu(rows: list[q.GpuStateRow]) -> dict[tuple[object, object], q.GpuStateRow]:
     return {(r["node"], r["gpu"]): r for r in rows}
 
 
 def test_admin_sees_every_gpu_with_its_job_and_counters(store: Store) -> None:
-    rows = _by_gpu(q.gpu_states(store, scope=ALL, since=RECENT, idle_values=True).rows)
+    rows = _by_gpu(_states(store, scope=ALL, since=RECENT, idle_values=True).rows)
     assert len(rows) == 16
     straggler = rows[("gpu02", 2)]
     assert straggler["visible_jobs"] == ["4410002"] and straggler["hidden_jobs"] == 0
@@ -52,7 +58,7 @@ def test_admin_sees_every_gpu_with_its_job_and_counters(store: Store) -> None:
 
 
 def test_a_researcher_gets_other_jobs_as_allocated_without_anything_else(store: Store) -> None:
-    rows = _by_gpu(q.gpu_states(store, scope=ALICE, since=RECENT, idle_values=True).rows)
+    rows = _by_gpu(_states(store, scope=ALICE, since=RECENT, idle_values=True).rows)
     own = rows[("gpu01", 1)]
     assert own["visible_jobs"] == ["4410001"] and own["sm_active_ratio"] == pytest.approx(0.19)
     for key in [("gpu02", g) for g in range(8)] + [("gpu01", 4), ("gpu01", 5)]:
@@ -66,14 +72,14 @@ def test_a_researcher_gets_other_jobs_as_allocated_without_anything_else(store: 
 
 
 def test_a_team_lead_sees_the_accounts_they_coordinate(store: Store) -> None:
-    rows = _by_gpu(q.gpu_states(store, scope=CAROL, since=RECENT, idle_values=True).rows)
+    rows = _by_gpu(_states(store, scope=CAROL, since=RECENT, idle_values=True).rows)
     assert rows[("gpu02", 2)]["visible_jobs"] == ["4410002"]
     assert rows[("gpu01", 0)]["visible_jobs"] == ["4410001"]
     assert rows[("gpu01", 4)]["visible_jobs"] == [] and rows[("gpu01", 4)]["hidden_jobs"] == 1
 
 
 def test_nobody_scope_without_idle_values_returns_no_counter_at_all(store: Store) -> None:
-    rows = q.gpu_states(store, scope=NOBODY, since=RECENT, idle_values=False).rows
+    rows = _states(store, scope=NOBODY, since=RECENT, idle_values=False).rows
     assert len(rows) == 16
     assert all(r["visible_jobs"] == [] for r in rows)
     assert all(dict(r)[c] is None for r in rows for c in q.LIVE_GPU_COLUMNS)
@@ -86,19 +92,17 @@ def test_a_job_unknown_to_the_scheduler_is_hidden_from_non_admins(store: Store) 
         ts=[NOW + STEP], node=["gpu01"], gpu=[7], job_id=["9999999"], reported_util_ratio=[0.5]
     )
     store.append("gpu_samples", pa.table(sample, schema=GPU_SAMPLE_SCHEMA)).result()
-    row = _by_gpu(q.gpu_states(store, scope=ALICE, since=RECENT, idle_values=True).rows)[
-        ("gpu01", 7)
-    ]
+    row = _by_gpu(_states(store, scope=ALICE, since=RECENT, idle_values=True).rows)[("gpu01", 7)]
     assert (
         row["allocated"] is True and row["hidden_jobs"] == 1 and row["reported_util_ratio"] is None
     )
-    row = _by_gpu(q.gpu_states(store, scope=ALL, since=RECENT, idle_values=True).rows)[("gpu01", 7)]
+    row = _by_gpu(_states(store, scope=ALL, since=RECENT, idle_values=True).rows)[("gpu01", 7)]
     assert row["visible_jobs"] == ["9999999"] and row["reported_util_ratio"] == 0.5
 
 
 def test_old_samples_are_not_live(store: Store) -> None:
     later = NOW + timedelta(hours=1)
-    rows = q.gpu_states(store, scope=ALL, since=later - timedelta(minutes=1), idle_values=True).rows
+    rows = _states(store, scope=ALL, since=later - timedelta(minutes=1), idle_values=True).rows
     # open allocations still say who holds a GPU; no counter is older than the window
     assert {(r["node"], r["gpu"]) for r in rows} == {("gpu01", g) for g in range(6)} | {
         ("gpu02", g) for g in range(8)
@@ -119,8 +123,8 @@ def test_recent_job_samples_are_scoped(store: Store) -> None:
 
 
 def test_cluster_health_is_an_aggregate_the_same_for_every_scope(store: Store) -> None:
-    health = q.gpu_states(store, scope=ALL, since=RECENT, idle_values=True).health
-    assert q.gpu_states(store, scope=NOBODY, since=RECENT, idle_values=False).health == health
+    health = _states(store, scope=ALL, since=RECENT, idle_values=True).health
+    assert _states(store, scope=NOBODY, since=RECENT, idle_values=False).health == health
     assert health["gpus_reporting"] == 16 and health["gpus_allocated"] == 14
     util = (4 * 0.87 + 2 * 0.0 + 7 * 0.97 + 0.99) / 14
     real = (4 * 0.19 + 2 * 0.0 + 7 * 0.55 + 0.92) / 14

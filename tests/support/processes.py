@@ -13,6 +13,10 @@ from typing import Any
 
 import httpx2
 
+#: Environment of a server whose live read views are recomputed at every collector cycle
+#: (``snapshot_min_refresh_seconds``), as they are without a collector.
+FRESH_VIEWS = {"HPCSCOPE_SNAPSHOT_MIN_REFRESH_SECONDS": "0"}
+
 #: The demo admin of a fresh store.
 ADMIN = ("admin", "admin-demo")
 
@@ -20,8 +24,13 @@ ADMIN = ("admin", "admin-demo")
 def spawn(
     args: list[str], log: Path, *, module: str = "hpcscope", env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    """``python -m <module> <args>`` in its own session, output appended to ``log``."""
-    env = {**(env or os.environ), "PYTHONUNBUFFERED": "1", "HPCSCOPE_LOG_LEVEL": "INFO"}
+    """``python -m <module> <args>`` in its own session, output appended to ``log``.
+
+    The server's live views follow each collector cycle (:data:`FRESH_VIEWS`) unless ``env``
+    says otherwise: a test that waits for what the server shows does not wait out the pages'
+    5-second refresh floor at each step."""
+    env = {**FRESH_VIEWS, **(env or os.environ), "PYTHONUNBUFFERED": "1"}
+    env["HPCSCOPE_LOG_LEVEL"] = "INFO"
     with log.open("ab") as handle:  # the child keeps its own descriptor
         return subprocess.Popen(
             [sys.executable, "-m", module, *args],

@@ -10,8 +10,10 @@ stops by itself (tests and CI smoke runs use it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import shutil
 import subprocess
 import sys
@@ -113,6 +115,12 @@ def demo(
         "--history/--no-history",
         help="Write 30 days of the cluster's past into a fresh store first (about 15 s).",
     ),
+    backend: str = typer.Option(
+        "embedded",
+        "--backend",
+        help="embedded (hpcscope scrapes the GPUs), or prometheus (a Prometheus started here "
+        "scrapes them with the engine recording rules; hpcscope reads it, no GPU collector).",
+    ),
 ) -> None:
     """Run the demo: twin cluster + collection + analysis + web UI on localhost."""
     level = log_level_or_default(log_level)
@@ -120,23 +128,13 @@ def demo(
     from hpcscope.serve.allocator import tune_allocator
 
     tune_allocator()  # before Service.open starts the store's writer (serve/allocator.py)
-    from hpcscope.serve.server import run_server
-    from hpcscope.service.core import Service
-    from hpcscope.service.settings import Settings, bundled_topology
-    from hpcscope.service.source_settings import (
-        CaptureSection,
-        DcgmSection,
-        FalcoSection,
-        IntegritySection,
-        LustreJobStatsSection,
-        NodeSection,
-        SlurmSection,
-        TetragonSection,
-    )
+    from hpcscope.service.settings import bundled_topology
 
     try:
         seconds = parse_duration(duration) if duration else None
         topology_path = Path(topology) if Path(topology).exists() else bundled_topology(topology)
+        if backend not in ("embedded", "prometheus"):
+            raise ValueError(f"--backend {backend!r}: embedded or prometheus")
         rules_dir = _dataset_rules(topology_path, state_dir / "rules")
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc), code=EXIT_USAGE_ERROR)
@@ -153,6 +151,92 @@ def demo(
         twin, info = _start_twin(twin_dir, seed=seed, speed=speed, topology=str(topology_path))
     except RuntimeError as exc:
         fail(str(exc), code=EXIT_RUNTIME_ERROR)
+    with contextlib.ExitStack() as engines:
+        engine: dict[str, object] = {}
+        if backend == "prometheus":
+            engine = _start_engine(engines, state_dir, twin_dir, scrape_interval, twin)
+        _serve(
+            twin,
+            info,
+            engine=engine,
+            rules_dir=rules_dir,
+            store_path=store_path,
+            topology_path=topology_path,
+            twin_dir=twin_dir,
+            state_dir=state_dir,
+            host=host,
+            port=port,
+            scrape_interval=scrape_interval,
+            seconds=seconds,
+            level=level,
+            history=history and fresh,
+            json_output=json_output,
+        )
+
+
+def _start_engine(
+    engines: contextlib.ExitStack,
+    state_dir: Path,
+    twin_dir: Path,
+    scrape_interval: float,
+    twin: subprocess.Popen[bytes],
+) -> dict[str, object]:
+    """A real Prometheus scraping the twin with the engine rules (``--backend prometheus``)."""
+    from hpcscope.cli.prometheus_process import EngineNotStarted, run_prometheus
+
+    engine_dir = state_dir / "prometheus"
+    shutil.rmtree(engine_dir, ignore_errors=True)
+    try:
+        url = engines.enter_context(
+            run_prometheus(
+                engine_dir,
+                targets=twin_dir / "targets.json",
+                scrape_interval_seconds=max(1, math.ceil(scrape_interval)),
+            )
+        )
+    except EngineNotStarted as exc:
+        twin.terminate()
+        fail(str(exc), code=EXIT_RUNTIME_ERROR)
+    return {
+        "metrics_backend": "prometheus",
+        "prometheus_url": url,
+        # the demo's Prometheus has the rules from its start: read them as soon as they cover
+        "prometheus_recording_rules": "auto",
+    }
+
+
+def _serve(
+    twin: subprocess.Popen[bytes],
+    info: dict[str, object],
+    *,
+    engine: dict[str, object],
+    rules_dir: Path | None,
+    store_path: Path,
+    topology_path: Path,
+    twin_dir: Path,
+    state_dir: Path,
+    host: str,
+    port: int,
+    scrape_interval: float,
+    seconds: float | None,
+    level: str,
+    history: bool,
+    json_output: bool,
+) -> None:
+    from hpcscope.serve.server import run_server
+    from hpcscope.service.core import Service
+    from hpcscope.service.settings import Settings
+    from hpcscope.service.source_settings import (
+        CaptureSection,
+        DcgmSection,
+        FalcoSection,
+        IntegritySection,
+        LustreJobStatsSection,
+        NodeSection,
+        SlurmSection,
+        TetragonSection,
+    )
+
     try:
         settings = Settings(
             store_path=store_path,
@@ -182,10 +266,11 @@ def demo(
             notify_cancel_via="slurmrestd",
             scrape_interval_seconds=scrape_interval,
             rules_dir=rules_dir,  # the topology's datasets registered: DP-4 over job_stats
+            **engine,
         )
         _announce(f"http://{host}:{port}", info, twin_dir, json_output=json_output)
         service = Service.open(settings)
-        past = _history(service, state_dir / "history") if history and fresh else None
+        past = _history(service, state_dir / "history") if history else None
 
         try:
             run_server(

@@ -69,6 +69,7 @@ Hierarchy (``tests/model/test_errors.py`` checks that every exception class unde
      ├── DeliveryError               (a notification not delivered: SMTP, webhook, Alertmanager)
      ├── CancelFailed                (scancel did not cancel a job)
      ├── MetricsBackendError         (a Prometheus API backend that did not answer; a RuntimeError)
+     ├── EngineNotStarted            (the demo's Prometheus not installed or not started)
      └── SnapshotMiss                (a cached read that would compute on the event loop: internal)
 """
 

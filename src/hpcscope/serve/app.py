@@ -44,7 +44,8 @@ from hpcscope.serve.routes import (
     traces,
 )
 from hpcscope.serve.session_cookie import SessionMiddleware
-from hpcscope.serve.templating import STATIC_DIR
+from hpcscope.serve.templating import STATIC_DIR, render
+from hpcscope.service.backends import MetricsBackendError
 from hpcscope.service.core import Service
 from hpcscope.service.identity.login_guard import LoginGuard
 from hpcscope.service.identity.tokens import ApiTokens
@@ -180,6 +181,23 @@ def create_app(
             {"detail": str(exc)},
             status_code=429,
             headers={"Retry-After": exc.retry_after_header},
+        )
+
+    @app.exception_handler(MetricsBackendError)
+    async def _engine_down(request: Request, exc: MetricsBackendError) -> Response:
+        # a page whose GPU figures the engine cannot give says so, never a zero
+        reason = str(exc)
+        if request.url.path.startswith("/api/") or "text/html" not in request.headers.get(
+            "accept", ""
+        ):
+            body = {"detail": f"the metrics engine did not answer: {reason}"}
+            return JSONResponse({**body, "unavailable": "gpu_metrics"}, status_code=503)
+        return render(
+            request,
+            "engine_down.html",
+            {"reason": reason},
+            principal=None,
+            status_code=503,
         )
 
     for router in ROUTERS:

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from hpcscope.serve.app import create_app
 from hpcscope.serve.heap import HeapSettler, tune_gc
+from hpcscope.service.backends.watch import EngineWatch
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
 from hpcscope.service.notify.engine import Notifier
@@ -71,12 +72,19 @@ def after_cycle_hooks(
         service.rules,
         port_gpus=telemetry_port_gpus(service.topology),
         every_seconds=service.settings.telemetry_rules_every_seconds,
+        metrics=service.gpu_samples(),
     )  # the telemetry rules (RD-, SC-4, GM-1/2, DP-; service/telemetry_rules/engine.py)
     hooks: list[Callable[[], object]] = [
         service.upkeep().after_cycle,
         telemetry.after_cycle,
         slo.after_cycle,
     ]
+    engine = service.engine()
+    if engine is not None:  # an engine that does not answer raises OPS-1 (backends/watch.py)
+        silence = (
+            2 * service.settings.scrape_interval_seconds + service.settings.scrape_timeout_seconds
+        )
+        hooks.insert(0, EngineWatch(service.store, engine, silence_seconds=silence).after_cycle)
     if notifier is not None:
         hooks.append(notifier.after_cycle)
     hooks.append(service.snapshots.publish)  # last: the cycle's writes are one generation

@@ -16,14 +16,19 @@ from datetime import datetime, timedelta
 from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import WEIGHT_EXTENSIONS, Principal, WeightPaths
 from hpcscope.model.alerts import Alert, AlertState, RuleSpec, Severity, Vector
-from hpcscope.model.backends import GpuSampleReader
+from hpcscope.model.backends import GpuMetrics
 from hpcscope.model.catalog import Catalog, default_catalog
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology, load_topology
 from hpcscope.service.alerts import access as alert_access
 from hpcscope.service.alerts.rules import load_site_rules
-from hpcscope.service.backends import EngineClient, engine_client, sample_reader
+from hpcscope.service.backends import (
+    EngineClient,
+    PrometheusSamples,
+    engine_client,
+    sample_reader,
+)
 from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.jobs import reports, timeseries
 from hpcscope.service.jobs.contracts import JobTimeseries
@@ -55,6 +60,14 @@ class SeenJob:
 
     principal: Principal
     job_id: str
+    ended: bool = False
+    """The scheduler recorded its end: what is kept of it (its report, phases, alerts) stays
+    current for :data:`FINISHED_JOB_SECONDS` whatever the generation (:meth:`every_seconds`)."""
+
+    @property
+    def every_seconds(self) -> float:
+        """The snapshots' ``every_seconds`` for what is kept of this job."""
+        return FINISHED_JOB_SECONDS if self.ended else 0.0
 
 
 @dataclass
@@ -74,6 +87,7 @@ class Service:
 
     _alert_changes: int = field(default=0, init=False, repr=False)
     _engine: EngineClient | None = field(default=None, init=False, repr=False)
+    _metrics: GpuMetrics | None = field(default=None, init=False, repr=False)
     _alert_changes_lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False
     )
@@ -81,7 +95,10 @@ class Service:
 
     def __post_init__(self) -> None:
         store = self.store
-        self.snapshots = Snapshots(lambda: store.writes_committed)
+        self.snapshots = Snapshots(
+            lambda: store.writes_committed,
+            min_refresh_seconds=self.settings.snapshot_min_refresh_seconds,
+        )
 
     @classmethod
     def open(cls, settings: Settings, *, users: UserDirectory | None = None) -> Service:
@@ -106,6 +123,8 @@ class Service:
         return cls(settings=settings, topology=topology, store=store, users=UserDirectory([]))
 
     def close(self) -> None:
+        if isinstance(self._metrics, PrometheusSamples):
+            self._metrics.close()
         if self._engine is not None:
             self._engine.close()
         self.store.close()
@@ -159,6 +178,13 @@ class Service:
         holding alerts keys on it, so the next read sees a new alert or state."""
         return self._alert_changes + alert_store.alerts_written(self.store)
 
+    def job_alert_changes(self, job_id: str) -> int:
+        """:attr:`alert_changes` for one job's alerts: the state changes made here, plus the
+        committed upserts of that job's alerts. A job's page and document key on it: the
+        security engine's alerts on other jobs (several a second under attack) leave every
+        other job's page as it is, where the count of all upserts rendered each again."""
+        return self._alert_changes + alert_store.alerts_written(self.store, job_id=job_id)
+
     def job_alerts(self, principal: Principal, job_id: str) -> list[Alert] | None:
         """Alerts of one job; None when the job does not exist or is not visible."""
         job = self.visible_job(principal, job_id)
@@ -175,7 +201,7 @@ class Service:
             principal.alert_scope(),
             principal.redacts_weight_paths,
             job_id,
-            self.alert_changes,
+            self.job_alert_changes(job_id),
         )
         return list(
             self.snapshots.get(
@@ -183,6 +209,7 @@ class Service:
                 lambda: alert_access.alerts_for(
                     self.store, principal, job_id=job_id, weight_paths=self.weight_paths()
                 ),
+                every_seconds=job.every_seconds,
             )
         )
 
@@ -241,9 +268,14 @@ class Service:
 
     # ------------------------------------------------------------------ job reports
 
-    def gpu_samples(self) -> GpuSampleReader:
-        """Where job reports read GPU samples: the ``metrics_backend`` setting."""
-        return sample_reader(self.settings, self.store, engine=self.engine())
+    def gpu_samples(self) -> GpuMetrics:
+        """Where every GPU-sample read goes: the ``metrics_backend`` setting (one backend per
+        service: the engine's client, its probe of the recording rules)."""
+        engine = self.engine()
+        with self._alert_changes_lock:
+            if self._metrics is None:
+                self._metrics = sample_reader(self.settings, self.store, engine=engine)
+            return self._metrics
 
     def job_reports(self, principal: Principal, *, now: datetime | None = None) -> list[JobReport]:
         """Reports of every job ``principal`` may see, newest first.
@@ -315,12 +347,22 @@ class Service:
         passes the :class:`SeenJob` on (:meth:`report_of`, :meth:`alerts_of`, the traces'
         ``phases_of``)."""
 
-        def visible() -> bool:
-            _, ids = reports.visible_jobs_by_id(self.store, principal, [job_id])
-            return job_id in ids
+        def visible() -> tuple[bool, bool]:
+            jobs, ids = reports.visible_jobs_by_id(
+                self.store, principal, [job_id], metrics=self.gpu_samples()
+            )
+            ended = job_id in ids and jobs.height > 0 and jobs["end_time"].null_count() == 0
+            return job_id in ids, ended
 
-        seen = self.snapshots.get(("jobs.visible", principal.job_scope(), job_id), visible)
-        return SeenJob(principal, job_id) if seen else None
+        # a finished job's visibility is checked again at most every minute (its record no
+        # longer changes), a running one's once per generation: the checks of a month of
+        # finished jobs, read at random, would otherwise fill the refresh queue every cycle
+        seen, ended = self.snapshots.get(
+            ("jobs.visible", principal.job_scope(), job_id),
+            visible,
+            every_seconds=lambda value: FINISHED_JOB_SECONDS if value[1] else 0.0,
+        )
+        return SeenJob(principal, job_id, ended) if seen else None
 
     def job_timeseries(
         self, principal: Principal, job_id: str, *, max_points: int = 720
@@ -334,6 +376,7 @@ class Service:
             job_id,
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             max_points=max_points,
+            metrics=self.gpu_samples(),
         )
 
     def upkeep(self) -> Upkeep:
@@ -343,6 +386,7 @@ class Service:
             self.store,
             UpkeepConfig.from_settings(self.settings),
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
+            metrics=self.gpu_samples(),
         )
 
     def collection_health(self, *, now: datetime | None = None) -> reports.CollectionHealth:
@@ -366,4 +410,5 @@ class Service:
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,
             currency=self.topology.currency,
+            samples=self.gpu_samples(),
         )

@@ -105,6 +105,12 @@ class Settings(EngineSettings, SourceSections):
     )
     scrape_interval_seconds: float = Field(15.0, gt=0, description="Seconds between scrapes.")
     scrape_timeout_seconds: float = Field(5.0, gt=0, description="Per-target scrape timeout.")
+    snapshot_min_refresh_seconds: float = Field(
+        5.0,
+        ge=0,
+        description="Once the collector publishes its cycles, the least time between two "
+        "computations of one live read view (the pages poll every 5 to 7 s).",
+    )
     rollup_grace_seconds: float = Field(
         120.0,
         ge=0,

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.alerts import VECTOR_NAMES, AlertState, Severity, Vector
+from hpcscope.model.backends import GpuTime
 from hpcscope.model.sampling import has_job_sql
 from hpcscope.model.schemas import GPU_METRICS
 from hpcscope.store.duck import Store
@@ -116,8 +117,8 @@ def _aggregate(entries: list[GpuStateRow]) -> GpuHealth:
     }
 
 
-def gpu_states(store: Store, *, scope: JobScope, since: datetime, idle_values: bool) -> GpuStates:
-    """The latest state of every GPU seen since ``since`` or held by an open allocation.
+def gpu_states(store: Store, *, latest: pa.Table, scope: JobScope, idle_values: bool) -> GpuStates:
+    """The latest state of every GPU in ``latest`` or held by an open allocation.
 
     Jobs holding a GPU come from open ``job_allocations`` (the prolog's mapping) and from the
     ``job_id`` labels of the GPU's latest sample (a GPU shared by several jobs has one row per
@@ -127,9 +128,10 @@ def gpu_states(store: Store, *, scope: JobScope, since: datetime, idle_values: b
 
     Args:
         store: the store.
+        latest: the newest sample of every live GPU (one row per job copy: ``GPU_SAMPLE_SCHEMA``
+            rows, from the metrics backend's :meth:`~hpcscope.model.backends.GpuMetrics.latest`).
         scope: jobs the viewer may see; counters of a GPU are returned only when the GPU is
             held by at least one job inside the scope, or (with ``idle_values``) by no job.
-        since: ignore samples older than this (they are not "live").
         idle_values: return counters of GPUs that no job holds (the service: admins only).
 
     Returns:
@@ -140,10 +142,11 @@ def gpu_states(store: Store, *, scope: JobScope, since: datetime, idle_values: b
         unless ``values_visible``); and the cluster-wide aggregate.
     """
     scope_sql, scope_params = _scope(scope)
+    rows = {"latest_rows": latest.select(["ts", "node", "gpu", "job_id", *LIVE_GPU_COLUMNS])}
     holders = store.query(
         f"""
 WITH latest AS (
-  SELECT node, gpu, job_id FROM gpu_samples WHERE ts >= ?
+  SELECT node, gpu, job_id FROM latest_rows
   QUALIFY ts = max(ts) OVER (PARTITION BY node, gpu)
 ),
 holders AS (
@@ -154,13 +157,13 @@ holders AS (
 SELECT h.node, h.gpu, h.job_id, {scope_sql} AS visible
 FROM holders h LEFT JOIN jobs j ON j.job_id = h.job_id
 """,
-        [since, *scope_params],
+        scope_params,
+        tables=rows,
     ).to_pylist()
-    latest = ", ".join(f"arg_max({c}, ts) AS {c}" for c in LIVE_GPU_COLUMNS)
+    newest = ", ".join(f"arg_max({c}, ts) AS {c}" for c in LIVE_GPU_COLUMNS)
     counters = store.query(
-        f"SELECT node, gpu, max(ts) AS ts, {latest} FROM gpu_samples WHERE ts >= ? "
-        "GROUP BY node, gpu",
-        [since],
+        f"SELECT node, gpu, max(ts) AS ts, {newest} FROM latest_rows GROUP BY node, gpu",
+        tables=rows,
     ).to_pylist()
     # The query's columns are the row's (node, gpu, ts and LIVE_GPU_COLUMNS): the SQL is the
     # one place the row's shape comes from, hence the casts.
@@ -265,25 +268,6 @@ WHERE s.ts >= ? AND {has_job_sql("s.job_id")} AND {scope_sql}
     )
 
 
-@dataclass(frozen=True, slots=True)
-class GpuTime:
-    """Allocated GPU time and how much of it the SMs were really active.
-
-    ``allocated_seconds`` counts every scraped interval a job held a GPU; ``measured_seconds``
-    the part with a real-efficiency sample (SM_ACTIVE; unknown while profiling is paused);
-    ``useful_seconds`` = sum of interval x SM_ACTIVE; ``reported_busy_seconds`` = sum of
-    interval x GPU_UTIL. Lost = measured - useful.
-    """
-
-    allocated_seconds: float
-    measured_seconds: float
-    useful_seconds: float
-    reported_busy_seconds: float
-    first_ts: datetime | None
-    last_ts: datetime | None
-    jobs: int
-
-
 def gpu_time(
     store: Store,
     *,
@@ -291,8 +275,10 @@ def gpu_time(
     since: datetime,
     until: datetime,
     max_interval_seconds: float,
+    job_ids: Sequence[str] | None = None,
 ) -> GpuTime:
-    """GPU time of jobs inside ``scope`` between ``since`` and ``until``.
+    """GPU time of jobs inside ``scope`` (and among ``job_ids`` when given) between ``since``
+    and ``until``.
 
     The sample-weight rule of :mod:`hpcscope.model.sampling`, in SQL, exactly as
     :func:`hpcscope.analysis.jobs.efficiency.with_time_weights` applies it (property tests
@@ -302,6 +288,10 @@ def gpu_time(
     weighs the cap. The last sample of a series weighs the series' median interval (the cap
     when it is alone).
     """
+    ids = list(job_ids) if job_ids is not None else []
+    among = ""
+    if job_ids is not None:
+        among = f" AND s.job_id IN ({', '.join('?' for _ in ids)})" if ids else " AND FALSE"
     scope_sql, scope_params = _scope(scope)
     sql = f"""
 WITH s AS (
@@ -313,7 +303,7 @@ WITH s AS (
            AS sm_active_ratio,
          date_diff('microsecond', s.ts, lead(s.ts) OVER series) / 1e6 AS gap
   FROM gpu_samples s LEFT JOIN jobs j ON j.job_id = s.job_id
-  WHERE s.ts >= ? AND s.ts < ? AND {has_job_sql("s.job_id")} AND {scope_sql}
+  WHERE s.ts >= ? AND s.ts < ? AND {has_job_sql("s.job_id")} AND {scope_sql}{among}
   WINDOW series AS (PARTITION BY s.job_id, s.node, s.gpu, s.gpu_instance_id ORDER BY s.ts)
 ),
 w AS (
@@ -329,7 +319,7 @@ SELECT coalesce(sum(seconds), 0) AS allocated_seconds,
        min(ts) AS first_ts, max(ts) AS last_ts, count(DISTINCT job_id) AS jobs
 FROM w
 """
-    params = [since, until, *scope_params, max_interval_seconds, max_interval_seconds]
+    params = [since, until, *scope_params, *ids, max_interval_seconds, max_interval_seconds]
     row = store.query(sql, params).to_pylist()[0]
     return GpuTime(
         allocated_seconds=float(row["allocated_seconds"]),

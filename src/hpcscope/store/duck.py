@@ -16,7 +16,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -439,16 +439,25 @@ class Store:
             self._local.cursor = cursor
         return cursor
 
-    def query(self, sql: str, params: Sequence[object] = ()) -> pa.Table:
+    def query(
+        self, sql: str, params: Sequence[object] = (), *, tables: Mapping[str, pa.Table] = {}
+    ) -> pa.Table:
         """Run a read-only SQL query and return Arrow. For the store's own query modules.
+        ``tables``: Arrow tables the query reads by name (what a metrics engine answered).
 
         Raises:
             StoreError: DuckDB refused the query (a corrupt file, a bug in a query module).
         """
+        cursor = self._cursor()
+        for name, table in tables.items():
+            cursor.register(name, table)
         try:
-            return self._cursor().sql(sql, params=list(params)).to_arrow_table()
+            return cursor.sql(sql, params=list(params)).to_arrow_table()
         except duckdb.Error as exc:
             raise StoreError(f"store {self.path}: query failed: {exc}") from exc
+        finally:
+            for name in tables:
+                cursor.unregister(name)
 
     def query_row(self, sql: str, params: Sequence[object] = ()) -> tuple[Any, ...] | None:
         """The first row of a small read-only query as a tuple (None when it has none): half

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from hpcscope.model.schemas import GPU_METRICS, IB_COUNTER_COLUMNS, ROLLUP_METRICS
 from hpcscope.store import readings
 from hpcscope.store.capture_ddl import CAPTURES_DDL
+from hpcscope.store.cold import COLD_DDL
 from hpcscope.store.file_access import FILE_ACCESS_DDL
 from hpcscope.store.node_facts import NODE_FACTS_DDL
 from hpcscope.store.notify_ddl import NOTIFY_DDL
@@ -414,4 +415,9 @@ CREATE TABLE api_tokens (
         _PENDING_SQL,
     ),
     Migration(18, "alerts: the container and pod an event ran in, as columns", _ALERT_PLACE_SQL),
+    Migration(
+        19,
+        "cold_parts: raw samples past retention moved to Parquet (zstd, one directory per day)",
+        COLD_DDL,
+    ),
 )

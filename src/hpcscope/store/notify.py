@@ -219,24 +219,6 @@ def put_cancel_record(
     return store.submit_write(write)
 
 
-def running_job_minutes(store: Store, *, since: datetime) -> list[dict[str, object]]:
-    """1-minute rollups since ``since`` of the GPUs of jobs the scheduler says are running:
-    ``job_id``, ``minute``, ``node``, ``gpu``, ``sm_active_ratio``, ``reported_util_ratio``."""
-    table = store.query(
-        "SELECT r.job_id, r.minute, r.node, r.gpu::INTEGER AS gpu, "
-        "sum(r.sm_active_ratio_mean * r.sm_active_ratio_count) "
-        "/ nullif(sum(r.sm_active_ratio_count), 0) AS sm_active_ratio, "
-        "sum(r.reported_util_ratio_mean * r.reported_util_ratio_count) "
-        "/ nullif(sum(r.reported_util_ratio_count), 0) AS reported_util_ratio "
-        "FROM gpu_rollups_1m r JOIN jobs j ON j.job_id = r.job_id "
-        "WHERE r.minute >= ? AND j.state LIKE 'RUNNING%' "
-        "GROUP BY r.job_id, r.minute, r.node, r.gpu ORDER BY r.job_id, r.minute, r.node, r.gpu",
-        [since],
-    )
-    rows: list[dict[str, object]] = table.to_pylist()
-    return rows
-
-
 def job_records(store: Store, job_ids: Sequence[str]) -> list[dict[str, object]]:
     """The scheduler's records of ``job_ids``: ``job_id``, ``user``, ``account``,
     ``partition``, ``state``, ``start_time``, ``end_time``, ``gpus``."""

@@ -13,7 +13,17 @@ from datetime import datetime
 import pyarrow as pa
 
 from hpcscope.model.access import JobScope
+from hpcscope.model.backends import (
+    STORE_READ,
+    GpuTime,
+    JobGpuRead,
+    MetricsBackend,
+    ReadSource,
+    TimeseriesRead,
+)
 from hpcscope.model.sampling import has_job_sql
+from hpcscope.store import cold, diagram, node_facts, rollups
+from hpcscope.store import telemetry_rules as telemetry_queries
 from hpcscope.store.duck import Store
 from hpcscope.store.filters import Where
 
@@ -69,17 +79,6 @@ def jobs_by_id(store: Store, job_ids: Sequence[str], scope: JobScope) -> pa.Tabl
     )
 
 
-def job_ids_with_samples(store: Store, job_ids: Sequence[str]) -> list[str]:
-    """Those of ``job_ids`` that have GPU samples (for admins: jobs Slurm may not know)."""
-    if not job_ids:
-        return []
-    marks = ", ".join("?" for _ in job_ids)
-    rows = store.query(
-        f"SELECT DISTINCT job_id FROM gpu_samples WHERE job_id IN ({marks})", list(job_ids)
-    )
-    return [str(v) for v in rows.column("job_id").to_pylist()]
-
-
 def samples_for_jobs(
     store: Store,
     job_ids: Sequence[str],
@@ -91,7 +90,11 @@ def samples_for_jobs(
     if not job_ids:
         return store.query("SELECT * FROM gpu_samples WHERE FALSE")
     where = Where().among("job_id", list(job_ids)).window(since, until)
-    return store.query(f"SELECT * FROM gpu_samples {where.sql()}", where.params)
+    hot = store.query(f"SELECT * FROM gpu_samples {where.sql()}", where.params)
+    old = cold.cold_samples(store, job_ids, since=since, until=until)
+    if old is None or old.num_rows == 0:
+        return hot
+    return pa.concat_tables([old.select(hot.column_names).cast(hot.schema), hot])
 
 
 def gpu_timeseries(
@@ -114,12 +117,42 @@ def gpu_timeseries(
     )
 
 
+def timeseries_of_jobs(
+    store: Store,
+    job_ids: Sequence[str],
+    *,
+    bucket_seconds: int,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> pa.Table:
+    """Per job GPU, reported and real efficiency averaged in time buckets, from raw samples
+    (the cold tier's too: zoom-in on a job past retention)."""
+    buckets = (
+        f"SELECT time_bucket(INTERVAL '{int(bucket_seconds)} seconds', ts) AS bucket, job_id, "
+        "node, gpu, avg(reported_util_ratio) AS reported_util_ratio, "
+        "avg(sm_active_ratio) AS sm_active_ratio, avg(tensor_active_ratio) AS tensor_active_ratio "
+    )
+    order = "GROUP BY ALL ORDER BY bucket, job_id, node, gpu"
+    if cold.has_cold(store):
+        rows = samples_for_jobs(store, job_ids, since=since, until=until)
+        return store.query(f"{buckets} FROM raw_rows {order}", tables={"raw_rows": rows})
+    where = Where().among("job_id", list(job_ids)).window(since, until)
+    return store.query(f"{buckets} FROM gpu_samples {where.sql()} {order}", where.params)
+
+
 def sample_time_range(store: Store, job_id: str) -> tuple[datetime | None, datetime | None]:
-    """First and last sample time of a job."""
+    """First and last raw sample time of a job (the cold tier's included)."""
     row = store.query(
         "SELECT min(ts) AS first, max(ts) AS last FROM gpu_samples WHERE job_id = ?", [job_id]
     ).to_pylist()[0]
-    return row["first"], row["last"]
+    first, last = row["first"], row["last"]
+    old = cold.cold_samples(store, [job_id], columns="min(ts) AS first, max(ts) AS last")
+    if old is not None and old.num_rows:
+        cold_row = old.to_pylist()[0]
+        if cold_row["first"] is not None:
+            first = cold_row["first"] if first is None else min(first, cold_row["first"])
+            last = cold_row["last"] if last is None else max(last, cold_row["last"])
+    return first, last
 
 
 def scrape_health(store: Store, *, since: datetime) -> pa.Table:
@@ -147,11 +180,21 @@ def collection_gaps(store: Store, *, since: datetime) -> pa.Table:
 
 
 class EmbeddedSamples:
-    """The embedded backend's :class:`~hpcscope.model.backends.GpuSampleReader`: the
-    ``gpu_samples`` table hpcscope's collector fills."""
+    """The embedded backend's :class:`~hpcscope.model.backends.GpuMetrics`: the tables
+    hpcscope's collector fills (raw ``gpu_samples``, 1-minute rollups)."""
+
+    source = STORE_READ
 
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    @property
+    def backend(self) -> MetricsBackend:
+        return "embedded"
+
+    @property
+    def lag_seconds(self) -> float:
+        return 0.0
 
     def samples_for_jobs(
         self,
@@ -162,6 +205,87 @@ class EmbeddedSamples:
     ) -> pa.Table:
         """GPU samples of the given jobs (the caller has already checked visibility)."""
         return samples_for_jobs(self.store, job_ids, since=since, until=until)
+
+    def job_gpus(
+        self,
+        job_ids: Sequence[str],
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> JobGpuRead:
+        """The raw samples of the jobs: the report weighs each to the next."""
+        table = samples_for_jobs(self.store, job_ids, since=since, until=until)
+        return JobGpuRead(STORE_READ, samples=table)
+
+    def jobs_seen(
+        self,
+        *,
+        since: datetime,
+        until: datetime | None = None,
+        job_ids: Sequence[str] | None = None,
+    ) -> list[str]:
+        where = Where().window(since, until).among("job_id", job_ids)
+        where.clauses.append(has_job_sql("job_id"))
+        rows = self.store.query(
+            f"SELECT DISTINCT job_id FROM gpu_samples {where.sql()} ORDER BY job_id", where.params
+        )
+        return [str(v) for v in rows.column("job_id").to_pylist()]
+
+    def latest(self, *, since: datetime, until: datetime | None = None) -> pa.Table:
+        where = Where().window(since, until)
+        return self.store.query(
+            f"SELECT * FROM gpu_samples {where.sql()} "
+            "QUALIFY ts = max(ts) OVER (PARTITION BY node, gpu)",
+            where.params,
+        )
+
+    def last_seen(self, *, since: datetime) -> dict[tuple[str, int], datetime]:
+        return diagram.last_sample_times(self.store, since=since)
+
+    def gpu_time(
+        self,
+        job_ids: Sequence[str] | None,
+        *,
+        since: datetime,
+        until: datetime,
+        max_interval_seconds: float,
+    ) -> GpuTime:
+        """The diagram's GPU time, in SQL (:func:`hpcscope.store.diagram.gpu_time`)."""
+        return diagram.gpu_time(
+            self.store,
+            scope=JobScope(all_jobs=True),
+            since=since,
+            until=until,
+            max_interval_seconds=max_interval_seconds,
+            job_ids=job_ids,
+        )
+
+    def idle_gpu_samples(self, *, since: datetime, until: datetime) -> pa.Table:
+        return telemetry_queries.gpu_samples(self.store, since=since, until=until)
+
+    def xid_counts(self, *, since: datetime, until: datetime) -> pa.Table:
+        return node_facts.xid_counts(self.store, since=since, until=until)
+
+    def gpu_timeseries(
+        self,
+        job_ids: Sequence[str],
+        *,
+        bucket_seconds: int,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> TimeseriesRead:
+        """Whole minutes from the 1-minute rollups (``bucket_seconds`` a multiple of 60, when
+        the jobs have rollups), other buckets from raw samples."""
+        if bucket_seconds % 60 == 0:
+            table = rollups.rollup_timeseries_of(
+                self.store, job_ids, bucket_seconds=bucket_seconds, since=since, until=until
+            )
+            if table.num_rows:
+                return TimeseriesRead(table, ReadSource("embedded", "store", 60.0))
+        table = timeseries_of_jobs(
+            self.store, job_ids, bucket_seconds=bucket_seconds, since=since, until=until
+        )
+        return TimeseriesRead(table, STORE_READ)
 
 
 def collected_until(store: Store) -> dict[str, datetime]:

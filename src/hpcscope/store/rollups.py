@@ -38,6 +38,7 @@ same transactions. Stores before migration 17 keep the per-append rows (:func:`u
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpcscope.model.schemas import ROLLUP_METRICS
+from hpcscope.store.filters import Where
 from hpcscope.store.migrations import ROLLUP_ROWS, ROLLUP_SELECT, ROLLUP_STATE
 from hpcscope.store.readings import by_job
 
@@ -293,6 +295,31 @@ def rollup_timeseries(store: Store, job_id: str, *, bucket_seconds: int) -> pa.T
         f"node, gpu, {means} FROM gpu_rollups_1m WHERE job_id = ? "
         "GROUP BY ALL ORDER BY bucket, node, gpu",
         [job_id],
+    )
+
+
+def rollup_timeseries_of(
+    store: Store,
+    job_ids: Sequence[str],
+    *,
+    bucket_seconds: int,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> pa.Table:
+    """Per job GPU, mean reported, real and tensor activity per bucket (whole minutes) from
+    the rollups: ``bucket``, ``job_id``, ``node``, ``gpu`` and the three means."""
+    if bucket_seconds % 60:
+        raise ValueError(f"rollup buckets are whole minutes, not {bucket_seconds} s")
+    means = ", ".join(
+        f"sum({name}_mean * {name}_count) / nullif(sum({name}_count), 0) AS {name}"
+        for name in ("reported_util_ratio", "sm_active_ratio", "tensor_active_ratio")
+    )
+    where = Where().among("job_id", list(job_ids)).window(since, until, column="minute")
+    return store.query(
+        f"SELECT time_bucket(INTERVAL '{int(bucket_seconds)} seconds', minute) AS bucket, "
+        f"job_id, node, gpu, {means} FROM gpu_rollups_1m {where.sql()} "
+        "GROUP BY ALL ORDER BY bucket, job_id, node, gpu",
+        where.params,
     )
 
 

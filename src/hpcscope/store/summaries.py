@@ -19,6 +19,7 @@ import pyarrow as pa
 from hpcscope.model.access import JobScope
 from hpcscope.model.schemas import JOB_GPU_SUMMARY_SCHEMA, JOB_SUMMARY_SCHEMA
 from hpcscope.store import rollups
+from hpcscope.store.cold import cold_dir, move_to_cold
 from hpcscope.store.duck import Store
 from hpcscope.store.migrations import ROLLUP_STATE
 from hpcscope.store.readings import READINGS, SHARED_JOB_IDS, raw_table
@@ -119,10 +120,14 @@ def summary_time_range(store: Store, job_id: str) -> tuple[datetime | None, date
     return (rows[0]["first"], rows[0]["last"]) if rows else (None, None)
 
 
-def delete_raw_samples(store: Store, *, before: datetime) -> Future[int]:
-    """Delete raw samples older than ``before`` of summarised jobs only, and only in minutes
-    whose rollups are final. Samples without a job, or of a job without a summary, stay.
-    Returns the number of rows deleted."""
+def delete_raw_samples(
+    store: Store, *, before: datetime, now: datetime | None = None
+) -> Future[int]:
+    """Move raw samples older than ``before`` of summarised jobs only, and only in minutes
+    whose rollups are final, to the cold tier (``store/cold.py``: Parquet beside the store; a
+    store in memory deletes them). Samples without a job, or of a job without a summary, stay.
+    Returns the number of rows taken out of the table."""
+    directory = cold_dir(store.path)
 
     def write(con: duckdb.DuckDBPyConnection) -> int:
         samples = raw_table(con)
@@ -139,12 +144,17 @@ def delete_raw_samples(store: Store, *, before: datetime) -> Future[int]:
             if rollups.has_pending(con)
             else ""
         )
-        rows = con.execute(
-            f"DELETE FROM {samples} WHERE ts < least(?, coalesce("
+        where = (
+            f"ts < least(?, coalesce("
             f"(SELECT min(minute) FROM {rollups.rollup_table(con)} WHERE NOT final), ?)"
-            f"{pending}) AND job_id IN (SELECT job_id FROM job_summaries) {shared}",
-            [before, before, before] if pending else [before, before],
-        ).fetchall()
+            f"{pending}) AND job_id IN (SELECT job_id FROM job_summaries) {shared}"
+        )
+        params = [before, before, before] if pending else [before, before]
+        if directory is not None and samples == READINGS:
+            return move_to_cold(
+                con, samples, where=where, params=params, directory=directory, now=now or before
+            )
+        rows = con.execute(f"DELETE FROM {samples} WHERE {where}", params).fetchall()
         return int(rows[0][0]) if rows else 0
 
     return store.submit_write(write)

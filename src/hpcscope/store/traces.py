@@ -7,11 +7,9 @@ it is linked to or an account its owner belonged to when it was made. Nothing fi
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.trace_analysis import StoredAnalysis
@@ -141,33 +139,13 @@ def delete_analysis(store: Store, analysis_id: str) -> None:
 
 
 def job_allocation(store: Store, job_id: str) -> list[tuple[str, int]]:
-    """The ``(node, gpu)`` pairs a job held (its allocations, else the GPUs its samples name)."""
+    """The ``(node, gpu)`` pairs a job's allocations name (the scheduler's and the job
+    mapping's records; the GPUs its samples name are read from the metrics backend)."""
     rows = store.query(
         "SELECT DISTINCT node, gpu FROM job_allocations WHERE job_id = ? ORDER BY node, gpu",
         [job_id],
     ).to_pylist()
-    if not rows:
-        rows = store.query(
-            "SELECT DISTINCT node, gpu FROM gpu_samples WHERE job_id = ? ORDER BY node, gpu",
-            [job_id],
-        ).to_pylist()
     return [(str(r["node"]), int(r["gpu"])) for r in rows]
-
-
-def job_samples(
-    store: Store, job_id: str, *, since: datetime | None, until: datetime | None
-) -> pa.Table:
-    """The job's GPU samples inside ``[since, until]`` (either bound may be open)."""
-    clauses, params = ["job_id = ?"], [job_id]
-    if since is not None:
-        clauses.append("ts >= ?")
-        params.append(since)  # type: ignore[arg-type]
-    if until is not None:
-        clauses.append("ts <= ?")
-        params.append(until)  # type: ignore[arg-type]
-    return store.query(
-        f"SELECT * FROM gpu_samples WHERE {' AND '.join(clauses)} ORDER BY node, gpu, ts", params
-    )
 
 
 def account_memberships(store: Store, user: str) -> list[str]:

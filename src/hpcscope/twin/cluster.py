@@ -53,6 +53,7 @@ from hpcscope.twin.traces import TraceSpool
 from hpcscope.twin.workloads import (
     RAIL_COLLECTIVE_BYTES_PER_SECOND,
     STORAGE_READ_BYTES_PER_SECOND,
+    Profile,
     TimeShares,
     shares_for,
 )
@@ -108,6 +109,9 @@ class TwinCluster:
         base_port: first port of the per-node dcgm endpoints (0: ephemeral ports).
         scenario: ``"demo"`` submits one job per workload profile at start; ``"empty"`` none.
         arrivals_per_hour: mean rate of new random jobs (simulated hours).
+        dcgm_collect_interval_seconds: the dcgm endpoints collect once per this many simulated
+            seconds and serve that page to every scrape in between (dcgm-exporter's ``-c``);
+            0 collects at every scrape.
     """
 
     def __init__(
@@ -121,6 +125,7 @@ class TwinCluster:
         base_port: int = 0,
         scenario: str = "demo",
         arrivals_per_hour: float = 20.0,
+        dcgm_collect_interval_seconds: float = 0.0,
     ) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
@@ -131,6 +136,7 @@ class TwinCluster:
         self.host = host
         self.base_port = base_port
         self.scenario = scenario
+        self.dcgm_collect_interval_seconds = dcgm_collect_interval_seconds
         self._start_wall = time.time()
         self._start_monotonic = time.monotonic()
         self.scheduler = Scheduler(
@@ -145,6 +151,9 @@ class TwinCluster:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self.dcgm_ports: dict[str, int] = {}
+        self.dcgm_endpoints: dict[str, DcgmEndpoint] = {}
+        self.unmapped_work: dict[tuple[str, int], Profile] = {}
+        """GPUs busy with no job mapped to them (a miner, SC-4's fault), by (node, GPU)."""
         self.node_exporter_ports: dict[str, int] = {}
         self.slurmrestd_port: int | None = None
         # None when the topology's storage is not Lustre
@@ -164,6 +173,12 @@ class TwinCluster:
     def now(self) -> float:
         """Simulated epoch seconds."""
         return self._start_wall + (time.monotonic() - self._start_monotonic) * self.speed
+
+    def set_dcgm_collect_phase(self, seconds: float) -> None:
+        """Start the dcgm endpoints' collect intervals ``seconds`` after each multiple of the
+        interval (to line them up with a scraper's or an engine's evaluation instants)."""
+        for endpoint in self.dcgm_endpoints.values():
+            endpoint.collect_phase_seconds = seconds
 
     def mapping_dir(self, node: str) -> Path:
         return self.scheduler.mapping_dir(node)
@@ -222,7 +237,9 @@ class TwinCluster:
                 clock=self.now,
                 seed=self.seed * 1000 + offset,
                 xid_source=self._xid_source(node.name),
+                collect_interval_seconds=self.dcgm_collect_interval_seconds,
             )
+            self.dcgm_endpoints[node.name] = endpoint
             port = self.base_port + offset if self.base_port else 0
             server, _ = serve_routes(self.host, port, {"/metrics": metrics_route(endpoint)})
             self._servers.append(server)
@@ -307,7 +324,13 @@ class TwinCluster:
                 self.scheduler.tick(self.now())
                 job = self.scheduler.running_on(node).get(gpu_index)
                 if job is None:
-                    return None
+                    rogue = self.unmapped_work.get((node, gpu_index))
+                    if rogue is None:
+                        return None
+                    memory = self.topology.nodes[0].gpus[0].model.memory_bytes
+                    return shares_for(
+                        rogue, gpu_index=gpu_index, straggler_gpu=None, memory_bytes=memory
+                    )
                 return job_gpu_shares(
                     self.topology, self.scheduler, job, node, gpu_index, self.now()
                 )

@@ -11,6 +11,7 @@ GPU once per job id found in that GPU's file.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -246,6 +247,11 @@ class DcgmEndpoint:
         shares: what each GPU is doing (from the twin's scheduler, or a fixed profile).
         clock: simulated time source (epoch seconds).
         seed: noise seed.
+        collect_interval_seconds: like dcgm-exporter's ``-c``: the page is collected once per
+            interval (at multiples of it on ``clock``, shifted by :attr:`collect_phase_seconds`)
+            and every scrape within it gets the same page, so several scrapers see the same
+            samples; a change of the job mapping is collected at once (a job's label shows
+            from its start, as its allocation does); 0 collects at every scrape.
     """
 
     def __init__(
@@ -258,6 +264,7 @@ class DcgmEndpoint:
         clock: Callable[[], float] = time.time,
         seed: int = 0,
         xid_source: Callable[[int], int] | None = None,
+        collect_interval_seconds: float = 0.0,
     ) -> None:
         self.node = node
         self.gpus = tuple(gpus)
@@ -269,9 +276,25 @@ class DcgmEndpoint:
         self._last = clock()
         self._rng = np.random.default_rng(seed)
         self._lock = threading.Lock()
+        self._interval = collect_interval_seconds
+        self._page: tuple[tuple[int, str], str] | None = None
+        self.collect_phase_seconds = 0.0
+        """Where in the interval a new page starts (seconds after a multiple of it)."""
+        self._page_lock = threading.Lock()
 
     def collect(self) -> str:
-        """Advance the GPUs to now and render the page (what one scrape returns)."""
+        """Advance the GPUs to now and render the page (what one scrape returns); within one
+        collect interval, the page of its first scrape."""
+        if self._interval > 0:
+            with self._page_lock:
+                tick = math.floor((self._clock() - self.collect_phase_seconds) / self._interval)
+                jobs = repr(sorted(mapping.read_mapping(self.mapping_dir).items()))
+                if self._page is None or self._page[0] != (tick, jobs):
+                    self._page = ((tick, jobs), self._collect())
+                return self._page[1]
+        return self._collect()
+
+    def _collect(self) -> str:
         with self._lock:
             now = self._clock()
             dt = max(0.0, now - self._last)

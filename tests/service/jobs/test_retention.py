@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from hpcscope.service.collect.collector import Collector
 from hpcscope.service.jobs import reports, timeseries
 from hpcscope.service.jobs.retention import Upkeep, UpkeepConfig, run_upkeep
 from hpcscope.store import Store
+from hpcscope.store.cold import cold_dir
 from hpcscope.store.migrations import MIGRATIONS
 
 NOW = datetime(2026, 11, 30, 12, 0, 0)
@@ -89,15 +91,20 @@ def test_after_retention_old_jobs_answer_from_summaries_and_rollups(tmp_path: Pa
         assert after.useful_gpu_hours == pytest.approx(before.useful_gpu_hours)
         assert after.sm_active_ratio == pytest.approx(before.sm_active_ratio)
         assert after.verdict == before.verdict != "no_data"
+        # the raw samples went to the cold tier: the chart still zooms in to them
         series = timeseries.job_timeseries(store, "1", scrape_interval_seconds=30.0).model_dump(
             mode="json"
         )
-        assert series["source"] == "rollup" and series["out_of_retention"] == []
-        assert series["bucket_seconds"] % 60 == 0
+        assert series["source"] == "raw" and series["out_of_retention"] == []
+        assert series["bucket_seconds"] == 30
         assert series["series"][1]["sm_active_ratio"][0] == pytest.approx(0.5)
-        # rollups past their retention go too: the chart then says so, the report still answers
+        cold = cold_dir(store.path)
+        assert cold is not None and len(list(cold.glob("day=*/*.parquet"))) == 1
+        # rollups past their retention go too, and a site removes its old Parquet files: the
+        # chart then says so, the report still answers
         later = NOW + timedelta(days=400)
         run_upkeep(store, CONFIG, now=later, scrape_interval_seconds=30.0)
+        shutil.rmtree(cold)
         gone = timeseries.job_timeseries(store, "1", scrape_interval_seconds=30.0).model_dump(
             mode="json"
         )

@@ -155,7 +155,7 @@ def gpu_summary(
     """
     weighted = with_time_weights(samples, max_interval_seconds=max_interval_seconds)
     if weighted.height == 0:
-        return _empty_summary()
+        return empty_summary()
     slowdown = (pl.col("clock_throttle_reasons").fill_null(0) & THROTTLE_SLOWDOWN_MASK) > 0
     energy = pl.col("energy_joules")
     summary = weighted.group_by(SERIES_KEYS).agg(
@@ -189,7 +189,7 @@ def gpu_summary(
     return classify_gpus(summary, thresholds=thresholds)
 
 
-def _empty_summary() -> pl.DataFrame:
+def empty_summary() -> pl.DataFrame:
     return pl.DataFrame(
         schema={
             "job_id": pl.String,

@@ -15,6 +15,7 @@ from hpcscope.analysis.jobs.efficiency import (
     GpuVerdict,
     JobVerdict,
 )
+from hpcscope.model.backends import ReadSource
 from hpcscope.model.timeutil import iso_z
 from hpcscope.model.xid import describe_xid
 
@@ -77,6 +78,8 @@ class JobReport:
     source: str = "raw"
     """Where the GPU figures come from: ``raw`` samples (running jobs, jobs not yet
     summarised) or the kept ``summary`` of a finished job (raw samples may be gone)."""
+    metrics: ReadSource | None = None
+    """How the metrics backend answered a ``raw`` report (None for a kept summary)."""
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready dict (datetimes as ISO 8601 UTC strings)."""
@@ -85,6 +88,8 @@ class JobReport:
             value = getattr(self, name)
             if isinstance(value, datetime):
                 value = iso_z(value)
+            elif isinstance(value, ReadSource):
+                value = value.to_dict()
             elif name == "gpus":
                 value = [{k: getattr(g, k) for k in g.__dataclass_fields__} for g in value]
             data[name] = value

@@ -15,6 +15,7 @@ from hpcscope.ingest.promql.matrix import (
     dcgm_matrix_to_samples,
     dcgm_series_selector,
     dcgm_series_to_samples,
+    job_matcher,
     promql_string,
     re2_escape,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "dcgm_series_to_samples",
     "decode_answer",
     "engine_error",
+    "job_matcher",
     "promql_string",
     "re2_escape",
 ]

@@ -46,10 +46,14 @@ from hpcscope.model.sampling import job_id_from_label
 from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA
 
 __all__ = [
+    "DCGM_METRIC_NAMES",
     "PromqlResponseError",
     "dcgm_matrix_to_samples",
     "dcgm_series_selector",
     "dcgm_series_to_samples",
+    "gpu_index",
+    "job_matcher",
+    "node_of",
     "promql_string",
     "re2_escape",
 ]
@@ -88,6 +92,14 @@ def promql_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def job_matcher(job_ids: Sequence[str]) -> str:
+    """The label matcher ``hpc_job=~"..."`` of exactly ``job_ids`` (matched literally)."""
+    if not job_ids:
+        raise ValueError("a matcher needs at least one job id")
+    jobs = "|".join(re2_escape(job) for job in sorted(set(job_ids)))
+    return f"hpc_job=~{promql_string(jobs)}"
+
+
 def dcgm_series_selector(job_ids: Sequence[str]) -> str:
     """The PromQL selector of every dcgm-exporter series of ``job_ids`` (by ``hpc_job``).
 
@@ -96,11 +108,11 @@ def dcgm_series_selector(job_ids: Sequence[str]) -> str:
     if not job_ids:
         raise ValueError("a selector needs at least one job id")
     names = "|".join(DCGM_METRIC_NAMES)
-    jobs = "|".join(re2_escape(job) for job in sorted(set(job_ids)))
-    return f"{{__name__=~{promql_string(names)},hpc_job=~{promql_string(jobs)}}}"
+    return f"{{__name__=~{promql_string(names)},{job_matcher(job_ids)}}}"
 
 
-def _node(metric: Mapping[str, object]) -> str | None:
+def node_of(metric: Mapping[str, object]) -> str | None:
+    """The node of a series (the module docstring: ``node``, ``hostname``, ``instance``)."""
     for label in _HOST_LABELS:
         value = metric.get(label)
         if isinstance(value, str) and value:
@@ -111,7 +123,8 @@ def _node(metric: Mapping[str, object]) -> str | None:
     return None
 
 
-def _small_int(value: object, *, source: str, where: str) -> int:
+def gpu_index(value: object, *, source: str, where: str) -> int:
+    """A ``gpu`` or ``GPU_I_ID`` label as a small integer; a bad one names the culprit."""
     if not isinstance(value, str) or not value.isdigit() or int(value) > _INT16_MAX:
         raise PromqlResponseError(f"{value!r} is not a GPU index", source=source, field=where)
     return int(value)
@@ -189,13 +202,13 @@ def _cell_target(metric: Mapping[str, object], *, source: str, where: str) -> _T
     """Where a series' values go, None for a series that holds no GPU sample."""
     field = FIELDS_BY_EXPORTED_NAME.get(str(metric.get("__name__")))
     column = COLUMN_OF_FIELD.get(field.name) if field is not None else None
-    node = _node(metric)
+    node = node_of(metric)
     if field is None or column is None or "gpu" not in metric or node is None:
         return None
-    gpu = _small_int(metric["gpu"], source=source, where=f"{where}.metric.gpu")
+    gpu = gpu_index(metric["gpu"], source=source, where=f"{where}.metric.gpu")
     instance_label = metric.get("GPU_I_ID")
     instance = (
-        _small_int(instance_label, source=source, where=f"{where}.metric.GPU_I_ID")
+        gpu_index(instance_label, source=source, where=f"{where}.metric.GPU_I_ID")
         if instance_label not in (None, "")
         else None
     )

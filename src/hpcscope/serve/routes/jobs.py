@@ -101,7 +101,7 @@ def _job_page(request: Request, job_id: str, principal: Principal) -> Response:
         return bytes(render(request, "job.html", context, principal=principal).body)
 
     # the principal's name is on the page and the alerts are theirs: one page per principal
-    key = ("serve.job_page", principal, job_id, service.alert_changes)
+    key = ("serve.job_page", principal, job_id, service.job_alert_changes(job_id))
     return HTMLResponse(service.snapshots.get(key, page, every_seconds=every))
 
 
@@ -131,7 +131,7 @@ def _job_json(request: Request, job_id: str, principal: Principal) -> Response:
         body = JobReportWithPhases.join(document, phases).model_dump_json().encode()
         return body, etag_of(body)
 
-    key = ("serve.job_json", principal, job_id, service.alert_changes)
+    key = ("serve.job_json", principal, job_id, service.job_alert_changes(job_id))
     body, etag = service.snapshots.get(key, serialised, every_seconds=every)
     return cached_json(request, body, etag)
 

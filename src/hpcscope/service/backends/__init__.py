@@ -8,7 +8,7 @@ everything else stay in the store.
 
 from __future__ import annotations
 
-from hpcscope.model.backends import GpuSampleReader
+from hpcscope.model.backends import GpuMetrics
 from hpcscope.service.backends.client import (
     EngineClient,
     EngineConfig,
@@ -38,12 +38,14 @@ def engine_client(settings: Settings) -> EngineClient:
 
 def sample_reader(
     settings: Settings, store: Store, *, engine: EngineClient | None = None
-) -> GpuSampleReader:
-    """The reader the settings choose; ``engine``: the process' client (else a new one)."""
+) -> GpuMetrics:
+    """The backend the settings choose; ``engine``: the process' client (else a new one)."""
     if settings.metrics_backend == "prometheus":
         return PrometheusSamples(
             engine if engine is not None else engine_client(settings),
             step_seconds=settings.scrape_interval_seconds,
             lookback_seconds=settings.prometheus_lookback_seconds,
+            recording_rules=settings.prometheus_recording_rules,
+            rule_window_seconds=settings.prometheus_rule_interval_seconds,
         )
     return EmbeddedSamples(store)

@@ -24,7 +24,8 @@ Per job GPU (``hpc_job_node_gpu``, labels ``hpc_job``, ``node``, ``gpu``, ``GPU_
 - ``DCGM_FI_PROF_SM_ACTIVE:useful_seconds<W>``: sum of SM active x scrape interval (useful
   GPU-seconds: the SMs' time spent computing);
 - ``DCGM_FI_DEV_GPU_TEMP:max<W>``, ``DCGM_FI_DEV_FB_USED:max<W>``;
-- ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION:increase<W>`` (mJ);
+- ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION:increase<W>`` (mJ): its rise since the previous
+  evaluation's last sample;
 - ``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS:slowdown_seconds<W>`` and ``:thermal_seconds<W>``:
   seconds with a slowdown reason (NVML 0x4, 0x8, 0x20, 0x40, 0x80) and with a thermal one
   (0x20, 0x40), by a subquery at the scrape interval (PromQL has no bitwise operators: a bit
@@ -122,6 +123,19 @@ def _thermal(selector: str) -> str:
     return f"clamp_max(floor({selector} / 32) % 4, 1)"
 
 
+def _counter_step(field: str, span: str, names: RuleNames) -> str:
+    """A counter's rise since the previous evaluation's last sample (its rise inside the
+    window for a series' first window): consecutive windows add up to last - first, the rise
+    from one scrape to the next included (``increase`` over a window misses the step across
+    its start, all of it when the exporter collects once per window). A reset counts 0."""
+    selector = f"{field}{WITH_JOB}[{span}]"
+    last = f"last_over_time({selector})"
+    return (
+        f"clamp_min(({last} - last_over_time({selector} offset {names.window}))"
+        f" or ({last} - min_over_time({selector})), 0)"
+    )
+
+
 def _rule(record: str, expr: str) -> str:
     return f"      - record: {record}\n        expr: >-\n          {expr}\n"
 
@@ -142,7 +156,7 @@ def _gpu_rules(names: RuleNames, interval: int) -> list[str]:
         _rule(names.useful, f"{per_gpu} (sum_over_time({SM_ACTIVE}{WITH_JOB}[{w}])) * {interval}"),
         _rule(names.gpu(TEMP, "max"), f"{per_gpu} (max_over_time({TEMP}{WITH_JOB}[{w}]))"),
         _rule(names.gpu(FB_USED, "max"), f"{per_gpu} (max_over_time({FB_USED}{WITH_JOB}[{w}]))"),
-        _rule(names.gpu(ENERGY, "increase"), f"{per_gpu} (increase({ENERGY}{WITH_JOB}[{w}]))"),
+        _rule(names.gpu(ENERGY, "increase"), f"{per_gpu} ({_counter_step(ENERGY, w, names)})"),
     ]
     throttle = f"{THROTTLE}{WITH_JOB}"
     for operation, indicator in (("slowdown", _slowdown), ("thermal", _thermal)):

@@ -1,68 +1,87 @@
-"""GPU samples read from a site's Prometheus (or VictoriaMetrics, Thanos, Mimir) HTTP API.
+"""The ``prometheus`` metrics backend: every GPU-sample read answered by a site's Prometheus,
+VictoriaMetrics, Thanos or Mimir over its HTTP API (:class:`PrometheusSamples`).
 
-One ``POST /api/v1/query_range`` per chunk of the window (through the engine's
-:class:`~hpcscope.service.backends.client.EngineClient`: authentication, retries, limits),
-with the selector of every dcgm-exporter series of the jobs (``hpc_job``), at a step of the
-scrape interval: the answer is turned into the same Arrow table the embedded store returns
-(:func:`hpcscope.ingest.promql.dcgm_series_to_samples`), so the job report is computed by the
-same code on either backend. A window longer than :data:`MAX_POINTS_PER_QUERY` steps is read
-in chunks (Prometheus refuses more than 11,000 points per series in one query).
+Reads go through the engine's :class:`~hpcscope.service.backends.client.EngineClient`
+(authentication, retries, limits). What a report reads of a job's GPUs
+(:meth:`PrometheusSamples.job_gpus`) comes from the engine recording rules when they cover the
+window (:mod:`hpcscope.service.backends.rule_reads`), else from raw samples:
+
+- a window of at most :data:`MAX_RAW_STEPS` scrape intervals is read sample by sample: the
+  selector of every dcgm-exporter series of the jobs (``hpc_job``) as a range selector, the
+  samples at their own times (:func:`hpcscope.service.backends.engine_live.raw_range`); the
+  answer becomes the same Arrow table the embedded store returns
+  (:func:`hpcscope.ingest.promql.dcgm_series_to_samples`);
+- a longer window is read at a bounded step (the window over :data:`MAX_RAW_STEPS`): each
+  field's mean (``avg_over_time``; the largest value for counters, maxima, clock reasons and
+  Xids) per step, each point weighing one step.
+
+Each read says which it was (:class:`~hpcscope.model.backends.ReadSource`). The live reads
+(newest samples, last seen, jobs seen) are in :mod:`hpcscope.service.backends.engine_live`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import httpx2
+import polars as pl
 import pyarrow as pa
 
-from hpcscope.ingest.promql import dcgm_series_selector, dcgm_series_to_samples
+from hpcscope.analysis.jobs.aggregates import gpu_time_of, summary_from_aggregates
+from hpcscope.analysis.jobs.efficiency import empty_summary, gpu_summary
+from hpcscope.ingest.promql import Series, dcgm_series_selector, dcgm_series_to_samples
+from hpcscope.ingest.promql.matrix import job_matcher
+from hpcscope.model.backends import (
+    GpuTime,
+    JobGpuRead,
+    MetricsBackend,
+    ReadSource,
+    TimeseriesRead,
+)
+from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA
 from hpcscope.model.timeutil import as_naive_utc, epoch_seconds, utcnow
+from hpcscope.service.backends import engine_live
 from hpcscope.service.backends.client import EngineClient, EngineConfig
+from hpcscope.service.backends.engine_live import MAX_POINTS_PER_QUERY
+from hpcscope.service.backends.engine_rules import (
+    ENERGY,
+    FB_USED,
+    MEAN_FIELDS,
+    TEMP,
+    THROTTLE,
+    UTIL,
+    XID,
+    RuleNames,
+)
+from hpcscope.service.backends.rule_reads import RuleReads, factor
+from hpcscope.service.engine_settings import RuleUse
 
-#: Steps per query_range call (under Prometheus' 11,000 points per series).
-MAX_POINTS_PER_QUERY = 10_000
-
-
-def read_grid(start: datetime, end: datetime, step_seconds: float) -> list[tuple[int, int, int]]:
-    """The query_range calls that read ``[start, end]``: (start, end, step), epoch milliseconds.
-
-    The step is the largest whole number of milliseconds, at most ``step_seconds``, that puts
-    points on both ends of the window (within a millisecond a point): a job report weighs each
-    point by the time to the next, so a window read at a step that does not divide it would lose
-    up to a step at its end (1.1 % of a minute's GPU-hours at 1 s scrapes, measured). Chunks
-    hold at most :data:`MAX_POINTS_PER_QUERY` steps.
-    """
-    start_ms = round(epoch_seconds(start) * 1000)
-    end_ms = round(epoch_seconds(end) * 1000)
-    span_ms = end_ms - start_ms
-    if span_ms < 0:
-        return []
-    wanted_ms = max(1, round(step_seconds * 1000))
-    if span_ms == 0:
-        return [(start_ms, end_ms, wanted_ms)]
-    steps = max(1, math.ceil(span_ms / wanted_ms))
-    step_ms = max(1, span_ms // steps)
-    grid = []
-    done = 0
-    while done <= steps:
-        points = min(MAX_POINTS_PER_QUERY, steps - done)
-        chunk_start = start_ms + done * step_ms
-        grid.append((chunk_start, chunk_start + points * step_ms, step_ms))
-        done += points + 1
-    return grid
+#: Most steps of a raw read per series: a longer window is read at a coarser step.
+MAX_RAW_STEPS = 1_440
+#: The fields a report reads at a bounded step, and how a step folds them.
+DOWNSAMPLED: dict[str, str] = {
+    **dict.fromkeys(MEAN_FIELDS, "avg_over_time"),
+    TEMP: "max_over_time",
+    FB_USED: "max_over_time",
+    ENERGY: "max_over_time",
+    THROTTLE: "max_over_time",
+    XID: "max_over_time",
+}
 
 
 class PrometheusSamples:
-    """The ``prometheus`` backend's :class:`~hpcscope.model.backends.GpuSampleReader`.
+    """The ``prometheus`` backend's :class:`~hpcscope.model.backends.GpuMetrics`.
 
     Args:
         engine: the engine's client (or its base URL: a client with default settings).
-        step_seconds: resolution of the read: the scrape interval of the dcgm-exporter job.
+        step_seconds: the scrape interval of the dcgm-exporter job (the raw resolution).
         lookback_seconds: how far back a read with no ``since`` goes.
+        recording_rules: read the engine recording rules (``auto``: when they cover the
+            window), ``always`` or ``never``.
+        rule_window_seconds: the rules' evaluation interval as loaded (60 as shipped).
         now: the clock (tests pass a fixed one).
         transport: an httpx2 transport for a client made from a URL (tests).
     """
@@ -73,6 +92,8 @@ class PrometheusSamples:
         *,
         step_seconds: float,
         lookback_seconds: float,
+        recording_rules: RuleUse = "auto",
+        rule_window_seconds: int = 60,
         timeout_seconds: float = 30.0,
         now: Callable[[], datetime] = utcnow,
         transport: httpx2.BaseTransport | None = None,
@@ -84,7 +105,46 @@ class PrometheusSamples:
         self.url = engine.url
         self.step_seconds = step_seconds
         self.lookback_seconds = lookback_seconds
+        self.recording_rules = recording_rules
         self._now = now
+        self.rules = RuleReads(
+            engine,
+            RuleNames(rule_window_seconds),
+            lookback_seconds=lookback_seconds,
+            now=now,
+        )
+
+    @property
+    def backend(self) -> MetricsBackend:
+        return "prometheus"
+
+    @property
+    def lag_seconds(self) -> float:
+        """A rule window and two scrape intervals (a sample lands, its window is evaluated)."""
+        window = 0 if self.recording_rules == "never" else self.rules.window_seconds
+        return window + 2 * self.step_seconds
+
+    def close(self) -> None:
+        self.rules.close()
+
+    def _window(self, since: datetime | None, until: datetime | None) -> tuple[datetime, datetime]:
+        end = as_naive_utc(until) if until is not None else self._now()
+        start = (
+            as_naive_utc(since)
+            if since is not None
+            else end - timedelta(seconds=self.lookback_seconds)
+        )
+        return start, end
+
+    def use_rules(self, start: datetime) -> bool:
+        """Whether a read from ``start`` reads the recording rules (the setting, the probe)."""
+        if self.recording_rules == "never":
+            return False
+        if self.recording_rules == "always":
+            return True
+        return self.rules.coverage().covers(start, window_seconds=self.rules.window_seconds)
+
+    # ------------------------------------------------------------------ raw samples
 
     def samples_for_jobs(
         self,
@@ -93,23 +153,150 @@ class PrometheusSamples:
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> pa.Table:
-        """GPU samples of the given jobs (the caller has already checked visibility)."""
+        """Raw GPU samples of the given jobs (the caller has already checked visibility)."""
         if not job_ids:
             return GPU_SAMPLE_SCHEMA.empty_table()
-        end = as_naive_utc(until) if until is not None else self._now()
-        start = (
-            as_naive_utc(since)
-            if since is not None
-            else end - timedelta(seconds=self.lookback_seconds)
-        )
+        start, end = self._window(since, until)
         if start > end:
             return GPU_SAMPLE_SCHEMA.empty_table()
-        query = dcgm_series_selector(job_ids)
-        source = f"{self.url}/api/v1/query_range"
-        tables = []
-        for chunk_start, chunk_end, step_ms in read_grid(start, end, self.step_seconds):
+        selector = dcgm_series_selector(job_ids)
+        return engine_live.raw_samples(
+            self.engine, selector, since=start, until=end, step=self.step_seconds
+        )
+
+    def _downsampled(
+        self, job_ids: Sequence[str], *, start: datetime, end: datetime, step: int
+    ) -> pa.Table:
+        """The report's fields per ``step`` seconds (see the module docstring)."""
+        selector = "{" + job_matcher(job_ids) + "}"
+        first = math.floor(epoch_seconds(start) / step) * step + step
+        last = math.ceil(epoch_seconds(end) / step) * step
+        series: list[Series] = []
+        for field, fold in DOWNSAMPLED.items():
             answer = self.engine.query_range(
-                query, start=chunk_start / 1000, end=chunk_end / 1000, step=step_ms / 1000
+                f"{fold}({field}{selector}[{step}s])",
+                start=float(first),
+                end=float(last),
+                step=float(step),
             )
-            tables.append(dcgm_series_to_samples(answer.series, source=source))
-        return pa.concat_tables(tables)
+            series += [
+                Series({**s.labels, "__name__": field}, s.times, s.values) for s in answer.series
+            ]
+        return dcgm_series_to_samples(series, source=f"{self.url}/api/v1/query_range")
+
+    # ------------------------------------------------------------------ reads
+
+    def job_gpus(
+        self,
+        job_ids: Sequence[str],
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> JobGpuRead:
+        """What a report reads of the jobs' GPUs (the module docstring)."""
+        start, end = self._window(since, until)
+        if job_ids and self.use_rules(start):
+            window = float(self.rules.window_seconds)
+            return JobGpuRead(
+                ReadSource("prometheus", "recording_rules", window),
+                aggregates=self.rules.aggregates(job_ids, since=start, until=end),
+            )
+        span = max(0.0, (end - start).total_seconds())
+        step = max(self.step_seconds, math.ceil(span / MAX_RAW_STEPS))
+        if step <= self.step_seconds or not job_ids:
+            samples = self.samples_for_jobs(job_ids, since=start, until=end)
+            return JobGpuRead(
+                ReadSource("prometheus", "query_range", self.step_seconds), samples=samples
+            )
+        cap = max(max_sample_weight_seconds(self.step_seconds), float(step))
+        return JobGpuRead(
+            ReadSource("prometheus", "query_range", float(step)),
+            samples=self._downsampled(job_ids, start=start, end=end, step=int(step)),
+            max_interval_seconds=cap,
+        )
+
+    def jobs_seen(
+        self,
+        *,
+        since: datetime,
+        until: datetime | None = None,
+        job_ids: Sequence[str] | None = None,
+    ) -> list[str]:
+        start, end = self._window(since, until)
+        start = max(start, end - timedelta(seconds=self.lookback_seconds))
+        if self.use_rules(start):
+            return self.rules.jobs_seen(since=start, until=end, job_ids=job_ids)
+        return engine_live.jobs_seen(self.engine, since=start, until=end, job_ids=job_ids)
+
+    def latest(self, *, since: datetime, until: datetime | None = None) -> pa.Table:
+        _, end = self._window(since, until)
+        return engine_live.latest(self.engine, since=as_naive_utc(since), until=end)
+
+    def last_seen(self, *, since: datetime) -> Mapping[tuple[str, int], datetime]:
+        return engine_live.last_seen(
+            self.engine, since=as_naive_utc(since), until=self._now(), step=self.step_seconds
+        )
+
+    def gpu_time(
+        self,
+        job_ids: Sequence[str] | None,
+        *,
+        since: datetime,
+        until: datetime,
+        max_interval_seconds: float,
+    ) -> GpuTime:
+        """The diagram's GPU time from what :meth:`job_gpus` reads over the window."""
+        ids = list(job_ids) if job_ids is not None else self.jobs_seen(since=since, until=until)
+        if not ids:
+            return gpu_time_of(empty_summary())
+        read = self.job_gpus(ids, since=since, until=until)
+        if read.aggregates is not None:
+            frame = pl.from_arrow(read.aggregates)
+            assert isinstance(frame, pl.DataFrame)
+            return gpu_time_of(summary_from_aggregates(frame))
+        samples = pl.from_arrow(
+            read.samples if read.samples is not None else GPU_SAMPLE_SCHEMA.empty_table()
+        )
+        assert isinstance(samples, pl.DataFrame)
+        cap = read.max_interval_seconds or max_interval_seconds
+        return gpu_time_of(gpu_summary(samples, max_interval_seconds=cap))
+
+    def idle_gpu_samples(self, *, since: datetime, until: datetime) -> pa.Table:
+        return engine_live.idle_gpu_samples(
+            self.engine,
+            since=as_naive_utc(since),
+            until=as_naive_utc(until),
+            step=self.step_seconds,
+        )
+
+    def xid_counts(self, *, since: datetime, until: datetime) -> pa.Table:
+        return engine_live.xid_counts(
+            self.engine,
+            since=as_naive_utc(since),
+            until=as_naive_utc(until),
+            step=self.step_seconds,
+        )
+
+    def gpu_timeseries(
+        self,
+        job_ids: Sequence[str],
+        *,
+        bucket_seconds: int,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> TimeseriesRead:
+        start, end = self._window(since, until)
+        window = self.rules.window_seconds
+        if job_ids and bucket_seconds % window == 0 and self.use_rules(start):
+            table = self.rules.timeseries(
+                job_ids, bucket_seconds=bucket_seconds, since=start, until=end
+            )
+            return TimeseriesRead(table, ReadSource("prometheus", "recording_rules", window))
+        bucket = max(bucket_seconds, math.ceil(self.step_seconds))
+        table = engine_live.bucket_means(
+            self.engine, job_ids, bucket_seconds=bucket, since=start, until=end
+        )
+        return TimeseriesRead(table, ReadSource("prometheus", "query_range", float(bucket)))
+
+
+__all__ = ["MAX_POINTS_PER_QUERY", "UTIL", "PrometheusSamples", "factor"]

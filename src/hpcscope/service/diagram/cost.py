@@ -85,9 +85,15 @@ def cost_summary(
     service: Service, *, scope: JobScope, label: str, since: datetime, until: datetime
 ) -> CostSummary:
     """Lost GPU-hours and their cost for jobs inside ``scope`` (see the module docstring)."""
-    time = queries.gpu_time(
-        service.store,
-        scope=scope,
+    metrics = service.gpu_samples()
+    job_ids: list[str] | None = None
+    if not scope.all_jobs:  # the jobs of the window inside the scope (unknown ones are not)
+        seen = metrics.jobs_seen(since=since, until=until)
+        job_ids = [
+            r["job_id"] for r in queries.visible_jobs(service.store, scope=scope, job_ids=seen)
+        ]
+    time = metrics.gpu_time(
+        job_ids,
         since=since,
         until=until,
         max_interval_seconds=max_sample_weight_seconds(service.settings.scrape_interval_seconds),

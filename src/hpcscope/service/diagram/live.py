@@ -27,11 +27,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-import polars as pl
-
-from hpcscope.analysis.jobs.efficiency import gpu_summary
 from hpcscope.model.access import system_principal
-from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.alert_counts import AlertSummary, alert_summary
@@ -39,6 +35,7 @@ from hpcscope.service.diagram.alert_counts import detections_configured as detec
 from hpcscope.service.diagram.collectors import CollectorHealth, collector_health
 from hpcscope.service.diagram.viewer import Viewer as Viewer
 from hpcscope.service.diagram.viewer import diagram_viewer as diagram_viewer
+from hpcscope.service.jobs import reports
 from hpcscope.service.settings import Settings
 from hpcscope.service.snapshots import Snapshots
 from hpcscope.store import diagram as queries
@@ -241,19 +238,18 @@ def live_verdicts(
     """
     if viewer.anonymous:
         return {}
-    table = queries.recent_job_samples(
-        service.store,
-        scope=viewer.scope(),
-        since=now - timedelta(seconds=VERDICT_WINDOW_SECONDS),
-    )
-    if table.num_rows == 0:
+    since = now - timedelta(seconds=VERDICT_WINDOW_SECONDS)
+    metrics = service.gpu_samples()
+    principal = viewer.principal or system_principal("diagram verdicts")
+    ids = reports.seen_and_visible(service.store, principal, metrics, since=since, until=now)
+    if not ids:
         return {}
-    frame = pl.from_arrow(table)
-    assert isinstance(frame, pl.DataFrame)
-    summary = gpu_summary(
-        frame,
-        max_interval_seconds=max_sample_weight_seconds(service.settings.scrape_interval_seconds),
+    read = metrics.job_gpus(ids, since=since, until=now)
+    summary = reports.gpu_rows(
+        read, scrape_interval_seconds=service.settings.scrape_interval_seconds
     )
+    if summary.height == 0:
+        return {}
     return {
         (str(row["job_id"]), str(row["node"]), int(row["gpu"])): str(row["verdict"])
         for row in summary.select("job_id", "node", "gpu", "verdict").iter_rows(named=True)
@@ -283,10 +279,17 @@ def gpu_views(
     verdicts of every job (:func:`all_live_verdicts`; a GPU takes the verdict of a job only
     when the viewer's scoped query named that job visible on it)."""
     fresh = fresh_seconds(service.settings)
+    metrics = service.gpu_samples()
+    since = now - timedelta(seconds=fresh)
+    latest = (
+        shared.get(("diagram.latest",), lambda: metrics.latest(since=since, until=now))
+        if shared is not None
+        else metrics.latest(since=since, until=now)
+    )
     states = queries.gpu_states(
         service.store,
+        latest=latest,
         scope=viewer.scope(),
-        since=now - timedelta(seconds=fresh),
         idle_values=viewer.principal is not None and viewer.principal.is_admin,
     )
     by_gpu = {(r["node"], int(r["gpu"])): r for r in states.rows}
@@ -301,10 +304,10 @@ def gpu_views(
     if silent and shared is not None:
         last_seen = shared.get(
             ("diagram.last_seen",),
-            lambda: queries.last_sample_times(service.store, since=now - LAST_SEEN_LOOKBACK),
+            lambda: metrics.last_seen(since=now - LAST_SEEN_LOOKBACK),
         )
     elif silent:
-        last_seen = queries.last_sample_times(service.store, since=now - LAST_SEEN_LOOKBACK)
+        last_seen = metrics.last_seen(since=now - LAST_SEEN_LOOKBACK)
     verdicts: Mapping[tuple[str, str, int], str]
     if shared is not None and not viewer.anonymous:
         verdicts = shared.get(("diagram.verdicts",), lambda: all_live_verdicts(service, now=now))

@@ -36,6 +36,17 @@ class GpuReportDocument(Contract):
     energy_joules: Number | None
 
 
+class MetricsReadDocument(Contract):
+    """How the metrics backend answered a page's GPU reads: ``backend`` (``embedded``,
+    ``prometheus``), ``read`` (``store``, ``recording_rules``, ``query_range``) and the
+    resolution read (``step_seconds``: a rule's window, a query_range step; null: every
+    sample)."""
+
+    backend: str
+    read: str
+    step_seconds: Number | None
+
+
 class JobReportDocument(Contract):
     """What hpcscope says about one job: reported vs real, GPU-hours, cost, verdict."""
 
@@ -69,6 +80,8 @@ class JobReportDocument(Contract):
     #: ``raw`` samples (running jobs, jobs not yet summarised) or the kept ``summary`` of a
     #: finished job (its raw samples may have passed retention).
     source: str
+    #: How the metrics backend answered a ``raw`` report (null for a kept summary).
+    metrics: MetricsReadDocument | None = None
 
     @classmethod
     def from_report(cls, report: JobReport) -> JobReportDocument:
@@ -118,6 +131,8 @@ class JobTimeseries(Contract):
     source: str | None
     series: list[GpuSeries]
     out_of_retention: list[TimeRange]
+    #: How the metrics backend answered (null: nothing was read).
+    metrics: MetricsReadDocument | None = None
 
 
 class TargetHealth(Contract):

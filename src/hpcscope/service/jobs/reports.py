@@ -14,12 +14,14 @@ from typing import TypedDict, cast
 import polars as pl
 import pyarrow as pa
 
+from hpcscope.analysis.jobs.aggregates import summary_from_aggregates
 from hpcscope.analysis.jobs.efficiency import gpu_summary
 from hpcscope.analysis.jobs.report import JobReport as JobReport  # serve's pages name it
 from hpcscope.analysis.jobs.report import job_reports
 from hpcscope.model.access import Principal
-from hpcscope.model.backends import GpuSampleReader
+from hpcscope.model.backends import STORE_READ, GpuMetrics, JobGpuRead, ReadSource
 from hpcscope.model.sampling import max_sample_weight_seconds
+from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA
 from hpcscope.model.timeutil import iso_z
 from hpcscope.store import reports as queries
 from hpcscope.store import summaries as kept
@@ -28,11 +30,18 @@ from hpcscope.store.duck import Store
 #: Jobs listed at most per request (newest first).
 MAX_JOBS = 200
 
+#: ``since`` of a read that reaches as far back as the backend keeps samples.
+UNBOUNDED_PAST = datetime(1970, 1, 1)
+
 
 def _frame(table: pa.Table) -> pl.DataFrame:
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     return frame
+
+
+#: How far before a job's scheduled start its GPUs are read (clocks of Slurm and exporters).
+START_MARGIN = timedelta(minutes=2)
 
 
 def reports_for(
@@ -44,35 +53,89 @@ def reports_for(
     scrape_interval_seconds: float,
     gpu_hour_price: float,
     currency: str,
-    samples: GpuSampleReader | None = None,
+    samples: GpuMetrics | None = None,
 ) -> list[JobReport]:
     """Reports of the jobs the principal may see: the newest :data:`MAX_JOBS`, or exactly
-    ``job_ids`` among the visible ones (however old).
+    ``job_ids`` among the visible ones (however old), as of ``now``.
 
     ``samples`` is where GPU samples are read (``metrics_backend``; default the store's own);
-    scheduler records and kept summaries always come from the store."""
+    scheduler records and kept summaries always come from the store. A report computed from
+    the backend carries how it was read (``metrics``)."""
+    metrics = samples if samples is not None else queries.EmbeddedSamples(store)
     scope = principal.job_scope()
     if job_ids is None:
         jobs = _frame(queries.visible_jobs(store, scope, limit=MAX_JOBS))
         ids = set(jobs["job_id"].to_list())
         if scope.all_jobs:  # admins also get jobs seen on GPUs that the scheduler does not know
-            ids |= set(queries.job_ids_in_samples(store, scope, since=now - timedelta(days=1)))
+            ids |= set(metrics.jobs_seen(since=now - timedelta(days=1), until=now))
     else:
-        jobs, ids = visible_jobs_by_id(store, principal, job_ids)
+        jobs, ids = visible_jobs_by_id(store, principal, job_ids, metrics=metrics, now=now)
     summarised = kept.summarised_job_ids(store, sorted(ids))
-    summary = gpu_frame(
+    raw_ids = sorted(ids - summarised)
+    summary, source = gpu_frame_read(
         store,
-        sorted(ids - summarised),
+        raw_ids,
         summarised=sorted(summarised),
         scrape_interval_seconds=scrape_interval_seconds,
-        samples=samples,
+        samples=metrics,
+        since=earliest_start(jobs, raw_ids),
+        until=now,
     )
     reports = job_reports(summary, jobs, now=now, gpu_hour_price=gpu_hour_price, currency=currency)
     return [
-        replace(r, source="summary") if r.job_id in summarised else r
+        replace(r, source="summary") if r.job_id in summarised else replace(r, metrics=source)
         for r in reports
         if r.job_id in ids
     ]
+
+
+def earliest_start(jobs: pl.DataFrame, job_ids: Sequence[str]) -> datetime | None:
+    """The earliest scheduled start of ``job_ids`` less :data:`START_MARGIN`; None when one of
+    them has no start (a job the scheduler does not know, or not started)."""
+    if not job_ids or "start_time" not in jobs.columns:
+        return None
+    wanted = jobs.filter(pl.col("job_id").is_in(list(job_ids)))
+    starts = wanted["start_time"]
+    if wanted.height < len(set(job_ids)) or starts.null_count():
+        return None
+    first = starts.min()
+    return first - START_MARGIN if isinstance(first, datetime) else None
+
+
+def gpu_rows(read: JobGpuRead, *, scrape_interval_seconds: float) -> pl.DataFrame:
+    """The ``gpu_summary`` rows of what a backend answered: aggregates folded, raw samples
+    weighed (each to the next, capped at the read's cap or three scrape intervals)."""
+    if read.aggregates is not None:
+        return summary_from_aggregates(_frame(read.aggregates))
+    samples = read.samples if read.samples is not None else GPU_SAMPLE_SCHEMA.empty_table()
+    cap = read.max_interval_seconds or max_sample_weight_seconds(scrape_interval_seconds)
+    return gpu_summary(_frame(samples), max_interval_seconds=cap)
+
+
+def gpu_frame_read(
+    store: Store,
+    raw_ids: Sequence[str],
+    *,
+    summarised: Sequence[str] = (),
+    scrape_interval_seconds: float,
+    samples: GpuMetrics | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> tuple[pl.DataFrame, ReadSource]:
+    """The ``gpu_summary`` rows of jobs: computed from the backend's answer for ``raw_ids``
+    (``samples``, default the store's own), read from the kept summaries for ``summarised``
+    (finished jobs: their raw samples may be gone); and how the backend answered."""
+    reader = samples if samples is not None else queries.EmbeddedSamples(store)
+    if raw_ids:
+        read = reader.job_gpus(raw_ids, since=since, until=until)
+    else:
+        read = JobGpuRead(STORE_READ, samples=GPU_SAMPLE_SCHEMA.empty_table())
+    summary = gpu_rows(read, scrape_interval_seconds=scrape_interval_seconds)
+    if not summarised:
+        return summary, read.source
+    stored = _frame(kept.gpu_summaries_for_jobs(store, summarised))
+    frame = pl.concat([summary, stored.select(summary.columns)], how="vertical_relaxed")
+    return frame, read.source
 
 
 def gpu_frame(
@@ -81,35 +144,62 @@ def gpu_frame(
     *,
     summarised: Sequence[str] = (),
     scrape_interval_seconds: float,
-    samples: GpuSampleReader | None = None,
+    samples: GpuMetrics | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> pl.DataFrame:
-    """The ``gpu_summary`` rows of jobs: computed from raw samples for ``raw_ids`` (read from
-    ``samples``, default the store's own), read from the kept summaries for ``summarised``
-    (finished jobs: their raw samples may be gone)."""
-    reader = samples if samples is not None else queries.EmbeddedSamples(store)
-    raw = _frame(reader.samples_for_jobs(raw_ids))
-    summary = gpu_summary(
-        raw, max_interval_seconds=max_sample_weight_seconds(scrape_interval_seconds)
+    """:func:`gpu_frame_read` without the read's source."""
+    frame, _ = gpu_frame_read(
+        store,
+        raw_ids,
+        summarised=summarised,
+        scrape_interval_seconds=scrape_interval_seconds,
+        samples=samples,
+        since=since,
+        until=until,
     )
-    if not summarised:
-        return summary
-    stored = _frame(kept.gpu_summaries_for_jobs(store, summarised))
-    return pl.concat([summary, stored.select(summary.columns)], how="vertical_relaxed")
+    return frame
 
 
 def visible_jobs_by_id(
-    store: Store, principal: Principal, job_ids: list[str]
+    store: Store,
+    principal: Principal,
+    job_ids: list[str],
+    *,
+    metrics: GpuMetrics | None = None,
+    now: datetime | None = None,
 ) -> tuple[pl.DataFrame, set[str]]:
     """The scheduler records and the ids of those of ``job_ids`` the principal may see.
 
     An id with GPU samples but no scheduler record is visible to admins only (deny by
-    default): the record is then absent and the id is still returned."""
+    default): the record is then absent and the id is still returned (samples within the
+    backend's reach: the embedded store's whole history, an engine's lookback)."""
     scope = principal.job_scope()
     jobs = _frame(queries.jobs_by_id(store, job_ids, scope))
     ids = set(jobs["job_id"].to_list())
-    if scope.all_jobs:
-        ids |= set(queries.job_ids_with_samples(store, job_ids))
+    unknown = sorted(set(job_ids) - ids)
+    if scope.all_jobs and unknown:
+        reader = metrics if metrics is not None else queries.EmbeddedSamples(store)
+        ids |= set(reader.jobs_seen(since=UNBOUNDED_PAST, until=now, job_ids=unknown))
     return jobs, ids
+
+
+def seen_and_visible(
+    store: Store,
+    principal: Principal,
+    metrics: GpuMetrics,
+    *,
+    since: datetime,
+    until: datetime | None = None,
+) -> list[str]:
+    """Job ids with GPU samples in ``[since, until]`` that ``principal`` may see (admins also
+    those the scheduler does not know), sorted."""
+    seen = metrics.jobs_seen(since=since, until=until)
+    if not seen:
+        return []
+    scope = principal.job_scope()
+    known = set(_frame(queries.jobs_by_id(store, seen, scope))["job_id"].to_list())
+    return sorted(set(seen) if scope.all_jobs else known)
 
 
 class TargetHealth(TypedDict):
@@ -189,9 +279,11 @@ def live_job_gpus(
     scrape_interval_seconds: float,
     gpu_hour_price: float,
     currency: str,
+    samples: GpuMetrics | None = None,
 ) -> LiveJobs:
     """What the jobs running in the last ``window`` are doing now, for ``principal``."""
-    ids = queries.job_ids_in_samples(store, principal.job_scope(), since=now - window)
+    metrics = samples if samples is not None else queries.EmbeddedSamples(store)
+    ids = seen_and_visible(store, principal, metrics, since=now - window, until=now)
     if not ids:
         return LiveJobs((), ())
     jobs = reports_for(
@@ -202,11 +294,10 @@ def live_job_gpus(
         scrape_interval_seconds=scrape_interval_seconds,
         gpu_hour_price=gpu_hour_price,
         currency=currency,
+        samples=metrics,
     )
-    recent = _frame(queries.samples_for_jobs(store, ids, since=now - window))
-    summary = gpu_summary(
-        recent, max_interval_seconds=max_sample_weight_seconds(scrape_interval_seconds)
-    )
+    recent = metrics.job_gpus(ids, since=now - window, until=now)
+    summary = gpu_rows(recent, scrape_interval_seconds=scrape_interval_seconds)
     gpus = tuple(
         RunningJobGpu(
             row["job_id"],

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from hpcscope.model.backends import GpuMetrics
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.jobs.summaries import summarise_finished_jobs
 from hpcscope.service.settings import Settings
@@ -61,15 +62,21 @@ class UpkeepReport:
 
 
 def run_upkeep(
-    store: Store, config: UpkeepConfig, *, now: datetime, scrape_interval_seconds: float
+    store: Store,
+    config: UpkeepConfig,
+    *,
+    now: datetime,
+    scrape_interval_seconds: float,
+    metrics: GpuMetrics | None = None,
 ) -> UpkeepReport:
-    """One pass of summaries and retention at ``now`` (steps in the module docstring)."""
+    """One pass of summaries and retention at ``now`` (steps in the module docstring);
+    ``metrics``: where the summaries read GPU samples (default the store's own)."""
     written = summarise_finished_jobs(
-        store, now=now, scrape_interval_seconds=scrape_interval_seconds
+        store, now=now, scrape_interval_seconds=scrape_interval_seconds, metrics=metrics
     )
     store.finalise_rollups(now - timedelta(seconds=60 + config.rollup_grace_seconds)).result()
     raw = kept.delete_raw_samples(
-        store, before=now - timedelta(days=config.raw_retention_days)
+        store, before=now - timedelta(days=config.raw_retention_days), now=now
     ).result()
     rolled = kept.delete_final_rollups(
         store, before=now - timedelta(days=config.rollup_retention_days)
@@ -95,10 +102,12 @@ class Upkeep:
         *,
         scrape_interval_seconds: float,
         now: Callable[[], datetime] = utcnow,
+        metrics: GpuMetrics | None = None,
     ):
         self.store = store
         self.config = config
         self.scrape_interval_seconds = scrape_interval_seconds
+        self.metrics = metrics
         self._now = now  # the collector passes its own clock (tests: simulated time)
         self._cycles = 0
         self.last: UpkeepReport | None = None
@@ -116,6 +125,7 @@ class Upkeep:
                 self.config,
                 now=self._now(),
                 scrape_interval_seconds=self.scrape_interval_seconds,
+                metrics=self.metrics,
             )
         except Exception:  # upkeep must never stop collection
             log.exception("upkeep (summaries, retention) failed")

@@ -27,9 +27,10 @@ import pyarrow as pa
 from hpcscope.analysis.jobs.efficiency import classify_gpus, gpu_summary
 from hpcscope.analysis.jobs.report import job_reports
 from hpcscope.analysis.jobs.summary import summary_rows
+from hpcscope.model.backends import GpuMetrics
 from hpcscope.model.sampling import max_sample_weight_seconds
 from hpcscope.model.schemas import JOB_GPU_SUMMARY_SCHEMA, JOB_SUMMARY_SCHEMA
-from hpcscope.service.jobs.reports import gpu_frame
+from hpcscope.service.jobs.reports import earliest_start, gpu_frame
 from hpcscope.store import summaries as kept
 from hpcscope.store.duck import Store
 
@@ -80,8 +81,16 @@ def summarise_finished_jobs(
     max_jobs: int = 2000,
     large_job_samples: int = LARGE_JOB_SAMPLES,
     nodes_per_part: int = NODES_PER_PART,
+    metrics: GpuMetrics | None = None,
 ) -> int:
-    """Summarise the finished jobs that have no summary yet; returns how many were written."""
+    """Summarise the finished jobs that have no summary yet; returns how many were written.
+
+    ``metrics``: where the GPU samples are read (default the store's own); a job is due once
+    the backend's reads include its last samples (``lag_seconds``)."""
+    if metrics is not None and metrics.backend != "embedded":
+        return _summarise_from(
+            store, metrics, now=now, interval=scrape_interval_seconds, most=max_jobs
+        )
     settle = timedelta(seconds=max_sample_weight_seconds(scrape_interval_seconds))
     written = 0
     while written < max_jobs:
@@ -117,5 +126,43 @@ def summarise_finished_jobs(
         ).result()
         written += count
         if count == 0:  # a concurrent pass wrote them: nothing left for this one
+            break
+    return written
+
+
+def _summarise_from(
+    store: Store, metrics: GpuMetrics, *, now: datetime, interval: float, most: int
+) -> int:
+    """:func:`summarise_finished_jobs` reading a metrics engine: per batch of jobs, one read
+    of their GPUs over their lives (the engine aggregates; no part-by-part read)."""
+    settle = timedelta(seconds=max_sample_weight_seconds(interval) + metrics.lag_seconds)
+    written = 0
+    while written < most:
+        due = kept.jobs_to_summarise(store, ended_before=now - settle, limit=BATCH_JOBS)
+        if due.num_rows == 0:
+            break
+        jobs = _frame(due)
+        ids = sorted(jobs["job_id"].to_list())
+        frame = gpu_frame(
+            store,
+            ids,
+            scrape_interval_seconds=interval,
+            samples=metrics,
+            since=earliest_start(jobs, ids),
+            until=now,
+        )
+        reports = [
+            r
+            for r in job_reports(frame, jobs, now=now, gpu_hour_price=0.0, currency="")
+            if r.job_id in set(ids)
+        ]
+        rows, gpus = summary_rows(reports, frame, jobs, summarised_at=now)
+        count = kept.write_summaries(
+            store,
+            pa.Table.from_pylist(rows, schema=JOB_SUMMARY_SCHEMA),
+            gpus.to_arrow().cast(JOB_GPU_SUMMARY_SCHEMA),
+        ).result()
+        written += count
+        if count == 0:
             break
     return written

@@ -10,12 +10,14 @@ that a chart says so instead of drawing a zero.
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 
-from hpcscope.model.timeutil import epoch_seconds
+from hpcscope.model.access import JobScope
+from hpcscope.model.backends import GpuMetrics, ReadSource
+from hpcscope.model.timeutil import epoch_seconds, utcnow
 from hpcscope.service.jobs.contracts import JobTimeseries
 from hpcscope.store import reports as queries
 from hpcscope.store import rollups
@@ -32,60 +34,65 @@ def _span(*ranges: tuple[datetime | None, datetime | None]) -> tuple[datetime | 
 
 
 def job_timeseries(
-    store: Store, job_id: str, *, scrape_interval_seconds: float, max_points: int = 720
+    store: Store,
+    job_id: str,
+    *,
+    scrape_interval_seconds: float,
+    max_points: int = 720,
+    metrics: GpuMetrics | None = None,
+    now: datetime | None = None,
 ) -> JobTimeseries:
     """The time series of a job the caller may see (visibility is checked by the caller).
 
     Returns:
         ``job_id``, ``bucket_seconds``, ``source`` (``raw``, ``rollup`` or None when nothing is
         left), ``series`` (per GPU: ``node``, ``gpu``, ``t`` in epoch seconds and the means of
-        ``reported_util_ratio``, ``sm_active_ratio``, ``tensor_active_ratio``) and
+        ``reported_util_ratio``, ``sm_active_ratio``, ``tensor_active_ratio``),
         ``out_of_retention``: ``[{"start", "end"}]`` in epoch seconds, the parts of the job's
-        life whose data was dropped.
+        life whose data was dropped (or that the engine no longer keeps), and ``metrics``: how
+        the metrics backend answered.
     """
+    reader = metrics if metrics is not None else queries.EmbeddedSamples(store)
+    if reader.backend != "embedded":
+        return _engine_timeseries(
+            store, job_id, reader, scrape_interval_seconds, max_points, now or utcnow()
+        )
     raw = queries.sample_time_range(store, job_id)
     rolled = rollups.rollup_time_range(store, job_id)
     life = _span(raw, rolled, kept.summary_time_range(store, job_id))
     first, last = life
     if first is None or last is None:
-        return JobTimeseries.model_validate(
-            {
-                "job_id": job_id,
-                "bucket_seconds": None,
-                "source": None,
-                "series": [],
-                "out_of_retention": [],
-            }
-        )
+        return _document(job_id, None, None, {}, [], None)
     span = max(1.0, (last - first).total_seconds())
     bucket = max(int(scrape_interval_seconds), int(span / max_points) + 1)
     raw_covers = raw[0] is not None and (rolled[0] is None or raw[0] <= rolled[0])
-    rows: pa.Table
     if rolled[0] is not None and (bucket >= 60 or not raw_covers):
         bucket = 60 * math.ceil(bucket / 60)
-        rows, source, covered = (
-            rollups.rollup_timeseries(store, job_id, bucket_seconds=bucket),
-            "rollup",
-            rolled,
-        )
+        source, covered = "rollup", rolled
     elif raw[0] is not None:
-        rows = queries.gpu_timeseries(store, job_id, bucket_seconds=bucket)
+        bucket = bucket if bucket < 60 or rolled[0] is None else 60 * math.ceil(bucket / 60)
         source, covered = "raw", raw
     else:
-        return JobTimeseries.model_validate(
-            {
-                "job_id": job_id,
-                "bucket_seconds": None,
-                "source": None,
-                "series": [],
-                "out_of_retention": [{"start": epoch_seconds(first), "end": epoch_seconds(last)}],
-            }
-        )
+        gone = [{"start": epoch_seconds(first), "end": epoch_seconds(last)}]
+        return _document(job_id, None, None, {}, gone, None)
+    read = reader.gpu_timeseries([job_id], bucket_seconds=bucket)
+    gaps = _gaps((first, last), covered)
+    return _document(job_id, bucket, source, _series(read.table), gaps, read.source)
+
+
+def _gaps(
+    life: tuple[datetime, datetime], covered: tuple[datetime | None, datetime | None]
+) -> list[dict[str, float]]:
+    first, last = life
     gaps = []
     if covered[0] is not None and covered[0] > first:
         gaps.append({"start": epoch_seconds(first), "end": epoch_seconds(covered[0])})
     if covered[1] is not None and covered[1] < last:
         gaps.append({"start": epoch_seconds(covered[1]), "end": epoch_seconds(last)})
+    return gaps
+
+
+def _series(rows: pa.Table) -> dict[tuple[str, int], dict[str, list[Any]]]:
     series: dict[tuple[str, int], dict[str, list[Any]]] = {}
     for row in rows.to_pylist():
         entry = series.setdefault(
@@ -94,6 +101,17 @@ def job_timeseries(
         entry["t"].append(epoch_seconds(row["bucket"]))
         for key in _KEYS:
             entry[key].append(row[key])
+    return series
+
+
+def _document(
+    job_id: str,
+    bucket: int | None,
+    source: str | None,
+    series: dict[tuple[str, int], dict[str, list[Any]]],
+    gaps: list[dict[str, float]],
+    read: ReadSource | None,
+) -> JobTimeseries:
     return JobTimeseries.model_validate(
         {
             "job_id": job_id,
@@ -104,5 +122,40 @@ def job_timeseries(
                 for (node, gpu), values in sorted(series.items())
             ],
             "out_of_retention": gaps,
+            "metrics": None if read is None else read.to_dict(),
         }
     )
+
+
+def _engine_timeseries(
+    store: Store,
+    job_id: str,
+    reader: GpuMetrics,
+    scrape_interval_seconds: float,
+    max_points: int,
+    now: datetime,
+) -> JobTimeseries:
+    """A job's chart from an engine: over the job's life as the scheduler (or its kept
+    summary) knows it, in buckets of whole rule windows past one minute; the part of the life
+    before the engine's first bucket is out of its retention."""
+    record = queries.jobs_by_id(store, [job_id], JobScope(all_jobs=True)).to_pylist()
+    start = record[0]["start_time"] if record else None
+    end = record[0]["end_time"] if record else None
+    kept_range = kept.summary_time_range(store, job_id)
+    first = start or kept_range[0]
+    if first is None:
+        return _document(job_id, None, None, {}, [], None)
+    last = min(now, end) if end is not None else now
+    span = max(1.0, (last - first).total_seconds())
+    bucket = max(int(scrape_interval_seconds), int(span / max_points) + 1)
+    if bucket >= 60:
+        bucket = 60 * math.ceil(bucket / 60)
+    read = reader.gpu_timeseries([job_id], bucket_seconds=bucket, since=first, until=last)
+    times = read.table.column("bucket").to_pylist() if read.table.num_rows else []
+    covered = (min(times), max(times) + timedelta(seconds=bucket)) if times else (None, None)
+    if not times:
+        gone = [{"start": epoch_seconds(first), "end": epoch_seconds(last)}]
+        return _document(job_id, bucket, None, {}, gone, read.source)
+    source = "rollup" if read.source.read == "recording_rules" else "raw"
+    gaps = _gaps((first, last), (covered[0], None))
+    return _document(job_id, bucket, source, _series(read.table), gaps, read.source)

@@ -43,7 +43,13 @@ from hpcscope.service.notify.delivery import (
     DeliveryError,
     Message,
 )
-from hpcscope.service.notify.facts import facts_of, light_facts, minutes_by_job, reports_at
+from hpcscope.service.notify.facts import (
+    facts_of,
+    light_facts,
+    minutes_by_job,
+    reports_at,
+    running_minutes,
+)
 from hpcscope.service.notify.scheduler import CancelFailed, SchedulerCommands
 from hpcscope.store import notify as notify_store
 from hpcscope.store.notify import AuditEntry
@@ -132,11 +138,11 @@ class Notifier:
         store = self.service.store
         minute_rules = [r for r in self.config.rules if r.kind is not RuleKind.FAILED_WITH_XID]
         window = max((r.for_minutes for r in minute_rules), default=0) + 2
+        running = notify_store.running_job_ids(store)
         minutes = minutes_by_job(
-            notify_store.running_job_minutes(store, since=now - timedelta(minutes=window))
+            running_minutes(self.service, running, since=now - timedelta(minutes=window), until=now)
         )
         warned = notify_store.warned_job_ids(store) if self._cancelling else []
-        running = notify_store.running_job_ids(store)
         ended = notify_store.recently_ended_job_ids(store, since=now - timedelta(days=1))
         # running jobs are judged on their minutes and their record alone (cheap: no report
         # over their raw samples every minute); ended jobs (Xid) on their reports

@@ -40,6 +40,7 @@ def facts_of(
         sorted(set(ids) - summarised),
         summarised=sorted(summarised),
         scrape_interval_seconds=service.settings.scrape_interval_seconds,
+        samples=service.gpu_samples(),
     )
     extra: dict[tuple[str, str, int], dict[str, object]] = {}
     for row in frame.iter_rows(named=True):
@@ -88,8 +89,33 @@ def facts_of(
     return result
 
 
+def running_minutes(
+    service: Service, job_ids: Sequence[str], *, since: datetime, until: datetime
+) -> list[dict[str, object]]:
+    """The 1-minute means since ``since`` of the GPUs of ``job_ids`` (the running jobs), as
+    the metrics backend answers them: ``job_id``, ``minute``, ``node``, ``gpu``,
+    ``sm_active_ratio``, ``reported_util_ratio``."""
+    if not job_ids:
+        return []
+    read = service.gpu_samples().gpu_timeseries(
+        job_ids, bucket_seconds=60, since=since, until=until
+    )
+    return [
+        {
+            "job_id": row["job_id"],
+            "minute": row["bucket"],
+            "node": row["node"],
+            "gpu": int(row["gpu"]),
+            "sm_active_ratio": row["sm_active_ratio"],
+            "reported_util_ratio": row["reported_util_ratio"],
+        }
+        for row in read.table.to_pylist()
+        if row["job_id"] is not None and row["bucket"] >= since
+    ]
+
+
 def minutes_by_job(rows: Sequence[dict[str, object]]) -> dict[str, list[GpuMinute]]:
-    """Group ``store.notify.running_job_minutes`` rows by job."""
+    """Group :func:`running_minutes` rows by job."""
     grouped: dict[str, list[GpuMinute]] = defaultdict(list)
     for row in rows:
         sm, util = row["sm_active_ratio"], row["reported_util_ratio"]
@@ -119,6 +145,7 @@ def reports_at(service: Service, job_ids: Sequence[str], *, now: datetime) -> li
         scrape_interval_seconds=service.settings.scrape_interval_seconds,
         gpu_hour_price=service.topology.gpu_hour_price,
         currency=service.topology.currency,
+        samples=service.gpu_samples(),
     )
 
 

@@ -67,7 +67,8 @@ class DcgmScrape(ExporterScrape):
 
 
 def _configured(settings: Settings) -> bool:
-    return settings.dcgm.targets_path is not None
+    # with metrics_backend: prometheus the site's engine scrapes dcgm-exporter, not hpcscope
+    return settings.dcgm.targets_path is not None and settings.metrics_backend != "prometheus"
 
 
 def _build(context: SourceContext) -> DcgmScrape:

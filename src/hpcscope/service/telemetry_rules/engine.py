@@ -35,6 +35,7 @@ from hpcscope.analysis.telemetry_rules.ib_view import calibration_spans
 from hpcscope.analysis.telemetry_rules.port_events import rd5_columns
 from hpcscope.analysis.telemetry_rules.rules import TelemetryInputs, evaluate
 from hpcscope.model.alerts import Alert, RuleSpec
+from hpcscope.model.backends import GpuMetrics
 from hpcscope.model.hostlist import HostlistError, expand_hostlist
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology
@@ -44,7 +45,8 @@ from hpcscope.store import Store
 from hpcscope.store import alerts as alert_store
 from hpcscope.store import telemetry_rules as queries
 from hpcscope.store.lustre import job_stats
-from hpcscope.store.node_facts import latest_posture, xid_counts
+from hpcscope.store.node_facts import latest_posture
+from hpcscope.store.reports import EmbeddedSamples
 from hpcscope.store.slurm import allocations_between
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,8 @@ class TelemetryRules:
         now: the clock (the collector's; tests pass simulated time).
         spools: the changelog and process spools read before each run
             (:mod:`hpcscope.service.telemetry_rules.spool`).
+        metrics: where the GPU inputs are read (samples of idle GPUs, Xid counts): the
+            metrics backend; default the store's own.
         every_seconds: :meth:`after_cycle` runs the rules when this long has passed since
             their last run (0: every call); :meth:`evaluate_once` always runs them.
     """
@@ -121,8 +125,10 @@ class TelemetryRules:
         now: Callable[[], datetime] = utcnow,
         spools: Sequence[ChangelogSpool | ProcessSpool] = (),
         every_seconds: float = 0.0,
+        metrics: GpuMetrics | None = None,
     ) -> None:
         self.store = store
+        self.metrics: GpuMetrics = metrics if metrics is not None else EmbeddedSamples(store)
         self.every_seconds = every_seconds
         self.spools = tuple(spools)
         self.rules = dict(rules)
@@ -208,14 +214,14 @@ class TelemetryRules:
             )
         return TelemetryInputs(
             ib=ib,
-            gpu_samples=frame_of(queries.gpu_samples(self.store, since=gpu_since, until=now)),
+            gpu_samples=frame_of(self.metrics.idle_gpu_samples(since=gpu_since, until=now)),
             gpu_processes=frame_of(queries.gpu_processes(self.store, since=gpu_since, until=now)),
             job_stats=frame_of(job_stats(self.store, since=since, until=now)),
             changelog=frame_of(queries.changelog(self.store, since=since, until=now)),
             jobs=jobs,
             allocations=allocations,
             port_gpus=self.port_gpus,
-            xid_counts=frame_of(xid_counts(self.store, since=gpu_since, until=now)),
+            xid_counts=frame_of(self.metrics.xid_counts(since=gpu_since, until=now)),
         )
 
     def posture(self, now: datetime) -> list[Alert]:

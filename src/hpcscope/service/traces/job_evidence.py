@@ -5,7 +5,8 @@ ranks are placed on the job's allocated GPUs
 (:func:`~hpcscope.analysis.traces.rank_gpus.map_ranks_to_gpus`) and two sources are read over the
 profiled window, widened by one scrape interval on each side (samples are seconds apart):
 
-* the GPU samples of each rank's GPU (``gpu_samples``): hardware evidence (throttling, clocks,
+* the GPU samples of each rank's GPU (the metrics backend's ``samples_for_jobs``, which also
+  name the job's GPUs when no allocation is recorded): hardware evidence (throttling, clocks,
   temperature, Xid), :func:`~hpcscope.analysis.traces.straggler_evidence.hardware_evidence`;
 * the InfiniBand port counters of each rank's node (``ib_port_counters``, node_exporter):
   network evidence (errors, ports down),
@@ -55,6 +56,12 @@ def _from_telemetry(item: EvidenceJson) -> bool:
     return item["kind"] == "hardware" or figures.get("source") in _TELEMETRY_SOURCES
 
 
+def _gpus(samples: pl.DataFrame) -> list[tuple[str, int]]:
+    """The ``(node, gpu)`` pairs ``samples`` name, sorted."""
+    pairs = samples.select("node", "gpu").unique().sort("node", "gpu")
+    return [(str(r["node"]), int(r["gpu"])) for r in pairs.iter_rows(named=True)]
+
+
 def add_job_evidence(service: Service, document: AnalysisJson, job_id: str) -> None:
     """Add hardware and fabric evidence from the job's telemetry in the profiled window to
     each straggler of ``document`` (in place), and say in ``evidence_notes`` what was (not)
@@ -67,7 +74,21 @@ def add_job_evidence(service: Service, document: AnalysisJson, job_id: str) -> N
     stragglers = [int(s["rank"]) for s in document["stragglers"]]
     if not stragglers:
         return
-    allocation = queries.job_allocation(service.store, job_id)
+    window = document.get("window")
+    since = parse_iso_utc(window["start_utc"]) if window else None
+    until = parse_iso_utc(window["end_utc"]) if window else None
+    if since is not None and until is not None:
+        pad = timedelta(seconds=service.settings.scrape_interval_seconds)
+        since, until = since - pad, until + pad
+    metrics = service.gpu_samples()
+    samples = pl.from_arrow(metrics.samples_for_jobs([job_id], since=since, until=until))
+    assert isinstance(samples, pl.DataFrame)
+    # the job's allocations, else the GPUs its samples name (in the window, else at any time)
+    allocation = queries.job_allocation(service.store, job_id) or _gpus(samples)
+    if not allocation and since is not None:
+        anytime = pl.from_arrow(metrics.samples_for_jobs([job_id]))
+        assert isinstance(anytime, pl.DataFrame)
+        allocation = _gpus(anytime)
     if not allocation:
         notes.append(f"job {job_id}: no GPU allocation or sample is known, no hardware evidence")
         return
@@ -75,15 +96,9 @@ def add_job_evidence(service: Service, document: AnalysisJson, job_id: str) -> N
         [(int(s["rank"]), s.get("host"), s.get("gpu_index")) for s in document["sources"]],
         allocation,
     )
-    window = document.get("window")
-    since = parse_iso_utc(window["start_utc"]) if window else None
-    until = parse_iso_utc(window["end_utc"]) if window else None
-    if since is not None and until is not None:
-        pad = timedelta(seconds=service.settings.scrape_interval_seconds)
-        since, until = since - pad, until + pad
     data_ranks = [int(s["rank"]) for s in document["stragglers"] if s["phase"] == "data_load"]
     sources = (
-        _hardware(service, document, job_id, mapping, since, until, notes),
+        _hardware(service, document, job_id, mapping, samples, notes),
         _fabric(service, stragglers, mapping, since, until, notes),
         _storage(service, job_id, stragglers, data_ranks, mapping, since, until, notes),
     )
@@ -113,12 +128,10 @@ def _hardware(
     document: AnalysisJson,
     job_id: str,
     mapping: dict[int, RankGpu],
-    since: datetime | None,
-    until: datetime | None,
+    samples: pl.DataFrame,
     notes: list[str],
 ) -> dict[int, tuple[Evidence, ...]]:
-    samples = pl.from_arrow(queries.job_samples(service.store, job_id, since=since, until=until))
-    assert isinstance(samples, pl.DataFrame)
+    samples = samples.sort(["node", "gpu", "ts"])
     if samples.height == 0:
         window = document.get("window")
         notes.append(

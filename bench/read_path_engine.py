@@ -1,0 +1,170 @@
+"""Read-path budgets on the ``prometheus`` backend: the 128-node twin scraped by a real
+Prometheus evaluating the engine recording rules, read by an hpcscope with no GPU collector.
+
+    .venv/bin/python -m bench.read_path --backend prometheus --minutes 6
+
+The twin (``128x8-h100``, seeded) runs one job on every one of its 1,024 GPUs and is scraped by
+Debian's ``prometheus`` every ``--scrape-seconds`` with the engine rules evaluated every minute
+(:mod:`hpcscope.cli.prometheus_process`); hpcscope's collector polls the twin's slurmrestd only.
+The store also holds ``10,000 x scale`` finished jobs with their kept summaries (as the
+embedded bench writes them), so the job list lists 200 jobs. After ``--minutes``, each read is
+timed (median of ``--rounds``) as the web app runs it: the big job's report, the overview, the
+job list and the diagram's live state. The last line printed is one JSON object:
+``job_report_s``, ``overview_s``, ``job_list_s``, ``diagram_s``, how the report was read, the
+sizes. Budgets: job report <= 1 s, overview <= 200 ms, job list <= 200 ms, diagram <= 300 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.support.collect import collector_for
+
+from hpcscope.cli.prometheus_process import run_prometheus
+from hpcscope.model.access import Principal, Role
+from hpcscope.model.timeutil import utcnow
+from hpcscope.model.topology import load_topology
+from hpcscope.service.core import Service
+from hpcscope.service.diagram.live import Viewer, live_state
+from hpcscope.service.identity.users import UserDirectory
+from hpcscope.service.jobs.summaries import summarise_finished_jobs
+from hpcscope.service.settings import Settings, bundled_topology
+from hpcscope.service.source_settings import SlurmSection
+from hpcscope.twin.cluster import TwinCluster
+from hpcscope.twin.workloads import Profile
+
+ADMIN = Principal(name="admin", role=Role.ADMIN)
+
+
+def _median(fn: Callable[[], object], rounds: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(rounds):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def _finished_history(service: Service, *, scale: float, seed: int) -> int:
+    """The embedded bench's finished jobs and their kept summaries, in this store (their raw
+    samples are summarised by the store's own backend, then never read again)."""
+    from bench.read_path import generate_finished
+
+    generate_finished(service.store, scale=scale, seed=seed, now=utcnow())
+    written = 0
+    while step := summarise_finished_jobs(
+        service.store, now=utcnow(), scrape_interval_seconds=15.0
+    ):
+        written += step
+    return written
+
+
+def run(
+    *, minutes: float, scrape_seconds: int, scale: float, seed: int, rounds: int
+) -> dict[str, Any]:
+    topology = load_topology(bundled_topology("128x8-h100"))
+    with tempfile.TemporaryDirectory() as tmp_text:
+        tmp = Path(tmp_text)
+        twin = TwinCluster(
+            topology,
+            tmp / "twin",
+            seed=seed,
+            speed=1.0,
+            scenario="empty",
+            arrivals_per_hour=0,
+            dcgm_collect_interval_seconds=float(scrape_seconds),
+        )
+        with (
+            twin,
+            run_prometheus(
+                tmp / "prometheus",
+                targets=tmp / "twin" / "targets.json",
+                scrape_interval_seconds=scrape_seconds,
+            ) as url,
+        ):
+            with twin._lock:
+                big = twin.scheduler.submit(
+                    name="llama-70b-pretrain", user="alice", account="vision",
+                    profile=Profile.STRAGGLER, gpus=1024, duration_seconds=86_400.0,
+                    spread_nodes=128, straggler_gpu=6,
+                )  # fmt: skip
+            settings = Settings(
+                store_path=tmp / "store.duckdb",
+                scrape_interval_seconds=float(scrape_seconds),
+                secret_key="bench",
+                topology_path=bundled_topology("128x8-h100"),
+                metrics_backend="prometheus",
+                prometheus_url=url,
+                slurm=SlurmSection(url=twin.slurmrestd_url, poll_seconds=float(scrape_seconds)),
+            )
+            service = Service.open(settings, users=UserDirectory.demo())
+            try:
+                summaries = _finished_history(service, scale=scale, seed=seed)
+                collector = collector_for(service.store, service.settings)
+                collector.start()
+                time.sleep(minutes * 60)
+                collector.stop()
+                now = utcnow()
+                job = str(big.job_id)
+                report_s, report = _median(lambda: service.job_report(ADMIN, job, now=now), rounds)
+
+                def overview() -> object:
+                    state = live_state(service, Viewer(ADMIN), now=now)
+                    live = service.live_job_gpus(ADMIN, window=service.live_window(), now=now)
+                    return state, live, service.collection_health(now=now)
+
+                overview_s, _ = _median(overview, rounds)
+                list_s, listed = _median(lambda: service.job_reports(ADMIN, now=now), rounds)
+                diagram_s, state = _median(
+                    lambda: live_state(service, Viewer(ADMIN), now=now), rounds
+                )
+            finally:
+                service.close()
+    assert report is not None and isinstance(listed, list)
+    active = sum(1 for g in getattr(state, "gpus", {}).values() if g.state.value == "active")
+    return {
+        "backend": "prometheus",
+        "minutes": minutes,
+        "scrape_seconds": scrape_seconds,
+        "gpus": topology.gpu_count,
+        "summaries_written": summaries,
+        "report_read": report.metrics.read if report.metrics else None,  # type: ignore[attr-defined]
+        "report_gpus": report.gpus_observed,  # type: ignore[attr-defined]
+        "job_list_jobs": len(listed),
+        "diagram_gpus_active": active,
+        "job_report_s": round(report_s, 4),
+        "overview_s": round(overview_s, 4),
+        "job_list_s": round(list_s, 4),
+        "diagram_s": round(diagram_s, 4),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["prometheus"], default="prometheus")
+    parser.add_argument("--minutes", type=float, default=6.0)
+    parser.add_argument("--scrape-seconds", type=int, default=15)
+    parser.add_argument("--scale", type=float, default=1.0, help="of the finished jobs")
+    parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    result = run(
+        minutes=args.minutes,
+        scrape_seconds=args.scrape_seconds,
+        scale=args.scale,
+        seed=args.seed,
+        rounds=args.rounds,
+    )
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

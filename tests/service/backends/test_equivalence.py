@@ -1,0 +1,215 @@
+"""The same pages from the embedded store, a real Prometheus and a real VictoriaMetrics.
+
+One run of :func:`tests.support.three_backends.three_backends` (about 80 s): the twin, Debian's
+``prometheus`` 2.42 (with the engine recording rules: its service reads ``recording_rules``)
+and ``victoria-metrics`` 1.79 (no rules: its service reads raw ``query_range``), and three
+hpcscope services. Then the JSON documents of the job list (every job's report), the diagram's
+values (``/api/cluster``), chargeback and the SLOs are built by each service at the same
+instant (a rule evaluation: the rules and the store then hold the same samples) and compared:
+every figure within 1 %, every word equal. The finished jobs' reports, chargeback and the SLOs'
+real efficiency come from the kept summaries each service wrote from its own backend.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from hpcscope.analysis.chargeback.aggregate import GroupBy
+from hpcscope.analysis.chargeback.periods import month_of
+from hpcscope.model.access import JobScope, Principal, Role
+from hpcscope.serve.diagram.view import jsonable
+from hpcscope.service.chargeback import reads as chargeback
+from hpcscope.service.diagram.live import Viewer, live_state
+from hpcscope.service.jobs.contracts import JobList
+from hpcscope.service.jobs.summaries import summarise_finished_jobs
+from hpcscope.service.slo.config import SloConfig
+from hpcscope.service.slo.report import slo_report
+from hpcscope.service.telemetry_rules.engine import TelemetryRules
+from hpcscope.store.alerts import alerts as stored_alerts
+from tests.support.three_backends import (
+    BACKENDS,
+    SCRAPE_SECONDS,
+    ThreeBackends,
+    naive,
+    three_backends,
+)
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.xdist_group("engines")]
+
+ADMIN = Principal(name="admin", role=Role.ADMIN)
+TOLERANCE = 0.01
+#: GPU-hours also agree within this many (3.6 GPU-seconds): a figure that is 0 on one backend
+#: (no GPU-second of a waste cause) may be a fraction of a second on another.
+HOURS_ABS = 0.001
+#: Seconds the jobs run before the pages are read: the short jobs end inside it.
+RUN_SECONDS = 62.0
+#: Figures that are counts (compared as they are).
+EXACT = {"gpus_observed", "gpus_allocated", "idle_gpus", "jobs", "gpus"}
+#: From the recording rules, clock reasons are seconds with a slowdown and with a thermal reason,
+#: counted by a subquery whose steps fall on whole multiples of the scrape interval, not on the
+#: samples: within one sample of the GPU's samples, and the reasons as two groups (thermal
+#: 0x20/0x40, another slowdown), not every bit (PromQL has no bitwise OR).
+THERMAL = 0x60
+#: One sample of a GPU over the run (2 s of the ~50 s a job's GPU is read).
+SAMPLE_SHARE = 0.045
+
+
+@dataclass
+class Pages:
+    """Each backend's documents, at the same instants."""
+
+    at: datetime
+    job_list: dict[str, dict[str, Any]]
+    cluster: dict[str, dict[str, Any]]
+    chargeback: dict[str, dict[str, Any]]
+    slo: dict[str, dict[str, Any]]
+    summaries: dict[str, int]
+    telemetry: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    rogue: tuple[str, int] | None = None
+
+
+def _read(backends: ThreeBackends) -> Pages:
+    time.sleep(RUN_SECONDS)
+    # the newest rule evaluation whose window every scraper has stored (VictoriaMetrics shows
+    # a point a second after ingesting it)
+    at = backends.rule_instant(time.time() - 2 * SCRAPE_SECONDS)
+    backends.wait_until(at + 2 * SCRAPE_SECONDS)
+    now = naive(at)
+    pages = Pages(now, {}, {}, {}, {}, {})
+    for name, service in backends.services.items():
+        pages.summaries[name] = summarise_finished_jobs(
+            service.store,
+            now=now,
+            scrape_interval_seconds=SCRAPE_SECONDS,
+            metrics=service.gpu_samples(),
+        )
+        reports = service.job_reports(ADMIN, now=now)
+        pages.job_list[name] = JobList.from_reports(reports).model_dump(mode="json")
+        report = chargeback.report(
+            service.store,
+            ADMIN,
+            service.topology,
+            service.settings,
+            period=month_of(now),
+            by=GroupBy.ACCOUNT,
+        )
+        pages.chargeback[name] = report.model_dump(mode="json")
+        config = SloConfig.from_settings(service.settings)
+        pages.slo[name] = slo_report(service.store, config, ADMIN, now=now).model_dump(mode="json")
+    # the telemetry rules on each backend's GPU inputs, SC-4 after 30 s (not 120: the run is
+    # a minute); the alerts each wrote
+    for name, service in backends.services.items():
+        rules = dict(service.rules)
+        rules["SC-4"] = replace(
+            rules["SC-4"], thresholds={**rules["SC-4"].thresholds, "min_seconds": 30.0}
+        )
+        TelemetryRules(service.store, rules, metrics=service.gpu_samples()).evaluate_once(now=now)
+        pages.telemetry[name] = sorted(
+            (a.rule_id, a.node or "", a.subject or "")
+            for a in stored_alerts(service.store, JobScope(all_jobs=True))
+            if a.rule_id.startswith(("SC-", "GM-", "RD-", "DP-"))
+        )
+    pages.rogue = backends.rogue_gpu
+    # the diagram 8 s into a collect interval: every scraper's newest sample is of its page
+    diagram_at = backends.rule_instant(time.time()) - 2.0
+    backends.wait_until(diagram_at + 2 * SCRAPE_SECONDS)
+    for name, service in backends.services.items():
+        state = live_state(service, Viewer(ADMIN), now=naive(diagram_at))
+        pages.cluster[name] = {"gpus": jsonable(state.gpus), "cluster": jsonable(state.cluster)}
+    return pages
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
+    with three_backends(tmp_path_factory.mktemp("engines")) as backends:
+        yield _read(backends)
+
+
+def _agree(ours: Any, theirs: Any, where: str, problems: list[str]) -> None:
+    """Every figure within 1 %, every other value equal (``metrics`` compared by the caller)."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        assert set(ours) == set(theirs), f"{where}: keys {set(ours) ^ set(theirs)}"
+        for key in ours:
+            if key in ("metrics", "generated_at", "sample_ts", "age_seconds", "latest_ts"):
+                continue
+            _agree(ours[key], theirs[key], f"{where}.{key}", problems)
+    elif isinstance(ours, list) and isinstance(theirs, list):
+        if len(ours) != len(theirs):
+            problems.append(f"{where}: {len(ours)} items vs {len(theirs)}")
+            return
+        for index, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            _agree(a, b, f"{where}[{index}]", problems)
+    elif where.endswith(".throttle_reasons") and isinstance(ours, int) and isinstance(theirs, int):
+        if bool(ours & THERMAL) != bool(theirs & THERMAL):
+            problems.append(f"{where}: thermal {ours:#x} vs {theirs:#x}")
+    elif (
+        where.endswith(".slowdown_share") and isinstance(ours, float) and isinstance(theirs, float)
+    ):
+        if abs(ours - theirs) > SAMPLE_SHARE:
+            problems.append(f"{where}: {ours} vs {theirs}")
+    elif (
+        isinstance(ours, float | int)
+        and isinstance(theirs, float | int)
+        and not isinstance(ours, bool)
+        and where.rsplit(".", 1)[-1] not in EXACT
+    ):
+        hours = "_hours" in where
+        if not math.isclose(ours, theirs, rel_tol=TOLERANCE, abs_tol=HOURS_ABS if hours else 1e-9):
+            problems.append(f"{where}: {ours} vs {theirs}")
+    elif ours != theirs:
+        problems.append(f"{where}: {ours!r} vs {theirs!r}")
+
+
+def _compare(documents: dict[str, dict[str, Any]], page: str) -> None:
+    problems: list[str] = []
+    for name in BACKENDS[1:]:
+        _agree(documents["embedded"], documents[name], f"{page}[{name}]", problems)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_job_list_and_every_report_agree(pages: Pages) -> None:
+    jobs = pages.job_list["embedded"]["jobs"]
+    assert len(jobs) == 4 and {j["state"] for j in jobs} >= {"RUNNING", "COMPLETED"}
+    assert any(j["source"] == "summary" for j in jobs), "no job was summarised"
+    assert pages.summaries["prometheus"] == pages.summaries["embedded"] >= 1
+    _compare(pages.job_list, "job list")
+    reads = {
+        name: {j["metrics"]["read"] for j in doc["jobs"] if j["metrics"] is not None}
+        for name, doc in pages.job_list.items()
+    }
+    assert reads == {
+        "embedded": {"store"},
+        "prometheus": {"recording_rules"},
+        "victoria-metrics": {"query_range"},
+    }
+
+
+def test_the_diagram_values_agree(pages: Pages) -> None:
+    gpus = pages.cluster["embedded"]["gpus"]
+    assert sum(1 for g in gpus.values() if g["state"] == "active") == 12  # two jobs still run
+    _compare(pages.cluster, "cluster")
+
+
+def test_chargeback_agrees(pages: Pages) -> None:
+    assert pages.chargeback["embedded"]["total"]["jobs"] >= 1
+    _compare(pages.chargeback, "chargeback")
+
+
+def test_the_slos_agree(pages: Pages) -> None:
+    _compare(pages.slo, "slo")
+
+
+def test_the_telemetry_rules_fire_on_the_same_faults(pages: Pages) -> None:
+    fired = pages.telemetry["embedded"]
+    assert pages.rogue is not None
+    node, _ = pages.rogue
+    assert ("SC-4", node) in {(rule, where) for rule, where, _ in fired}, fired
+    for name in BACKENDS[1:]:
+        assert pages.telemetry[name] == fired, name
