@@ -398,15 +398,17 @@ async def collecting(demo: Demo, admin: Client, *, deadline: float) -> None:
     """Until the collector scrapes the live twin: the demo first writes a month of history
     (minutes at 128 nodes, while it already answers), and a measure taken then would measure
     the history's writing."""
-    connection = Connection(demo.port)
-    try:
-        while time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        # a connection per probe: the server closes one idle for its keep-alive timeout (5 s),
+        # and a probe sent as it does reads nothing
+        connection = Connection(demo.port)
+        try:
             status, _, payload = await connection.request("GET", "/api/cluster", admin.headers())
-            if status == 200 and json.loads(payload).get("targets"):
-                return
-            await asyncio.sleep(5)
-    finally:
-        connection.close()
+        finally:
+            connection.close()
+        if status == 200 and json.loads(payload).get("targets"):
+            return
+        await asyncio.sleep(5)
     raise RuntimeError("the demo's collector did not start scraping in time")
 
 

@@ -140,6 +140,10 @@ def test_a_month_at_first_open_as_alice_carol_and_admin(demo: Demo, page: Any) -
     panel = page.locator("section[aria-labelledby=collectors-heading]").inner_text()
     assert "not configured" not in panel, panel
     assert panel.count("last event") >= 6, panel
+    # the sensors' files are there from the start: Tetragon's tail and the eBPF sensor's work
+    for line in panel.splitlines():
+        if line.startswith(("Tetragon", "eBPF on checkpoints")):
+            assert "(ok" in line, panel
     screenshot(page, "first-hour-collectors")
 
 

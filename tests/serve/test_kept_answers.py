@@ -74,6 +74,7 @@ KEPT_PATHS = [
     f"/api/access?path={CHECKPOINT}&limit=2",
     "/traces",
     "/api/traces",
+    "/jobs",
 ]
 #: Kept paths whose answers may name any job for a role that sees all of them.
 ROLE_WIDE = {"/alerts", "/api/alerts", "/api/alerts?severity=HIGH&state=open"}
@@ -246,3 +247,88 @@ def test_an_alert_the_security_engine_writes_between_cycles_shows_at_the_next_re
     upsert_alerts(service.store, [new]).result()
     after = {a["key"] for a in laned.get("/api/alerts", headers=admin).json()["alerts"]}
     assert after == before | {new.key} and known["key"] in before
+
+
+def test_an_alert_on_one_job_leaves_the_other_jobs_pages_kept(
+    kept: tuple[Service, TestClient, TestClient],
+) -> None:
+    """A job's page and document key on their own job's alerts: the security engine's alerts
+    on one job (several a second under attack) do not render every other job's page again,
+    and the job the alert is on shows it at the next read."""
+    service, plain, laned = kept
+    service.snapshots.publish()
+    admin = _login(plain, "admin")
+    one, other = sorted(SCOPE["alice"])[:2]
+    paths = [f"/jobs/{other}", f"/api/jobs/{other}", f"/api/jobs/{one}"]
+    for path in paths:
+        assert laned.get(path, headers=admin).status_code == 200
+    new = Alert(
+        rule_id="CE-3",
+        vector=Vector.CONTAINER_ESCAPE,
+        severity=Severity.HIGH,
+        title="nsenter into PID 1's namespaces",
+        first_seen=datetime(2026, 12, 1, 12),
+        last_seen=datetime(2026, 12, 1, 12),
+        node="gpu01",
+        job_id=one,
+        subject="nsenter",
+    )
+    upsert_alerts(service.store, [new]).result()
+    computed = service.snapshots.computations
+    for path in paths[:2]:
+        assert laned.get(path, headers=admin).status_code == 200
+    assert service.snapshots.computations == computed  # the other job's answers: kept
+    shown = laned.get(f"/api/jobs/{one}", headers=admin).json()
+    assert new.key in {a["key"] for a in shown["alerts"]}
+
+
+def test_what_is_kept_of_a_finished_job_stays_current_for_a_minute(
+    kept: tuple[Service, TestClient, TestClient],
+) -> None:
+    """A running job's visibility, phases and alerts are checked once per generation; a
+    finished job's, whose record no longer changes, at most every minute (as its report)."""
+    from hpcscope.model.access import Principal, Role
+    from hpcscope.model.schemas import JOB_SCHEMA
+    from hpcscope.service.core import FINISHED_JOB_SECONDS
+
+    service, _, _ = kept
+    admin = Principal(name="admin", role=Role.ADMIN)
+    running = service.visible_job(admin, "4410001")
+    assert running is not None and not running.ended and running.every_seconds == 0.0
+    record = dict.fromkeys(JOB_SCHEMA.names) | {
+        "job_id": "4410009",
+        "user": "alice",
+        "account": "vision",
+        "state": "COMPLETED",
+        "start_time": datetime(2026, 12, 1, 10),
+        "end_time": datetime(2026, 12, 1, 11),
+        "source": "test-fleet",
+    }
+    service.store.upsert_jobs(pa.Table.from_pylist([record], schema=JOB_SCHEMA))
+    service.store.flush()
+    finished = service.visible_job(admin, "4410009")
+    assert finished is not None and finished.ended
+    assert finished.every_seconds == FINISHED_JOB_SECONDS
+
+
+def test_a_jobs_documents_are_kept_once_and_only_for_who_may_see_it(
+    kept: tuple[Service, TestClient, TestClient],
+) -> None:
+    """A job's time series, phases and alerts are kept per job (alerts per alert scope too)
+    after the access check: asked again, nothing is computed; someone outside the job's scope
+    gets 404 from the same keys."""
+    service, plain, laned = kept
+    service.snapshots.publish()
+    job = sorted(SCOPE["alice"])[0]
+    paths = [f"/api/jobs/{job}/{part}" for part in ("timeseries", "phases", "alerts")]
+    alice, bob = _login(plain, "alice"), _login(plain, "bob")
+    first = {path: laned.get(path, headers=alice) for path in paths}
+    assert all(r.status_code == 200 for r in first.values()), first
+    computed = service.snapshots.computations
+    again = {path: laned.get(path, headers=alice) for path in paths}
+    assert service.snapshots.computations == computed
+    assert {p: r.content for p, r in again.items()} == {p: r.content for p, r in first.items()}
+    for path in paths:
+        assert laned.get(path, headers=bob).status_code == 404, path
+        etag = first[path].headers["etag"]
+        assert laned.get(path, headers={**alice, "If-None-Match": etag}).status_code == 304

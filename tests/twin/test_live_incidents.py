@@ -108,3 +108,12 @@ def test_slurmrestd_cancels_and_the_webhook_keeps_what_it_is_sent(tmp_path: Path
         posted = httpx2.post(f"{twin.slurmrestd_url}/hooks/notify", json={"text": "hi\nthere"})
         assert posted.status_code == 200
         assert json.loads(twin.webhook_path.read_text())["text"] == "hi\nthere"
+
+
+def test_tetragons_export_exists_from_the_start(tmp_path: Path) -> None:
+    """Empty until the first incident, but there: the demo's Tetragon and eBPF collectors read
+    a file that exists (a missing one is a failing collector on the diagram)."""
+    with TwinCluster(TOPOLOGY, tmp_path, seed=1, arrivals_per_hour=0) as twin:
+        assert twin.incidents.tetragon_path.read_text() == ""
+        info = json.loads((tmp_path / "twin.json").read_text())
+        assert info["tetragon_events_path"] == str(twin.incidents.tetragon_path)

@@ -60,6 +60,14 @@ class SeenJob:
 
     principal: Principal
     job_id: str
+    ended: bool = False
+    """The scheduler recorded its end: what is kept of it (its report, phases, alerts) stays
+    current for :data:`FINISHED_JOB_SECONDS` whatever the generation (:meth:`every_seconds`)."""
+
+    @property
+    def every_seconds(self) -> float:
+        """The snapshots' ``every_seconds`` for what is kept of this job."""
+        return FINISHED_JOB_SECONDS if self.ended else 0.0
 
 
 @dataclass
@@ -170,6 +178,13 @@ class Service:
         holding alerts keys on it, so the next read sees a new alert or state."""
         return self._alert_changes + alert_store.alerts_written(self.store)
 
+    def job_alert_changes(self, job_id: str) -> int:
+        """:attr:`alert_changes` for one job's alerts: the state changes made here, plus the
+        committed upserts of that job's alerts. A job's page and document key on it: the
+        security engine's alerts on other jobs (several a second under attack) leave every
+        other job's page as it is, where the count of all upserts rendered each again."""
+        return self._alert_changes + alert_store.alerts_written(self.store, job_id=job_id)
+
     def job_alerts(self, principal: Principal, job_id: str) -> list[Alert] | None:
         """Alerts of one job; None when the job does not exist or is not visible."""
         job = self.visible_job(principal, job_id)
@@ -186,7 +201,7 @@ class Service:
             principal.alert_scope(),
             principal.redacts_weight_paths,
             job_id,
-            self.alert_changes,
+            self.job_alert_changes(job_id),
         )
         return list(
             self.snapshots.get(
@@ -194,6 +209,7 @@ class Service:
                 lambda: alert_access.alerts_for(
                     self.store, principal, job_id=job_id, weight_paths=self.weight_paths()
                 ),
+                every_seconds=job.every_seconds,
             )
         )
 
@@ -331,14 +347,22 @@ class Service:
         passes the :class:`SeenJob` on (:meth:`report_of`, :meth:`alerts_of`, the traces'
         ``phases_of``)."""
 
-        def visible() -> bool:
-            _, ids = reports.visible_jobs_by_id(
+        def visible() -> tuple[bool, bool]:
+            jobs, ids = reports.visible_jobs_by_id(
                 self.store, principal, [job_id], metrics=self.gpu_samples()
             )
-            return job_id in ids
+            ended = job_id in ids and jobs.height > 0 and jobs["end_time"].null_count() == 0
+            return job_id in ids, ended
 
-        seen = self.snapshots.get(("jobs.visible", principal.job_scope(), job_id), visible)
-        return SeenJob(principal, job_id) if seen else None
+        # a finished job's visibility is checked again at most every minute (its record no
+        # longer changes), a running one's once per generation: the checks of a month of
+        # finished jobs, read at random, would otherwise fill the refresh queue every cycle
+        seen, ended = self.snapshots.get(
+            ("jobs.visible", principal.job_scope(), job_id),
+            visible,
+            every_seconds=lambda value: FINISHED_JOB_SECONDS if value[1] else 0.0,
+        )
+        return SeenJob(principal, job_id, ended) if seen else None
 
     def job_timeseries(
         self, principal: Principal, job_id: str, *, max_points: int = 720

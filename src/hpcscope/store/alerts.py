@@ -134,27 +134,39 @@ def upsert_alerts(store: Store, alerts: Sequence[Alert]) -> Future[int]:
             con.unregister("incoming_alerts")
         return len(rows)
 
+    jobs = frozenset(str(row[_JOB_ID]) for row in rows if row[_JOB_ID] is not None)
     future = store.submit_write(write)
-    future.add_done_callback(lambda done: _note_written(store, done))
+    future.add_done_callback(lambda done: _note_written(store, done, jobs))
     return future
 
 
+_JOB_ID = _COLUMNS.index("job_id")
 _WRITTEN: weakref.WeakKeyDictionary[Store, int] = weakref.WeakKeyDictionary()
+#: Per store, the upserts that wrote an alert of each job (a job's alert never changes job: the
+#: upsert leaves ``job_id`` as inserted). One count per job that ever had an alert: what the
+#: alerts table holds, not the requests served.
+_WRITTEN_BY_JOB: weakref.WeakKeyDictionary[Store, dict[str, int]] = weakref.WeakKeyDictionary()
 _WRITTEN_LOCK = threading.Lock()
 
 
-def _note_written(store: Store, done: Future[int]) -> None:
+def _note_written(store: Store, done: Future[int], jobs: frozenset[str]) -> None:
     if done.exception() is None and done.result():
         with _WRITTEN_LOCK:
             _WRITTEN[store] = _WRITTEN.get(store, 0) + 1
+            by_job = _WRITTEN_BY_JOB.setdefault(store, {})
+            for job_id in jobs:
+                by_job[job_id] = by_job.get(job_id, 0) + 1
 
 
-def alerts_written(store: Store) -> int:
+def alerts_written(store: Store, *, job_id: str | None = None) -> int:
     """How many upserts of alerts have committed in ``store`` since it was opened (by any
-    engine, in the collector's cycle or beside it): a read view of alerts keys on it, so a new
-    alert is seen by the next read."""
+    engine, in the collector's cycle or beside it), or of ``job_id``'s alerts: a read view of
+    alerts keys on it, so a new alert is seen by the next read (a job's page on its job's
+    count: another job's alert leaves it as it is)."""
     with _WRITTEN_LOCK:
-        return _WRITTEN.get(store, 0)
+        if job_id is None:
+            return _WRITTEN.get(store, 0)
+        return _WRITTEN_BY_JOB.get(store, {}).get(job_id, 0)
 
 
 def set_alert_state(

@@ -227,6 +227,7 @@ class TwinCluster:
             self.traces.advance(now, self.scheduler.jobs.values())
             if self.scenario == "demo":
                 self._write_demo_attack(now)
+                self.incidents.open_export()
         for offset, node in enumerate(self.topology.nodes):
             endpoint = DcgmEndpoint(
                 node.name,

@@ -121,6 +121,12 @@ class LiveIncidents:
     def integrity_root(self) -> Path:
         return self.root / "integrity"
 
+    def open_export(self) -> None:
+        """Tetragon's export file, empty until the first incident: a running Tetragon has one
+        (the demo's tails read an existing file as a collector that works, not one that fails)."""
+        self.tetragon_path.parent.mkdir(parents=True, exist_ok=True)
+        self.tetragon_path.touch()
+
     def advance(self, now: float, jobs: Iterable[SimJob]) -> list[str]:
         """Play every incident due at ``now`` that a running job can host; the vectors."""
         running = sorted(

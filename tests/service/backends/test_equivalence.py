@@ -13,6 +13,7 @@ real efficiency come from the kept summaries each service wrote from its own bac
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -179,8 +180,29 @@ def _agree(ours: Any, theirs: Any, where: str, problems: list[str]) -> None:
         hours = "_hours" in where
         if not math.isclose(ours, theirs, rel_tol=TOLERANCE, abs_tol=HOURS_ABS if hours else 1e-9):
             problems.append(f"{where}: {ours} vs {theirs}")
+    elif isinstance(ours, str) and isinstance(theirs, str) and NUMBER.search(ours):
+        if not _same_words(ours, theirs):
+            problems.append(f"{where}: {ours!r} vs {theirs!r}")
     elif ours != theirs:
         problems.append(f"{where}: {ours!r} vs {theirs!r}")
+
+
+#: A figure written in a sentence ("98 % reported GPU utilization").
+NUMBER = re.compile(r"\d+(?:\.(\d+))?(\s*%)?")
+
+
+def _same_words(ours: str, theirs: str) -> bool:
+    """The same sentence, each figure in it within 1 %, a percentage also within one unit of
+    its last written digit (98.49 % and 98.51 % are written 98 % and 99 %)."""
+    if NUMBER.sub("#", ours) != NUMBER.sub("#", theirs):
+        return False
+    for a, b in zip(NUMBER.finditer(ours), NUMBER.finditer(theirs), strict=True):
+        percent = a.group(2) is not None
+        unit = 10.0 ** -max(len(a.group(1) or ""), len(b.group(1) or "")) if percent else 0.0
+        x, y = float(a.group(0).rstrip(" %")), float(b.group(0).rstrip(" %"))
+        if not (math.isclose(x, y, rel_tol=TOLERANCE) or abs(x - y) <= unit + 1e-9):
+            return False
+    return True
 
 
 def _compare(documents: dict[str, dict[str, Any]], page: str) -> None:

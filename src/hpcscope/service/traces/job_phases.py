@@ -48,9 +48,12 @@ def job_phases(service: Service, principal: Principal, job_id: str) -> JobPhases
 
 def phases_of(service: Service, job: SeenJob) -> JobPhases:
     """The phases of a job its principal may see (:meth:`Service.visible_job`)."""
-    # the same for everyone who may see the job: once per generation (service/snapshots.py)
+    # the same for everyone who may see the job: once per generation (service/snapshots.py),
+    # a finished job's at most every minute
     return service.snapshots.get(
-        ("traces.phases", job.job_id), lambda: _phases(service, job.job_id)
+        ("traces.phases", job.job_id),
+        lambda: _phases(service, job.job_id),
+        every_seconds=job.every_seconds,
     )
 
 
