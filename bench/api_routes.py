@@ -50,9 +50,9 @@ ROUTES: tuple[Route, ...] = (
     Route("access_page", "/access?path={path}", page=True, weight=1, kept=True),
     Route("traces", "/api/traces", weight=1, kept=True),
     Route("traces_page", "/traces", page=True, weight=1, kept=True),
+    Route("jobs_page", "/jobs", page=True, weight=1, kept=True),
+    Route("job_timeseries", "/api/jobs/{job}/timeseries", weight=1, kept=True),
     # every other GET a page loads, and the rest of the documented API: measured alone
-    Route("jobs_page", "/jobs", page=True),
-    Route("job_timeseries", "/api/jobs/{job}/timeseries"),
     Route("job_phases", "/api/jobs/{job}/phases"),
     Route("job_alerts", "/api/jobs/{job}/alerts"),
     Route("job_notes", "/api/jobs/{job}/notes"),

@@ -74,6 +74,7 @@ KEPT_PATHS = [
     f"/api/access?path={CHECKPOINT}&limit=2",
     "/traces",
     "/api/traces",
+    "/jobs",
 ]
 #: Kept paths whose answers may name any job for a role that sees all of them.
 ROLE_WIDE = {"/alerts", "/api/alerts", "/api/alerts?severity=HIGH&state=open"}
@@ -308,3 +309,26 @@ def test_what_is_kept_of_a_finished_job_stays_current_for_a_minute(
     finished = service.visible_job(admin, "4410009")
     assert finished is not None and finished.ended
     assert finished.every_seconds == FINISHED_JOB_SECONDS
+
+
+def test_a_jobs_documents_are_kept_once_and_only_for_who_may_see_it(
+    kept: tuple[Service, TestClient, TestClient],
+) -> None:
+    """A job's time series, phases and alerts are kept per job (alerts per alert scope too)
+    after the access check: asked again, nothing is computed; someone outside the job's scope
+    gets 404 from the same keys."""
+    service, plain, laned = kept
+    service.snapshots.publish()
+    job = sorted(SCOPE["alice"])[0]
+    paths = [f"/api/jobs/{job}/{part}" for part in ("timeseries", "phases", "alerts")]
+    alice, bob = _login(plain, "alice"), _login(plain, "bob")
+    first = {path: laned.get(path, headers=alice) for path in paths}
+    assert all(r.status_code == 200 for r in first.values()), first
+    computed = service.snapshots.computations
+    again = {path: laned.get(path, headers=alice) for path in paths}
+    assert service.snapshots.computations == computed
+    assert {p: r.content for p, r in again.items()} == {p: r.content for p, r in first.items()}
+    for path in paths:
+        assert laned.get(path, headers=bob).status_code == 404, path
+        etag = first[path].headers["etag"]
+        assert laned.get(path, headers={**alice, "If-None-Match": etag}).status_code == 304

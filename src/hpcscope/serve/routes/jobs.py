@@ -4,12 +4,15 @@ The list's document is serialised once per job scope and data generation (the se
 snapshots, ``service/snapshots.py``) and answered with an ``ETag`` (304 on a match); a job's
 page and document once per principal (their name and alerts are on it), job, generation and
 alert-state change, after the principal's access check, from the job's report, notes and
-phases computed once per job and generation. These three routes are async: a snapshot hit is
-answered on the event loop, a miss computes in a worker thread (``serve/offload.py``).
+phases computed once per job and generation. The list's page is kept per reader; a job's time
+series, phases and alerts per job (alerts per alert scope too), after the access check, and a
+finished job's at most every minute. These routes are async: a snapshot hit is answered on the
+event loop, a miss computes in a worker thread (``serve/offload.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -17,16 +20,16 @@ from starlette.responses import HTMLResponse, Response
 
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import check_principal, require_principal, service_of
-from hpcscope.serve.kept import cached_json, etag_of
+from hpcscope.serve.kept import Document, cached_json, etag_of, kept_page, page_key, serialise
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
 from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts, JobReportWithAlerts
-from hpcscope.service.core import report_every_seconds
+from hpcscope.service.core import SeenJob, Service, report_every_seconds
 from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
 from hpcscope.service.notify.access import notes_of_report
 from hpcscope.service.traces.capture_contracts import JobPhases, JobReportWithPhases
-from hpcscope.service.traces.job_phases import job_phases, phases_of
+from hpcscope.service.traces.job_phases import phases_of
 
 router = APIRouter()
 
@@ -34,15 +37,20 @@ PrincipalDep = Annotated[Principal, Depends(require_principal)]
 
 
 @router.get("/jobs")
-def jobs_page(request: Request, principal: PrincipalDep) -> Response:
+async def jobs_page(request: Request, principal: PrincipalDep) -> Response:
+    return await answer(_jobs_page, request, principal)
+
+
+def _jobs_page(request: Request, principal: Principal) -> Response:
     service = service_of(request)
-    reports = service.job_reports(principal)
-    return render(
-        request,
-        "jobs.html",
-        {"reports": reports, "topology": service.topology},
-        principal=principal,
-    )
+
+    def page() -> Response:
+        reports = service.job_reports(principal)
+        context = {"reports": reports, "topology": service.topology}
+        return render(request, "jobs.html", context, principal=principal)
+
+    # rendered once per reader and generation, like the list's document
+    return kept_page(request, ("serve.jobs_page", page_key(principal)), page)
 
 
 @router.get("/api/jobs", response_model=JobList)
@@ -151,29 +159,76 @@ LANE_ROUTES = (
 )
 
 
-@router.get("/api/jobs/{job_id}/phases")
-def job_phases_json(request: Request, job_id: str, principal: PrincipalDep) -> JobPhases:
+@router.get("/api/jobs/{job_id}/phases", response_model=JobPhases)
+async def job_phases_json(request: Request, job_id: str, principal: PrincipalDep) -> Response:
     """The job's captured phases per rank and step, its straggler (rank, node, GPU, phase,
     delay), the What-if gain and the evidence; 404 when you may not see the job."""
-    phases = job_phases(service_of(request), principal, job_id)
-    if phases is None:
-        raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
-    return phases
+    return await answer(_job_phases_json, request, job_id, principal)
 
 
-@router.get("/api/jobs/{job_id}/alerts")
-def job_alerts_json(request: Request, job_id: str, principal: PrincipalDep) -> JobAlerts:
+def _job_phases_json(request: Request, job_id: str, principal: Principal) -> Response:
+    service = service_of(request)
+    job = _seen(service, principal, job_id)
+
+    def serialised() -> Document:
+        return serialise(phases_of(service, job))
+
+    key = ("serve.job_phases", job_id)  # the same for everyone who may see the job
+    return _kept_json(request, key, serialised, job.every_seconds)
+
+
+@router.get("/api/jobs/{job_id}/alerts", response_model=JobAlerts)
+async def job_alerts_json(request: Request, job_id: str, principal: PrincipalDep) -> Response:
     """The job page's alerts section as JSON: most severe first."""
-    alerts = service_of(request).job_alerts(principal, job_id)
-    if alerts is None:
-        raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
-    return JobAlerts(job_id=job_id, alerts=[AlertDocument.of(alert) for alert in alerts])
+    return await answer(_job_alerts_json, request, job_id, principal)
 
 
-@router.get("/api/jobs/{job_id}/timeseries")
-def job_timeseries_json(request: Request, job_id: str, principal: PrincipalDep) -> JobTimeseries:
+def _job_alerts_json(request: Request, job_id: str, principal: Principal) -> Response:
+    service = service_of(request)
+    job = _seen(service, principal, job_id)
+
+    def serialised() -> Document:
+        alerts = [AlertDocument.of(alert) for alert in service.alerts_of(job)]
+        return serialise(JobAlerts(job_id=job_id, alerts=alerts))
+
+    # what alerts_of reads of the principal, and the changes of this job's alerts
+    scope = (principal.alert_scope(), principal.redacts_weight_paths)
+    key = ("serve.job_alerts", scope, job_id, service.job_alert_changes(job_id))
+    return _kept_json(request, key, serialised, job.every_seconds)
+
+
+@router.get("/api/jobs/{job_id}/timeseries", response_model=JobTimeseries)
+async def job_timeseries_json(request: Request, job_id: str, principal: PrincipalDep) -> Response:
     """Per-GPU reported vs real efficiency over time, downsampled on the server."""
-    series = service_of(request).job_timeseries(principal, job_id)
-    if series is None:
+    return await answer(_job_timeseries_json, request, job_id, principal)
+
+
+def _job_timeseries_json(request: Request, job_id: str, principal: Principal) -> Response:
+    service = service_of(request)
+    job = _seen(service, principal, job_id)
+
+    def serialised() -> Document:
+        series = service.job_timeseries(principal, job_id)
+        if series is None:  # the job went away since the check
+            raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
+        return serialise(series)
+
+    # the same for everyone who may see the job; a finished job's at most every minute
+    key = ("serve.job_timeseries", job_id)
+    return _kept_json(request, key, serialised, job.every_seconds)
+
+
+def _seen(service: Service, principal: Principal, job_id: str) -> SeenJob:
+    job = service.visible_job(principal, job_id)
+    if job is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
-    return series
+    return job
+
+
+def _kept_json(
+    request: Request, key: Hashable, serialised: Callable[[], Document], every: float
+) -> Response:
+    """A job's document from the snapshots, serialised once per key and generation."""
+    snapshots = service_of(request).snapshots
+    body, etag = snapshots.get(key, serialised, every_seconds=every, size=lambda v: len(v[0]))
+    return cached_json(request, body, etag)
