@@ -112,9 +112,11 @@ def generate_finished(
     small_jobs = max(100, int(10_000 * scale))
     records: list[dict[str, object]] = []
     small_start = now - timedelta(days=30)
+    # 11 minutes apart, closer when they would not all end a day before ``now`` (scale 1)
+    spacing = min(timedelta(minutes=11), timedelta(days=29) / small_jobs)
     batch: list[pa.Table] = []
     for i in range(small_jobs):
-        start = small_start + timedelta(minutes=11 * i)
+        start = small_start + spacing * i
         job_id = str(1_000_000 + i)
         records.append(
             {

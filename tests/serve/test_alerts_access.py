@@ -176,6 +176,8 @@ def test_threats_mode_lights_nodes_and_vectors_by_worst_severity(
     assert "sev-critical" in node["class"] and "4 open alerts, worst CRITICAL" in node["label"]
     supply = elements["vector-supply-chain"]
     assert supply["class"] == "alerted sev-critical" and supply["lines"][1] == "1 open"
+    assert supply["label"].endswith(": 1 open alert, worst CRITICAL")  # one alert, singular
+    assert elements["vector-gpu-memory-leakage"]["label"].endswith(": 0 open alerts")
     assert elements["vector-rdma-blind-spot"]["class"] == "alerted sev-high"
     assert elements["vector-gpu-memory-leakage"]["class"] == ""
     detections = clients["alice"].get("/api/diagram").json()["detections"]

@@ -141,9 +141,9 @@ def test_a_month_at_first_open_as_alice_carol_and_admin(demo: Demo, page: Any) -
     assert "not configured" not in panel, panel
     assert panel.count("last event") >= 6, panel
     # the sensors' files are there from the start: Tetragon's tail and the eBPF sensor's work
-    for line in panel.splitlines():
-        if line.startswith(("Tetragon", "eBPF on checkpoints")):
-            assert "(ok" in line, panel
+    for collector in ("Tetragon → node", "eBPF on checkpoints → weights"):
+        status = re.search(re.escape(collector) + r" \(([a-z ]+)", panel)
+        assert status is not None and status.group(1).strip() == "ok", (collector, panel)
     screenshot(page, "first-hour-collectors")
 
 

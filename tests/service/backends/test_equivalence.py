@@ -13,6 +13,7 @@ real efficiency come from the kept summaries each service wrote from its own bac
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,8 @@ from hpcscope.analysis.chargeback.aggregate import GroupBy
 from hpcscope.analysis.chargeback.periods import month_of
 from hpcscope.model.access import JobScope, Principal, Role
 from hpcscope.serve.diagram.view import jsonable
+from hpcscope.service.backends.prometheus import PrometheusSamples
+from hpcscope.service.backends.rule_reads import Coverage
 from hpcscope.service.chargeback import reads as chargeback
 from hpcscope.service.diagram.live import Viewer, live_state
 from hpcscope.service.jobs.contracts import JobList
@@ -35,6 +38,7 @@ from hpcscope.service.telemetry_rules.engine import TelemetryRules
 from hpcscope.store.alerts import alerts as stored_alerts
 from tests.support.three_backends import (
     BACKENDS,
+    RULE_WINDOW,
     SCRAPE_SECONDS,
     ThreeBackends,
     naive,
@@ -73,6 +77,7 @@ class Pages:
     summaries: dict[str, int]
     telemetry: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
     rogue: tuple[str, int] | None = None
+    coverage: Coverage | None = None
 
 
 def _read(backends: ThreeBackends) -> Pages:
@@ -117,6 +122,18 @@ def _read(backends: ThreeBackends) -> Pages:
             if a.rule_id.startswith(("SC-", "GM-", "RD-", "DP-"))
         )
     pages.rogue = backends.rogue_gpu
+    # the probe of ``prometheus_recording_rules: auto`` with the default 7-day lookback
+    probe = PrometheusSamples(
+        backends.prometheus_url,
+        step_seconds=SCRAPE_SECONDS,
+        lookback_seconds=7 * 86400.0,
+        rule_window_seconds=RULE_WINDOW,
+        now=lambda: now,
+    )
+    try:
+        pages.coverage = probe.rules.coverage()
+    finally:
+        probe.close()
     # the diagram 8 s into a collect interval: every scraper's newest sample is of its page
     diagram_at = backends.rule_instant(time.time()) - 2.0
     backends.wait_until(diagram_at + 2 * SCRAPE_SECONDS)
@@ -163,8 +180,29 @@ def _agree(ours: Any, theirs: Any, where: str, problems: list[str]) -> None:
         hours = "_hours" in where
         if not math.isclose(ours, theirs, rel_tol=TOLERANCE, abs_tol=HOURS_ABS if hours else 1e-9):
             problems.append(f"{where}: {ours} vs {theirs}")
+    elif isinstance(ours, str) and isinstance(theirs, str) and NUMBER.search(ours):
+        if not _same_words(ours, theirs):
+            problems.append(f"{where}: {ours!r} vs {theirs!r}")
     elif ours != theirs:
         problems.append(f"{where}: {ours!r} vs {theirs!r}")
+
+
+#: A figure written in a sentence ("98 % reported GPU utilization").
+NUMBER = re.compile(r"\d+(?:\.(\d+))?(\s*%)?")
+
+
+def _same_words(ours: str, theirs: str) -> bool:
+    """The same sentence, each figure in it within 1 %, a percentage also within one unit of
+    its last written digit (98.49 % and 98.51 % are written 98 % and 99 %)."""
+    if NUMBER.sub("#", ours) != NUMBER.sub("#", theirs):
+        return False
+    for a, b in zip(NUMBER.finditer(ours), NUMBER.finditer(theirs), strict=True):
+        percent = a.group(2) is not None
+        unit = 10.0 ** -max(len(a.group(1) or ""), len(b.group(1) or "")) if percent else 0.0
+        x, y = float(a.group(0).rstrip(" %")), float(b.group(0).rstrip(" %"))
+        if not (math.isclose(x, y, rel_tol=TOLERANCE) or abs(x - y) <= unit + 1e-9):
+            return False
+    return True
 
 
 def _compare(documents: dict[str, dict[str, Any]], page: str) -> None:
@@ -213,3 +251,12 @@ def test_the_telemetry_rules_fire_on_the_same_faults(pages: Pages) -> None:
     assert ("SC-4", node) in {(rule, where) for rule, where, _ in fired}, fired
     for name in BACKENDS[1:]:
         assert pages.telemetry[name] == fired, name
+
+
+def test_the_rules_are_found_from_their_first_evaluation(pages: Pages) -> None:
+    # over a 7-day lookback the probe's subquery steps 605 s: rules a minute old fall between
+    # two of its points, and are found at their own window (the reads then use them)
+    coverage = pages.coverage
+    assert coverage is not None and coverage.since is not None and coverage.until is not None
+    assert (pages.at - coverage.since).total_seconds() >= RUN_SECONDS - 3 * RULE_WINDOW
+    assert (pages.at - coverage.until).total_seconds() <= 2 * RULE_WINDOW

@@ -151,6 +151,11 @@ def _shape_aria(shape: Shape) -> str:
     return f"{text}{where}" + (f", {shape.sublabel}" if shape.sublabel else "")
 
 
+def plural(count: int, noun: str) -> str:
+    """``alert`` for one, ``alerts`` for any other count ("1 open alert", "0 open alerts")."""
+    return noun if count == 1 else noun + "s"
+
+
 def duration(seconds: float | None) -> str:
     """A duration for people: ``4 s``, ``3 min``, ``2 h``, ``5 d``; ``—`` when unknown."""
     if seconds is None:
@@ -206,8 +211,9 @@ def shape_view(layout: DiagramLayout, state: LiveState) -> dict[str, ShapeLive]:
             alerts = state.alerts.by_node.get(node.node, 0) if state.alerts.shown else 0
             worst = state.alerts.worst_by_node.get(node.node) if alerts else None
             entry["class"] = node_class(node, alerts, worst)
+            opened = f"{alerts} open {plural(alerts, 'alert')}"
             entry["label"] = node_aria(node) + (
-                f"; {alerts} open alerts, worst {worst}" if alerts and worst else ""
+                f"; {opened}, worst {worst}" if alerts and worst else ""
             )
         elif shape.id in collectors:
             health = collectors[shape.id]
@@ -221,7 +227,8 @@ def shape_view(layout: DiagramLayout, state: LiveState) -> dict[str, ShapeLive]:
                 count = state.alerts.by_vector.get(vector_id, 0)
                 worst = state.alerts.worst_by_vector.get(vector_id)
                 entry["class"] = f"alerted sev-{worst.lower()}" if count and worst else ""
-                entry["label"] = f"Threat vector {shape.label}: {count} open alerts" + (
+                opened = f"{count} open {plural(count, 'alert')}"
+                entry["label"] = f"Threat vector {shape.label}: {opened}" + (
                     f", worst {worst}" if count and worst else ""
                 )
                 entry["lines"] = [shape.label, f"{count} open" if count else ""]

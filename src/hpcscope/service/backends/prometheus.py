@@ -98,6 +98,7 @@ class PrometheusSamples:
         now: Callable[[], datetime] = utcnow,
         transport: httpx2.BaseTransport | None = None,
     ) -> None:
+        self._owns_engine = isinstance(engine, str)  # made here: closed here
         if isinstance(engine, str):
             config = EngineConfig(url=engine.rstrip("/"), timeout_seconds=timeout_seconds)
             engine = EngineClient(config, transport=transport)
@@ -126,6 +127,8 @@ class PrometheusSamples:
 
     def close(self) -> None:
         self.rules.close()
+        if self._owns_engine:
+            self.engine.close()
 
     def _window(self, since: datetime | None, until: datetime | None) -> tuple[datetime, datetime]:
         end = as_naive_utc(until) if until is not None else self._now()

@@ -44,6 +44,8 @@ from hpcscope.service.backends.engine_rules import (
 QUERY_THREADS = 6
 #: How long a probe of the rules' presence is trusted.
 PROBE_SECONDS = 60.0
+#: The engine's staleness lookback: an instant sees a series' sample this long after it.
+LOOKBACK_SECONDS = 300
 #: A read's start may precede the rules' first evaluation by this much (the margin a report
 #: reads before a job's start: its first samples are after it).
 START_SLACK = timedelta(minutes=2)
@@ -69,6 +71,12 @@ class Coverage:
         if self.since is None:
             return False
         return self.since <= start + timedelta(seconds=window_seconds) + START_SLACK
+
+
+def _first(series: Sequence[Series]) -> float | None:
+    """The value of a one-series answer (None: no series, or NaN)."""
+    value = series[0].last if series else math.nan
+    return None if math.isnan(value) else float(value)
 
 
 def _range(start: datetime, end: datetime, window_seconds: int) -> str:
@@ -138,12 +146,21 @@ class RuleReads:
             },
             now,
         )
-        ends = [s.last for s in found["since"]], [s.last for s in found["until"]]
-        if not ends[0] or math.isnan(ends[0][0]):
+        oldest, newest = _first(found["since"]), _first(found["until"])
+        # the subquery sees the rules only at multiples of ``step``: their first evaluation is
+        # found at the rules' own window over the step before that point (before now when it
+        # saw none: rules that started less than a step ago)
+        stale = LOOKBACK_SECONDS
+        at = stamp if oldest is None else min(stamp, oldest + step + stale)
+        reach = (step + stale) if oldest is None else (2 * step + stale)
+        fine = f"min(min_over_time(timestamp({job_rule})[{reach}s:{self.window_seconds}s]))"
+        first = _first(self._queries({"since": fine}, to_datetime(at))["since"])
+        if first is not None:
+            oldest = first if oldest is None else min(oldest, first)
+        if oldest is None:
             result = Coverage(None, None)
         else:
-            newest = ends[1][0] if ends[1] and not math.isnan(ends[1][0]) else ends[0][0]
-            result = Coverage(to_datetime(ends[0][0]), to_datetime(newest))
+            result = Coverage(to_datetime(oldest), to_datetime(newest or oldest))
         with self._lock:
             self._probed = (stamp, result)
         return result
