@@ -113,17 +113,7 @@ def summarise_finished_jobs(
             for i in large
         ]
         frame = pl.concat([f.select(frames[0].columns) for f in frames], how="vertical_relaxed")
-        reports = [
-            r
-            for r in job_reports(frame, jobs, now=now, gpu_hour_price=0.0, currency="")
-            if r.job_id in set(ids)
-        ]
-        rows, gpus = summary_rows(reports, frame, jobs, summarised_at=now)
-        count = kept.write_summaries(
-            store,
-            pa.Table.from_pylist(rows, schema=JOB_SUMMARY_SCHEMA),
-            gpus.to_arrow().cast(JOB_GPU_SUMMARY_SCHEMA),
-        ).result()
+        count = _write_batch(store, frame, jobs, ids, now=now)
         written += count
         if count == 0:  # a concurrent pass wrote them: nothing left for this one
             break
@@ -151,18 +141,27 @@ def _summarise_from(
             since=earliest_start(jobs, ids),
             until=now,
         )
-        reports = [
-            r
-            for r in job_reports(frame, jobs, now=now, gpu_hour_price=0.0, currency="")
-            if r.job_id in set(ids)
-        ]
-        rows, gpus = summary_rows(reports, frame, jobs, summarised_at=now)
-        count = kept.write_summaries(
-            store,
-            pa.Table.from_pylist(rows, schema=JOB_SUMMARY_SCHEMA),
-            gpus.to_arrow().cast(JOB_GPU_SUMMARY_SCHEMA),
-        ).result()
+        count = _write_batch(store, frame, jobs, ids, now=now)
         written += count
         if count == 0:
             break
     return written
+
+
+def _write_batch(
+    store: Store, frame: pl.DataFrame, jobs: pl.DataFrame, ids: list[str], *, now: datetime
+) -> int:
+    """The reports of ``ids`` from their GPU samples in ``frame``, written as their summaries;
+    how many the store took (0: a concurrent pass wrote them)."""
+    wanted = set(ids)
+    reports = [
+        r
+        for r in job_reports(frame, jobs, now=now, gpu_hour_price=0.0, currency="")
+        if r.job_id in wanted
+    ]
+    rows, gpus = summary_rows(reports, frame, jobs, summarised_at=now)
+    return kept.write_summaries(
+        store,
+        pa.Table.from_pylist(rows, schema=JOB_SUMMARY_SCHEMA),
+        gpus.to_arrow().cast(JOB_GPU_SUMMARY_SCHEMA),
+    ).result()
