@@ -7,11 +7,7 @@ the job report shows. Every figure comes from what the demo's collector scraped 
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +17,7 @@ import httpx2
 import pytest
 
 from tests.support.browser import login, screenshot
-from tests.support.processes import FRESH_VIEWS
+from tests.support.processes import start, stop
 from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -46,43 +42,16 @@ def _wait_for(condition: Any, what: str, timeout: float) -> Any:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root: Path = tmp_path_factory.mktemp("demo")
     port = free_port()
-    log = (root / "demo.log").open("wb")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hpcscope",
-            "demo",
-            "--for",
-            "180s",
-            "--port",
-            str(port),
-            "--state-dir",
-            str(root),
-            "--scrape-interval",
-            "1",
-            "--no-history",  # the live twin's jobs alone: the verdicts below are theirs
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **FRESH_VIEWS, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    # the live twin's jobs alone (no history): the verdicts below are theirs
+    process, base = start(
+        ["demo", "--for", "180s", "--port", str(port), "--state-dir", str(root),
+         "--scrape-interval", "1", "--no-history"],
+        port, root / "demo.log", timeout=60,
+    )  # fmt: skip
     try:
-        _wait_for(
-            lambda: httpx2.get(f"{base}/healthz", timeout=2).status_code == 200, "the demo", 60
-        )
         yield base
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        log.close()
+        stop(process)
 
 
 def _jobs(base: str) -> dict[str, dict[str, Any]]:

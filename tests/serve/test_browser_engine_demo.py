@@ -8,10 +8,6 @@ report says ``metrics.backend: prometheus``), and hpcscope scraped no dcgm-expor
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +17,7 @@ import httpx2
 import pytest
 
 from tests.support.browser import login, screenshot
+from tests.support.processes import start, stop
 from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.prometheus]
@@ -45,31 +42,15 @@ def _wait_for(condition: Any, what: str, timeout: float) -> Any:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root: Path = tmp_path_factory.mktemp("engine-demo")
     port = free_port()
-    log = (root / "demo.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hpcscope", "demo", "--backend", "prometheus", "--for", "240s",
-         "--port", str(port), "--state-dir", str(root), "--scrape-interval", "2",
-         "--no-history"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
+    process, base = start(
+        ["demo", "--backend", "prometheus", "--for", "240s", "--port", str(port),
+         "--state-dir", str(root), "--scrape-interval", "2", "--no-history"],
+        port, root / "demo.log", timeout=90,
     )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
     try:
-        _wait_for(
-            lambda: httpx2.get(f"{base}/healthz", timeout=2).status_code == 200, "the demo", 90
-        )
         yield base
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        log.close()
+        stop(process)
 
 
 def _straggler(base: str) -> dict[str, Any] | None:

@@ -69,28 +69,42 @@ def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> 
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def serve(
-    store: Path, port: int, log: Path, *extra: str, env: dict[str, str] | None = None
+def start(
+    args: list[str],
+    port: int,
+    log: Path,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 90.0,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """``hpcscope serve`` on a real store file; returns once ``/healthz`` answers."""
-    args = ["serve", "--store", str(store), "--port", str(port), *extra]
+    """``hpcscope <args>`` serving on ``port`` (``serve``, ``demo``); returns once
+    ``/healthz`` answers, and fails with the process's log if it exits first."""
     process = spawn(args, log, env=env)
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
         if process.poll() is not None:
-            raise AssertionError(f"hpcscope serve exited {process.returncode}: {log.read_text()}")
+            raise AssertionError(
+                f"hpcscope {args[0]} exited {process.returncode}: {log.read_text()}"
+            )
         try:
             return httpx2.get(f"{base}/healthz", timeout=1).status_code == 200
         except httpx2.HTTPError:
             return False
 
     try:
-        wait_for(up, "the server", timeout=90)
+        wait_for(up, f"hpcscope {args[0]}", timeout=timeout)
     except BaseException:
         stop(process)
         raise
     return process, base
+
+
+def serve(
+    store: Path, port: int, log: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``hpcscope serve`` on a real store file; returns once ``/healthz`` answers."""
+    return start(["serve", "--store", str(store), "--port", str(port), *extra], port, log, env=env)
 
 
 def api(base: str, path: str) -> Any:
