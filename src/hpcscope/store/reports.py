@@ -224,12 +224,9 @@ class EmbeddedSamples:
         until: datetime | None = None,
         job_ids: Sequence[str] | None = None,
     ) -> list[str]:
-        where = Where().window(since, until).among("job_id", job_ids)
-        where.clauses.append(has_job_sql("job_id"))
-        rows = self.store.query(
-            f"SELECT DISTINCT job_id FROM gpu_samples {where.sql()} ORDER BY job_id", where.params
-        )
-        return [str(v) for v in rows.column("job_id").to_pylist()]
+        """The rollups' jobs of the window's whole minutes, the raw samples' for the rest
+        (:func:`hpcscope.store.rollups.jobs_in_window`)."""
+        return rollups.jobs_in_window(self.store, since=since, until=until, job_ids=job_ids)
 
     def latest(self, *, since: datetime, until: datetime | None = None) -> pa.Table:
         # the newest time per GPU by GROUP BY, then its rows (job copies): a third of the time
