@@ -25,6 +25,9 @@ __all__ = ["BUCKET_SCHEMA", "GpuKey", "bucket_table", "gpu_key", "gpu_table", "t
 GpuKey = tuple[str | None, str, int, int | None]
 """(job id, node, gpu, MIG instance id)."""
 
+#: The labels a GPU key is made of (:func:`gpu_key`, ``matrix.node_of``).
+_KEY_LABELS = ("node", "hostname", "Hostname", "instance", "gpu", "GPU_I_ID", "hpc_job")
+
 
 def gpu_key(labels: dict[str, str], *, source: str, where: str) -> GpuKey | None:
     """The job GPU a series belongs to, None when it is no GPU's."""
@@ -64,13 +67,20 @@ def gpu_table(
         source: what errors name.
     """
     values: dict[GpuKey, dict[str, float]] = {}
+    # every answer names the same GPUs: each label set is parsed once (its key labels' values)
+    keys_of: dict[tuple[str | None, ...], GpuKey | None] = {}
     for column, answer in columns.items():
         factor = (factors or {}).get(column, 1.0)
         for index, series in enumerate(answer):
-            key = gpu_key(series.labels, source=source, where=f"{column}[{index}]")
+            labels = series.labels
+            seen = tuple(labels.get(name) for name in _KEY_LABELS)
+            if seen in keys_of:
+                key = keys_of[seen]
+            else:
+                key = keys_of[seen] = gpu_key(labels, source=source, where=f"{column}[{index}]")
             if key is None or not series.values.size:
                 continue
-            value = series.last
+            value = float(series.values[-1])
             if math.isnan(value):
                 continue
             values.setdefault(key, {})[column] = value * factor

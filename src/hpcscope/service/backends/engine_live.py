@@ -37,6 +37,8 @@ from hpcscope.service.backends.rule_reads import factor
 #: The engine's lookback of an instant query (Prometheus' default, VictoriaMetrics' too).
 LOOKBACK_SECONDS = 300
 _WITH_JOB = 'hpc_job!~"|0"'
+#: The labels a GPU's series is told apart by (``gpu_key``: node, GPU, MIG instance, job).
+KEY_LABELS = "node, hostname, Hostname, instance, gpu, GPU_I_ID, hpc_job"
 _NO_JOB = 'hpc_job=~"|0"'
 #: Steps per query_range call (under Prometheus' 11,000 points per series).
 MAX_POINTS_PER_QUERY = 10_000
@@ -78,25 +80,22 @@ def jobs_seen(
 
 def latest(engine: EngineClient, *, since: datetime, until: datetime) -> pa.Table:
     """The newest sample of every GPU (and job copy) that reported since ``since``:
-    ``GPU_SAMPLE_SCHEMA`` rows, ``ts`` the time the GPU's utilisation was sampled."""
+    ``GPU_SAMPLE_SCHEMA`` rows, ``ts`` the time the GPU's utilisation was sampled.
+
+    The engine drops every label but the GPU's key (:data:`KEY_LABELS`) before it answers:
+    dcgm-exporter's UUID, PCI bus id, model and driver labels would triple the answer."""
     names = promql_string("|".join(DCGM_METRIC_NAMES))
-    values = engine.query(f"{{__name__=~{names}}}", at=until)
-    stamps = engine.query(f"timestamp({UTIL})", at=until)
+    values = engine.query(f"max by (__name__, {KEY_LABELS}) ({{__name__=~{names}}})", at=until)
+    stamps = engine.query(f"max by ({KEY_LABELS}) (timestamp({UTIL}))", at=until)
     source = f"{engine.url} latest"
     when: dict[tuple[str | None, str, int, int | None], float] = {}
+    fresh_from = epoch_seconds(since)
     for index, series in enumerate(stamps.series):
         key = gpu_key(series.labels, source=source, where=f"timestamp[{index}]")
-        if key is not None and series.values.size and series.last >= epoch_seconds(since):
+        if key is not None and series.values.size and series.last >= fresh_from:
             when[key] = series.last
-    fresh: list[Series] = []
-    for index, series in enumerate(values.series):
-        key = gpu_key(series.labels, source=source, where=f"latest[{index}]")
-        if key is None or key not in when:
-            continue
-        at = when[key]
-        fresh.append(Series(series.labels, series.times * 0 + at, series.values))
     # one row per GPU and job copy: the columns of a GPU sampled at once share its time
-    return dcgm_series_to_samples(fresh, source=source)
+    return dcgm_series_to_samples(values.series, source=source, at=when)
 
 
 def last_seen(
