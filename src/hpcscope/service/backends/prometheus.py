@@ -50,6 +50,8 @@ from hpcscope.service.backends.engine_rules import (
     ENERGY,
     FB_USED,
     MEAN_FIELDS,
+    SHIPPED_DELAY_SECONDS,
+    SHIPPED_WINDOW_SECONDS,
     TEMP,
     THROTTLE,
     UTIL,
@@ -82,6 +84,8 @@ class PrometheusSamples:
         recording_rules: read the engine recording rules (``auto``: when they cover the
             window), ``always`` or ``never``.
         rule_window_seconds: the rules' evaluation interval as loaded (60 as shipped).
+        rule_delay_seconds: how far behind its evaluation a rule's window ends, as loaded (60
+            as shipped).
         now: the clock (tests pass a fixed one).
         transport: an httpx2 transport for a client made from a URL (tests).
     """
@@ -93,7 +97,8 @@ class PrometheusSamples:
         step_seconds: float,
         lookback_seconds: float,
         recording_rules: RuleUse = "auto",
-        rule_window_seconds: int = 60,
+        rule_window_seconds: int = SHIPPED_WINDOW_SECONDS,
+        rule_delay_seconds: int = SHIPPED_DELAY_SECONDS,
         timeout_seconds: float = 30.0,
         now: Callable[[], datetime] = utcnow,
         transport: httpx2.BaseTransport | None = None,
@@ -110,7 +115,7 @@ class PrometheusSamples:
         self._now = now
         self.rules = RuleReads(
             engine,
-            RuleNames(rule_window_seconds),
+            RuleNames(rule_window_seconds, rule_delay_seconds),
             lookback_seconds=lookback_seconds,
             now=now,
         )
@@ -121,9 +126,11 @@ class PrometheusSamples:
 
     @property
     def lag_seconds(self) -> float:
-        """A rule window and two scrape intervals (a sample lands, its window is evaluated)."""
-        window = 0 if self.recording_rules == "never" else self.rules.window_seconds
-        return window + 2 * self.step_seconds
+        """A rule window, its delay and two scrape intervals (a sample lands, its window is
+        evaluated)."""
+        names = self.rules.names
+        rules = 0 if self.recording_rules == "never" else names.window_seconds + names.delay_seconds
+        return rules + 2 * self.step_seconds
 
     def close(self) -> None:
         self.rules.close()
