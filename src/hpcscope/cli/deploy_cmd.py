@@ -80,12 +80,13 @@ def prometheus_rules(
     window: int = typer.Option(
         60, "--window", min=1, help="Seconds between rule evaluations (and their window)."
     ),
-    delay: int = typer.Option(
-        60,
+    delay: int | None = typer.Option(
+        None,
         "--delay",
         min=0,
-        help="Seconds each window ends before its evaluation (samples ingested late still "
-        "count); hpcscope's prometheus_rule_delay_seconds must equal it.",
+        help="Seconds each window ends before its evaluation, so that samples ingested late "
+        "still count (default: the scrape interval); hpcscope's prometheus_rule_delay_seconds "
+        "must equal it.",
     ),
     out: Path = typer.Option(Path("."), "--out", help="Directory to write the rules into."),
     json_output: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
@@ -111,7 +112,7 @@ def prometheus_rules(
                 "written": [str(target)],
                 "scrape_interval_seconds": scrape_interval,
                 "window": window,
-                "delay_seconds": delay,
+                "delay_seconds": scrape_interval if delay is None else delay,
             }
         )
     else:

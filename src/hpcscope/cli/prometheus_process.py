@@ -60,7 +60,7 @@ def run_prometheus(
     targets: Path,
     scrape_interval_seconds: int,
     window_seconds: int = 60,
-    delay_seconds: int = 60,
+    delay_seconds: int | None = None,
     port: int = 0,
     ready_seconds: float = 60.0,
 ) -> Iterator[str]:

@@ -15,9 +15,11 @@ would otherwise count in two windows. Consecutive evaluations tile time, so sums
 sums over the raw samples.
 
 An evaluation at ``t`` reads the window ending ``D`` before it, ``(t - D - W, t - D]`` (every
-range carries ``offset D``; ``D`` = 60 s as shipped, ``--delay``): a rule evaluated at ``t``
-does not wait for a scrape that started before ``t`` and is still being ingested (a slow
-exporter, remote write), and would miss that sample for good. ``D`` plays the part of
+range carries ``offset D``; ``D`` = one scrape interval by default, ``--delay``): a rule
+evaluated at ``t`` does not wait for a scrape that started before ``t`` and is still being
+ingested (a slow exporter), and would miss that sample for good. A scrape ends within its
+interval (``scrape_timeout`` is at most ``scrape_interval``); a site whose samples arrive later
+(remote write, a federation hop) sets ``D`` to its ingestion delay. ``D`` plays the part of
 Prometheus' ``query_offset`` (2.53 and later) and vmalert's ``eval_delay``, written in the rules
 so that every engine version reads the same windows; the reader shifts its reads by the same
 ``D`` (``prometheus_rule_delay_seconds``).
@@ -75,7 +77,9 @@ SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"
 #: The rule file shipped in deploy/prometheus.
 SHIPPED_SCRAPE_INTERVAL_SECONDS = 15
 SHIPPED_WINDOW_SECONDS = 60
-SHIPPED_DELAY_SECONDS = 60
+#: One scrape interval: a scrape times out within its interval (Prometheus refuses a longer
+#: ``scrape_timeout``), so every sample of a window is stored when the window is evaluated.
+SHIPPED_DELAY_SECONDS = SHIPPED_SCRAPE_INTERVAL_SECONDS
 
 
 def duration(seconds: int) -> str:
@@ -90,7 +94,7 @@ def duration(seconds: int) -> str:
 @dataclass(frozen=True, slots=True)
 class RuleNames:
     """The recorded series' names for one window (``window_seconds``, 60 as shipped), and how
-    far behind its evaluation instant an evaluation's window ends (``delay_seconds``, 60 as
+    far behind its evaluation instant an evaluation's window ends (``delay_seconds``, 15 as
     shipped; the module docstring)."""
 
     window_seconds: int = SHIPPED_WINDOW_SECONDS
@@ -232,11 +236,13 @@ def engine_rules_yaml(
     *,
     scrape_interval_seconds: int = SHIPPED_SCRAPE_INTERVAL_SECONDS,
     window_seconds: int = SHIPPED_WINDOW_SECONDS,
-    delay_seconds: int = SHIPPED_DELAY_SECONDS,
+    delay_seconds: int | None = None,
 ) -> str:
     """The rule file (YAML text) for an engine scraping dcgm-exporter every
     ``scrape_interval_seconds``, evaluated every ``window_seconds`` over that window ending
-    ``delay_seconds`` before the evaluation."""
+    ``delay_seconds`` (default: one scrape interval) before the evaluation."""
+    if delay_seconds is None:
+        delay_seconds = scrape_interval_seconds
     if scrape_interval_seconds < 1 or window_seconds < scrape_interval_seconds:
         raise ValueError("the window must hold at least one scrape interval (whole seconds)")
     if delay_seconds < 0:
