@@ -54,7 +54,10 @@ NAMES = RuleNames(RULE_WINDOW, RULE_DELAY)
 BACKENDS = ("embedded", "prometheus", "victoria-metrics")
 
 #: The jobs, submitted at once: the demo's straggler and data-starved jobs (running through the
-#: window), a healthy job that ends inside it and a job that dies of an Xid; one GPU stays free
+#: window), a healthy job that ends inside it (at 24 s: summarised by every service when the
+#: pages are read, 50 s in, the prometheus service's settling being the longest: three scrape
+#: intervals, a rule window, its delay and two scrape intervals, 24 s) and a job that dies of
+#: an Xid (at 24 + 30 s, the twin's hang after a fault: summarised by none); one GPU stays free
 #: for a miner (SC-4's fault).
 JOBS: tuple[dict[str, object], ...] = (
     {"name": "llama-7b-pretrain", "user": "alice", "account": "vision",
@@ -63,7 +66,7 @@ JOBS: tuple[dict[str, object], ...] = (
     {"name": "bert-finetune", "user": "bob", "account": "nlp", "profile": Profile.DATA_STARVED,
      "gpus": 4, "duration_seconds": 3600.0, "nodelist": ("gpu02",)},
     {"name": "whisper-train", "user": "dave", "account": "speech", "profile": Profile.HEALTHY,
-     "gpus": 2, "duration_seconds": 28.0},
+     "gpus": 2, "duration_seconds": 24.0},
     {"name": "vit-sweep-17", "user": "alice", "account": "vision", "profile": Profile.FAILED,
      "gpus": 1, "duration_seconds": 3600.0, "fail_after_seconds": 24.0},
 )  # fmt: skip
@@ -114,6 +117,8 @@ class ThreeBackends:
     twin's pages change): Prometheus' evaluation phase less :data:`RULE_DELAY`."""
     rogue_gpu: tuple[str, int] | None = None
     """The GPU busy with no job (SC-4's fault), from the jobs' start."""
+    jobs_start: float = 0.0
+    """When the jobs were submitted (epoch seconds): a window's end."""
 
     def window_end(self, before: float) -> float:
         """The newest end of a rule window at or before ``before`` (epoch seconds); the rules
@@ -247,6 +252,7 @@ def three_backends(tmp: Path) -> Iterator[ThreeBackends]:
                 rogue = next(k for k in gpus if k not in held)
                 twin.unmapped_work[rogue] = Profile.HEALTHY
                 backends.rogue_gpu = rogue
+                backends.jobs_start = start
             yield backends
         finally:
             for collector in collectors:

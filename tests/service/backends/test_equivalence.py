@@ -53,9 +53,10 @@ TOLERANCE = 0.01
 #: GPU-hours also agree within this many (3.6 GPU-seconds): a figure that is 0 on one backend
 #: (no GPU-second of a waste cause) may be a fraction of a second on another.
 HOURS_ABS = 0.001
-#: Seconds the jobs run before the pages are read: the short jobs end inside it, and the rules'
-#: window holding their last samples is evaluated (a window and its delay later).
-RUN_SECONDS = 70.0
+#: Seconds from the jobs' start to the end of the window the pages are read up to (whole
+#: windows: the healthy job ends inside it and is summarised by every service,
+#: ``tests/support/three_backends.JOBS``).
+READ_AFTER_SECONDS = 5 * RULE_WINDOW
 #: Figures that are counts (compared as they are).
 EXACT = {"gpus_observed", "gpus_allocated", "idle_gpus", "jobs", "gpus"}
 #: From the recording rules, clock reasons are seconds with a slowdown and with a thermal reason,
@@ -83,10 +84,9 @@ class Pages:
 
 
 def _read(backends: ThreeBackends) -> Pages:
-    time.sleep(RUN_SECONDS)
-    # the newest window every scraper has stored (VictoriaMetrics shows a point a second after
-    # ingesting it) and the rules have evaluated (their delay after its end)
-    at = backends.window_end(time.time() - RULE_DELAY - 2 * SCRAPE_SECONDS)
+    # a window every scraper has stored (VictoriaMetrics shows a point a second after ingesting
+    # it) and the rules have evaluated (their delay after its end)
+    at = backends.jobs_start + READ_AFTER_SECONDS
     backends.wait_until(at + RULE_DELAY + 2 * SCRAPE_SECONDS)
     now = naive(at)
     pages = Pages(now, {}, {}, {}, {}, {})
@@ -261,6 +261,6 @@ def test_the_rules_are_found_from_their_first_evaluation(pages: Pages) -> None:
     # two of its points, and are found at their own window (the reads then use them)
     coverage = pages.coverage
     assert coverage is not None and coverage.since is not None and coverage.until is not None
-    assert (pages.at - coverage.since).total_seconds() >= RUN_SECONDS - 3 * RULE_WINDOW
+    assert (pages.at - coverage.since).total_seconds() >= READ_AFTER_SECONDS - 2 * RULE_WINDOW
     # the newest evaluation at or before the probe's instant, its window ending the delay before
     assert RULE_DELAY <= (pages.at - coverage.until).total_seconds() <= RULE_DELAY + RULE_WINDOW
