@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -137,8 +136,9 @@ def _read(backends: ThreeBackends) -> Pages:
         pages.coverage = probe.rules.coverage()
     finally:
         probe.close()
-    # the diagram 8 s into a collect interval: every scraper's newest sample is of its page
-    diagram_at = backends.window_end(time.time()) - 2.0
+    # the diagram 8 s into the collect interval after the failed job's end (54 s in): every
+    # scraper's newest sample is of its page, where two jobs still run
+    diagram_at = backends.jobs_start + 6 * RULE_WINDOW + 8.0
     backends.wait_until(diagram_at + 2 * SCRAPE_SECONDS)
     for name, service in backends.services.items():
         state = live_state(service, Viewer(ADMIN), now=naive(diagram_at))
