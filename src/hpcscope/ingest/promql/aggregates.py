@@ -64,13 +64,21 @@ def gpu_table(
         source: what errors name.
     """
     values: dict[GpuKey, dict[str, float]] = {}
+    # every answer names the same GPUs: each label set is parsed once (the engine writes a
+    # series' labels in one order: a set written in another is parsed again, no harm)
+    keys_of: dict[tuple[tuple[str, str], ...], GpuKey | None] = {}
     for column, answer in columns.items():
         factor = (factors or {}).get(column, 1.0)
         for index, series in enumerate(answer):
-            key = gpu_key(series.labels, source=source, where=f"{column}[{index}]")
+            labels = series.labels
+            seen = tuple(labels.items())
+            if seen in keys_of:
+                key = keys_of[seen]
+            else:
+                key = keys_of[seen] = gpu_key(labels, source=source, where=f"{column}[{index}]")
             if key is None or not series.values.size:
                 continue
-            value = series.last
+            value = float(series.values[-1])
             if math.isnan(value):
                 continue
             values.setdefault(key, {})[column] = value * factor

@@ -240,9 +240,17 @@ class PrometheusSamples:
             return self.rules.jobs_seen(since=start, until=end, job_ids=job_ids)
         return engine_live.jobs_seen(self.engine, since=start, until=end, job_ids=job_ids)
 
-    def latest(self, *, since: datetime, until: datetime | None = None) -> pa.Table:
+    def latest(
+        self,
+        *,
+        since: datetime,
+        until: datetime | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
         _, end = self._window(since, until)
-        return engine_live.latest(self.engine, since=as_naive_utc(since), until=end)
+        return engine_live.latest(
+            self.engine, since=as_naive_utc(since), until=end, columns=columns
+        )
 
     def last_seen(self, *, since: datetime) -> Mapping[tuple[str, int], datetime]:
         return engine_live.last_seen(
