@@ -125,10 +125,11 @@ def bucket_table(
     bucket_seconds: float,
     factors: Mapping[str, float] | None = None,
     source: str,
+    delay_seconds: float = 0.0,
 ) -> pa.Table:
     """:data:`BUCKET_SCHEMA` rows from ``query_range`` answers whose point at ``t`` is the mean
-    of ``(t - bucket_seconds, t]`` (its bucket starts at ``t - bucket_seconds``); sorted by
-    bucket, job, node and GPU."""
+    of ``(t - delay_seconds - bucket_seconds, t - delay_seconds]`` (its bucket starts at
+    ``t - delay_seconds - bucket_seconds``); sorted by bucket, job, node and GPU."""
     cells: dict[tuple[int, str | None, str, int], dict[str, float]] = {}
     for column, answer in columns.items():
         factor = (factors or {}).get(column, 1.0)
@@ -140,7 +141,7 @@ def bucket_table(
             for at, value in zip(series.times.tolist(), series.values.tolist(), strict=True):
                 if math.isnan(value):
                     continue
-                start_ms = round((at - bucket_seconds) * 1000)
+                start_ms = round((at - delay_seconds - bucket_seconds) * 1000)
                 cells.setdefault((start_ms, job, node, gpu), {})[column] = value * factor
     keys = sorted(cells, key=lambda k: (k[0], k[1] or "", k[2], k[3]))
     data: dict[str, list[object]] = {
