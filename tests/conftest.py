@@ -44,15 +44,29 @@ def demo_users() -> UserDirectory:
     return UserDirectory.demo(hash_cost_log2=TEST_PASSWORD_HASH_COST_LOG2)
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[Service]:
-    """A service on the bundled 2x8 topology, demo users, an empty store in tmp_path."""
+def open_service(directory: Path) -> Service:
+    """A service on the bundled 2x8 topology, demo users, an empty store in ``directory``."""
     settings = Settings(
-        store_path=tmp_path / "store.duckdb",
+        store_path=directory / "store.duckdb",
         secret_key="test-secret",
         password_hash_cost_log2=TEST_PASSWORD_HASH_COST_LOG2,
     )
-    opened = Service.open(settings, users=demo_users())
+    return Service.open(settings, users=demo_users())
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    """A service on the bundled 2x8 topology, demo users, an empty store in tmp_path."""
+    opened = open_service(tmp_path)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(scope="module")
+def module_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """:func:`service` shared by a module's tests that only read it (a matrix of requests):
+    one store and one set of users instead of one per parameter."""
+    opened = open_service(tmp_path_factory.mktemp("module-service"))
     yield opened
     opened.close()
 

@@ -9,7 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hpcscope.model.timeutil import utcnow
+from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
+from tests.conftest import basic_auth
 from tests.support.data import JOBS, populate
 
 VISIBLE = {
@@ -27,11 +29,25 @@ def stored(service: Service) -> Service:
     return service
 
 
+@pytest.fixture(scope="module")
+def clients_of(module_service: Service) -> Iterator[dict[str, TestClient]]:
+    """Each user's client of one stored service for the module's read-only matrix tests."""
+    populate(module_service.store, now=utcnow())
+    clients = {
+        user: TestClient(create_app(module_service), headers=basic_auth(user)) for user in VISIBLE
+    }
+    for test_client in clients.values():
+        test_client.__enter__()
+    yield clients
+    for test_client in clients.values():
+        test_client.__exit__(None, None, None)
+
+
 @pytest.mark.parametrize("user", sorted(VISIBLE))
 def test_job_list_shows_exactly_the_visible_jobs(
-    stored: Service, client_as: Callable[[str], TestClient], user: str
+    clients_of: dict[str, TestClient], user: str
 ) -> None:
-    body = client_as(user).get("/api/jobs").json()
+    body = clients_of[user].get("/api/jobs").json()
     assert {job["job_id"] for job in body["jobs"]} == VISIBLE[user]
 
 
@@ -41,9 +57,9 @@ def test_job_list_shows_exactly_the_visible_jobs(
     "path", ["/api/jobs/{id}", "/api/jobs/{id}/timeseries", "/api/jobs/{id}/phases", "/jobs/{id}"]
 )
 def test_every_job_endpoint_enforces_visibility(
-    stored: Service, client_as: Callable[[str], TestClient], user: str, job_id: str, path: str
+    clients_of: dict[str, TestClient], user: str, job_id: str, path: str
 ) -> None:
-    response = client_as(user).get(path.format(id=job_id))
+    response = clients_of[user].get(path.format(id=job_id))
     if job_id in VISIBLE[user]:
         assert response.status_code == 200
     else:

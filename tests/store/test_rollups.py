@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA, JOB_SCHEMA
@@ -178,3 +178,39 @@ def test_a_store_written_before_the_upgrade_gets_its_rollups_and_keeps_its_histo
         # the newest sample is at 00:09:45: minutes up to 00:06 are final (60 s + 120 s grace)
         assert [m["final"] for m in minutes] == [True] * 7 + [False] * 3
         assert upgraded.query("SELECT count(*) AS n FROM jobs").to_pylist()[0]["n"] == 1
+
+
+_job_point = st.tuples(st.floats(0.0, 900.0, allow_nan=False), st.sampled_from(["7", "8", "9"]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example([[(620.0, "7"), (650.0, "8")], [(800.0, "9")], [(30.0, "8")]], 610.0, 20.0)
+@example([[(60.0, "7"), (200.0, "9")], [(100.0, "8")]], 59.0, 60.0)
+@given(
+    st.lists(st.lists(_job_point, min_size=1, max_size=12), min_size=1, max_size=4),
+    st.floats(0.0, 900.0, allow_nan=False),
+    st.floats(0.0, 300.0, allow_nan=False),
+)
+def test_jobs_in_a_window_are_those_of_the_raw_samples(
+    batches: list[list[tuple[float, str]]], start: float, length: float
+) -> None:
+    # batches in any order: a late one lands in final minutes, kept raw and not rolled up
+    with Store(":memory:", rollup_grace_seconds=0.0) as store:
+        for batch in batches:
+            for job in sorted({j for _, j in batch}):
+                points = [(s, 0, 0.5) for s, j in batch if j == job]
+                store.append("gpu_samples", _rows(points, job=job)).result()
+        since = T0 + timedelta(seconds=start)
+        until = since + timedelta(seconds=length)
+        raw = (
+            store.query(
+                "SELECT DISTINCT job_id FROM gpu_samples WHERE ts >= ? AND ts <= ? ORDER BY job_id",
+                [since, until],
+            )
+            .column("job_id")
+            .to_pylist()
+        )
+        assert queries.EmbeddedSamples(store).jobs_seen(since=since, until=until) == raw
+        assert rollups.jobs_in_window(store, since=since, until=until, job_ids=["8"]) == [
+            j for j in raw if j == "8"
+        ]

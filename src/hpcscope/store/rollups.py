@@ -46,6 +46,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hpcscope.model.sampling import has_job_sql
 from hpcscope.model.schemas import ROLLUP_METRICS
 from hpcscope.store.filters import Where
 from hpcscope.store.migrations import ROLLUP_ROWS, ROLLUP_SELECT, ROLLUP_STATE
@@ -335,3 +336,45 @@ def rollup_time_range(store: Store, job_id: str) -> tuple[datetime | None, datet
 def job_rollups(store: Store, job_id: str) -> pa.Table:
     """The per-job minutes of ``job_rollups_1m`` (all GPUs of the job folded), oldest first."""
     return store.query("SELECT * FROM job_rollups_1m WHERE job_id = ? ORDER BY minute", [job_id])
+
+
+def jobs_in_window(
+    store: Store,
+    *,
+    since: datetime,
+    until: datetime | None,
+    job_ids: Sequence[str] | None = None,
+) -> list[str]:
+    """Job ids with a GPU sample in ``[since, until]`` (only those of ``job_ids`` when given),
+    sorted.
+
+    The jobs of the rollup rows of the whole minutes inside the window (one row per minute,
+    GPU and job: a day of 1,024 GPUs at 1 s is 1.5 M rows, not 88 M samples), then the raw
+    samples of the window for any other job (the minutes at both ends, those not rolled up
+    yet, samples that came too late for their minute's rollup). A job with a rollup row in a
+    whole minute counts, also once retention dropped that minute's raw samples."""
+    has_job = has_job_sql("job_id")
+    tables = store.query(
+        "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = ? AND NOT temporary",
+        [ROLLUP_ROWS],
+    ).to_pylist()
+    known: list[str] = []
+    first = _floor_minute(since) + (_MINUTE if _floor_minute(since) < since else timedelta())
+    end = _floor_minute(until) if until is not None else None
+    if tables[0]["n"] and (end is None or first < end):
+        rolled = Where().among("job_id", job_ids).window(first, None, column="minute")
+        if end is not None:
+            rolled.clauses.append("minute < ?")
+            rolled.params.append(end)
+        rolled.clauses.append(has_job)
+        rows = store.query(
+            f"SELECT DISTINCT job_id FROM {ROLLUP_ROWS} {rolled.sql()}", rolled.params
+        )
+        known = [str(v) for v in rows.column("job_id").to_pylist()]
+    raw = Where().among("job_id", job_ids).window(since, until)
+    raw.clauses.append(has_job)
+    if known:
+        raw.clauses.append(f"job_id NOT IN ({', '.join('?' for _ in known)})")
+        raw.params.extend(known)
+    rows = store.query(f"SELECT DISTINCT job_id FROM gpu_samples {raw.sql()}", raw.params)
+    return sorted({*known, *(str(v) for v in rows.column("job_id").to_pylist())})

@@ -64,13 +64,21 @@ def gpu_table(
         source: what errors name.
     """
     values: dict[GpuKey, dict[str, float]] = {}
+    # every answer names the same GPUs: each label set is parsed once (the engine writes a
+    # series' labels in one order: a set written in another is parsed again, no harm)
+    keys_of: dict[tuple[tuple[str, str], ...], GpuKey | None] = {}
     for column, answer in columns.items():
         factor = (factors or {}).get(column, 1.0)
         for index, series in enumerate(answer):
-            key = gpu_key(series.labels, source=source, where=f"{column}[{index}]")
+            labels = series.labels
+            seen = tuple(labels.items())
+            if seen in keys_of:
+                key = keys_of[seen]
+            else:
+                key = keys_of[seen] = gpu_key(labels, source=source, where=f"{column}[{index}]")
             if key is None or not series.values.size:
                 continue
-            value = series.last
+            value = float(series.values[-1])
             if math.isnan(value):
                 continue
             values.setdefault(key, {})[column] = value * factor
@@ -117,10 +125,11 @@ def bucket_table(
     bucket_seconds: float,
     factors: Mapping[str, float] | None = None,
     source: str,
+    delay_seconds: float = 0.0,
 ) -> pa.Table:
     """:data:`BUCKET_SCHEMA` rows from ``query_range`` answers whose point at ``t`` is the mean
-    of ``(t - bucket_seconds, t]`` (its bucket starts at ``t - bucket_seconds``); sorted by
-    bucket, job, node and GPU."""
+    of ``(t - delay_seconds - bucket_seconds, t - delay_seconds]`` (its bucket starts at
+    ``t - delay_seconds - bucket_seconds``); sorted by bucket, job, node and GPU."""
     cells: dict[tuple[int, str | None, str, int], dict[str, float]] = {}
     for column, answer in columns.items():
         factor = (factors or {}).get(column, 1.0)
@@ -132,7 +141,7 @@ def bucket_table(
             for at, value in zip(series.times.tolist(), series.values.tolist(), strict=True):
                 if math.isnan(value):
                     continue
-                start_ms = round((at - bucket_seconds) * 1000)
+                start_ms = round((at - delay_seconds - bucket_seconds) * 1000)
                 cells.setdefault((start_ms, job, node, gpu), {})[column] = value * factor
     keys = sorted(cells, key=lambda k: (k[0], k[1] or "", k[2], k[3]))
     data: dict[str, list[object]] = {

@@ -143,9 +143,9 @@ def decode_answer(body: bytes, *, source: str) -> Answer:
         if kind == "vector":
             samples = _VECTOR.decode(raw)
             values = _floats([s.value[1] for s in samples], source=source, where="data.result")
+            times = np.array([s.value[0] for s in samples], dtype=np.float64)
             series = tuple(
-                Series(s.metric, np.array([s.value[0]], dtype=np.float64), values[i : i + 1])
-                for i, s in enumerate(samples)
+                Series(s.metric, times[i : i + 1], values[i : i + 1]) for i, s in enumerate(samples)
             )
         elif kind == "matrix":
             ranges = _MATRIX.decode(raw)

@@ -59,6 +59,8 @@ __all__ = [
 ]
 
 _INT16_MAX = 2**15 - 1
+#: ``gpu`` and ``GPU_I_ID`` labels as they usually come, parsed once.
+_SMALL_INDEX = {str(i): i for i in range(256)}
 _HOST_LABELS = ("node", "hostname", "Hostname")
 _RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
 _COLUMNS = [metric.column for metric in GPU_METRICS]
@@ -125,6 +127,9 @@ def node_of(metric: Mapping[str, object]) -> str | None:
 
 def gpu_index(value: object, *, source: str, where: str) -> int:
     """A ``gpu`` or ``GPU_I_ID`` label as a small integer; a bad one names the culprit."""
+    known = _SMALL_INDEX.get(value) if isinstance(value, str) else None
+    if known is not None:
+        return known
     if not isinstance(value, str) or not value.isdigit() or int(value) > _INT16_MAX:
         raise PromqlResponseError(f"{value!r} is not a GPU index", source=source, field=where)
     return int(value)
@@ -198,14 +203,25 @@ _Target = tuple[str, float, ValueType, str, int, int | None, str | None]
 """(column, factor, value type, node, gpu, MIG instance, job) of one series."""
 
 
+#: Per exported metric name that feeds a column: (column, factor, value type).
+_COLUMN_OF_NAME: dict[str, tuple[str, float, ValueType]] = {
+    name: (COLUMN_OF_FIELD[field.name], field.factor, field.value_type)
+    for name, field in FIELDS_BY_EXPORTED_NAME.items()
+    if field.name in COLUMN_OF_FIELD
+}
+
+
 def _cell_target(metric: Mapping[str, object], *, source: str, where: str) -> _Target | None:
     """Where a series' values go, None for a series that holds no GPU sample."""
-    field = FIELDS_BY_EXPORTED_NAME.get(str(metric.get("__name__")))
-    column = COLUMN_OF_FIELD.get(field.name) if field is not None else None
-    node = node_of(metric)
-    if field is None or column is None or "gpu" not in metric or node is None:
+    name = metric.get("__name__")
+    known = _COLUMN_OF_NAME.get(name) if isinstance(name, str) else None
+    gpu_label = metric.get("gpu")
+    if known is None or gpu_label is None:
         return None
-    gpu = gpu_index(metric["gpu"], source=source, where=f"{where}.metric.gpu")
+    node = node_of(metric)
+    if node is None:
+        return None
+    gpu = gpu_index(gpu_label, source=source, where=f"{where}.metric.gpu")
     instance_label = metric.get("GPU_I_ID")
     instance = (
         gpu_index(instance_label, source=source, where=f"{where}.metric.GPU_I_ID")
@@ -213,7 +229,8 @@ def _cell_target(metric: Mapping[str, object], *, source: str, where: str) -> _T
         else None
     )
     job = job_id_from_label(cast("str | None", metric.get("hpc_job")))  # labels are strings
-    return column, field.factor, field.value_type, node, gpu, instance, job
+    column, factor, value_type = known
+    return column, factor, value_type, node, gpu, instance, job
 
 
 def _put(cells: dict[RowKey, dict[str, float]], target: _Target, millis: int, value: float) -> None:
@@ -223,16 +240,35 @@ def _put(cells: dict[RowKey, dict[str, float]], target: _Target, millis: int, va
     cells.setdefault((millis, node, gpu, instance, job), {})[column] = value * factor
 
 
-def dcgm_series_to_samples(series: Sequence[Series], *, source: str) -> pa.Table:
+def dcgm_series_to_samples(
+    series: Sequence[Series],
+    *,
+    source: str,
+    at: Mapping[tuple[str | None, str, int, int | None], float] | None = None,
+) -> pa.Table:
     """Rows of ``GPU_SAMPLE_SCHEMA`` from decoded series (:func:`decode_answer`), as
-    :func:`dcgm_matrix_to_samples` makes them of the body."""
+    :func:`dcgm_matrix_to_samples` makes them of the body.
+
+    Args:
+        series: the decoded series.
+        source: what errors name.
+        at: for an instant answer: per GPU key (job id, node, gpu, MIG instance), the epoch
+            seconds every value of that GPU is put at (the time it was sampled); a series of
+            a GPU not in it is skipped.
+    """
     cells: dict[RowKey, dict[str, float]] = {}
     for index, one in enumerate(series):
         target = _cell_target(one.labels, source=source, where=f"data.result[{index}]")
         if target is None:
             continue
-        for at, value in zip(one.times.tolist(), one.values.tolist(), strict=True):
-            _put(cells, target, round(at * 1000), value)
+        if at is not None:
+            _, _, _, node, gpu, instance, job = target
+            when = at.get((job, node, gpu, instance))
+            if when is not None and one.values.size:
+                _put(cells, target, round(when * 1000), float(one.values[-1]))
+            continue
+        for stamp, value in zip(one.times.tolist(), one.values.tolist(), strict=True):
+            _put(cells, target, round(stamp * 1000), value)
     return _table(cells)
 
 
