@@ -4,9 +4,9 @@ Prometheus evaluating the engine recording rules, read by an hpcscope with no GP
     .venv/bin/python -m bench.read_path --backend prometheus --minutes 6
 
 The twin (``128x8-h100``, seeded) runs, in a process of its own, one job on every one of its
-1,024 GPUs and is scraped by
-Debian's ``prometheus`` every ``--scrape-seconds`` with the engine rules evaluated every minute
-(:mod:`hpcscope.cli.prometheus_process`); hpcscope's collector polls the twin's slurmrestd only.
+1,024 GPUs and is scraped by Debian's ``prometheus`` every ``--scrape-seconds`` with the engine
+rules evaluated every minute (:mod:`hpcscope.cli.prometheus_process`); hpcscope's collector
+polls the twin's slurmrestd only.
 The store also holds ``10,000 x scale`` finished jobs with their kept summaries (as the
 embedded bench writes them), so the job list lists 200 jobs. After ``--minutes``, each read is
 timed (median of ``--rounds``) as the web app runs it: the big job's report, the overview, the
