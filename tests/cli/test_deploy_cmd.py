@@ -87,20 +87,24 @@ def test_the_shipped_engine_rules_are_the_generated_ones(tmp_path: Path) -> None
 def test_engine_rules_for_another_interval(tmp_path: Path) -> None:
     result = runner.invoke(
         app,
-        ["deploy", "prometheus-rules", "--scrape-interval", "30", "--out", str(tmp_path), "--json"],
-    )
+        [
+            "deploy", "prometheus-rules", "--scrape-interval", "30", "--delay", "45",
+            "--out", str(tmp_path), "--json",
+        ],
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc == {
         "written": [str(tmp_path / "hpcscope-engine-rules.yml")],
         "scrape_interval_seconds": 30,
         "window": 60,
+        "delay_seconds": 45,
     }
     groups = yaml.safe_load((tmp_path / "hpcscope-engine-rules.yml").read_text())["groups"]
     observed = next(
         r for g in groups for r in g["rules"] if r["record"].endswith(":observed_seconds1m")
     )
-    assert observed["expr"].endswith("* 30")
+    assert observed["expr"].endswith("[59s999ms] offset 45s)) * 30")
     bad = runner.invoke(
         app, ["deploy", "prometheus-rules", "--window", "10", "--scrape-interval", "15"]
     )

@@ -350,3 +350,49 @@ def test_how_often_may_depend_on_the_value() -> None:
     held.run()  # the running job's entry was refreshed, the finished one's was current
     assert snapshots.get("live", lambda: "later", every_seconds=every) == "again"
     assert snapshots.get("done", lambda: "later", every_seconds=every) == "finished job"
+
+
+def test_an_entry_current_for_minutes_is_served_stale_as_long_past_that() -> None:
+    """A finished job's entry (current 60 s) is served while it refreshes for the stale window
+    past its minute, not computed in the request as soon as it turns stale."""
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    snapshots.publish()
+    calls, compute = counter()
+    assert snapshots.get("job", compute, every_seconds=60.0) == 1
+    clock.now += 60.0 + 29.0
+    assert snapshots.get("job", compute, every_seconds=60.0) == 1  # stale: refreshed behind
+    assert len(calls) == 1 and len(held.jobs) == 1
+    held.run()
+    clock.now += 60.0 + 31.0  # past the window: computed in the request
+    assert snapshots.get("job", compute, every_seconds=60.0) == 3
+
+
+def test_an_offered_value_is_kept_unless_a_current_one_is_there() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    calls, compute = counter()
+    snapshots.offer("report", 7, every_seconds=15.0)
+    assert snapshots.get("report", compute, every_seconds=15.0) == 7 and calls == []
+    snapshots.offer("report", 8)  # a current entry stays
+    assert snapshots.get("report", compute) == 7
+    writes.count += 1  # a new generation: what is offered then replaces the old entry
+    clock.now += 16.0
+    snapshots.offer("report", 9)
+    assert snapshots.get("report", compute) == 9 and calls == []
+
+
+def test_a_value_offered_while_computing_is_as_old_as_that_computation() -> None:
+    """The job list offers each job's report: written at the list's generation, so a write
+    that landed while the list was computed makes the report old, as it makes the list."""
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held, stale_seconds=0.0)
+    calls, compute = counter()
+
+    def listing() -> list[int]:
+        writes.count += 1  # a write commits while the list is computed
+        snapshots.offer("one", 5)
+        return [5]
+
+    assert snapshots.get("list", listing) == [5]
+    assert snapshots.get("one", compute) == 1 and len(calls) == 1  # old: computed again

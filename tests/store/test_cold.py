@@ -66,6 +66,11 @@ def test_raw_samples_past_retention_move_to_parquet_and_read_back(tmp_path: Path
         window = cold_samples(store, ["9"], since=T0 + timedelta(hours=1, minutes=30))
         assert window is not None and window.num_rows == 2 * 120
         assert sample_time_range(store, "9") == (T0, T0 + timedelta(seconds=7185))
+        # its parts within a window only: the first day's, or none of them
+        first_day = sample_time_range(store, "9", cold_until=T0 + timedelta(seconds=3599))
+        assert first_day == (T0, T0 + timedelta(seconds=3585))
+        later = sample_time_range(store, "9", cold_since=T0 + timedelta(days=2))
+        assert later == (None, None)
         assert cold_samples(store, ["other"]) is not None  # read, nothing of it
         assert samples_for_jobs(store, ["other"]).num_rows == 0
 

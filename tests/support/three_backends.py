@@ -2,17 +2,18 @@
 
 The twin serves real dcgm-exporter pages on loopback. Three scrapers scrape them with the same
 interval: hpcscope's own collector (the ``embedded`` service's store), Debian's ``prometheus``
-(2.42, with the engine recording rules evaluated every :data:`RULE_WINDOW` seconds) and
+(2.42, with the engine recording rules evaluated every :data:`RULE_WINDOW` seconds, each over
+the window ending :data:`RULE_DELAY` seconds before it) and
 Debian's ``victoria-metrics`` (1.79, no rules: its service reads raw samples). The two engine
 services run the collector as a site on an engine does: the scheduler only, no dcgm scrape.
 
 Like a real dcgm-exporter (``-c``), the twin collects a page once per :data:`COLLECT_SECONDS`
 and serves it to every scrape in between, so the three scrapers see the same samples; its
-collect intervals are lined up with Prometheus' rule evaluations (read from
-``/api/v1/rules``), so that a rule window holds exactly the pages an embedded read up to the
-same instant holds. Jobs are submitted once every scraper scrapes steadily, on a rule
-evaluation instant (the twin shows a job's label from its start, and a window up to a later
-evaluation then holds each scraper's samples of it, whatever the scraper's phase).
+collect intervals are lined up with the rules' windows (Prometheus' evaluation instants, read
+from ``/api/v1/rules``, less the delay), so that a rule window holds exactly the pages an
+embedded read up to its end holds. Jobs are submitted once every scraper scrapes steadily, on
+a window's end (the twin shows a job's label from its start, and the windows up to a later end
+then hold each scraper's samples of it, whatever the scraper's phase).
 """
 
 from __future__ import annotations
@@ -46,12 +47,17 @@ from tests.support.victoria_metrics import victoria_metrics
 
 SCRAPE_SECONDS = 2.0
 RULE_WINDOW = 10
+#: The rules' delay: not a multiple of the window, so that a reader mixing the two is caught.
+RULE_DELAY = 4
 COLLECT_SECONDS = 10.0
-NAMES = RuleNames(RULE_WINDOW)
+NAMES = RuleNames(RULE_WINDOW, RULE_DELAY)
 BACKENDS = ("embedded", "prometheus", "victoria-metrics")
 
 #: The jobs, submitted at once: the demo's straggler and data-starved jobs (running through the
-#: window), a healthy job that ends inside it and a job that dies of an Xid; one GPU stays free
+#: window), a healthy job that ends inside it (at 24 s: summarised by every service when the
+#: pages are read, 50 s in, the prometheus service's settling being the longest: three scrape
+#: intervals, a rule window, its delay and two scrape intervals, 24 s) and a job that dies of
+#: an Xid (at 24 + 30 s, the twin's hang after a fault: summarised by none); one GPU stays free
 #: for a miner (SC-4's fault).
 JOBS: tuple[dict[str, object], ...] = (
     {"name": "llama-7b-pretrain", "user": "alice", "account": "vision",
@@ -60,7 +66,7 @@ JOBS: tuple[dict[str, object], ...] = (
     {"name": "bert-finetune", "user": "bob", "account": "nlp", "profile": Profile.DATA_STARVED,
      "gpus": 4, "duration_seconds": 3600.0, "nodelist": ("gpu02",)},
     {"name": "whisper-train", "user": "dave", "account": "speech", "profile": Profile.HEALTHY,
-     "gpus": 2, "duration_seconds": 28.0},
+     "gpus": 2, "duration_seconds": 24.0},
     {"name": "vit-sweep-17", "user": "alice", "account": "vision", "profile": Profile.FAILED,
      "gpus": 1, "duration_seconds": 3600.0, "fail_after_seconds": 24.0},
 )  # fmt: skip
@@ -106,15 +112,19 @@ class ThreeBackends:
     services: dict[str, Service]
     prometheus_url: str
     vm_url: str
-    rule_phase: float
-    """Seconds after a multiple of :data:`RULE_WINDOW` at which Prometheus evaluates."""
+    window_phase: float
+    """Seconds after a multiple of :data:`RULE_WINDOW` at which the rules' windows end (the
+    twin's pages change): Prometheus' evaluation phase less :data:`RULE_DELAY`."""
     rogue_gpu: tuple[str, int] | None = None
     """The GPU busy with no job (SC-4's fault), from the jobs' start."""
+    jobs_start: float = 0.0
+    """When the jobs were submitted (epoch seconds): a window's end."""
 
-    def rule_instant(self, before: float) -> float:
-        """The newest rule evaluation instant at or before ``before`` (epoch seconds)."""
-        k = (before - self.rule_phase) // RULE_WINDOW
-        return k * RULE_WINDOW + self.rule_phase
+    def window_end(self, before: float) -> float:
+        """The newest end of a rule window at or before ``before`` (epoch seconds); the rules
+        evaluate it :data:`RULE_DELAY` seconds later."""
+        k = (before - self.window_phase) // RULE_WINDOW
+        return k * RULE_WINDOW + self.window_phase
 
     def wait_until(self, at: float) -> None:
         time.sleep(max(0.0, at - time.time()))
@@ -128,6 +138,7 @@ def _service(tmp: Path, name: str, prometheus_url: str, vm_url: str, twin: TwinC
             "prometheus_url": prometheus_url,
             "prometheus_recording_rules": "always",
             "prometheus_rule_interval_seconds": RULE_WINDOW,
+            "prometheus_rule_delay_seconds": RULE_DELAY,
         },
         "victoria-metrics": {
             "metrics_backend": "prometheus",
@@ -194,7 +205,11 @@ def three_backends(tmp: Path) -> Iterator[ThreeBackends]:
     topology = load_topology(bundled_topology())
     rules = tmp / "hpcscope-engine-rules.yml"
     rules.write_text(
-        engine_rules_yaml(scrape_interval_seconds=int(SCRAPE_SECONDS), window_seconds=RULE_WINDOW)
+        engine_rules_yaml(
+            scrape_interval_seconds=int(SCRAPE_SECONDS),
+            window_seconds=RULE_WINDOW,
+            delay_seconds=RULE_DELAY,
+        )
     )
     twin = TwinCluster(
         topology,
@@ -212,7 +227,7 @@ def three_backends(tmp: Path) -> Iterator[ThreeBackends]:
         prometheus(_scrape_config(targets, rules), tmp / "prometheus") as prometheus_url,
         victoria_metrics(_scrape_config(targets, None), tmp / "vm") as vm_url,
     ):
-        phase = _rule_phase(prometheus_url)
+        phase = (_rule_phase(prometheus_url) - RULE_DELAY) % RULE_WINDOW
         twin.set_dcgm_collect_phase(phase)
         services = {name: _service(tmp, name, prometheus_url, vm_url, twin) for name in BACKENDS}
         collectors = [
@@ -223,9 +238,9 @@ def three_backends(tmp: Path) -> Iterator[ThreeBackends]:
             for collector in collectors:
                 collector.start()
             _steady(backends)
-            # the jobs start on a rule evaluation instant: a read up to a later one then holds
-            # the same number of every scraper's samples, whatever its phase
-            start = backends.rule_instant(time.time()) + RULE_WINDOW
+            # the jobs start on a window's end: a read up to a later one then holds the same
+            # number of every scraper's samples, whatever its phase
+            start = backends.window_end(time.time()) + RULE_WINDOW
             backends.wait_until(start)
             with twin._lock:
                 for spec in JOBS:
@@ -237,6 +252,7 @@ def three_backends(tmp: Path) -> Iterator[ThreeBackends]:
                 rogue = next(k for k in gpus if k not in held)
                 twin.unmapped_work[rogue] = Profile.HEALTHY
                 backends.rogue_gpu = rogue
+                backends.jobs_start = start
             yield backends
         finally:
             for collector in collectors:

@@ -80,6 +80,14 @@ def prometheus_rules(
     window: int = typer.Option(
         60, "--window", min=1, help="Seconds between rule evaluations (and their window)."
     ),
+    delay: int | None = typer.Option(
+        None,
+        "--delay",
+        min=0,
+        help="Seconds each window ends before its evaluation, so that samples ingested late "
+        "still count (default: the scrape interval); hpcscope's prometheus_rule_delay_seconds "
+        "must equal it.",
+    ),
     out: Path = typer.Option(Path("."), "--out", help="Directory to write the rules into."),
     json_output: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
 ) -> None:
@@ -87,7 +95,9 @@ def prometheus_rules(
     from hpcscope.service.backends.engine_rules import engine_rules_yaml
 
     try:
-        text = engine_rules_yaml(scrape_interval_seconds=scrape_interval, window_seconds=window)
+        text = engine_rules_yaml(
+            scrape_interval_seconds=scrape_interval, window_seconds=window, delay_seconds=delay
+        )
     except ValueError as exc:
         fail(str(exc), code=EXIT_USAGE_ERROR, as_json=json_output)
     target = out / ENGINE_RULES_FILE
@@ -98,7 +108,12 @@ def prometheus_rules(
         fail(f"{target}: cannot write: {exc.strerror}", as_json=json_output)
     if json_output:
         print_json(
-            {"written": [str(target)], "scrape_interval_seconds": scrape_interval, "window": window}
+            {
+                "written": [str(target)],
+                "scrape_interval_seconds": scrape_interval,
+                "window": window,
+                "delay_seconds": scrape_interval if delay is None else delay,
+            }
         )
     else:
         typer.echo(str(target))

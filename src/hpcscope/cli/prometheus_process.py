@@ -60,6 +60,7 @@ def run_prometheus(
     targets: Path,
     scrape_interval_seconds: int,
     window_seconds: int = 60,
+    delay_seconds: int | None = None,
     port: int = 0,
     ready_seconds: float = 60.0,
 ) -> Iterator[str]:
@@ -77,7 +78,9 @@ def run_prometheus(
     rules = workdir / "hpcscope-engine-rules.yml"
     rules.write_text(
         engine_rules_yaml(
-            scrape_interval_seconds=scrape_interval_seconds, window_seconds=window_seconds
+            scrape_interval_seconds=scrape_interval_seconds,
+            window_seconds=window_seconds,
+            delay_seconds=delay_seconds,
         )
     )
     config = workdir / "prometheus.yml"

@@ -207,9 +207,17 @@ class GpuMetrics(GpuSampleReader, Protocol):
         only those of ``job_ids`` when given), sorted."""
         ...
 
-    def latest(self, *, since: datetime, until: datetime | None = None) -> pa.Table:
+    def latest(
+        self,
+        *,
+        since: datetime,
+        until: datetime | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
         """The newest sample at or before ``until`` of every GPU (one row per job copy of a
-        shared GPU) that reported since ``since``: ``GPU_SAMPLE_SCHEMA`` rows."""
+        shared GPU) that reported since ``since``: ``GPU_SAMPLE_SCHEMA`` rows. ``columns``:
+        the sample columns the caller reads (default all); a backend may leave the others
+        null (an engine is then not asked for them)."""
         ...
 
     def last_seen(self, *, since: datetime) -> Mapping[tuple[str, int], datetime]:

@@ -174,15 +174,14 @@ def run_server(
         timer.daemon = True
         timer.start()
     if on_ready is not None:
-        url = (
-            f"{base_url_scheme(service.settings)}://{service.settings.host}:{service.settings.port}"
-        )
 
         def announce() -> None:
             while not server.started and not server.should_exit:
                 threading.Event().wait(0.05)
             if server.started:
-                on_ready(url)
+                settings = service.settings
+                port = _bound_port(server, settings.port)
+                on_ready(f"{base_url_scheme(settings)}://{settings.host}:{port}")
 
         threading.Thread(target=announce, name="announce", daemon=True).start()
     try:
@@ -190,3 +189,11 @@ def run_server(
     finally:
         if timer is not None:
             timer.cancel()
+
+
+def _bound_port(server: uvicorn.Server, configured: int) -> int:
+    """The port the server listens on: the kernel's choice when ``configured`` is 0."""
+    for listener in getattr(server, "servers", ()):
+        for sock in listener.sockets:
+            return int(sock.getsockname()[1])
+    return configured

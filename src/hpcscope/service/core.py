@@ -284,8 +284,26 @@ class Service:
         (the answer depends on the scope alone, so principals of one scope share it)."""
         if now is not None:
             return self._job_reports(principal, now)
-        key = ("jobs.reports", principal.job_scope())
-        return list(self.snapshots.get(key, lambda: self._job_reports(principal, utcnow())))
+        scope = principal.job_scope()
+
+        def compute() -> list[JobReport]:
+            found = self._job_reports(principal, utcnow())
+            # each listed job is visible to this scope, and its report is the one a page of it
+            # reads (the same for everyone who may see it): opened from the list, a job's page
+            # checks and computes neither again (one query for the list, not one per job)
+            for report in found:
+                ended = report.end_time is not None
+                self.snapshots.offer(
+                    ("jobs.visible", scope, report.job_id),
+                    (True, ended),
+                    every_seconds=FINISHED_JOB_SECONDS if ended else 0.0,
+                )
+                self.snapshots.offer(
+                    ("jobs.report", report.job_id), report, every_seconds=report_every_seconds
+                )
+            return found
+
+        return list(self.snapshots.get(("jobs.reports", scope), compute))
 
     def _job_reports(self, principal: Principal, now: datetime) -> list[JobReport]:
         found = reports.reports_for(

@@ -75,6 +75,13 @@ class EngineSettings(BaseModel):
         description="Evaluation interval (and window) of the engine recording rules as loaded: "
         "60 for the shipped file (names end in 1m).",
     )
+    prometheus_rule_delay_seconds: int | None = Field(
+        None,
+        ge=0,
+        description="How far behind its evaluation each engine recording rule's window ends, "
+        "as loaded (the rules' offset, --delay of hpcscope deploy prometheus-rules); unset: "
+        "one scrape interval (scrape_interval_seconds, rounded up), as --delay defaults to.",
+    )
     prometheus_bearer_token_file: Path | None = Field(
         None,
         description="File holding a bearer token sent as Authorization: Bearer (re-read when "

@@ -18,9 +18,12 @@ keyed by what the answer depends on, and computes each key once per **generation
   ``min_refresh_seconds`` (the pages poll every 5 to 7 s: a cycle shorter than that would
   recompute every view of every viewer for nobody to see);
 * once a collector publishes its cycles, a request that finds an entry that is no longer
-  current but younger than ``stale_seconds`` gets it at once, and one background refresh per
-  key recomputes it (a dashboard figure at most one cycle behind, instead of every client
-  waiting for the recomputation); an older entry, or none, is computed in the request, once:
+  current but younger than ``stale_seconds`` (past its ``every_seconds``: a month's report is
+  refreshed behind its readers as long as a generation's figure) gets it at once, and one
+  background refresh per key recomputes it (a dashboard figure at most one cycle behind,
+  instead of every client waiting for the recomputation), on a small pool of threads (a
+  month's SLO report does not hold every other refresh back); an older entry, or none, is
+  computed in the request, once:
   concurrent requests for the same key wait for that one computation. A computation that
   reads other entries (a page reads its document) reads them current: computed now if they are
   not, so a refreshed page never shows the data of the generation before. Without a collector a
@@ -69,6 +72,10 @@ P = ParamSpec("P")
 _CACHE_ONLY: ContextVar[bool] = ContextVar("hpcscope_snapshots_cache_only", default=False)
 #: Set while a value is computed: what it reads of other entries must be current, not stale.
 _COMPUTING: ContextVar[bool] = ContextVar("hpcscope_snapshots_computing", default=False)
+#: The generation and start of the value being computed: what it offers is as old as it.
+_COMPUTED_AS: ContextVar[tuple[int, float] | None] = ContextVar(
+    "hpcscope_snapshots_computed_as", default=None
+)
 
 
 class SnapshotMiss(HpcscopeError):
@@ -119,10 +126,15 @@ class _Entry:
 Every = float | Callable[[Any], float]
 
 
+#: Threads that refresh entries: a few (they share the CPUs with the requests), so that one
+#: long refresh (a month's SLOs, seconds under load) does not hold every other back until
+#: their entries age past the stale window and requests compute them.
+REFRESH_THREADS = 3
+
+
 def background_runner() -> Callable[[Callable[[], None]], None]:
-    """Run refreshes on one daemon-like worker thread (one at a time: they share the CPUs
-    with the requests)."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpcscope-snapshots")
+    """Run refreshes on :data:`REFRESH_THREADS` daemon-like worker threads."""
+    pool = ThreadPoolExecutor(max_workers=REFRESH_THREADS, thread_name_prefix="hpcscope-snapshots")
 
     def submit(job: Callable[[], None]) -> None:
         try:
@@ -238,7 +250,9 @@ class Snapshots:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
-                age = now - entry.computed_at
+                # stale for as long past current as any entry: an entry current for minutes
+                # (a month's report, a finished job's) is served while it refreshes just as long
+                age = now - entry.computed_at - (entry.every_seconds if stale_seconds else 0.0)
                 current = self._current(entry, generation, now)
                 if not current and age < stale_seconds:
                     refresh = key not in self._refreshing and key not in self._computing
@@ -273,6 +287,7 @@ class Snapshots:
     ) -> T:
         started = self._clock()
         token = _COMPUTING.set(True)
+        computed_as = _COMPUTED_AS.set((generation, started))
         try:
             value = compute()
         except BaseException as exc:
@@ -281,6 +296,7 @@ class Snapshots:
             future.set_exception(exc)
             raise
         finally:
+            _COMPUTED_AS.reset(computed_as)
             _COMPUTING.reset(token)
         weight = size(value) if size is not None else 0
         every = every_seconds(value) if callable(every_seconds) else every_seconds
@@ -289,15 +305,39 @@ class Snapshots:
             self._computing.pop(key, None)
             # the generation read before computing: a write that landed meanwhile makes the
             # entry old at once rather than hiding under a newer number
-            old = self._entries.pop(key, None)
-            self._bytes += weight - (old.size if old is not None else 0)
-            self._entries[key] = _Entry(generation, started, value, every, weight)
-            while len(self._entries) > self._max_entries or (
-                self._bytes > self._max_bytes and len(self._entries) > 1
-            ):
-                self._bytes -= self._entries.popitem(last=False)[1].size
+            self._keep(key, _Entry(generation, started, value, every, weight))
         future.set_result(value)
         return value
+
+    def _keep(self, key: Hashable, entry: _Entry) -> None:
+        """Store ``entry`` as ``key``'s, newest used, within the budgets (lock held)."""
+        old = self._entries.pop(key, None)
+        self._bytes += entry.size - (old.size if old is not None else 0)
+        self._entries[key] = entry
+        while len(self._entries) > self._max_entries or (
+            self._bytes > self._max_bytes and len(self._entries) > 1
+        ):
+            self._bytes -= self._entries.popitem(last=False)[1].size
+
+    def offer(self, key: Hashable, value: Any, *, every_seconds: Every = 0.0) -> None:
+        """Keep ``value`` as ``key``'s, unless that key has a current entry (or one as new) or
+        is being computed: a computation that derives other keys' values on its way (the job
+        list: each listed job's report) hands them over, so that reading one of them computes
+        nothing. Offered inside a computation, the value is as old as that computation (its
+        generation and start); it is counted in entries, not bytes."""
+        generation, started = _COMPUTED_AS.get() or (self.generation(), self._clock())
+        every = every_seconds(value) if callable(every_seconds) else every_seconds
+        with self._lock:
+            entry = self._entries.get(key)
+            if key in self._computing or (
+                entry is not None
+                and (
+                    entry.computed_at >= started
+                    or self._current(entry, self.generation(), self._clock())
+                )
+            ):
+                return
+            self._keep(key, _Entry(generation, started, value, every))
 
     def _start_refresh(
         self,

@@ -140,13 +140,26 @@ def timeseries_of_jobs(
     return store.query(f"{buckets} FROM gpu_samples {where.sql()} {order}", where.params)
 
 
-def sample_time_range(store: Store, job_id: str) -> tuple[datetime | None, datetime | None]:
-    """First and last raw sample time of a job (the cold tier's included)."""
+def sample_time_range(
+    store: Store,
+    job_id: str,
+    *,
+    cold_since: datetime | None = None,
+    cold_until: datetime | None = None,
+) -> tuple[datetime | None, datetime | None]:
+    """First and last raw sample time of a job (the cold tier's included: its parts within
+    ``[cold_since, cold_until]`` only, when given: a month of daily parts costs a scan each)."""
     row = store.query(
         "SELECT min(ts) AS first, max(ts) AS last FROM gpu_samples WHERE job_id = ?", [job_id]
     ).to_pylist()[0]
     first, last = row["first"], row["last"]
-    old = cold.cold_samples(store, [job_id], columns="min(ts) AS first, max(ts) AS last")
+    old = cold.cold_samples(
+        store,
+        [job_id],
+        since=cold_since,
+        until=cold_until,
+        columns="min(ts) AS first, max(ts) AS last",
+    )
     if old is not None and old.num_rows:
         cold_row = old.to_pylist()[0]
         if cold_row["first"] is not None:
@@ -228,7 +241,14 @@ class EmbeddedSamples:
         (:func:`hpcscope.store.rollups.jobs_in_window`)."""
         return rollups.jobs_in_window(self.store, since=since, until=until, job_ids=job_ids)
 
-    def latest(self, *, since: datetime, until: datetime | None = None) -> pa.Table:
+    def latest(
+        self,
+        *,
+        since: datetime,
+        until: datetime | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        del columns  # every column: one scan of the window's rows either way
         # the newest time per GPU by GROUP BY, then its rows (job copies): a third of the time
         # of a window function sorting every row of the window (``QUALIFY ... OVER``)
         where = Where().window(since, until)

@@ -196,3 +196,35 @@ def test_a_stale_xid_from_a_previous_job_is_not_this_jobs() -> None:
     summary = gpu_summary(samples(rows), max_interval_seconds=6)
     assert summary["xid"].to_list() == [None]
     assert summary["verdict"].to_list() == ["healthy"]
+
+
+_ratio = st.one_of(st.none(), st.sampled_from([0.0, 0.2, 0.5]), st.floats(0.0, 1.0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([None, "1", "2", "3"]), _ratio, _ratio), min_size=0, max_size=30
+    )
+)
+def test_peer_medians_are_the_median_of_the_other_gpus_of_the_job(
+    rows: list[tuple[str | None, float | None, float | None]],
+) -> None:
+    frame = pl.DataFrame(
+        [
+            {"job_id": j, "node": f"n{i}", "gpu": 0, "sm_active_ratio": s, "reported_util_ratio": u}
+            for i, (j, s, u) in enumerate(rows)
+        ],
+        schema={
+            "job_id": pl.String,
+            "node": pl.String,
+            "gpu": pl.Int16,
+            "sm_active_ratio": pl.Float64,
+            "reported_util_ratio": pl.Float64,
+        },
+    ).with_columns(pl.lit(None, dtype=pl.Int64).alias("xid"))
+    got = classify_gpus(frame)["peer_sm_active_ratio"].to_list()
+    for i, (job, _, _) in enumerate(rows):
+        others = [s for k, (j, s, _) in enumerate(rows) if j == job and k != i]
+        expected = pl.Series(others, dtype=pl.Float64).median() if job is not None else None
+        assert got[i] == expected, (i, rows)

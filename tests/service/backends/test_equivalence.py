@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -38,6 +37,7 @@ from hpcscope.service.telemetry_rules.engine import TelemetryRules
 from hpcscope.store.alerts import alerts as stored_alerts
 from tests.support.three_backends import (
     BACKENDS,
+    RULE_DELAY,
     RULE_WINDOW,
     SCRAPE_SECONDS,
     ThreeBackends,
@@ -52,8 +52,10 @@ TOLERANCE = 0.01
 #: GPU-hours also agree within this many (3.6 GPU-seconds): a figure that is 0 on one backend
 #: (no GPU-second of a waste cause) may be a fraction of a second on another.
 HOURS_ABS = 0.001
-#: Seconds the jobs run before the pages are read: the short jobs end inside it.
-RUN_SECONDS = 62.0
+#: Seconds from the jobs' start to the end of the window the pages are read up to (whole
+#: windows: the healthy job ends inside it and is summarised by every service,
+#: ``tests/support/three_backends.JOBS``).
+READ_AFTER_SECONDS = 5 * RULE_WINDOW
 #: Figures that are counts (compared as they are).
 EXACT = {"gpus_observed", "gpus_allocated", "idle_gpus", "jobs", "gpus"}
 #: From the recording rules, clock reasons are seconds with a slowdown and with a thermal reason,
@@ -81,11 +83,10 @@ class Pages:
 
 
 def _read(backends: ThreeBackends) -> Pages:
-    time.sleep(RUN_SECONDS)
-    # the newest rule evaluation whose window every scraper has stored (VictoriaMetrics shows
-    # a point a second after ingesting it)
-    at = backends.rule_instant(time.time() - 2 * SCRAPE_SECONDS)
-    backends.wait_until(at + 2 * SCRAPE_SECONDS)
+    # a window every scraper has stored (VictoriaMetrics shows a point a second after ingesting
+    # it) and the rules have evaluated (their delay after its end)
+    at = backends.jobs_start + READ_AFTER_SECONDS
+    backends.wait_until(at + RULE_DELAY + 2 * SCRAPE_SECONDS)
     now = naive(at)
     pages = Pages(now, {}, {}, {}, {}, {})
     for name, service in backends.services.items():
@@ -128,14 +129,16 @@ def _read(backends: ThreeBackends) -> Pages:
         step_seconds=SCRAPE_SECONDS,
         lookback_seconds=7 * 86400.0,
         rule_window_seconds=RULE_WINDOW,
+        rule_delay_seconds=RULE_DELAY,
         now=lambda: now,
     )
     try:
         pages.coverage = probe.rules.coverage()
     finally:
         probe.close()
-    # the diagram 8 s into a collect interval: every scraper's newest sample is of its page
-    diagram_at = backends.rule_instant(time.time()) - 2.0
+    # the diagram 8 s into the collect interval after the failed job's end (54 s in): every
+    # scraper's newest sample is of its page, where two jobs still run
+    diagram_at = backends.jobs_start + 6 * RULE_WINDOW + 8.0
     backends.wait_until(diagram_at + 2 * SCRAPE_SECONDS)
     for name, service in backends.services.items():
         state = live_state(service, Viewer(ADMIN), now=naive(diagram_at))
@@ -258,5 +261,6 @@ def test_the_rules_are_found_from_their_first_evaluation(pages: Pages) -> None:
     # two of its points, and are found at their own window (the reads then use them)
     coverage = pages.coverage
     assert coverage is not None and coverage.since is not None and coverage.until is not None
-    assert (pages.at - coverage.since).total_seconds() >= RUN_SECONDS - 3 * RULE_WINDOW
-    assert (pages.at - coverage.until).total_seconds() <= 2 * RULE_WINDOW
+    assert (pages.at - coverage.since).total_seconds() >= READ_AFTER_SECONDS - 2 * RULE_WINDOW
+    # the newest evaluation at or before the probe's instant, its window ending the delay before
+    assert RULE_DELAY <= (pages.at - coverage.until).total_seconds() <= RULE_DELAY + RULE_WINDOW

@@ -114,3 +114,18 @@ def test_an_acknowledgement_shows_on_the_next_read_within_a_cycle(service: Servi
     service.set_alert_state(alice, seen.key, AlertState.ACKNOWLEDGED)
     (after,) = service.job_alerts(alice, "4410001") or []
     assert after.state is AlertState.ACKNOWLEDGED
+
+
+def test_a_job_opened_from_the_list_computes_no_check_and_no_report(service: Service) -> None:
+    """The list hands each listed job's visibility (for its scope) and report to the
+    snapshots: a page opened from it computes neither; another scope still checks its own."""
+    write_fleet(service.store, now=utcnow())
+    alice, bob = _principal(service, "alice"), _principal(service, "bob")
+    listed = {r.job_id: r for r in service.job_reports(alice)}
+    before = service.snapshots.computations
+    for job_id, report in listed.items():
+        job = service.visible_job(alice, job_id)
+        assert job is not None and service.report_of(job) == report
+    assert service.snapshots.computations == before
+    assert all(service.visible_job(bob, job_id) is None for job_id in listed)
+    assert service.snapshots.computations == before + len(listed)

@@ -25,9 +25,6 @@ __all__ = ["BUCKET_SCHEMA", "GpuKey", "bucket_table", "gpu_key", "gpu_table", "t
 GpuKey = tuple[str | None, str, int, int | None]
 """(job id, node, gpu, MIG instance id)."""
 
-#: The labels a GPU key is made of (:func:`gpu_key`, ``matrix.node_of``).
-_KEY_LABELS = ("node", "hostname", "Hostname", "instance", "gpu", "GPU_I_ID", "hpc_job")
-
 
 def gpu_key(labels: dict[str, str], *, source: str, where: str) -> GpuKey | None:
     """The job GPU a series belongs to, None when it is no GPU's."""
@@ -67,13 +64,14 @@ def gpu_table(
         source: what errors name.
     """
     values: dict[GpuKey, dict[str, float]] = {}
-    # every answer names the same GPUs: each label set is parsed once (its key labels' values)
-    keys_of: dict[tuple[str | None, ...], GpuKey | None] = {}
+    # every answer names the same GPUs: each label set is parsed once (the engine writes a
+    # series' labels in one order: a set written in another is parsed again, no harm)
+    keys_of: dict[tuple[tuple[str, str], ...], GpuKey | None] = {}
     for column, answer in columns.items():
         factor = (factors or {}).get(column, 1.0)
         for index, series in enumerate(answer):
             labels = series.labels
-            seen = tuple(labels.get(name) for name in _KEY_LABELS)
+            seen = tuple(labels.items())
             if seen in keys_of:
                 key = keys_of[seen]
             else:
@@ -127,10 +125,11 @@ def bucket_table(
     bucket_seconds: float,
     factors: Mapping[str, float] | None = None,
     source: str,
+    delay_seconds: float = 0.0,
 ) -> pa.Table:
     """:data:`BUCKET_SCHEMA` rows from ``query_range`` answers whose point at ``t`` is the mean
-    of ``(t - bucket_seconds, t]`` (its bucket starts at ``t - bucket_seconds``); sorted by
-    bucket, job, node and GPU."""
+    of ``(t - delay_seconds - bucket_seconds, t - delay_seconds]`` (its bucket starts at
+    ``t - delay_seconds - bucket_seconds``); sorted by bucket, job, node and GPU."""
     cells: dict[tuple[int, str | None, str, int], dict[str, float]] = {}
     for column, answer in columns.items():
         factor = (factors or {}).get(column, 1.0)
@@ -142,7 +141,7 @@ def bucket_table(
             for at, value in zip(series.times.tolist(), series.values.tolist(), strict=True):
                 if math.isnan(value):
                     continue
-                start_ms = round((at - bucket_seconds) * 1000)
+                start_ms = round((at - delay_seconds - bucket_seconds) * 1000)
                 cells.setdefault((start_ms, job, node, gpu), {})[column] = value * factor
     keys = sorted(cells, key=lambda k: (k[0], k[1] or "", k[2], k[3]))
     data: dict[str, list[object]] = {

@@ -41,6 +41,7 @@ from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import percent, render, templates
 from hpcscope.service.core import Service
+from hpcscope.service.diagram.alert_counts import alert_summary
 from hpcscope.service.diagram.cards import ElementCard, UnknownElement, element_card
 from hpcscope.service.diagram.cost import decision_view
 from hpcscope.service.diagram.live import LiveState, Viewer, kept_live_state, live_state
@@ -98,10 +99,10 @@ class LiveView:
 
 
 def _live(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveView:
-    """The live state for ``viewer``, computed once per data generation and alert write for
-    every viewer who sees the same (:meth:`Viewer.visibility`) and zoom (the service's
-    snapshots, ``service/snapshots.py``): every open page polls it, and the serialised body
-    and ETag come with it."""
+    """The live state for ``viewer``, computed once per data generation and change of the
+    open-alert counts for every viewer who sees the same (:meth:`Viewer.visibility`) and zoom
+    (the service's snapshots, ``service/snapshots.py``): every open page polls it, and the
+    serialised body and ETag come with it."""
 
     def compute() -> LiveView:
         if layout.zoom_node is None:  # the whole cluster: shared with the overview
@@ -112,8 +113,11 @@ def _live(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveView:
         body, etag = live_payload(layout, state, summary_text(state))
         return LiveView(state, body, etag)
 
-    # the open-alert counts change with every alert write (service/diagram/alert_counts.py)
-    key = ("serve.diagram_live", viewer.visibility(), layout.zoom_node, service.alert_changes)
+    # the open-alert counts it draws, read once per alert write (service/diagram/alert_counts.py):
+    # a new alert or state shows at the next poll, and an open alert's repeated events (several
+    # a second under attack) leave the view of every GPU as it is
+    alerts = alert_summary(service, viewer, shared=service.snapshots)
+    key = ("serve.diagram_live", viewer.visibility(), layout.zoom_node, alerts.fingerprint())
     return service.snapshots.get(key, compute)
 
 

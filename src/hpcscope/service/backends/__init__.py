@@ -47,5 +47,6 @@ def sample_reader(
             lookback_seconds=settings.prometheus_lookback_seconds,
             recording_rules=settings.prometheus_recording_rules,
             rule_window_seconds=settings.prometheus_rule_interval_seconds,
+            rule_delay_seconds=settings.prometheus_rule_delay_seconds,
         )
     return EmbeddedSamples(store)

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import pyarrow as pa
 
+from hpcscope.ingest.dcgm_fields import COLUMN_OF_FIELD, FIELDS_BY_EXPORTED_NAME
 from hpcscope.ingest.promql import (
     Series,
     dcgm_series_to_samples,
@@ -37,6 +39,8 @@ from hpcscope.service.backends.rule_reads import factor
 #: The engine's lookback of an instant query (Prometheus' default, VictoriaMetrics' too).
 LOOKBACK_SECONDS = 300
 _WITH_JOB = 'hpc_job!~"|0"'
+#: Parallel queries of :func:`latest` (one per column: the engine answers each on a core).
+LATEST_THREADS = 6
 #: The labels a GPU's series is told apart by (``gpu_key``: node, GPU, MIG instance, job).
 KEY_LABELS = "node, hostname, Hostname, instance, gpu, GPU_I_ID, hpc_job"
 _NO_JOB = 'hpc_job=~"|0"'
@@ -78,24 +82,43 @@ def jobs_seen(
     return sorted({s.labels["hpc_job"] for s in answer.series if s.labels.get("hpc_job")})
 
 
-def latest(engine: EngineClient, *, since: datetime, until: datetime) -> pa.Table:
+def latest(
+    engine: EngineClient,
+    *,
+    since: datetime,
+    until: datetime,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
     """The newest sample of every GPU (and job copy) that reported since ``since``:
     ``GPU_SAMPLE_SCHEMA`` rows, ``ts`` the time the GPU's utilisation was sampled.
 
-    The engine drops every label but the GPU's key (:data:`KEY_LABELS`) before it answers:
-    dcgm-exporter's UUID, PCI bus id, model and driver labels would triple the answer."""
-    names = promql_string("|".join(DCGM_METRIC_NAMES))
-    values = engine.query(f"max by (__name__, {KEY_LABELS}) ({{__name__=~{names}}})", at=until)
-    stamps = engine.query(f"max by ({KEY_LABELS}) (timestamp({UTIL}))", at=until)
+    One instant query per column (``columns``, default all: the others stay null), asked in
+    parallel; the engine drops every label but the GPU's key (:data:`KEY_LABELS`) before it
+    answers: dcgm-exporter's UUID, PCI bus id, model and driver labels would double it."""
+    wanted = set(columns) if columns is not None else None
+    by_column: dict[str, list[str]] = {}
+    for name in DCGM_METRIC_NAMES:
+        column = COLUMN_OF_FIELD[FIELDS_BY_EXPORTED_NAME[name].name]
+        if wanted is None or column in wanted:
+            by_column.setdefault(column, []).append(name)
+    exprs = [
+        f"max by (__name__, {KEY_LABELS}) ({{__name__=~{promql_string('|'.join(names))}}})"
+        for names in by_column.values()
+    ]
+    exprs.append(f"max by ({KEY_LABELS}) (timestamp({UTIL}))")
+    with ThreadPoolExecutor(LATEST_THREADS, thread_name_prefix="engine-latest") as pool:
+        answers = list(pool.map(lambda expr: engine.query(expr, at=until).series, exprs))
+    stamps = answers.pop()
     source = f"{engine.url} latest"
     when: dict[tuple[str | None, str, int, int | None], float] = {}
     fresh_from = epoch_seconds(since)
-    for index, series in enumerate(stamps.series):
+    for index, series in enumerate(stamps):
         key = gpu_key(series.labels, source=source, where=f"timestamp[{index}]")
         if key is not None and series.values.size and series.last >= fresh_from:
             when[key] = series.last
+    values = [series for answer in answers for series in answer]
     # one row per GPU and job copy: the columns of a GPU sampled at once share its time
-    return dcgm_series_to_samples(values.series, source=source, at=when)
+    return dcgm_series_to_samples(values, source=source, at=when)
 
 
 def last_seen(

@@ -14,6 +14,16 @@ include both ends, VictoriaMetrics' only the newer one, and a sample on an evalu
 would otherwise count in two windows. Consecutive evaluations tile time, so sums over them are
 sums over the raw samples.
 
+An evaluation at ``t`` reads the window ending ``D`` before it, ``(t - D - W, t - D]`` (every
+range carries ``offset D``; ``D`` = one scrape interval by default, ``--delay``): a rule
+evaluated at ``t`` does not wait for a scrape that started before ``t`` and is still being
+ingested (a slow exporter), and would miss that sample for good. A scrape ends within its
+interval (``scrape_timeout`` is at most ``scrape_interval``); a site whose samples arrive later
+(remote write, a federation hop) sets ``D`` to its ingestion delay. ``D`` plays the part of
+Prometheus' ``query_offset`` (2.53 and later) and vmalert's ``eval_delay``, written in the rules
+so that every engine version reads the same windows; the reader shifts its reads by the same
+``D`` (``prometheus_rule_delay_seconds``).
+
 Per job GPU (``hpc_job_node_gpu``, labels ``hpc_job``, ``node``, ``gpu``, ``GPU_I_ID``):
 
 - ``<FIELD>:sum<W>`` and ``<FIELD>:count<W>`` of the fields a report averages (utilisation,
@@ -67,6 +77,9 @@ SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"
 #: The rule file shipped in deploy/prometheus.
 SHIPPED_SCRAPE_INTERVAL_SECONDS = 15
 SHIPPED_WINDOW_SECONDS = 60
+#: One scrape interval: a scrape times out within its interval (Prometheus refuses a longer
+#: ``scrape_timeout``), so every sample of a window is stored when the window is evaluated.
+SHIPPED_DELAY_SECONDS = SHIPPED_SCRAPE_INTERVAL_SECONDS
 
 
 def duration(seconds: int) -> str:
@@ -80,9 +93,17 @@ def duration(seconds: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RuleNames:
-    """The recorded series' names for one window (``window_seconds``, 60 as shipped)."""
+    """The recorded series' names for one window (``window_seconds``, 60 as shipped), and how
+    far behind its evaluation instant an evaluation's window ends (``delay_seconds``, 15 as
+    shipped; the module docstring)."""
 
     window_seconds: int = SHIPPED_WINDOW_SECONDS
+    delay_seconds: int = SHIPPED_DELAY_SECONDS
+
+    @property
+    def offset(self) -> str:
+        """The ``offset`` every range of the rules carries (empty without a delay)."""
+        return f" offset {duration(self.delay_seconds)}" if self.delay_seconds else ""
 
     @property
     def window(self) -> str:
@@ -129,10 +150,11 @@ def _counter_step(field: str, span: str, names: RuleNames) -> str:
     from one scrape to the next included (``increase`` over a window misses the step across
     its start, all of it when the exporter collects once per window). A reset counts 0."""
     selector = f"{field}{WITH_JOB}[{span}]"
-    last = f"last_over_time({selector})"
+    last = f"last_over_time({selector}{names.offset})"
+    before = duration(names.window_seconds + names.delay_seconds)
     return (
-        f"clamp_min(({last} - last_over_time({selector} offset {names.window}))"
-        f" or ({last} - min_over_time({selector})), 0)"
+        f"clamp_min(({last} - last_over_time({selector} offset {before}))"
+        f" or ({last} - min_over_time({selector}{names.offset})), 0)"
     )
 
 
@@ -141,21 +163,21 @@ def _rule(record: str, expr: str) -> str:
 
 
 def _gpu_rules(names: RuleNames, interval: int) -> list[str]:
-    w = names.span
+    w, o = names.span, names.offset
     per_gpu = f"max by ({GPU_KEY})"
+
+    def over(function: str, field: str) -> str:
+        return f"{per_gpu} ({function}({field}{WITH_JOB}[{w}]{o}))"
+
     rules = []
     for field in MEAN_FIELDS:
-        rules.append(
-            _rule(names.gpu(field, "sum"), f"{per_gpu} (sum_over_time({field}{WITH_JOB}[{w}]))")
-        )
-        rules.append(
-            _rule(names.gpu(field, "count"), f"{per_gpu} (count_over_time({field}{WITH_JOB}[{w}]))")
-        )
+        rules.append(_rule(names.gpu(field, "sum"), over("sum_over_time", field)))
+        rules.append(_rule(names.gpu(field, "count"), over("count_over_time", field)))
     rules += [
-        _rule(names.observed, f"{per_gpu} (count_over_time({UTIL}{WITH_JOB}[{w}])) * {interval}"),
-        _rule(names.useful, f"{per_gpu} (sum_over_time({SM_ACTIVE}{WITH_JOB}[{w}])) * {interval}"),
-        _rule(names.gpu(TEMP, "max"), f"{per_gpu} (max_over_time({TEMP}{WITH_JOB}[{w}]))"),
-        _rule(names.gpu(FB_USED, "max"), f"{per_gpu} (max_over_time({FB_USED}{WITH_JOB}[{w}]))"),
+        _rule(names.observed, f"{over('count_over_time', UTIL)} * {interval}"),
+        _rule(names.useful, f"{over('sum_over_time', SM_ACTIVE)} * {interval}"),
+        _rule(names.gpu(TEMP, "max"), over("max_over_time", TEMP)),
+        _rule(names.gpu(FB_USED, "max"), over("max_over_time", FB_USED)),
         _rule(names.gpu(ENERGY, "increase"), f"{per_gpu} ({_counter_step(ENERGY, w, names)})"),
     ]
     throttle = f"{THROTTLE}{WITH_JOB}"
@@ -163,7 +185,8 @@ def _gpu_rules(names: RuleNames, interval: int) -> list[str]:
         rules.append(
             _rule(
                 names.gpu(THROTTLE, f"{operation}_seconds"),
-                f"{per_gpu} (sum_over_time(({indicator(throttle)})[{w}:{interval}s])) * {interval}",
+                f"{per_gpu} (sum_over_time(({indicator(throttle)})[{w}:{interval}s]{o}))"
+                f" * {interval}",
             )
         )
     # a change seen in the window or across its start (the window plus one interval)
@@ -171,19 +194,19 @@ def _gpu_rules(names: RuleNames, interval: int) -> list[str]:
     rules.append(
         _rule(
             names.gpu(XID, "changed_last"),
-            f"{per_gpu} ((last_over_time({XID}{WITH_JOB}[{w}]) != 0)"
-            f" and (changes({XID}{WITH_JOB}[{changes}]) > 0))",
+            f"{per_gpu} ((last_over_time({XID}{WITH_JOB}[{w}]{o}) != 0)"
+            f" and (changes({XID}{WITH_JOB}[{changes}]{o}) > 0))",
         )
     )
     return rules
 
 
 def _job_rules(names: RuleNames, interval: int) -> list[str]:
-    w = names.span
+    w, o = names.span, names.offset
     per_gpu = f"max by ({GPU_KEY})"
 
     def total(function: str, field: str) -> str:
-        return f"sum by (hpc_job) ({per_gpu} ({function}({field}{WITH_JOB}[{w}])))"
+        return f"sum by (hpc_job) ({per_gpu} ({function}({field}{WITH_JOB}[{w}]{o})))"
 
     def mean(field: str) -> str:
         return f"{total('sum_over_time', field)} / {total('count_over_time', field)}"
@@ -204,7 +227,7 @@ def _job_rules(names: RuleNames, interval: int) -> list[str]:
         _rule(
             names.job(THROTTLE, "slowdown_ratio"),
             f"avg by (hpc_job) ({per_gpu}"
-            f" (avg_over_time(({_slowdown(throttle)})[{w}:{interval}s])))",
+            f" (avg_over_time(({_slowdown(throttle)})[{w}:{interval}s]{o})))",
         ),
     ]
 
@@ -213,22 +236,29 @@ def engine_rules_yaml(
     *,
     scrape_interval_seconds: int = SHIPPED_SCRAPE_INTERVAL_SECONDS,
     window_seconds: int = SHIPPED_WINDOW_SECONDS,
+    delay_seconds: int | None = None,
 ) -> str:
     """The rule file (YAML text) for an engine scraping dcgm-exporter every
-    ``scrape_interval_seconds``, evaluated every ``window_seconds`` over that window."""
+    ``scrape_interval_seconds``, evaluated every ``window_seconds`` over that window ending
+    ``delay_seconds`` (default: one scrape interval) before the evaluation."""
+    if delay_seconds is None:
+        delay_seconds = scrape_interval_seconds
     if scrape_interval_seconds < 1 or window_seconds < scrape_interval_seconds:
         raise ValueError("the window must hold at least one scrape interval (whole seconds)")
-    names = RuleNames(window_seconds)
+    if delay_seconds < 0:
+        raise ValueError("the delay is whole seconds, 0 or more")
+    names = RuleNames(window_seconds, delay_seconds)
     interval = scrape_interval_seconds
     command = (
         f"hpcscope deploy prometheus-rules --scrape-interval {interval} --window {window_seconds}"
+        f" --delay {delay_seconds}"
     )
     header = f"""\
 # hpcscope's engine recording rules: what the prometheus backend reads instead of raw samples
 # (docs/storage.md), generated by
 # `{command}`:
-# dcgm-exporter scraped every {interval} s, rules evaluated every {names.window} over the last \
-{names.window}.
+# dcgm-exporter scraped every {interval} s, rules evaluated every {names.window} over {names.window}
+# ending {delay_seconds} s before the evaluation (samples ingested late still count).
 # A sample weighs one scrape interval: regenerate the file when the interval changes.
 #
 # Sources: dcgm-exporter with hpcscope's counters (deploy/dcgm-exporter/hpcscope-counters.csv)

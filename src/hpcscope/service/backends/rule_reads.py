@@ -1,10 +1,15 @@
 """Reads of the engine recording rules (``deploy/prometheus/hpcscope-engine-rules.yml``).
 
-A report of jobs over ``[since, until]`` asks, at ``until``, one instant query per column:
-``sum_over_time`` of the sums, counts and seconds the rules recorded over the window,
-``max_over_time`` of the maxima, the last Xid, and the first and last evaluation covering the
-jobs' GPUs; the answers hold one value per job GPU (:mod:`hpcscope.ingest.promql.aggregates`).
+A report of jobs over ``[since, until]`` asks one instant query per column: ``sum_over_time``
+of the sums, counts and seconds the rules recorded over the window, ``max_over_time`` of the
+maxima, the last Xid, and the first and last evaluation covering the jobs' GPUs; the answers
+hold one value per job GPU (:mod:`hpcscope.ingest.promql.aggregates`).
 A 1024-GPU job over a day is 24 answers of 1,024 values, never its 88 M raw samples.
+
+An evaluation at ``t`` covers ``(t - D - W, t - D]`` (``D``: the rules' delay,
+:class:`~hpcscope.service.backends.engine_rules.RuleNames`): a read up to ``until`` asks at
+``until + D``, and the times it answers (the coverage, the first and last covered samples, the
+buckets) are those of the samples, ``D`` before the evaluations'.
 
 Whether the rules are there is probed (:meth:`RuleReads.coverage`): the newest evaluation of the
 per-job rule, and the oldest within the lookback. A window that starts before the rules did is
@@ -58,8 +63,9 @@ def factor(field: str) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Coverage:
-    """Which times the rules cover: from ``since`` (their oldest evaluation within the
-    lookback) to ``until`` (their newest); both None when the engine has none."""
+    """Which times the rules cover: from ``since`` (the end of their oldest evaluation's window
+    within the lookback) to ``until`` (the end of their newest's); both None when the engine
+    has none."""
 
     since: datetime | None
     until: datetime | None
@@ -113,6 +119,10 @@ class RuleReads:
     def window_seconds(self) -> int:
         return self.names.window_seconds
 
+    @property
+    def delay(self) -> timedelta:
+        return timedelta(seconds=self.names.delay_seconds)
+
     def _queries(self, exprs: dict[str, str], at: datetime) -> dict[str, Sequence[Series]]:
         with self._lock:
             if self._pool is None:
@@ -160,7 +170,9 @@ class RuleReads:
         if oldest is None:
             result = Coverage(None, None)
         else:
-            result = Coverage(to_datetime(oldest), to_datetime(newest or oldest))
+            # the samples' times: an evaluation's window ends ``delay`` before it
+            delay = self.names.delay_seconds
+            result = Coverage(to_datetime(oldest - delay), to_datetime((newest or oldest) - delay))
         with self._lock:
             self._probed = (stamp, result)
         return result
@@ -186,9 +198,9 @@ class RuleReads:
             "thermal_seconds": total(names.gpu(THROTTLE, "thermal_seconds")),
             "xid": f"last_over_time({names.gpu(XID, 'changed_last')}{selector}[{span}])",
             "first_ts": f"min_over_time(timestamp({names.observed}{selector})"
-            f"[{span}:{self.window_seconds}s]) - {self.window_seconds}",
+            f"[{span}:{self.window_seconds}s]) - {self.window_seconds + names.delay_seconds}",
             "last_ts": f"max_over_time(timestamp({names.observed}{selector})"
-            f"[{span}:{self.window_seconds}s])",
+            f"[{span}:{self.window_seconds}s]) - {names.delay_seconds}",
         }
         factors = {
             "energy_joules": factor(ENERGY),
@@ -198,7 +210,7 @@ class RuleReads:
             exprs[f"{column}_sum"] = total(names.gpu(field, "sum"))
             exprs[f"{column}_count"] = total(names.gpu(field, "count"))
             factors[f"{column}_sum"] = factor(field)
-        answers = self._queries(exprs, until)
+        answers = self._queries(exprs, until + self.delay)
         return gpu_table(
             answers,
             schema=GPU_AGGREGATE_SCHEMA,
@@ -222,15 +234,18 @@ class RuleReads:
         }
         start = math.floor(epoch_seconds(since) / bucket_seconds) * bucket_seconds + bucket_seconds
         end = math.ceil(epoch_seconds(until) / bucket_seconds) * bucket_seconds
+        # the bucket of samples in (T - b, T] is the evaluations in (T + D - b, T + D]
+        delay = self.names.delay_seconds
         answers = {
             column: self.engine.query_range(
-                expr, start=float(start), end=float(end), step=float(bucket_seconds)
+                expr, start=float(start + delay), end=float(end + delay), step=float(bucket_seconds)
             ).series
             for column, expr in exprs.items()
         }
         return bucket_table(
             answers,
             bucket_seconds=bucket_seconds,
+            delay_seconds=delay,
             factors={"reported_util_ratio": factor(UTIL)},
             source=f"{self.engine.url} recording rules",
         )
@@ -243,7 +258,8 @@ class RuleReads:
         rule = self.names.job(UTIL, "observed_gpu_seconds")
         span = _range(since, until, self.window_seconds)
         answer = self.engine.query(
-            f"count by (hpc_job) (count_over_time({rule}{{{matcher}}}[{span}]))", at=until
+            f"count by (hpc_job) (count_over_time({rule}{{{matcher}}}[{span}]))",
+            at=until + self.delay,
         )
         return sorted({s.labels["hpc_job"] for s in answer.series if s.labels.get("hpc_job")})
 

@@ -7,7 +7,7 @@ and the security team count all, an anonymous visitor none. Part of the diagram'
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
 from hpcscope.model.alerts import Severity
@@ -35,6 +35,12 @@ class AlertSummary:
     @property
     def total(self) -> int:
         return sum(self.by_vector.values())
+
+    def fingerprint(self) -> Hashable:
+        """Everything a view of these counts shows, hashable: a key for what is drawn from them
+        (an alert's repeated events change its row, never the counts)."""
+        counts = (self.by_vector, self.by_node, self.worst_by_vector, self.worst_by_node)
+        return (self.configured, self.shown, *(tuple(sorted(c.items())) for c in counts))
 
 
 def detections_configured(service: Service) -> bool:

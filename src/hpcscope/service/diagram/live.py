@@ -151,6 +151,8 @@ def fresh_seconds(settings: Settings) -> float:
 _LIVE_VALUES = tuple(
     c for c in queries.LIVE_GPU_COLUMNS if c in GpuNow.__dataclass_fields__ and c != "xid_last"
 )
+#: The sample columns the diagram reads of each GPU's newest sample (its values, the Xid).
+LIVE_COLUMNS = (*_LIVE_VALUES, "xid_last")
 
 
 def _gpu_live(
@@ -282,9 +284,12 @@ def gpu_views(
     metrics = service.gpu_samples()
     since = now - timedelta(seconds=fresh)
     latest = (
-        shared.get(("diagram.latest",), lambda: metrics.latest(since=since, until=now))
+        shared.get(
+            ("diagram.latest",),
+            lambda: metrics.latest(since=since, until=now, columns=LIVE_COLUMNS),
+        )
         if shared is not None
-        else metrics.latest(since=since, until=now)
+        else metrics.latest(since=since, until=now, columns=LIVE_COLUMNS)
     )
     states = queries.gpu_states(
         service.store,

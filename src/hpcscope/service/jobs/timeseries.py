@@ -57,7 +57,8 @@ def job_timeseries(
         return _engine_timeseries(
             store, job_id, reader, scrape_interval_seconds, max_points, now or utcnow()
         )
-    raw = queries.sample_time_range(store, job_id)
+    since, until = _reach(store, job_id)
+    raw = queries.sample_time_range(store, job_id, cold_since=since, cold_until=until)
     rolled = rollups.rollup_time_range(store, job_id)
     life = _span(raw, rolled, kept.summary_time_range(store, job_id))
     first, last = life
@@ -75,9 +76,27 @@ def job_timeseries(
     else:
         gone = [{"start": epoch_seconds(first), "end": epoch_seconds(last)}]
         return _document(job_id, None, None, {}, gone, None)
-    read = reader.gpu_timeseries([job_id], bucket_seconds=bucket)
+    read = reader.gpu_timeseries([job_id], bucket_seconds=bucket, since=since, until=until)
     gaps = _gaps((first, last), covered)
     return _document(job_id, bucket, source, _series(read.table), gaps, read.source)
+
+
+#: How far around a job's scheduled life its samples are read: whole days, so that the cold
+#: tier's daily parts of the rest of the month are not scanned (clocks and attribution margins
+#: are minutes).
+REACH_MARGIN = timedelta(days=1)
+
+
+def _reach(store: Store, job_id: str) -> tuple[datetime | None, datetime | None]:
+    """The window a job's samples are read in: its scheduled life and :data:`REACH_MARGIN`
+    (unbounded on a side the scheduler does not know: no record, not started, running)."""
+    record = queries.jobs_by_id(store, [job_id], JobScope(all_jobs=True)).to_pylist()
+    start = record[0]["start_time"] if record else None
+    end = record[0]["end_time"] if record else None
+    return (
+        start - REACH_MARGIN if start is not None else None,
+        end + REACH_MARGIN if end is not None else None,
+    )
 
 
 def _gaps(
