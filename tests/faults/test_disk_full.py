@@ -16,7 +16,7 @@ import pytest
 
 from hpcscope.store import Store
 from tests.faults.test_exporter_faults import NODE, Exporter
-from tests.support.processes import serve, stop, wait_for
+from tests.support.processes import api, serve, stop, wait_for
 from tests.support.servers import free_port
 
 pytestmark = pytest.mark.e2e
@@ -84,8 +84,11 @@ def test_disk_full_is_logged_survived_and_recovered(
     store_path = small_disk / "store.duckdb"
     log = tmp_path / "server.log"
     args = ("--config", str(config))
-    server, _ = serve(store_path, free_port(), log, *args)
-    time.sleep(4.0)
+    server, base = serve(store_path, free_port(), log, *args)
+    wait_for(  # a scrape's samples committed (the API reads the store's scrapes)
+        lambda: [t for t in api(base, "/api/cluster")["targets"] if t["last_samples"]],
+        "scraped samples",
+    )
     stop(server)
     before = _count(store_path)
     assert before["n"] > 0
