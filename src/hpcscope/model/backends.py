@@ -30,7 +30,7 @@ says how it was answered (:class:`ReadSource`), which the page's JSON shows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol
@@ -192,8 +192,12 @@ class GpuMetrics(GpuSampleReader, Protocol):
         *,
         since: datetime | None = None,
         until: datetime | None = None,
+        columns: Collection[str] | None = None,
     ) -> JobGpuRead:
-        """The GPUs of ``job_ids`` in ``[since, until]`` as a report reads them."""
+        """The GPUs of ``job_ids`` in ``[since, until]`` as a report reads them.
+
+        ``columns``: the :data:`GPU_AGGREGATE_SCHEMA` columns the caller uses (None: all); an
+        answer in aggregates may leave the others null (raw samples come whole)."""
         ...
 
     def jobs_seen(

@@ -27,6 +27,39 @@ from hpcscope.model.backends import AGGREGATE_MEANS, GpuTime
 THERMAL_BIT = 0x20
 OTHER_SLOWDOWN_BIT = 0x8
 
+#: The :data:`~hpcscope.model.backends.GPU_AGGREGATE_SCHEMA` columns the per-GPU verdicts of
+#: :func:`summary_from_aggregates` read (:func:`~hpcscope.analysis.jobs.efficiency.classify_gpus`:
+#: reported utilisation, SM active, the Xid), with ``observed_seconds``: every GPU the engine
+#: scraped has it, so a read of these columns finds the same GPUs as a read of all of them.
+VERDICT_COLUMNS: frozenset[str] = frozenset(
+    {
+        "observed_seconds",
+        "reported_util_ratio_sum",
+        "reported_util_ratio_count",
+        "sm_active_ratio_sum",
+        "sm_active_ratio_count",
+        "xid",
+    }
+)
+#: The verdicts' columns and the tensor-active mean (the running jobs' GPU rows).
+LIVE_GPU_COLUMNS: frozenset[str] = VERDICT_COLUMNS | {
+    "tensor_active_ratio_sum",
+    "tensor_active_ratio_count",
+}
+#: The columns :func:`gpu_time_of` reads of :func:`summary_from_aggregates`' rows.
+GPU_TIME_COLUMNS: frozenset[str] = frozenset(
+    {
+        "observed_seconds",
+        "useful_seconds",
+        "reported_util_ratio_sum",
+        "reported_util_ratio_count",
+        "sm_active_ratio_sum",
+        "sm_active_ratio_count",
+        "first_ts",
+        "last_ts",
+    }
+)
+
 
 def summary_from_aggregates(
     aggregates: pl.DataFrame, *, thresholds: Thresholds = Thresholds()

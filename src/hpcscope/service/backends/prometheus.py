@@ -22,14 +22,18 @@ Each read says which it was (:class:`~hpcscope.model.backends.ReadSource`). The 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import httpx2
 import polars as pl
 import pyarrow as pa
 
-from hpcscope.analysis.jobs.aggregates import gpu_time_of, summary_from_aggregates
+from hpcscope.analysis.jobs.aggregates import (
+    GPU_TIME_COLUMNS,
+    gpu_time_of,
+    summary_from_aggregates,
+)
 from hpcscope.analysis.jobs.efficiency import empty_summary, gpu_summary
 from hpcscope.ingest.promql import Series, dcgm_series_selector, dcgm_series_to_samples
 from hpcscope.ingest.promql.matrix import job_matcher
@@ -204,14 +208,16 @@ class PrometheusSamples:
         *,
         since: datetime | None = None,
         until: datetime | None = None,
+        columns: Collection[str] | None = None,
     ) -> JobGpuRead:
-        """What a report reads of the jobs' GPUs (the module docstring)."""
+        """What a report reads of the jobs' GPUs (the module docstring); from the rules, only
+        ``columns`` when given (the others null)."""
         start, end = self._window(since, until)
         if job_ids and self.use_rules(start):
             window = float(self.rules.window_seconds)
             return JobGpuRead(
                 ReadSource("prometheus", "recording_rules", window),
-                aggregates=self.rules.aggregates(job_ids, since=start, until=end),
+                aggregates=self.rules.aggregates(job_ids, since=start, until=end, columns=columns),
             )
         span = max(0.0, (end - start).total_seconds())
         step = max(self.step_seconds, math.ceil(span / MAX_RAW_STEPS))
@@ -269,7 +275,7 @@ class PrometheusSamples:
         ids = list(job_ids) if job_ids is not None else self.jobs_seen(since=since, until=until)
         if not ids:
             return gpu_time_of(empty_summary())
-        read = self.job_gpus(ids, since=since, until=until)
+        read = self.job_gpus(ids, since=since, until=until, columns=GPU_TIME_COLUMNS)
         if read.aggregates is not None:
             frame = pl.from_arrow(read.aggregates)
             assert isinstance(frame, pl.DataFrame)

@@ -4,7 +4,8 @@ A report of jobs over ``[since, until]`` asks one instant query per column: ``su
 of the sums, counts and seconds the rules recorded over the window, ``max_over_time`` of the
 maxima, the last Xid, and the first and last evaluation covering the jobs' GPUs; the answers
 hold one value per job GPU (:mod:`hpcscope.ingest.promql.aggregates`).
-A 1024-GPU job over a day is 24 answers of 1,024 values, never its 88 M raw samples.
+A 1024-GPU job over a day is 24 answers of 1,024 values, never its 88 M raw samples; a read of
+the per-GPU verdicts asks the 6 columns they use (``columns``).
 
 An evaluation at ``t`` covers ``(t - D - W, t - D]`` (``D``: the rules' delay,
 :class:`~hpcscope.service.backends.engine_rules.RuleNames`): a read up to ``until`` asks at
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -179,8 +180,18 @@ class RuleReads:
 
     # ------------------------------------------------------------------ reads
 
-    def aggregates(self, job_ids: Sequence[str], *, since: datetime, until: datetime) -> pa.Table:
-        """:data:`GPU_AGGREGATE_SCHEMA` rows of the jobs' GPUs over ``[since, until]``."""
+    def aggregates(
+        self,
+        job_ids: Sequence[str],
+        *,
+        since: datetime,
+        until: datetime,
+        columns: Collection[str] | None = None,
+    ) -> pa.Table:
+        """:data:`GPU_AGGREGATE_SCHEMA` rows of the jobs' GPUs over ``[since, until]``.
+
+        ``columns``: ask only these columns (one query each; None: every column); the others
+        are null. A GPU is a row when an asked column has a value for it."""
         names = self.names
         selector = "{" + job_matcher(job_ids) + "}"
         span = _range(since, until, self.window_seconds)
@@ -210,6 +221,11 @@ class RuleReads:
             exprs[f"{column}_sum"] = total(names.gpu(field, "sum"))
             exprs[f"{column}_count"] = total(names.gpu(field, "count"))
             factors[f"{column}_sum"] = factor(field)
+        if columns is not None:
+            unknown = set(columns) - set(exprs)
+            if unknown:
+                raise ValueError(f"not a column of the rules' aggregates: {sorted(unknown)}")
+            exprs = {name: expr for name, expr in exprs.items() if name in columns}
         answers = self._queries(exprs, until + self.delay)
         return gpu_table(
             answers,

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from hpcscope.analysis.jobs.aggregates import VERDICT_COLUMNS
 from hpcscope.model.access import system_principal
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
@@ -246,7 +247,7 @@ def live_verdicts(
     ids = reports.seen_and_visible(service.store, principal, metrics, since=since, until=now)
     if not ids:
         return {}
-    read = metrics.job_gpus(ids, since=since, until=now)
+    read = metrics.job_gpus(ids, since=since, until=now, columns=VERDICT_COLUMNS)
     summary = reports.gpu_rows(
         read, scrape_interval_seconds=service.settings.scrape_interval_seconds
     )

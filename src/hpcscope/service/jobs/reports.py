@@ -14,7 +14,7 @@ from typing import TypedDict, cast
 import polars as pl
 import pyarrow as pa
 
-from hpcscope.analysis.jobs.aggregates import summary_from_aggregates
+from hpcscope.analysis.jobs.aggregates import LIVE_GPU_COLUMNS, summary_from_aggregates
 from hpcscope.analysis.jobs.efficiency import gpu_summary
 from hpcscope.analysis.jobs.report import JobReport as JobReport  # serve's pages name it
 from hpcscope.analysis.jobs.report import job_reports
@@ -296,7 +296,7 @@ def live_job_gpus(
         currency=currency,
         samples=metrics,
     )
-    recent = metrics.job_gpus(ids, since=now - window, until=now)
+    recent = metrics.job_gpus(ids, since=now - window, until=now, columns=LIVE_GPU_COLUMNS)
     summary = gpu_rows(recent, scrape_interval_seconds=scrape_interval_seconds)
     gpus = tuple(
         RunningJobGpu(
