@@ -3,9 +3,10 @@ Prometheus evaluating the engine recording rules, read by an hpcscope with no GP
 
     .venv/bin/python -m bench.read_path --backend prometheus --minutes 6
 
-The twin (``128x8-h100``, seeded) runs one job on every one of its 1,024 GPUs and is scraped by
-Debian's ``prometheus`` every ``--scrape-seconds`` with the engine rules evaluated every minute
-(:mod:`hpcscope.cli.prometheus_process`); hpcscope's collector polls the twin's slurmrestd only.
+The twin (``128x8-h100``, seeded) runs, in a process of its own, one job on every one of its
+1,024 GPUs and is scraped by Debian's ``prometheus`` every ``--scrape-seconds`` with the engine
+rules evaluated every minute (:mod:`hpcscope.cli.prometheus_process`); hpcscope's collector
+polls the twin's slurmrestd only.
 The store also holds ``10,000 x scale`` finished jobs with their kept summaries (as the
 embedded bench writes them), so the job list lists 200 jobs. After ``--minutes``, each read is
 timed (median of ``--rounds``) as the web app runs it: the big job's report, the overview, the
@@ -18,10 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
@@ -66,35 +70,56 @@ def _finished_history(service: Service, *, scale: float, seed: int) -> int:
     return written
 
 
+def _twin(
+    state_dir: Path, seed: int, scrape_seconds: int, ready: Queue[tuple[str, str]], stop: Event
+) -> None:
+    """The twin in a process of its own, as exporters run on their own nodes: in the bench's
+    process its 128 exporters' pages would share the interpreter with the reads being timed."""
+    twin = TwinCluster(
+        load_topology(bundled_topology("128x8-h100")),
+        state_dir,
+        seed=seed,
+        speed=1.0,
+        scenario="empty",
+        arrivals_per_hour=0,
+        dcgm_collect_interval_seconds=float(scrape_seconds),
+    )
+    with twin:
+        with twin._lock:
+            big = twin.scheduler.submit(
+                name="llama-70b-pretrain", user="alice", account="vision",
+                profile=Profile.STRAGGLER, gpus=1024, duration_seconds=86_400.0,
+                spread_nodes=128, straggler_gpu=6,
+            )  # fmt: skip
+        ready.put((twin.slurmrestd_url, str(big.job_id)))
+        stop.wait()
+
+
 def run(
     *, minutes: float, scrape_seconds: int, scale: float, seed: int, rounds: int
 ) -> dict[str, Any]:
     topology = load_topology(bundled_topology("128x8-h100"))
+    spawn = multiprocessing.get_context("spawn")
+    ready: Queue[tuple[str, str]] = spawn.Queue()
+    stop = spawn.Event()
     with tempfile.TemporaryDirectory() as tmp_text:
         tmp = Path(tmp_text)
-        twin = TwinCluster(
-            topology,
-            tmp / "twin",
-            seed=seed,
-            speed=1.0,
-            scenario="empty",
-            arrivals_per_hour=0,
-            dcgm_collect_interval_seconds=float(scrape_seconds),
+        twin = spawn.Process(
+            target=_twin, args=(tmp / "twin", seed, scrape_seconds, ready, stop), daemon=True
         )
+        twin.start()
+        try:
+            slurmrestd_url, job = ready.get(timeout=300)
+        except BaseException:
+            twin.kill()
+            raise
         with (
-            twin,
             run_prometheus(
                 tmp / "prometheus",
                 targets=tmp / "twin" / "targets.json",
                 scrape_interval_seconds=scrape_seconds,
             ) as url,
         ):
-            with twin._lock:
-                big = twin.scheduler.submit(
-                    name="llama-70b-pretrain", user="alice", account="vision",
-                    profile=Profile.STRAGGLER, gpus=1024, duration_seconds=86_400.0,
-                    spread_nodes=128, straggler_gpu=6,
-                )  # fmt: skip
             settings = Settings(
                 store_path=tmp / "store.duckdb",
                 scrape_interval_seconds=float(scrape_seconds),
@@ -102,7 +127,7 @@ def run(
                 topology_path=bundled_topology("128x8-h100"),
                 metrics_backend="prometheus",
                 prometheus_url=url,
-                slurm=SlurmSection(url=twin.slurmrestd_url, poll_seconds=float(scrape_seconds)),
+                slurm=SlurmSection(url=slurmrestd_url, poll_seconds=float(scrape_seconds)),
             )
             service = Service.open(settings, users=UserDirectory.demo())
             try:
@@ -112,7 +137,6 @@ def run(
                 time.sleep(minutes * 60)
                 collector.stop()
                 now = utcnow()
-                job = str(big.job_id)
                 report_s, report = _median(lambda: service.job_report(ADMIN, job, now=now), rounds)
 
                 def overview() -> object:
@@ -127,6 +151,10 @@ def run(
                 )
             finally:
                 service.close()
+                stop.set()
+                twin.join(timeout=60)
+                if twin.is_alive():
+                    twin.kill()
     assert report is not None and isinstance(listed, list)
     active = sum(1 for g in getattr(state, "gpus", {}).values() if g.state.value == "active")
     return {

@@ -338,6 +338,13 @@ def job_rollups(store: Store, job_id: str) -> pa.Table:
     return store.query("SELECT * FROM job_rollups_1m WHERE job_id = ? ORDER BY minute", [job_id])
 
 
+def _has_table(store: Store, name: str) -> bool:
+    found = store.query(
+        "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = ? AND NOT temporary", [name]
+    ).to_pylist()
+    return bool(found[0]["n"])
+
+
 def jobs_in_window(
     store: Store,
     *,
@@ -354,14 +361,11 @@ def jobs_in_window(
     yet, samples that came too late for their minute's rollup). A job with a rollup row in a
     whole minute counts, also once retention dropped that minute's raw samples."""
     has_job = has_job_sql("job_id")
-    tables = store.query(
-        "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = ? AND NOT temporary",
-        [ROLLUP_ROWS],
-    ).to_pylist()
     known: list[str] = []
     first = _floor_minute(since) + (_MINUTE if _floor_minute(since) < since else timedelta())
     end = _floor_minute(until) if until is not None else None
-    if tables[0]["n"] and (end is None or first < end):
+    whole_minutes = end is None or first < end
+    if whole_minutes and _has_table(store, ROLLUP_ROWS):
         rolled = Where().among("job_id", job_ids).window(first, None, column="minute")
         if end is not None:
             rolled.clauses.append("minute < ?")
