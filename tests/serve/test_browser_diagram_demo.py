@@ -145,9 +145,11 @@ def test_straggler_and_data_starved_gpus_are_distinct_and_match_the_job_report(
         real, reported = _card_pair(card_text)
         if job is starved_job:  # the seeds' job: about 87 % reported, 19 % real
             assert (real, reported) == pytest.approx((19, 87), abs=3)
-        # the job is running: allow the one-point drift of the seconds between the two reads
-        assert real == pytest.approx(gpu["sm_active_ratio"] * 100, abs=1.5)
-        assert reported == pytest.approx(gpu["reported_util_ratio"] * 100, abs=1.5)
+        # the job is running and the card and the report are kept answers, each refreshed on
+        # its own (a kept answer is served while its refresh runs): allow the drift of a job's
+        # means over one refresh, a few points at most
+        assert real == pytest.approx(gpu["sm_active_ratio"] * 100, abs=3)
+        assert reported == pytest.approx(gpu["reported_util_ratio"] * 100, abs=3)
         assert gpu["verdict"].replace("_", " ") in card_text
         assert job["job_id"] in card_text
         card = page.request.get(f"{demo}/api/diagram/elements/{element_id}").json()

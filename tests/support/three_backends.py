@@ -54,11 +54,13 @@ NAMES = RuleNames(RULE_WINDOW, RULE_DELAY)
 BACKENDS = ("embedded", "prometheus", "victoria-metrics")
 
 #: The jobs, submitted at once: the demo's straggler and data-starved jobs (running through the
-#: window), a healthy job that ends inside it (at 24 s: summarised by every service when the
-#: pages are read, 50 s in, the prometheus service's settling being the longest: three scrape
+#: window), a healthy job that ends inside it (at 30 s: summarised by every service when the
+#: pages are read, 60 s in, the prometheus service's settling being the longest: three scrape
 #: intervals, a rule window, its delay and two scrape intervals, 24 s) and a job that dies of
-#: an Xid (at 24 + 30 s, the twin's hang after a fault: summarised by none); one GPU stays free
-#: for a miner (SC-4's fault).
+#: an Xid (at 30 + 30 s, the twin's hang after a fault: summarised by none); one GPU stays free
+#: for a miner (SC-4's fault). The jobs start and end on the twin's page boundaries: every
+#: scraper then holds the same number of a job's samples whatever its phase (a job ending
+#: between two pages counts a sample at its end for a scraper whose phase falls on it).
 JOBS: tuple[dict[str, object], ...] = (
     {"name": "llama-7b-pretrain", "user": "alice", "account": "vision",
      "profile": Profile.STRAGGLER, "gpus": 8, "duration_seconds": 3600.0, "spread_nodes": 2,
@@ -66,9 +68,9 @@ JOBS: tuple[dict[str, object], ...] = (
     {"name": "bert-finetune", "user": "bob", "account": "nlp", "profile": Profile.DATA_STARVED,
      "gpus": 4, "duration_seconds": 3600.0, "nodelist": ("gpu02",)},
     {"name": "whisper-train", "user": "dave", "account": "speech", "profile": Profile.HEALTHY,
-     "gpus": 2, "duration_seconds": 24.0},
+     "gpus": 2, "duration_seconds": 30.0},
     {"name": "vit-sweep-17", "user": "alice", "account": "vision", "profile": Profile.FAILED,
-     "gpus": 1, "duration_seconds": 3600.0, "fail_after_seconds": 24.0},
+     "gpus": 1, "duration_seconds": 3600.0, "fail_after_seconds": 30.0},
 )  # fmt: skip
 
 

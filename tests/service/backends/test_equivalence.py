@@ -55,7 +55,7 @@ HOURS_ABS = 0.001
 #: Seconds from the jobs' start to the end of the window the pages are read up to (whole
 #: windows: the healthy job ends inside it and is summarised by every service,
 #: ``tests/support/three_backends.JOBS``).
-READ_AFTER_SECONDS = 5 * RULE_WINDOW
+READ_AFTER_SECONDS = 6 * RULE_WINDOW
 #: Figures that are counts (compared as they are).
 EXACT = {"gpus_observed", "gpus_allocated", "idle_gpus", "jobs", "gpus"}
 #: From the recording rules, clock reasons are seconds with a slowdown and with a thermal reason,
@@ -136,9 +136,9 @@ def _read(backends: ThreeBackends) -> Pages:
         pages.coverage = probe.rules.coverage()
     finally:
         probe.close()
-    # the diagram 8 s into the collect interval after the failed job's end (54 s in): every
-    # scraper's newest sample is of its page, where two jobs still run
-    diagram_at = backends.jobs_start + 6 * RULE_WINDOW + 8.0
+    # the diagram 8 s into a collect interval after the failed job's end (60 s in) and the
+    # reads above: every scraper's newest sample is of its page, where two jobs still run
+    diagram_at = backends.jobs_start + 7 * RULE_WINDOW + 8.0
     backends.wait_until(diagram_at + 2 * SCRAPE_SECONDS)
     for name, service in backends.services.items():
         state = live_state(service, Viewer(ADMIN), now=naive(diagram_at))
