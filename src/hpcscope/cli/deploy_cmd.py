@@ -92,7 +92,7 @@ def prometheus_rules(
     json_output: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
 ) -> None:
     """Write the engine recording rules the prometheus backend reads (hpcscope-engine-rules.yml)."""
-    from hpcscope.service.backends.engine_rules import engine_rules_yaml
+    from hpcscope.service.backends.engine_rules import delay_seconds_for, engine_rules_yaml
 
     try:
         text = engine_rules_yaml(
@@ -112,7 +112,7 @@ def prometheus_rules(
                 "written": [str(target)],
                 "scrape_interval_seconds": scrape_interval,
                 "window": window,
-                "delay_seconds": scrape_interval if delay is None else delay,
+                "delay_seconds": delay_seconds_for(scrape_interval, delay),
             }
         )
     else:

@@ -48,6 +48,7 @@ active means, the SM clock mean, the slowdown share: what dashboards and SLOs ch
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 #: What one GPU's series is keyed by (a MIG instance has ``GPU_I_ID``).
@@ -80,6 +81,12 @@ SHIPPED_WINDOW_SECONDS = 60
 #: One scrape interval: a scrape times out within its interval (Prometheus refuses a longer
 #: ``scrape_timeout``), so every sample of a window is stored when the window is evaluated.
 SHIPPED_DELAY_SECONDS = SHIPPED_SCRAPE_INTERVAL_SECONDS
+
+
+def delay_seconds_for(scrape_interval_seconds: float, delay_seconds: int | None) -> int:
+    """The rules' delay: ``delay_seconds`` when given, else one scrape interval rounded up to
+    whole seconds (the module docstring)."""
+    return math.ceil(scrape_interval_seconds) if delay_seconds is None else delay_seconds
 
 
 def duration(seconds: int) -> str:
@@ -241,8 +248,7 @@ def engine_rules_yaml(
     """The rule file (YAML text) for an engine scraping dcgm-exporter every
     ``scrape_interval_seconds``, evaluated every ``window_seconds`` over that window ending
     ``delay_seconds`` (default: one scrape interval) before the evaluation."""
-    if delay_seconds is None:
-        delay_seconds = scrape_interval_seconds
+    delay_seconds = delay_seconds_for(scrape_interval_seconds, delay_seconds)
     if scrape_interval_seconds < 1 or window_seconds < scrape_interval_seconds:
         raise ValueError("the window must hold at least one scrape interval (whole seconds)")
     if delay_seconds < 0:

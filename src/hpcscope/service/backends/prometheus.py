@@ -60,6 +60,7 @@ from hpcscope.service.backends.engine_rules import (
     UTIL,
     XID,
     RuleNames,
+    delay_seconds_for,
 )
 from hpcscope.service.backends.rule_reads import RuleReads, factor
 from hpcscope.service.engine_settings import RuleUse
@@ -120,7 +121,7 @@ class PrometheusSamples:
             engine,
             RuleNames(
                 rule_window_seconds,
-                math.ceil(step_seconds) if rule_delay_seconds is None else rule_delay_seconds,
+                delay_seconds_for(step_seconds, rule_delay_seconds),
             ),
             lookback_seconds=lookback_seconds,
             now=now,
