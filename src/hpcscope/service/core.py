@@ -387,11 +387,14 @@ class Service:
     ) -> JobTimeseries | None:
         """Per-GPU reported vs real over the job's life, at most ``max_points`` buckets (raw
         samples for short buckets, 1-minute rollups from 60 s; ``service/jobs/timeseries.py``)."""
-        if not self.can_see_job(principal, job_id):
-            return None
+        job = self.visible_job(principal, job_id)
+        return None if job is None else self.timeseries_of(job, max_points=max_points)
+
+    def timeseries_of(self, job: SeenJob, *, max_points: int = 720) -> JobTimeseries:
+        """:meth:`job_timeseries` of a job its principal may see (:meth:`visible_job`)."""
         return timeseries.job_timeseries(
             self.store,
-            job_id,
+            job.job_id,
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             max_points=max_points,
             metrics=self.gpu_samples(),
