@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import Principal, Role
 from hpcscope.model.alerts import Alert, Severity, Vector
 from hpcscope.model.timeutil import utcnow
-from hpcscope.serve import job_view
 from hpcscope.service.alerts.contracts import JobReportWithAlerts
 from hpcscope.service.core import Service
 from hpcscope.service.jobs.contracts import JobReportDocument
+from hpcscope.service.notify.access import notes_of_report
+from hpcscope.service.notify.contracts import JobNotesDocument
 from hpcscope.service.traces.capture_contracts import JobReportWithPhases
 from hpcscope.service.traces.job_phases import phases_of
 from hpcscope.store.alerts import upsert_alerts
@@ -69,13 +71,12 @@ def test_a_jobs_body_is_rendered_once_for_every_reader(
     populate(service.store, now=utcnow())
     service.snapshots.publish()  # a collector's cycle: the generation holds between reads
     rendered: list[str] = []
-    notes_of = job_view.notes_of_report
 
-    def counted(on: Service, report: object) -> object:
-        rendered.append(getattr(report, "job_id", ""))
-        return notes_of(on, report)  # type: ignore[arg-type]
+    def counted(on: Service, report: JobReport) -> JobNotesDocument:
+        rendered.append(report.job_id)
+        return notes_of_report(on, report)
 
-    monkeypatch.setattr(job_view, "notes_of_report", counted)
+    monkeypatch.setattr("hpcscope.serve.job_view.notes_of_report", counted)
     pages = {}
     for user in ("alice", "carol", "admin"):
         client = client_as(user)

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from markupsafe import Markup
 from starlette.requests import Request
 
-from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.alerts import Alert
 from hpcscope.serve.kept import Document, etag_of, page_key
 from hpcscope.serve.templating import render, templates
 from hpcscope.service.alerts.contracts import AlertDocument
 from hpcscope.service.core import SeenJob, Service, report_every_seconds
 from hpcscope.service.jobs.contracts import JobReportDocument
+from hpcscope.service.jobs.reports import JobReport
 from hpcscope.service.notify.access import notes_of_report
 from hpcscope.service.traces.job_phases import phases_of
 
