@@ -62,8 +62,9 @@ def after_cycle_hooks(
     service: Service, notifier: Notifier | None = None
 ) -> list[Callable[[], object]]:
     """What the collector runs after its cycles, in order: the jobs upkeep (summaries of
-    finished jobs, retention), the telemetry rules (RD-, SC-4, GM-1/2, DP-), the SLOs'
-    burn-rate evaluation into the alert engine (it reads the summaries just written), then
+    finished jobs, retention), the finished jobs' stored time series (on a thread of their
+    own), the telemetry rules (RD-, SC-4, GM-1/2, DP-), the SLOs' burn-rate evaluation into
+    the alert engine (it reads the summaries just written), then
     the notifications (they read all of it), and last the publication of the cycle's writes
     to the read snapshots (``service/snapshots.py``)."""
     slo = SloUpkeep(service.store, SloConfig.from_settings(service.settings))
@@ -76,6 +77,7 @@ def after_cycle_hooks(
     )  # the telemetry rules (RD-, SC-4, GM-1/2, DP-; service/telemetry_rules/engine.py)
     hooks: list[Callable[[], object]] = [
         service.upkeep().after_cycle,
+        service.document_keeper().after_cycle,
         telemetry.after_cycle,
         slo.after_cycle,
     ]

@@ -30,7 +30,7 @@ from hpcscope.service.backends import (
     sample_reader,
 )
 from hpcscope.service.identity.users import UserDirectory
-from hpcscope.service.jobs import reports, timeseries
+from hpcscope.service.jobs import documents, reports, timeseries
 from hpcscope.service.jobs.contracts import JobTimeseries
 from hpcscope.service.jobs.retention import Upkeep, UpkeepConfig
 from hpcscope.service.settings import Settings
@@ -92,6 +92,7 @@ class Service:
         default_factory=threading.Lock, init=False, repr=False
     )
     _changes: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _keepers: list[documents.DocumentKeeper] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         store = self.store
@@ -123,6 +124,8 @@ class Service:
         return cls(settings=settings, topology=topology, store=store, users=UserDirectory([]))
 
     def close(self) -> None:
+        for keeper in self._keepers:  # a pass in flight stops before the store closes
+            keeper.stop()
         if isinstance(self._metrics, PrometheusSamples):
             self._metrics.close()
         if self._engine is not None:
@@ -399,6 +402,23 @@ class Service:
             max_points=max_points,
             metrics=self.gpu_samples(),
         )
+
+    def stored_timeseries(self, job: SeenJob) -> tuple[bytes, str] | None:
+        """The body and ETag of a finished job's stored :meth:`timeseries_of` (None: not
+        stored yet, not finished, or read from a metrics engine; ``service/jobs/documents.py``)."""
+        if not job.ended or self.gpu_samples().backend != "embedded":
+            return None
+        return documents.stored_timeseries(self.store, job.job_id)
+
+    def document_keeper(self) -> documents.DocumentKeeper:
+        """The after-cycle hook that stores finished jobs' time series (``documents.py``)."""
+        keeper = documents.DocumentKeeper(
+            self.store,
+            scrape_interval_seconds=self.settings.scrape_interval_seconds,
+            metrics=self.gpu_samples(),
+        )
+        self._keepers.append(keeper)
+        return keeper
 
     def upkeep(self) -> Upkeep:
         """The jobs capability's upkeep (summaries of finished jobs, retention per tier), as the

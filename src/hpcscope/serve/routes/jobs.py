@@ -172,7 +172,8 @@ def _job_timeseries_json(request: Request, job_id: str, principal: Principal) ->
     job = _seen(service, principal, job_id)
 
     def serialised() -> Document:
-        return serialise(service.timeseries_of(job))
+        stored = service.stored_timeseries(job)  # a finished job's: one keyed read
+        return stored if stored is not None else serialise(service.timeseries_of(job))
 
     # the same for everyone who may see the job; a finished job's at most every minute
     key = ("serve.job_timeseries", job_id)
