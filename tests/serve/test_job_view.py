@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,16 +16,21 @@ from hpcscope.analysis.jobs.report import JobReport
 from hpcscope.model.access import Principal, Role
 from hpcscope.model.alerts import Alert, Severity, Vector
 from hpcscope.model.timeutil import utcnow
+from hpcscope.serve.job_view import ViewKeeper, view_kind_of
+from hpcscope.service.alerts import access as alert_access
 from hpcscope.service.alerts.contracts import JobReportWithAlerts
 from hpcscope.service.core import Service
 from hpcscope.service.jobs.contracts import JobReportDocument
+from hpcscope.service.jobs.views import store_views
 from hpcscope.service.notify.access import notes_of_report
 from hpcscope.service.notify.contracts import JobNotesDocument
 from hpcscope.service.traces.capture_contracts import JobReportWithPhases
 from hpcscope.service.traces.job_phases import phases_of
+from hpcscope.store import Store
 from hpcscope.store.alerts import upsert_alerts
 from tests.conftest import DEMO_PASSWORDS
 from tests.serve.test_job_phases import capture_job_101
+from tests.store.test_cold import _job, _summarised
 from tests.support.data import populate
 
 
@@ -127,3 +134,77 @@ def test_a_new_alert_shows_on_the_page_and_document_at_the_next_read(
     assert [a["title"] for a in alice.get("/api/jobs/101").json()["alerts"]] == [
         "nsenter into PID 1"
     ]
+
+
+def test_a_job_without_alerts_queries_none_for_any_reader(
+    service: Service, client_as: Callable[[str], TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The jobs that have alerts are read once per alert change: a job outside them shows
+    none to every reader without a query per reader's scope; one with an alert queries it."""
+    populate(service.store, now=utcnow())
+    upsert_alerts(service.store, [_alert("102", "nsenter")]).result()
+    service.snapshots.publish()
+    queried: list[str | None] = []
+    alerts_for = alert_access.alerts_for
+
+    def counted(store: Store, principal: Principal, **kwargs: Any) -> list[Alert]:
+        queried.append(kwargs.get("job_id"))
+        return alerts_for(store, principal, **kwargs)
+
+    monkeypatch.setattr("hpcscope.service.core.alert_access.alerts_for", counted)
+    for user in ("alice", "carol", "admin"):
+        client = client_as(user)
+        assert "No alert on this job." in client.get("/jobs/101").text
+        assert client.get("/api/jobs/101").json()["alerts"] == []
+    assert queried == []
+    titles = {a["title"] for a in client_as("bob").get("/api/jobs/102").json()["alerts"]}
+    assert titles == {"nsenter"} and queried == ["102"]
+
+
+def _kinds(store: Store) -> list[str]:
+    rows = store.query("SELECT kind FROM job_documents WHERE job_id = '9' ORDER BY kind")
+    return [str(v) for v in rows.column("kind").to_pylist()]
+
+
+def test_a_summarised_jobs_parts_are_stored_and_used_while_rendered_from_its_report(
+    service: Service, client_as: Callable[[str], TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished, summarised job's report parts are stored when first rendered; a process
+    that has not rendered them reads them (the same bytes, no notes computed) while they were
+    rendered from the very report document it reads, and renders them again otherwise."""
+    _job(service.store)
+    _summarised(service.store)
+    alice = client_as("alice")
+    page = alice.get("/jobs/9").content
+    service.store.flush()
+    kind = view_kind_of(service)
+    assert _kinds(service.store) == [kind]
+    rendered: list[str] = []
+
+    def counted(on: Service, report: JobReport) -> JobNotesDocument:
+        rendered.append(report.job_id)
+        return notes_of_report(on, report)
+
+    monkeypatch.setattr("hpcscope.serve.job_view.notes_of_report", counted)
+    service.snapshots.clear()  # as a restarted server: nothing kept in memory
+    assert alice.get("/jobs/9").content == page and rendered == []
+    other = json.dumps({"report": "{}", "head": "<h1>stale</h1>", "tail": ""}).encode()
+    store_views(service.store, kind, [("9", other)]).result()
+    service.snapshots.clear()
+    assert alice.get("/jobs/9").content == page and rendered == ["9"]
+    assert client_as("bob").get("/jobs/9").status_code == 404
+
+
+def test_the_keeper_stores_each_summarised_job_once_and_drops_other_versions(
+    service: Service,
+) -> None:
+    _job(service.store)
+    store_views(service.store, "job_view:an-older-version", [("9", b"{}")]).result()
+    keeper = ViewKeeper(service, start=lambda work: work())
+    keeper.after_cycle()
+    assert keeper.stored == 0  # finished, not summarised yet: rendered when read
+    _summarised(service.store)
+    keeper.after_cycle()
+    keeper.after_cycle()
+    assert keeper.stored == 1
+    assert _kinds(service.store) == [view_kind_of(service)]

@@ -23,20 +23,36 @@ report it read for that job.
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
+from threading import Event, Lock, Thread
 
 from markupsafe import Markup
 from starlette.requests import Request
 
+from hpcscope.model.access import Principal, Role
 from hpcscope.model.alerts import Alert
+from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.kept import Document, etag_of, page_key
 from hpcscope.serve.templating import render, templates
 from hpcscope.service.alerts.contracts import AlertDocument
 from hpcscope.service.core import SeenJob, Service, report_every_seconds
 from hpcscope.service.jobs.contracts import JobReportDocument
 from hpcscope.service.jobs.reports import JobReport
-from hpcscope.service.notify.access import notes_of_report
+from hpcscope.service.jobs.views import (
+    forget_other_views,
+    store_views,
+    stored_view,
+    summarised_without_view,
+    view_kind,
+)
+from hpcscope.service.notify.access import notes_of_report, notify_config
 from hpcscope.service.traces.job_phases import phases_of
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,38 +62,37 @@ class JobView:
     Attributes:
         report_json: the job's ``JobReportDocument``, serialised.
         phases_json: its ``JobPhases``, serialised.
-        head_html: the page's main part above the alerts section.
-        tail_html: the page's main part below it.
+        head_html: the page's main part above the alerts section (the report, the notes).
+        phases_html: the phases section, below the alerts.
+        tail_html: the rest (the chart, the GPUs).
     """
 
     report_json: bytes
     phases_json: bytes
     head_html: str
+    phases_html: str
     tail_html: str
 
     @property
     def size(self) -> int:
         """Bytes kept (the snapshots' budget)."""
-        return (
-            len(self.report_json)
-            + len(self.phases_json)
-            + len(self.head_html)
-            + len(self.tail_html)
-        )
+        texts = (self.head_html, self.phases_html, self.tail_html)
+        return len(self.report_json) + len(self.phases_json) + sum(len(t) for t in texts)
 
 
 def job_view(service: Service, job: SeenJob, report: JobReport) -> JobView:
     """The shared parts of ``job``'s page and document (module docstring), kept per job."""
 
     def compute() -> JobView:
-        notes = notes_of_report(service, report)  # the report is visible: its notes are too
+        report_json = JobReportDocument.from_report(report).model_dump_json().encode()
+        head, tail = report_parts(service, report, report_json)
         phases = phases_of(service, job)
-        context = {"report": report, "notes": notes, "phases": phases}
         return JobView(
-            report_json=JobReportDocument.from_report(report).model_dump_json().encode(),
+            report_json=report_json,
             phases_json=phases.model_dump_json().encode(),
-            head_html=templates.env.get_template("_job_head.html").render(context),
-            tail_html=templates.env.get_template("_job_tail.html").render(context),
+            head_html=head,
+            phases_html=_render("_job_phases.html", job_id=job.job_id, phases=phases),
+            tail_html=tail,
         )
 
     return service.snapshots.get(
@@ -88,8 +103,52 @@ def job_view(service: Service, job: SeenJob, report: JobReport) -> JobView:
     )
 
 
+def report_parts(service: Service, report: JobReport, report_json: bytes) -> tuple[str, str]:
+    """The page's parts rendered from the report alone (above the alerts; below the phases):
+    a summarised job's stored ones when they were rendered from this very report document,
+    else rendered now (and stored, for a summarised job)."""
+    kind, summarised = view_kind_of(service), report.source == "summary"
+    if summarised:
+        found = stored_view(service.store, report.job_id, kind)
+        if found is not None:
+            parts = json.loads(found)
+            if parts["report"] == report_json.decode():
+                return str(parts["head"]), str(parts["tail"])
+    notes = notes_of_report(service, report)  # the report is visible: its notes are too
+    head = _render("_job_head.html", report=report, notes=notes)
+    tail = _render("_job_tail.html", report=report)
+    if summarised:  # not waited for: the next read finds it, or renders it once more
+        store_views(service.store, kind, [(report.job_id, _stored(report_json, head, tail))])
+    return head, tail
+
+
+def _stored(report_json: bytes, head: str, tail: str) -> bytes:
+    return json.dumps({"report": report_json.decode(), "head": head, "tail": tail}).encode()
+
+
+def _render(name: str, **context: object) -> str:
+    return templates.env.get_template(name).render(context)
+
+
+def view_kind_of(service: Service) -> str:
+    """The kind a job's report parts are stored as here: the version of the templates they are
+    rendered with, of the notes thresholds and of the GPUs' memory the notes read."""
+    notes = repr(notify_config(service).notes)
+    memory = repr(sorted((g.node, g.index, g.model.memory_bytes) for g in service.topology.gpus))
+    return _kind(notes + memory)
+
+
+@lru_cache(maxsize=8)
+def _kind(settings: str) -> str:
+    loader = templates.env.loader
+    assert loader is not None
+    names = ("_job_head.html", "_job_tail.html", "_macros.html")
+    sources = [loader.get_source(templates.env, name)[0].encode() for name in names]
+    return view_kind([*sources, settings.encode()])
+
+
 def _alerts_html(job_id: str, alerts: list[Alert]) -> str:
-    return templates.env.get_template("_job_alerts.html").render(job_id=job_id, alerts=alerts)
+    return _render("_job_alerts.html", job_id=job_id, alerts=alerts)
 
 
 def reader_page(request: Request, service: Service, job: SeenJob, report: JobReport) -> bytes:
@@ -101,10 +160,11 @@ def reader_page(request: Request, service: Service, job: SeenJob, report: JobRep
 
     def page() -> bytes:
         view = job_view(service, job, report)
-        context = {
+        context = {  # parts rendered (escaped) by the same templates
             "job_id": job_id,
-            "head_html": Markup(view.head_html),  # rendered, escaped, by the same templates
+            "head_html": Markup(view.head_html),
             "alerts_html": Markup(_alerts_html(job_id, service.alerts_of(job))),
+            "phases_html": Markup(view.phases_html),
             "tail_html": Markup(view.tail_html),
         }
         return bytes(render(request, "job.html", context, principal=principal).body)
@@ -137,3 +197,84 @@ def reader_document(service: Service, job: SeenJob, report: JobReport) -> Docume
         every_seconds=report_every_seconds(report),
         size=lambda document: len(document[0]),
     )
+
+
+#: Jobs whose report parts one pass of the keeper renders and stores.
+PASS_JOBS = 200
+#: Who the keeper reads reports as: every job (what it stores is served only after a
+#: reader's own visibility check).
+KEEPER = Principal(name="hpcscope", role=Role.ADMIN, read_only=True, via="keeper")
+
+
+def keep_views(
+    service: Service,
+    *,
+    most: int = PASS_JOBS,
+    stopping: Event | None = None,
+    skipped: set[str] | None = None,
+) -> int:
+    """Render and store the report parts of up to ``most`` summarised jobs that have none of
+    this version (the latest ended first); returns how many were stored. ``skipped``: jobs not
+    to try again (those without a summarised report are added to it)."""
+    kind, skipped = view_kind_of(service), skipped if skipped is not None else set()
+    views: list[tuple[str, bytes]] = []
+    for job_id in summarised_without_view(service.store, kind, limit=most + len(skipped)):
+        if (stopping is not None and stopping.is_set()) or len(views) >= most:
+            break
+        report = None if job_id in skipped else service.job_report(KEEPER, job_id, now=utcnow())
+        if report is None or report.source != "summary":
+            skipped.add(job_id)
+            continue
+        report_json = JobReportDocument.from_report(report).model_dump_json().encode()
+        notes = notes_of_report(service, report)
+        head = _render("_job_head.html", report=report, notes=notes)
+        tail = _render("_job_tail.html", report=report)
+        views.append((job_id, _stored(report_json, head, tail)))
+    return store_views(service.store, kind, views).result()
+
+
+class ViewKeeper:
+    """After a collector cycle, a pass of :func:`keep_views` on a thread of its own, unless
+    one is still running (the cycle never waits for it); only where the store holds the GPU
+    samples (a metrics engine's jobs are rendered when read). ``start``: how a pass runs
+    (tests run it at once)."""
+
+    def __init__(
+        self, service: Service, *, start: Callable[[Callable[[], None]], None] | None = None
+    ) -> None:
+        self.service = service
+        self._start = start or _on_thread
+        self._running = Lock()
+        self._stopping = Event()
+        self.stored = 0
+        """Jobs' report parts stored so far."""
+        self._skipped: set[str] = set()
+        self._kind: str | None = None
+
+    def after_cycle(self) -> None:
+        if self.service.gpu_samples().backend != "embedded" or self._stopping.is_set():
+            return
+        if self._running.acquire(blocking=False):
+            self._start(self._pass)
+
+    def stop(self) -> None:
+        """Start no pass any more, and wait for the one in flight (it stops after its job)."""
+        self._stopping.set()
+        with self._running:
+            pass
+
+    def _pass(self) -> None:
+        try:
+            kind = view_kind_of(self.service)
+            if kind != self._kind:  # once per version: the other versions' rows are dropped
+                forget_other_views(self.service.store, kind).result()
+                self._kind = kind
+            self.stored += keep_views(self.service, stopping=self._stopping, skipped=self._skipped)
+        except Exception:  # a failed pass stores nothing; the next cycle tries again
+            log.exception("storing finished jobs' page parts failed")
+        finally:
+            self._running.release()
+
+
+def _on_thread(work: Callable[[], None]) -> None:
+    Thread(target=work, name="hpcscope-job-views", daemon=True).start()
