@@ -117,7 +117,7 @@ def report_parts(service: Service, report: JobReport, report_json: bytes) -> tup
     notes = notes_of_report(service, report)  # the report is visible: its notes are too
     head = _render("_job_head.html", report=report, notes=notes)
     tail = _render("_job_tail.html", report=report)
-    if summarised:  # not waited for: the next read finds it, or renders it once more
+    if summarised and not service.store.read_only:  # not waited for: read next time
         store_views(service.store, kind, [(report.job_id, _stored(report_json, head, tail))])
     return head, tail
 
