@@ -41,7 +41,7 @@ from hpcscope.serve.templating import render, templates
 from hpcscope.service.alerts.contracts import AlertDocument
 from hpcscope.service.core import SeenJob, Service, report_every_seconds
 from hpcscope.service.jobs.contracts import JobReportDocument
-from hpcscope.service.jobs.reports import JobReport
+from hpcscope.service.jobs.reports import JobReport, reports_for
 from hpcscope.service.jobs.views import (
     forget_other_views,
     store_views,
@@ -49,7 +49,7 @@ from hpcscope.service.jobs.views import (
     summarised_without_view,
     view_kind,
 )
-from hpcscope.service.notify.access import notes_of_report, notify_config
+from hpcscope.service.notify.access import notes_of_report, notes_of_reports, notify_config
 from hpcscope.service.traces.job_phases import phases_of
 
 log = logging.getLogger(__name__)
@@ -201,6 +201,8 @@ def reader_document(service: Service, job: SeenJob, report: JobReport) -> Docume
 
 #: Jobs whose report parts one pass of the keeper renders and stores.
 PASS_JOBS = 200
+#: Jobs read and rendered together.
+BATCH_JOBS = 50
 #: Who the keeper reads reports as: every job (what it stores is served only after a
 #: reader's own visibility check).
 KEEPER = Principal(name="hpcscope", role=Role.ADMIN, read_only=True, via="keeper")
@@ -214,23 +216,41 @@ def keep_views(
     skipped: set[str] | None = None,
 ) -> int:
     """Render and store the report parts of up to ``most`` summarised jobs that have none of
-    this version (the latest ended first); returns how many were stored. ``skipped``: jobs not
+    this version (the latest ended first), :data:`BATCH_JOBS` at a time (one read of their
+    reports and one of their GPUs' facts); returns how many were stored. ``skipped``: jobs not
     to try again (those without a summarised report are added to it)."""
     kind, skipped = view_kind_of(service), skipped if skipped is not None else set()
-    views: list[tuple[str, bytes]] = []
-    for job_id in summarised_without_view(service.store, kind, limit=most + len(skipped)):
-        if (stopping is not None and stopping.is_set()) or len(views) >= most:
+    due = summarised_without_view(service.store, kind, limit=most + len(skipped))
+    due = [job_id for job_id in due if job_id not in skipped][:most]
+    stored = 0
+    for start in range(0, len(due), BATCH_JOBS):
+        if stopping is not None and stopping.is_set():
             break
-        report = None if job_id in skipped else service.job_report(KEEPER, job_id, now=utcnow())
-        if report is None or report.source != "summary":
-            skipped.add(job_id)
-            continue
-        report_json = JobReportDocument.from_report(report).model_dump_json().encode()
-        notes = notes_of_report(service, report)
-        head = _render("_job_head.html", report=report, notes=notes)
-        tail = _render("_job_tail.html", report=report)
-        views.append((job_id, _stored(report_json, head, tail)))
-    return store_views(service.store, kind, views).result()
+        batch = due[start : start + BATCH_JOBS]
+        found = [r for r in _reports(service, batch) if r.source == "summary"]
+        skipped.update(set(batch) - {r.job_id for r in found})
+        views = []
+        for report, notes in zip(found, notes_of_reports(service, found), strict=True):
+            report_json = JobReportDocument.from_report(report).model_dump_json().encode()
+            head = _render("_job_head.html", report=report, notes=notes)
+            tail = _render("_job_tail.html", report=report)
+            views.append((report.job_id, _stored(report_json, head, tail)))
+        stored += store_views(service.store, kind, views).result()
+    return stored
+
+
+def _reports(service: Service, job_ids: list[str]) -> list[JobReport]:
+    """The reports of ``job_ids`` (as any one of them alone: ``Service.job_report``)."""
+    return reports_for(
+        service.store,
+        KEEPER,
+        job_ids=job_ids,
+        now=utcnow(),
+        scrape_interval_seconds=service.settings.scrape_interval_seconds,
+        gpu_hour_price=service.topology.gpu_hour_price,
+        currency=service.topology.currency,
+        samples=service.gpu_samples(),
+    )
 
 
 class ViewKeeper:
