@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from hpcscope.model.access import Principal, Role
@@ -14,11 +15,14 @@ from hpcscope.serve.app import create_app
 from hpcscope.serve.kept import serialise
 from hpcscope.service.core import SeenJob, Service
 from hpcscope.service.jobs import documents, timeseries
+from hpcscope.service.jobs.retention import run_upkeep
 from hpcscope.store import Store
 from hpcscope.store import job_documents as stored
 from hpcscope.store import summaries as kept
 from hpcscope.store.migrations import MIGRATIONS
 from tests.conftest import basic_auth
+from tests.service.jobs.test_retention import CONFIG, NOW
+from tests.service.jobs.test_retention import _job as retention_job
 from tests.store.test_cold import T0, _job, _summarised
 
 
@@ -124,3 +128,23 @@ def test_the_route_serves_the_stored_bytes_to_whoever_may_see_the_job(service: S
         answer = client.get("/api/jobs/9/timeseries", headers=basic_auth("alice"))
         assert answer.content == b'{"marked":true}' and answer.headers["etag"] == '"marked"'
         assert client.get("/api/jobs/9/timeseries", headers=basic_auth("bob")).status_code == 404
+
+
+def test_a_pass_stops_when_told_and_writes_what_it_computed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Store(tmp_path / "s.duckdb") as store:
+        for job_id, days in (("1", 3), ("2", 2), ("3", 1)):
+            retention_job(store, job_id, ended_days_ago=days)
+        run_upkeep(store, CONFIG, now=NOW, scrape_interval_seconds=30.0)
+        monkeypatch.setattr(documents, "WRITE_BYTES", 1)  # each body written on its own
+        paused: list[float] = []
+
+        def pause(seconds: float) -> bool:
+            paused.append(seconds)
+            return len(paused) == 2
+
+        assert documents.store_timeseries(store, scrape_interval_seconds=30.0, pause=pause) == 2
+        assert stored.jobs_without(store, documents.TIMESERIES, limit=10) == ["1"]  # oldest
+        assert len(paused) == 2 and all(seconds > 0 for seconds in paused)
+        assert documents.store_timeseries(store, scrape_interval_seconds=30.0) == 1

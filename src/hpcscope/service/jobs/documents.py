@@ -5,7 +5,8 @@ reads its samples, rollups and summary: 5-20 ms of CPU per job, and a month of f
 read in any order made every first read a computation in the request. A finished job's chart
 no longer changes once its summary is written, so :class:`DocumentKeeper` (an after-cycle
 hook of the collector) computes the charts of the summarised jobs that have none, the latest
-ended first, on a thread of its own (a pass at most :data:`PASS_JOBS` jobs), and stores each
+ended first, on a thread of its own (a pass at most :data:`PASS_JOBS` jobs, resting after
+each job as long as it computed: the requests keep most of the interpreter), and stores each
 as the bytes the route serves (``store/job_documents.py``). The retention pass drops those that
 read what it deletes, and the keeper computes them again from what is left.
 
@@ -19,6 +20,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 
@@ -37,6 +39,11 @@ log = logging.getLogger(__name__)
 TIMESERIES = "timeseries"
 #: Jobs computed per pass (a pass runs on the keeper's thread, one at a time).
 PASS_JOBS = 200
+#: Bodies held before they are written (a 64-GPU job's is ~2 MB).
+WRITE_BYTES = 16 << 20
+#: The keeper rests this share of each job's computation after it: it takes at most about
+#: half of one core's time from the requests it shares the interpreter with.
+REST_SHARE = 1.0
 
 
 def document_bytes(document: BaseModel) -> tuple[bytes, str]:
@@ -59,22 +66,34 @@ def store_timeseries(
     metrics: GpuMetrics | None = None,
     most: int = PASS_JOBS,
     now: datetime | None = None,
-    stopping: threading.Event | None = None,
+    pause: Callable[[float], bool] | None = None,
 ) -> int:
-    """Compute and store the time series of up to ``most`` summarised jobs that have none
-    (those computed before ``stopping`` is set); returns how many were stored (0 when the
-    samples are read from a metrics engine)."""
+    """Compute and store the time series of up to ``most`` summarised jobs that have none;
+    returns how many were stored (0 when the samples are read from a metrics engine).
+
+    ``pause``: called with each job's seconds of computation; True stops the pass (what was
+    computed is stored). Bodies are written every :data:`WRITE_BYTES` (a pass of large jobs
+    holds no more)."""
     reader = metrics if metrics is not None else EmbeddedSamples(store)
     if reader.backend != "embedded":
         return 0
-    documents = []
+    written, documents, held = 0, [], 0
     for job_id in stored.jobs_without(store, TIMESERIES, limit=most):
-        if stopping is not None and stopping.is_set():
-            break
+        started = time.perf_counter()
         read = embedded_timeseries(store, job_id, reader, scrape_interval_seconds)
         body, etag = document_bytes(read.document)
         documents.append(stored.JobDocument(job_id, etag, body, read.raw_first, read.rollup_first))
-    return stored.write_documents(store, TIMESERIES, documents, now=now or utcnow()).result()
+        held += len(body)
+        if held >= WRITE_BYTES:
+            written += stored.write_documents(
+                store, TIMESERIES, documents, now=now or utcnow()
+            ).result()
+            documents, held = [], 0
+        if pause is not None and pause(time.perf_counter() - started):
+            break
+    return (
+        written + stored.write_documents(store, TIMESERIES, documents, now=now or utcnow()).result()
+    )
 
 
 def stored_timeseries(store: Store, job_id: str) -> tuple[bytes, str] | None:
@@ -130,7 +149,7 @@ class DocumentKeeper:
                 self.store,
                 scrape_interval_seconds=self.scrape_interval_seconds,
                 metrics=self.metrics,
-                stopping=self._stopping,
+                pause=lambda seconds: self._stopping.wait(seconds * REST_SHARE),
             )
         except Exception:  # a failed pass stores nothing; the next cycle tries again
             log.exception("storing finished jobs' time series failed")
