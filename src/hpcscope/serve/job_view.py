@@ -176,20 +176,22 @@ def reader_page(request: Request, service: Service, job: SeenJob, report: JobRep
 def reader_document(service: Service, job: SeenJob, report: JobReport) -> Document:
     """``job``'s document (``JobReportWithPhases``) as its principal reads it, and its ETag:
     the shared parts joined with the alerts as the principal sees them; kept per alert scope
-    and role (what ``Service.alerts_of`` reads of the principal), job and alert changes."""
+    and role (what ``Service.alerts_of`` reads of the principal), job and alert changes, or
+    once for every reader of a job that has no alert (a new one changes the key)."""
     principal, job_id = job.principal, job.job_id
 
     def serialised() -> Document:
         view = job_view(service, job, report)
-        alerts = b",".join(
-            AlertDocument.of(alert).model_dump_json().encode() for alert in service.alerts_of(job)
-        )
+        found = service.alerts_of(job) if has_alerts else []  # as the key says
+        alerts = b",".join(AlertDocument.of(alert).model_dump_json().encode() for alert in found)
         body = b"".join(
             (view.report_json[:-1], b',"alerts":[', alerts, b'],"phases":', view.phases_json, b"}")
         )
         return body, etag_of(body)
 
-    scope = (principal.alert_scope(), principal.redacts_weight_paths)
+    # a job without alerts has one document for every reader who may see it
+    has_alerts = job_id in service.jobs_with_alerts()
+    scope = (principal.alert_scope(), principal.redacts_weight_paths) if has_alerts else None
     key = ("serve.job_json", scope, job_id, service.job_alert_changes(job_id))
     return service.snapshots.get(
         key,
