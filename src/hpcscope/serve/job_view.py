@@ -36,6 +36,7 @@ from starlette.requests import Request
 from hpcscope.model.access import Principal, Role
 from hpcscope.model.alerts import Alert
 from hpcscope.model.timeutil import utcnow
+from hpcscope.model.topology import Topology
 from hpcscope.serve.kept import Document, etag_of, page_key
 from hpcscope.serve.templating import render, templates
 from hpcscope.service.alerts.contracts import AlertDocument
@@ -133,9 +134,25 @@ def _render(name: str, **context: object) -> str:
 def view_kind_of(service: Service) -> str:
     """The kind a job's report parts are stored as here: the version of the templates they are
     rendered with, of the notes thresholds and of the GPUs' memory the notes read."""
-    notes = repr(notify_config(service).notes)
-    memory = repr(sorted((g.node, g.index, g.model.memory_bytes) for g in service.topology.gpus))
-    return _kind(notes + memory)
+    return _kind(repr(notify_config(service).notes) + _memory_of(service.topology))
+
+
+#: The GPUs' memory of the last topologies seen (each held, so that its id stays its own).
+_MEMORY: dict[int, tuple[Topology, str]] = {}
+
+
+_MEMORY_LOCK = Lock()
+
+
+def _memory_of(topology: Topology) -> str:
+    with _MEMORY_LOCK:
+        kept = _MEMORY.get(id(topology))
+        if kept is None or kept[0] is not topology:
+            memory = sorted((g.node, g.index, g.model.memory_bytes) for g in topology.gpus)
+            kept = _MEMORY[id(topology)] = (topology, repr(memory))
+            while len(_MEMORY) > 8:
+                del _MEMORY[next(iter(_MEMORY))]
+        return kept[1]
 
 
 @lru_cache(maxsize=8)
