@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import shutil
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import datetime
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from pathlib import Path
@@ -95,9 +97,26 @@ def _twin(
         stop.wait()
 
 
+def _keep(tmp: Path, keep: Path, *, now: datetime, job: str, scrape_seconds: int) -> None:
+    keep.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(tmp / "prometheus" / "tsdb", keep / "tsdb", dirs_exist_ok=True)
+    shutil.copy2(tmp / "store.duckdb", keep / "store.duckdb")
+    meta = {"now": now.isoformat(), "job": job, "scrape_seconds": scrape_seconds}
+    (keep / "meta.json").write_text(json.dumps(meta))
+
+
 def run(
-    *, minutes: float, scrape_seconds: int, scale: float, seed: int, rounds: int
+    *,
+    minutes: float,
+    scrape_seconds: int,
+    scale: float,
+    seed: int,
+    rounds: int,
+    keep: Path | None = None,
 ) -> dict[str, Any]:
+    """Scrape, then time the reads (the module docstring). ``keep``: copy Prometheus' TSDB and
+    the store there once both are closed, with the time the reads were made at
+    (``read_path_replay.py`` reads them again without a twin or a scrape)."""
     topology = load_topology(bundled_topology("128x8-h100"))
     spawn = multiprocessing.get_context("spawn")
     ready: Queue[tuple[str, str]] = spawn.Queue()
@@ -155,6 +174,8 @@ def run(
                 twin.join(timeout=60)
                 if twin.is_alive():
                     twin.kill()
+        if keep is not None:
+            _keep(tmp, keep, now=now, job=job, scrape_seconds=scrape_seconds)
     assert report is not None and isinstance(listed, list)
     active = sum(1 for g in getattr(state, "gpus", {}).values() if g.state.value == "active")
     return {
@@ -182,6 +203,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--scale", type=float, default=1.0, help="of the finished jobs")
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--keep", type=Path, default=None, help="copy the TSDB and store here")
     args = parser.parse_args(argv)
     result = run(
         minutes=args.minutes,
@@ -189,6 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         scale=args.scale,
         seed=args.seed,
         rounds=args.rounds,
+        keep=args.keep,
     )
     print(json.dumps(result))
     return result

@@ -48,6 +48,7 @@ from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA
 __all__ = [
     "DCGM_METRIC_NAMES",
     "PromqlResponseError",
+    "dcgm_instant_to_samples",
     "dcgm_matrix_to_samples",
     "dcgm_series_selector",
     "dcgm_series_to_samples",
@@ -269,6 +270,27 @@ def dcgm_series_to_samples(
             continue
         for stamp, value in zip(one.times.tolist(), one.values.tolist(), strict=True):
             _put(cells, target, round(stamp * 1000), value)
+    return _table(cells)
+
+
+def dcgm_instant_to_samples(
+    labels: Sequence[Mapping[str, object]],
+    values: Sequence[float],
+    *,
+    source: str,
+    at: Mapping[tuple[str | None, str, int, int | None], float],
+) -> pa.Table:
+    """:func:`dcgm_series_to_samples` of an instant answer given column-wise: the label set
+    and the value of each series (the same rows as of its :class:`Series`)."""
+    cells: dict[RowKey, dict[str, float]] = {}
+    for index, (metric, value) in enumerate(zip(labels, values, strict=True)):
+        target = _cell_target(metric, source=source, where=f"data.result[{index}]")
+        if target is None:
+            continue
+        _, _, _, node, gpu, instance, job = target
+        when = at.get((job, node, gpu, instance))
+        if when is not None:
+            _put(cells, target, round(when * 1000), value)
     return _table(cells)
 
 

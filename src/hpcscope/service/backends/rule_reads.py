@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from hpcscope.ingest.dcgm_fields import FIELDS_BY_EXPORTED_NAME
 from hpcscope.ingest.promql import Series, job_matcher
-from hpcscope.ingest.promql.aggregates import bucket_table, gpu_table, to_datetime
+from hpcscope.ingest.promql.aggregates import bucket_table, to_datetime
 from hpcscope.model.backends import GPU_AGGREGATE_SCHEMA
 from hpcscope.model.timeutil import epoch_seconds
 from hpcscope.service.backends.client import EngineClient
@@ -45,6 +45,7 @@ from hpcscope.service.backends.engine_rules import (
     XID,
     RuleNames,
 )
+from hpcscope.service.backends.vectors import Vector, gpu_columns
 
 #: Parallel queries of one read (the engine answers each on its own core).
 QUERY_THREADS = 6
@@ -131,6 +132,17 @@ class RuleReads:
             pool = self._pool
         futures = {name: pool.submit(self.engine.query, e, at=at) for name, e in exprs.items()}
         return {name: future.result().series for name, future in futures.items()}
+
+    def _vectors(self, exprs: dict[str, str], at: datetime) -> dict[str, Vector]:
+        """:meth:`_queries` of instant vectors, decoded column-wise."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="engine-read")
+            pool = self._pool
+        futures = {
+            name: pool.submit(self.engine.query_vector, e, at=at) for name, e in exprs.items()
+        }
+        return {name: future.result() for name, future in futures.items()}
 
     def close(self) -> None:
         with self._lock:
@@ -226,8 +238,8 @@ class RuleReads:
             if unknown:
                 raise ValueError(f"not a column of the rules' aggregates: {sorted(unknown)}")
             exprs = {name: expr for name, expr in exprs.items() if name in columns}
-        answers = self._queries(exprs, until + self.delay)
-        return gpu_table(
+        answers = self._vectors(exprs, until + self.delay)
+        return gpu_columns(
             answers,
             schema=GPU_AGGREGATE_SCHEMA,
             factors=factors,
