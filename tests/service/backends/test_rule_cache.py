@@ -146,15 +146,31 @@ def test_an_evaluation_written_after_a_read_is_read() -> None:
 def test_windows_without_an_evaluation_before_them_must_start_close() -> None:
     answers = RuleAnswers()
     table = _Table()
-    window = Window(before=None, newest=1_000.0, start=0.0)
-    assert answers.read("q", window, table, now=2_000.0) is table.made[0]
-    assert answers.read("q", Window(None, 1_000.0, 100.0), table, now=2_000.0) is table.made[0]
-    answers.read("q", Window(None, 1_000.0, 400.0), table, now=2_000.0)
+
+    def read(before: float | None, start: float) -> pa.Table:
+        window = Window(before=before, newest=1_000.0, start=start)
+        return answers.read("q", window, table, clock=lambda: 1_020.0, interval_seconds=60)
+
+    assert read(None, 0.0) is table.made[0]
+    assert read(None, 100.0) is table.made[0]
+    read(None, 400.0)
     assert len(table.made) == 2
     # an evaluation at the start itself is held on one engine and not on another: its own key
-    answers.read("q", Window(50.0, 1_000.0, 50.0), table, now=2_000.0)
-    answers.read("q", Window(50.0, 1_000.0, 60.0), table, now=2_000.0)
+    read(50.0, 50.0)
+    read(50.0, 60.0)
     assert len(table.made) == 4
+
+
+def test_an_answer_read_when_the_next_evaluation_may_be_written_is_not_kept() -> None:
+    answers = RuleAnswers()
+    table = _Table()
+    window = Window(before=None, newest=1_000.0, start=0.0)
+    ticks = iter([1_050.0, 1_056.0])  # started 50 s after it, ended 4 s before the next one
+    answers.read("q", window, table, clock=lambda: next(ticks), interval_seconds=60)
+    ticks = iter([1_016.0, 1_030.0])
+    answers.read("q", window, table, clock=lambda: next(ticks), interval_seconds=60)
+    answers.read("q", window, table, clock=lambda: 1_030.0, interval_seconds=60)
+    assert len(table.made) == 2
 
 
 class _Table:

@@ -281,16 +281,35 @@ def dcgm_instant_to_samples(
     at: Mapping[tuple[str | None, str, int, int | None], float],
 ) -> pa.Table:
     """:func:`dcgm_series_to_samples` of an instant answer given column-wise: the label set
-    and the value of each series (the same rows as of its :class:`Series`)."""
+    and the value of each series (the same rows as of its :class:`Series`). The answers of
+    several fields name the same GPUs: each GPU's labels are parsed once."""
     cells: dict[RowKey, dict[str, float]] = {}
+    gpus: dict[tuple[object, ...], tuple[str, int, int | None, str | None] | None] = {}
     for index, (metric, value) in enumerate(zip(labels, values, strict=True)):
-        target = _cell_target(metric, source=source, where=f"data.result[{index}]")
-        if target is None:
+        name = metric.get("__name__")
+        known = _COLUMN_OF_NAME.get(name) if isinstance(name, str) else None
+        if known is None:
             continue
-        _, _, _, node, gpu, instance, job = target
-        when = at.get((job, node, gpu, instance))
+        seen = (
+            metric.get("node"),
+            metric.get("hostname"),
+            metric.get("Hostname"),
+            metric.get("instance"),
+            metric.get("gpu"),
+            metric.get("GPU_I_ID"),
+            metric.get("hpc_job"),
+        )
+        if seen in gpus:
+            gpu = gpus[seen]
+        else:
+            target = _cell_target(metric, source=source, where=f"data.result[{index}]")
+            gpu = gpus[seen] = None if target is None else target[3:]
+        if gpu is None:
+            continue
+        node, number, instance, job = gpu
+        when = at.get((job, node, number, instance))
         if when is not None:
-            _put(cells, target, round(when * 1000), value)
+            _put(cells, (*known, *gpu), round(when * 1000), value)
     return _table(cells)
 
 

@@ -16,10 +16,13 @@ engine's lookback (five minutes), the two windows must also start within the loo
 other. A read of the first and last evaluation times (a subquery at the window's step) also
 depends on the subquery's first and last step, which are part of the key.
 
-An answer is kept only when its newest evaluation is :data:`SETTLED_SECONDS` old by the
-clock: an engine writes a group's rules one after the other, and a probe could see the newest
-evaluation of one rule before another's is written. An engine whose ``timestamp()`` is the
-query time rather than the sample's (so no two reads share a key) is read every time.
+An answer is kept only when the evaluations it read could not change while it was read: its
+newest evaluation ``E`` was :data:`SETTLED_SECONDS` old by the clock when the read started (an
+engine writes a group's rules one after the other: a probe could see ``E`` of one rule before
+another's is written), and the read ended :data:`CLOCK_SKEW_SECONDS` before the group's next
+evaluation could be written (``E`` plus the evaluation interval: an evaluation is never made
+before its own time). An engine whose ``timestamp()`` is the query time rather than the
+sample's (so no two reads share a key) is read every time.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import pyarrow as pa
 MAX_ANSWERS = 16
 #: How old (seconds) a newest evaluation must be for its answer to be kept.
 SETTLED_SECONDS = 15.0
+#: How far the engine's clock may be ahead of hpcscope's.
+CLOCK_SKEW_SECONDS = 5.0
 #: The engine's staleness lookback (Prometheus' and VictoriaMetrics' default).
 LOOKBACK_SECONDS = 300.0
 
@@ -100,15 +105,23 @@ class RuleAnswers:
         window: Window,
         compute: Callable[[], pa.Table],
         *,
-        now: float,
+        clock: Callable[[], float],
+        interval_seconds: float,
     ) -> pa.Table:
-        """The kept answer of ``query`` over ``window``, else ``compute()`` (kept when its
-        newest evaluation is settled)."""
+        """The kept answer of ``query`` over ``window``, else ``compute()``, kept when no
+        evaluation could be written while it ran (the module docstring; ``clock``: epoch
+        seconds, ``interval_seconds``: the rules' evaluation interval)."""
         found = self.get(query, window)
         if found is not None:
             return found
+        started = clock()
         table = compute()
-        if window.newest is not None and now - window.newest >= SETTLED_SECONDS:
+        newest = window.newest
+        if (
+            newest is not None
+            and started - newest >= SETTLED_SECONDS
+            and clock() <= newest + interval_seconds - CLOCK_SKEW_SECONDS
+        ):
             with self._lock:
                 self._kept[self._key(query, window)] = _Kept(window.start, table)
                 self._kept.move_to_end(self._key(query, window))

@@ -260,7 +260,11 @@ class RuleReads:
             selector, at=at, span=span, subqueries=bool({"first_ts", "last_ts"} & set(exprs))
         )
         return self.answers.read(
-            (selector, tuple(sorted(exprs))), window, compute, now=epoch_seconds(self._now())
+            (selector, tuple(sorted(exprs))),
+            window,
+            compute,
+            clock=lambda: epoch_seconds(self._now()),
+            interval_seconds=self.window_seconds,
         )
 
     def _held(self, selector: str, *, at: datetime, span: str, subqueries: bool) -> Window:
