@@ -6,7 +6,7 @@ carol and admin once the history is written and finds a month on ``/chargeback``
 month and the trend), ``/slo`` (each SLO with valid events and its 30 daily bars) and
 ``/alerts``, and no collector "not configured" in the diagram's panel; screenshots go to
 ``test-artifacts/screenshots/first-hour-*.png``. The slow test waits until the twin's scripted
-incidents (one per threat vector, all in the first 90 seconds of each 10-minute cycle) are
+incidents (one per threat vector, all in the first 45 seconds of each 10-minute cycle) are
 open alerts on ``/api/diagram`` and ``/api/alerts``, each incident's rule among them (so each
 sensor format was read), and records how long that took in
 ``test-artifacts/first-hour-vectors.json``.

@@ -307,6 +307,16 @@ def test_sized_values_are_bounded_by_bytes_least_recently_used_first() -> None:
     assert snapshots.kept_bytes == 0 and len(snapshots) == 0
 
 
+def test_bytes_read_without_a_size_count_against_the_budget_too() -> None:
+    snapshots = Snapshots(Writes(), max_bytes=100, refresh=Held())
+    snapshots.get("page", lambda: b"p" * 60)  # a rendered page
+    snapshots.get("doc", lambda: (b"d" * 30, '"etag"'))  # a document and its ETag
+    snapshots.get("report", lambda: {"figures": b"x" * 500})  # not a serialised answer
+    assert snapshots.kept_bytes == 90 and len(snapshots) == 3
+    snapshots.get("other", lambda: (200, b"o" * 20))  # a page's status and body: page goes
+    assert snapshots.kept_bytes == 50 and len(snapshots) == 3
+
+
 def test_one_value_over_the_budget_is_still_kept_alone() -> None:
     snapshots = Snapshots(Writes(), max_bytes=10, refresh=Held())
     assert snapshots.get("big", lambda: b"z" * 50, size=len) == b"z" * 50

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from hpcscope.serve.app import create_app
 from hpcscope.serve.heap import HeapSettler, tune_gc
+from hpcscope.serve.job_view import ViewKeeper
 from hpcscope.service.backends.watch import EngineWatch
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
@@ -62,8 +63,9 @@ def after_cycle_hooks(
     service: Service, notifier: Notifier | None = None
 ) -> list[Callable[[], object]]:
     """What the collector runs after its cycles, in order: the jobs upkeep (summaries of
-    finished jobs, retention), the telemetry rules (RD-, SC-4, GM-1/2, DP-), the SLOs'
-    burn-rate evaluation into the alert engine (it reads the summaries just written), then
+    finished jobs, retention), the finished jobs' stored time series and page parts (each on
+    a thread of its own), the telemetry rules (RD-, SC-4, GM-1/2, DP-), the SLOs' burn-rate
+    evaluation into the alert engine (it reads the summaries just written), then
     the notifications (they read all of it), and last the publication of the cycle's writes
     to the read snapshots (``service/snapshots.py``)."""
     slo = SloUpkeep(service.store, SloConfig.from_settings(service.settings))
@@ -74,8 +76,12 @@ def after_cycle_hooks(
         every_seconds=service.settings.telemetry_rules_every_seconds,
         metrics=service.gpu_samples(),
     )  # the telemetry rules (RD-, SC-4, GM-1/2, DP-; service/telemetry_rules/engine.py)
+    views = ViewKeeper(service)  # finished jobs' page parts, on a thread of their own
+    service.at_close(views.stop)
     hooks: list[Callable[[], object]] = [
         service.upkeep().after_cycle,
+        service.document_keeper().after_cycle,
+        views.after_cycle,
         telemetry.after_cycle,
         slo.after_cycle,
     ]

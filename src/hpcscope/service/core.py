@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -30,11 +31,11 @@ from hpcscope.service.backends import (
     sample_reader,
 )
 from hpcscope.service.identity.users import UserDirectory
-from hpcscope.service.jobs import reports, timeseries
+from hpcscope.service.jobs import documents, reports, timeseries
 from hpcscope.service.jobs.contracts import JobTimeseries
 from hpcscope.service.jobs.retention import Upkeep, UpkeepConfig
 from hpcscope.service.settings import Settings
-from hpcscope.service.snapshots import Snapshots
+from hpcscope.service.snapshots import SnapshotMiss, Snapshots, caching_only
 from hpcscope.store import Store
 from hpcscope.store import alerts as alert_store
 from hpcscope.store import diagram as diagram_queries
@@ -92,6 +93,11 @@ class Service:
         default_factory=threading.Lock, init=False, repr=False
     )
     _changes: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _keepers: list[documents.DocumentKeeper] = field(default_factory=list, init=False, repr=False)
+    _at_close: list[Callable[[], None]] = field(default_factory=list, init=False, repr=False)
+    _jobs_with_alerts: tuple[int, frozenset[str]] | None = field(
+        default=None, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         store = self.store
@@ -123,11 +129,20 @@ class Service:
         return cls(settings=settings, topology=topology, store=store, users=UserDirectory([]))
 
     def close(self) -> None:
+        for keeper in self._keepers:  # a pass in flight stops before the store closes
+            keeper.stop()
+        for stop in self._at_close:  # the web app's own keepers (serve/job_view.py)
+            stop()
         if isinstance(self._metrics, PrometheusSamples):
             self._metrics.close()
         if self._engine is not None:
             self._engine.close()
         self.store.close()
+
+    def at_close(self, stop: Callable[[], None]) -> None:
+        """Call ``stop`` when the service closes, before its store does (a keeper's thread
+        that writes to it)."""
+        self._at_close.append(stop)
 
     def engine(self) -> EngineClient | None:
         """The process' one client of the metrics engine (``metrics_backend: prometheus``),
@@ -194,6 +209,8 @@ class Service:
         """Alerts of a job its principal may see (:meth:`visible_job`), as that principal
         sees them."""
         principal, job_id = job.principal, job.job_id
+        if job_id not in self.jobs_with_alerts():  # none to show, whoever reads it
+            return []
         # what alerts_for reads of the principal, and the alert states changed here (new
         # alerts come with the collector's cycle; an acknowledgement shows on the next read)
         key = (
@@ -212,6 +229,24 @@ class Service:
                 every_seconds=job.every_seconds,
             )
         )
+
+    def jobs_with_alerts(self) -> frozenset[str]:
+        """The jobs with at least one stored alert, whatever its scope: read again once per
+        alert change (:attr:`alert_changes`; a new alert shows at the next read), so that a
+        job's page does not query its alerts for every reader's scope when it has none.
+
+        Raises:
+            SnapshotMiss: inside ``cache_only`` when it must be read again (a store query).
+        """
+        changes = self.alert_changes
+        kept = self._jobs_with_alerts
+        if kept is not None and kept[0] == changes:
+            return kept[1]
+        if caching_only():
+            raise SnapshotMiss("alerts.jobs")
+        found = alert_store.job_ids_with_alerts(self.store)
+        self._jobs_with_alerts = (changes, found)  # the count read before the query
+        return found
 
     def alerts(
         self,
@@ -399,6 +434,23 @@ class Service:
             max_points=max_points,
             metrics=self.gpu_samples(),
         )
+
+    def stored_timeseries(self, job: SeenJob) -> tuple[bytes, str] | None:
+        """The body and ETag of a finished job's stored :meth:`timeseries_of` (None: not
+        stored yet, not finished, or read from a metrics engine; ``service/jobs/documents.py``)."""
+        if not job.ended or self.gpu_samples().backend != "embedded":
+            return None
+        return documents.stored_timeseries(self.store, job.job_id)
+
+    def document_keeper(self) -> documents.DocumentKeeper:
+        """The after-cycle hook that stores finished jobs' time series (``documents.py``)."""
+        keeper = documents.DocumentKeeper(
+            self.store,
+            scrape_interval_seconds=self.settings.scrape_interval_seconds,
+            metrics=self.gpu_samples(),
+        )
+        self._keepers.append(keeper)
+        return keeper
 
     def upkeep(self) -> Upkeep:
         """The jobs capability's upkeep (summaries of finished jobs, retention per tier), as the

@@ -31,7 +31,8 @@ keyed by what the answer depends on, and computes each key once per **generation
   read).
 
 **Memory.** At most ``max_entries`` entries, and values whose size is known (the serialised
-pages and documents: ``size`` of :meth:`Snapshots.get`) at most ``max_bytes`` together, least
+pages and documents: ``size`` of :meth:`Snapshots.get`, or the bytes a value is or holds,
+:func:`bytes_in`) at most ``max_bytes`` together, least
 recently used out first: what is kept follows the principals, scopes and parameters that are
 read, never the number of requests (a key built from a request parameter, such as an access
 report's path, is bounded by the same budget).
@@ -110,6 +111,16 @@ MIN_REFRESH_SECONDS = 5.0
 MAX_ENTRIES = 4096
 #: Bytes of sized values kept (serialised pages and documents), least recently used out first.
 MAX_BYTES = 128 << 20
+
+
+def bytes_in(value: object) -> int:
+    """The size of a value read without ``size``: its bytes when it is a serialised answer
+    (``bytes``, or a tuple holding some: a page, a document and its ETag), else 0."""
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    if isinstance(value, tuple):
+        return sum(len(item) for item in value if isinstance(item, bytes | bytearray))
+    return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +309,7 @@ class Snapshots:
         finally:
             _COMPUTED_AS.reset(computed_as)
             _COMPUTING.reset(token)
-        weight = size(value) if size is not None else 0
+        weight = size(value) if size is not None else bytes_in(value)
         every = every_seconds(value) if callable(every_seconds) else every_seconds
         with self._lock:
             self.computations += 1

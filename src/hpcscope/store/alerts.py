@@ -269,6 +269,12 @@ def alerts(
     return [_alert(row) for row in table.to_pylist()]
 
 
+def job_ids_with_alerts(store: Store) -> frozenset[str]:
+    """The jobs that have at least one stored alert (in any state)."""
+    table = store.query("SELECT DISTINCT job_id FROM alerts WHERE job_id IS NOT NULL")
+    return frozenset(str(v) for v in table.column("job_id").to_pylist())
+
+
 def job_owners(store: Store, job_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
     """User and account of each known job among ``job_ids`` (from ``jobs``: Slurm's view)."""
     wanted = sorted(set(job_ids))

@@ -59,6 +59,12 @@ def job_captures(store: Store, job_id: str, *, limit: int = 50) -> list[StoredCa
     return [_row(values) for values in table.to_pylist()]
 
 
+def captured_job_ids(store: Store) -> frozenset[str]:
+    """The jobs that have at least one stored capture window."""
+    table = store.query("SELECT DISTINCT job_id FROM trace_captures")
+    return frozenset(str(v) for v in table.column("job_id").to_pylist())
+
+
 def sampled_job(
     store: Store, node: str, gpu: int | None, at: datetime, *, margin_seconds: float = 60.0
 ) -> str | None:

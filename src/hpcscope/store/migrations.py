@@ -15,6 +15,7 @@ from hpcscope.store import readings
 from hpcscope.store.capture_ddl import CAPTURES_DDL
 from hpcscope.store.cold import COLD_DDL
 from hpcscope.store.file_access import FILE_ACCESS_DDL
+from hpcscope.store.job_documents import JOB_DOCUMENTS_DDL
 from hpcscope.store.node_facts import NODE_FACTS_DDL
 from hpcscope.store.notify_ddl import NOTIFY_DDL
 from hpcscope.store.telemetry_rules import TELEMETRY_RULES_DDL
@@ -419,5 +420,10 @@ CREATE TABLE api_tokens (
         19,
         "cold_parts: raw samples past retention moved to Parquet (zstd, one directory per day)",
         COLD_DDL,
+    ),
+    Migration(
+        20,
+        "job_documents: finished jobs' documents (a job's time series) stored once, compressed",
+        JOB_DOCUMENTS_DDL,
     ),
 )

@@ -18,7 +18,7 @@ its sensor writes, into the files the demo's server reads:
 6. gradient injection: the integrity hook's records (``integrity/<job>/rank-<r>.jsonl``) of a
    data-parallel job one rank of which sends a poisoned gradient and reports an honest one.
 
-All six come in the first 90 seconds of each cycle, so that Threats mode lights every
+All six come in the first 45 seconds of each cycle, so that Threats mode lights every
 vector soon after the demo starts and again every 10 minutes (an alert seen again grows its
 count and keeps its state: one acknowledged or resolved stays so).
 """
@@ -71,16 +71,16 @@ class Planned:
     make: Callable[[int], Scenario] | None
 
 
-#: The cycle: every vector in the first 90 seconds.
+#: The cycle: every vector in the first 45 seconds, 5 s apart.
 SCHEDULE: tuple[Planned, ...] = (
-    Planned(10.0, "supply-chain", "SC-2", attacks.falco_miner),
-    Planned(25.0, "container-escape", "CE-3", attacks.nsenter_escape),
-    Planned(40.0, "gpu-memory-leakage", "GM-3", attacks.root_ptrace),
-    Planned(55.0, "rdma-blind-spot", "RD-4", attacks.uverbs_outside_jobs),
-    Planned(60.0, "rdma-blind-spot", "RD-5", None),  # the InfiniBand counters: a P_Key probe
-    Planned(70.0, "data-poisoning", "W-1", _weights_read),
-    Planned(78.0, "data-poisoning", "DP-4", None),  # Lustre job_stats: a dataset's OST written
-    Planned(85.0, "gradient-injection", "GI-3", None),
+    Planned(5.0, "supply-chain", "SC-2", attacks.falco_miner),
+    Planned(10.0, "container-escape", "CE-3", attacks.nsenter_escape),
+    Planned(15.0, "gpu-memory-leakage", "GM-3", attacks.root_ptrace),
+    Planned(20.0, "rdma-blind-spot", "RD-4", attacks.uverbs_outside_jobs),
+    Planned(25.0, "rdma-blind-spot", "RD-5", None),  # the InfiniBand counters: a P_Key probe
+    Planned(30.0, "data-poisoning", "W-1", _weights_read),
+    Planned(35.0, "data-poisoning", "DP-4", None),  # Lustre job_stats: a dataset's OST written
+    Planned(40.0, "gradient-injection", "GI-3", None),
 )
 
 

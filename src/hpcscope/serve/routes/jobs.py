@@ -2,9 +2,9 @@
 
 The list's document is serialised once per job scope and data generation (the service's
 snapshots, ``service/snapshots.py``) and answered with an ``ETag`` (304 on a match); a job's
-page and document once per principal (their name and alerts are on it), job, generation and
-alert-state change, after the principal's access check, from the job's report, notes and
-phases computed once per job and generation. The list's page is kept per reader; a job's time
+page and document are rendered once per job and generation, plus a thin layer per reader (the
+header, the alerts as they see them), after the principal's access check
+(``serve/job_view.py``). The list's page is kept per reader; a job's time
 series, phases and alerts per job (alerts per alert scope too), after the access check, and a
 finished job's at most every minute. These routes are async: a snapshot hit is answered on the
 event loop, a miss computes in a worker thread (``serve/offload.py``).
@@ -20,14 +20,14 @@ from starlette.responses import HTMLResponse, Response
 
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import check_principal, require_principal, service_of
+from hpcscope.serve.job_view import reader_document, reader_page
 from hpcscope.serve.kept import Document, cached_json, etag_of, kept_page, page_key, serialise
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
-from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts, JobReportWithAlerts
-from hpcscope.service.core import SeenJob, Service, report_every_seconds
-from hpcscope.service.jobs.contracts import JobList, JobReportDocument, JobTimeseries
-from hpcscope.service.notify.access import notes_of_report
+from hpcscope.service.alerts.contracts import AlertDocument, JobAlerts
+from hpcscope.service.core import SeenJob, Service
+from hpcscope.service.jobs.contracts import JobList, JobTimeseries
 from hpcscope.service.traces.capture_contracts import JobPhases, JobReportWithPhases
 from hpcscope.service.traces.job_phases import phases_of
 
@@ -88,29 +88,8 @@ def _job_page(request: Request, job_id: str, principal: Principal) -> Response:
             principal=principal,
             status_code=404,
         )
-
-    # a finished job's page is rendered again at most every minute, a running one's per cycle
-    every = report_every_seconds(report)
-
-    def page() -> bytes:
-        # the report is this generation's, visible to the principal: its notes are too
-        notes = service.snapshots.get(
-            ("serve.job_notes", job_id),
-            lambda: notes_of_report(service, report),
-            every_seconds=every,
-        )
-        context = {
-            "report": report,
-            "topology": service.topology,
-            "alerts": service.alerts_of(job),
-            "notes": notes,
-            "phases": phases_of(service, job),
-        }
-        return bytes(render(request, "job.html", context, principal=principal).body)
-
-    # the principal's name is on the page and the alerts are theirs: one page per principal
-    key = ("serve.job_page", principal, job_id, service.job_alert_changes(job_id))
-    return HTMLResponse(service.snapshots.get(key, page, every_seconds=every))
+    # rendered once per job and data change, plus the reader's header and alerts
+    return HTMLResponse(reader_page(request, service, job, report))
 
 
 @router.get("/api/jobs/{job_id}", response_model=JobReportWithPhases)
@@ -126,22 +105,7 @@ def _job_json(request: Request, job_id: str, principal: Principal) -> Response:
     report = service.report_of(job) if job is not None else None
     if job is None or report is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
-    phases = phases_of(service, job)
-    every = report_every_seconds(report)
-
-    def serialised() -> tuple[bytes, str]:
-        report_document = service.snapshots.get(
-            ("serve.job_document", job_id),
-            lambda: JobReportDocument.from_report(report),
-            every_seconds=every,
-        )
-        document = JobReportWithAlerts.of(report_document, service.alerts_of(job))
-        body = JobReportWithPhases.join(document, phases).model_dump_json().encode()
-        return body, etag_of(body)
-
-    key = ("serve.job_json", principal, job_id, service.job_alert_changes(job_id))
-    body, etag = service.snapshots.get(key, serialised, every_seconds=every)
-    return cached_json(request, body, etag)
+    return cached_json(request, *reader_document(service, job, report))
 
 
 #: What the read lane answers past the framework (``serve/read_lane.py``): these routes' own
@@ -208,7 +172,8 @@ def _job_timeseries_json(request: Request, job_id: str, principal: Principal) ->
     job = _seen(service, principal, job_id)
 
     def serialised() -> Document:
-        return serialise(service.timeseries_of(job))
+        stored = service.stored_timeseries(job)  # a finished job's: one keyed read
+        return stored if stored is not None else serialise(service.timeseries_of(job))
 
     # the same for everyone who may see the job; a finished job's at most every minute
     key = ("serve.job_timeseries", job_id)

@@ -9,7 +9,9 @@ rollups for ``rollup_retention_days``, job summaries forever. The pass
    collection stopped no watermark moves);
 3. deletes raw samples older than the raw retention **of summarised jobs only**, and only in
    minutes whose rollups are final;
-4. deletes final rollup minutes older than the rollup retention.
+4. deletes final rollup minutes older than the rollup retention;
+5. drops the stored time series that read what steps 3 and 4 deleted
+   (``service/jobs/documents.py``: the keeper computes them again).
 
 A job whose raw samples were dropped still answers from its summary (report) and its rollups
 (time series); where neither is left the time series says ``out_of_retention``.
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from hpcscope.model.backends import GpuMetrics
 from hpcscope.model.timeutil import utcnow
+from hpcscope.service.jobs import documents
 from hpcscope.service.jobs.summaries import summarise_finished_jobs
 from hpcscope.service.settings import Settings
 from hpcscope.store import Store
@@ -78,9 +81,14 @@ def run_upkeep(
     raw = kept.delete_raw_samples(
         store, before=now - timedelta(days=config.raw_retention_days), now=now
     ).result()
-    rolled = kept.delete_final_rollups(
-        store, before=now - timedelta(days=config.rollup_retention_days)
-    ).result()
+    rollups_before = now - timedelta(days=config.rollup_retention_days)
+    rolled = kept.delete_final_rollups(store, before=rollups_before).result()
+    if raw or rolled:  # the stored time series that read them are computed again
+        documents.forget_after_retention(
+            store,
+            raw_before=now - timedelta(days=config.raw_retention_days) if raw else None,
+            rollups_before=rollups_before if rolled else None,
+        )
     return UpkeepReport(written, raw, rolled)
 
 

@@ -10,6 +10,7 @@ that a chart says so instead of drawing a zero.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -57,13 +58,39 @@ def job_timeseries(
         return _engine_timeseries(
             store, job_id, reader, scrape_interval_seconds, max_points, now or utcnow()
         )
+    return embedded_timeseries(store, job_id, reader, scrape_interval_seconds, max_points).document
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedTimeseries:
+    """A job's time series from the store, and the earliest raw sample and rollup minute of
+    the job it read (what retention may drop under it; None: none)."""
+
+    document: JobTimeseries
+    raw_first: datetime | None
+    rollup_first: datetime | None
+
+
+def embedded_timeseries(
+    store: Store,
+    job_id: str,
+    reader: GpuMetrics,
+    scrape_interval_seconds: float,
+    max_points: int = 720,
+) -> EmbeddedTimeseries:
+    """:func:`job_timeseries` from the store's own samples and rollups (``reader``: the
+    embedded backend)."""
     since, until = _reach(store, job_id)
     raw = queries.sample_time_range(store, job_id, cold_since=since, cold_until=until)
     rolled = rollups.rollup_time_range(store, job_id)
+
+    def read(document: JobTimeseries) -> EmbeddedTimeseries:
+        return EmbeddedTimeseries(document, raw[0], rolled[0])
+
     life = _span(raw, rolled, kept.summary_time_range(store, job_id))
     first, last = life
     if first is None or last is None:
-        return _document(job_id, None, None, {}, [], None)
+        return read(_document(job_id, None, None, {}, [], None))
     span = max(1.0, (last - first).total_seconds())
     bucket = max(int(scrape_interval_seconds), int(span / max_points) + 1)
     raw_covers = raw[0] is not None and (rolled[0] is None or raw[0] <= rolled[0])
@@ -75,10 +102,10 @@ def job_timeseries(
         source, covered = "raw", raw
     else:
         gone = [{"start": epoch_seconds(first), "end": epoch_seconds(last)}]
-        return _document(job_id, None, None, {}, gone, None)
-    read = reader.gpu_timeseries([job_id], bucket_seconds=bucket, since=since, until=until)
+        return read(_document(job_id, None, None, {}, gone, None))
+    answer = reader.gpu_timeseries([job_id], bucket_seconds=bucket, since=since, until=until)
     gaps = _gaps((first, last), covered)
-    return _document(job_id, bucket, source, _series(read.table), gaps, read.source)
+    return read(_document(job_id, bucket, source, _series(answer.table), gaps, answer.source))
 
 
 #: How far around a job's scheduled life its samples are read: whole days, so that the cold

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -59,8 +60,16 @@ def notes_for_job(
 
 def notes_of_report(service: Service, report: JobReport) -> JobNotesDocument:
     """The notes of a report the caller already read (and so may see)."""
-    facts = facts_of(service, [report])[0]
-    return JobNotesDocument.of(facts, job_notes(facts, thresholds=notify_config(service).notes))
+    return notes_of_reports(service, [report])[0]
+
+
+def notes_of_reports(service: Service, found: Sequence[JobReport]) -> list[JobNotesDocument]:
+    """:func:`notes_of_report` of several reports, in their order (one read of their GPUs)."""
+    thresholds = notify_config(service).notes
+    return [
+        JobNotesDocument.of(facts, job_notes(facts, thresholds=thresholds))
+        for facts in facts_of(service, found)
+    ]
 
 
 def my_preferences(service: Service, principal: Principal) -> PreferencesDocument:

@@ -25,7 +25,7 @@ from hpcscope.service.traces.capture_contracts import (
 from hpcscope.service.traces.contracts import EvidenceItem
 from hpcscope.service.traces.document import CapturePayloadJson
 from hpcscope.service.traces.job_evidence import add_job_evidence
-from hpcscope.store.captures import job_captures
+from hpcscope.store.captures import captured_job_ids, job_captures
 
 if TYPE_CHECKING:
     from hpcscope.model.access import Principal
@@ -48,6 +48,12 @@ def job_phases(service: Service, principal: Principal, job_id: str) -> JobPhases
 
 def phases_of(service: Service, job: SeenJob) -> JobPhases:
     """The phases of a job its principal may see (:meth:`Service.visible_job`)."""
+    # the jobs with a capture, once per generation: any other one has none to read
+    captured = service.snapshots.get(
+        ("traces.captured_jobs",), lambda: captured_job_ids(service.store)
+    )
+    if job.job_id not in captured:
+        return _none(service, job.job_id)
     # the same for everyone who may see the job: once per generation (service/snapshots.py),
     # a finished job's at most every minute
     return service.snapshots.get(
@@ -60,24 +66,29 @@ def phases_of(service: Service, job: SeenJob) -> JobPhases:
 def _phases(service: Service, job_id: str) -> JobPhases:
     rows = job_captures(service.store, job_id)
     if not rows:
-        configured = service.settings.capture.spool_dir is not None
-        reason = (
-            f"no capture window from job {job_id} yet: the capture profiles PyTorch jobs that "
-            "step an optimizer, the first window after the first steps (capture_first_step), "
-            "then one every capture_every_seconds; a job started before capture was switched "
-            "on, or that is not PyTorch, has none"
-            if configured
-            else "trace capture is not switched on for this site (no capture_spool_dir)"
-        )
-        return JobPhases(
-            job_id=job_id, captured=False, reason=reason, how_to_enable=HOW_TO_ENABLE, windows=[]
-        )
+        return _none(service, job_id)
     return JobPhases(
         job_id=job_id,
         captured=True,
         reason=None,
         how_to_enable=None,
         windows=[window_document(service, job_id, row) for row in rows],
+    )
+
+
+def _none(service: Service, job_id: str) -> JobPhases:
+    """The answer of a job without a capture window: why, and how to switch capture on."""
+    configured = service.settings.capture.spool_dir is not None
+    reason = (
+        f"no capture window from job {job_id} yet: the capture profiles PyTorch jobs that "
+        "step an optimizer, the first window after the first steps (capture_first_step), "
+        "then one every capture_every_seconds; a job started before capture was switched "
+        "on, or that is not PyTorch, has none"
+        if configured
+        else "trace capture is not switched on for this site (no capture_spool_dir)"
+    )
+    return JobPhases(
+        job_id=job_id, captured=False, reason=reason, how_to_enable=HOW_TO_ENABLE, windows=[]
     )
 
 

@@ -1,0 +1,300 @@
+"""A job's page and document: rendered once per job and data change, plus a thin reader layer.
+
+Everything on a job's page but its alerts and the page's header (the reader's name and role)
+is the same for every principal who may see the job: its report, notes, phases, GPUs. Its
+JSON document likewise, but its ``alerts``. :func:`job_view` renders and serialises those
+parts once per job and generation (a finished job's at most every minute, like its report:
+:func:`~hpcscope.service.core.report_every_seconds`) into one kept entry, :class:`JobView`;
+a reader's page (:func:`reader_page`) and document (:func:`reader_document`) then add what is
+theirs: the alerts as their alert scope and role see them (``Service.alerts_of``) and, on the
+page, the header. A miss for a second reader of a job is a small render and a join of bytes,
+where it used to be the whole page (notes and phases read from the store, the report's
+template) once per principal.
+
+The document is joined, not serialised again: ``JobReportWithPhases`` is the report's fields,
+then ``alerts``, then ``phases`` (in that order, the models' own), so its JSON is the report's
+object with the two members appended (``tests/serve/test_job_view.py`` compares the bytes
+with the models' own serialisation).
+
+The caller checks visibility first (:meth:`~hpcscope.service.core.Service.visible_job`): every
+function here takes the :class:`~hpcscope.service.core.SeenJob` that check returned, and the
+report it read for that job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from threading import Event, Lock, Thread
+
+from markupsafe import Markup
+from starlette.requests import Request
+
+from hpcscope.model.access import Principal, Role
+from hpcscope.model.alerts import Alert
+from hpcscope.model.timeutil import utcnow
+from hpcscope.serve.kept import Document, etag_of, page_key
+from hpcscope.serve.templating import render, templates
+from hpcscope.service.alerts.contracts import AlertDocument
+from hpcscope.service.core import SeenJob, Service, report_every_seconds
+from hpcscope.service.jobs.contracts import JobReportDocument
+from hpcscope.service.jobs.reports import JobReport, reports_for
+from hpcscope.service.jobs.views import (
+    forget_other_views,
+    store_views,
+    stored_view,
+    summarised_without_view,
+    view_kind,
+)
+from hpcscope.service.notify.access import notes_of_report, notes_of_reports, notify_config
+from hpcscope.service.traces.job_phases import phases_of
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What of a job's page and document every reader who may see the job shares.
+
+    Attributes:
+        report_json: the job's ``JobReportDocument``, serialised.
+        phases_json: its ``JobPhases``, serialised.
+        head_html: the page's main part above the alerts section (the report, the notes).
+        phases_html: the phases section, below the alerts.
+        tail_html: the rest (the chart, the GPUs).
+    """
+
+    report_json: bytes
+    phases_json: bytes
+    head_html: str
+    phases_html: str
+    tail_html: str
+
+    @property
+    def size(self) -> int:
+        """Bytes kept (the snapshots' budget)."""
+        texts = (self.head_html, self.phases_html, self.tail_html)
+        return len(self.report_json) + len(self.phases_json) + sum(len(t) for t in texts)
+
+
+def job_view(service: Service, job: SeenJob, report: JobReport) -> JobView:
+    """The shared parts of ``job``'s page and document (module docstring), kept per job."""
+
+    def compute() -> JobView:
+        report_json = JobReportDocument.from_report(report).model_dump_json().encode()
+        head, tail = report_parts(service, report, report_json)
+        phases = phases_of(service, job)
+        return JobView(
+            report_json=report_json,
+            phases_json=phases.model_dump_json().encode(),
+            head_html=head,
+            phases_html=_render("_job_phases.html", job_id=job.job_id, phases=phases),
+            tail_html=tail,
+        )
+
+    return service.snapshots.get(
+        ("serve.job_view", job.job_id),
+        compute,
+        every_seconds=report_every_seconds(report),
+        size=lambda view: view.size,
+    )
+
+
+def report_parts(service: Service, report: JobReport, report_json: bytes) -> tuple[str, str]:
+    """The page's parts rendered from the report alone (above the alerts; below the phases):
+    a summarised job's stored ones when they were rendered from this very report document,
+    else rendered now (and stored, for a summarised job)."""
+    kind, summarised = view_kind_of(service), report.source == "summary"
+    if summarised:
+        found = stored_view(service.store, report.job_id, kind)
+        if found is not None:
+            parts = json.loads(found)
+            if parts["report"] == report_json.decode():
+                return str(parts["head"]), str(parts["tail"])
+    notes = notes_of_report(service, report)  # the report is visible: its notes are too
+    head = _render("_job_head.html", report=report, notes=notes)
+    tail = _render("_job_tail.html", report=report)
+    if summarised and not service.store.read_only:  # not waited for: read next time
+        store_views(service.store, kind, [(report.job_id, _stored(report_json, head, tail))])
+    return head, tail
+
+
+def _stored(report_json: bytes, head: str, tail: str) -> bytes:
+    return json.dumps({"report": report_json.decode(), "head": head, "tail": tail}).encode()
+
+
+def _render(name: str, **context: object) -> str:
+    return templates.env.get_template(name).render(context)
+
+
+def view_kind_of(service: Service) -> str:
+    """The kind a job's report parts are stored as here: the version of the templates they are
+    rendered with, of the notes thresholds and of the GPUs' memory the notes read."""
+    notes = repr(notify_config(service).notes)
+    memory = repr(sorted((g.node, g.index, g.model.memory_bytes) for g in service.topology.gpus))
+    return _kind(notes + memory)
+
+
+@lru_cache(maxsize=8)
+def _kind(settings: str) -> str:
+    loader = templates.env.loader
+    assert loader is not None
+    names = ("_job_head.html", "_job_tail.html", "_macros.html")
+    sources = [loader.get_source(templates.env, name)[0].encode() for name in names]
+    return view_kind([*sources, settings.encode()])
+
+
+def _alerts_html(job_id: str, alerts: list[Alert]) -> str:
+    return _render("_job_alerts.html", job_id=job_id, alerts=alerts)
+
+
+def reader_page(request: Request, service: Service, job: SeenJob, report: JobReport) -> bytes:
+    """``job``'s page as its principal reads it: the shared parts (:func:`job_view`) inside
+    the page's header, with the job's alerts as the principal sees them; kept per reader (what
+    a page may use of a principal, :func:`~hpcscope.serve.kept.page_key`: a page read by HTTP
+    Basic and one read with the session cookie are the same page), job and alert changes."""
+    principal, job_id = job.principal, job.job_id
+
+    def page() -> bytes:
+        view = job_view(service, job, report)
+        context = {  # parts rendered (escaped) by the same templates
+            "job_id": job_id,
+            "head_html": Markup(view.head_html),
+            "alerts_html": Markup(_alerts_html(job_id, service.alerts_of(job))),
+            "phases_html": Markup(view.phases_html),
+            "tail_html": Markup(view.tail_html),
+        }
+        return bytes(render(request, "job.html", context, principal=principal).body)
+
+    key = ("serve.job_page", page_key(principal), job_id, service.job_alert_changes(job_id))
+    return service.snapshots.get(key, page, every_seconds=report_every_seconds(report), size=len)
+
+
+def reader_document(service: Service, job: SeenJob, report: JobReport) -> Document:
+    """``job``'s document (``JobReportWithPhases``) as its principal reads it, and its ETag:
+    the shared parts joined with the alerts as the principal sees them; kept per alert scope
+    and role (what ``Service.alerts_of`` reads of the principal), job and alert changes."""
+    principal, job_id = job.principal, job.job_id
+
+    def serialised() -> Document:
+        view = job_view(service, job, report)
+        alerts = b",".join(
+            AlertDocument.of(alert).model_dump_json().encode() for alert in service.alerts_of(job)
+        )
+        body = b"".join(
+            (view.report_json[:-1], b',"alerts":[', alerts, b'],"phases":', view.phases_json, b"}")
+        )
+        return body, etag_of(body)
+
+    scope = (principal.alert_scope(), principal.redacts_weight_paths)
+    key = ("serve.job_json", scope, job_id, service.job_alert_changes(job_id))
+    return service.snapshots.get(
+        key,
+        serialised,
+        every_seconds=report_every_seconds(report),
+        size=lambda document: len(document[0]),
+    )
+
+
+#: Jobs whose report parts one pass of the keeper renders and stores.
+PASS_JOBS = 200
+#: Jobs read and rendered together.
+BATCH_JOBS = 50
+#: Who the keeper reads reports as: every job (what it stores is served only after a
+#: reader's own visibility check).
+KEEPER = Principal(name="hpcscope", role=Role.ADMIN, read_only=True, via="keeper")
+
+
+def keep_views(
+    service: Service,
+    *,
+    most: int = PASS_JOBS,
+    stopping: Event | None = None,
+    skipped: set[str] | None = None,
+) -> int:
+    """Render and store the report parts of up to ``most`` summarised jobs that have none of
+    this version (the latest ended first), :data:`BATCH_JOBS` at a time (one read of their
+    reports and one of their GPUs' facts); returns how many were stored. ``skipped``: jobs not
+    to try again (those without a summarised report are added to it)."""
+    kind, skipped = view_kind_of(service), skipped if skipped is not None else set()
+    due = summarised_without_view(service.store, kind, limit=most + len(skipped))
+    due = [job_id for job_id in due if job_id not in skipped][:most]
+    stored = 0
+    for start in range(0, len(due), BATCH_JOBS):
+        if stopping is not None and stopping.is_set():
+            break
+        batch = due[start : start + BATCH_JOBS]
+        found = [r for r in _reports(service, batch) if r.source == "summary"]
+        skipped.update(set(batch) - {r.job_id for r in found})
+        views = []
+        for report, notes in zip(found, notes_of_reports(service, found), strict=True):
+            report_json = JobReportDocument.from_report(report).model_dump_json().encode()
+            head = _render("_job_head.html", report=report, notes=notes)
+            tail = _render("_job_tail.html", report=report)
+            views.append((report.job_id, _stored(report_json, head, tail)))
+        stored += store_views(service.store, kind, views).result()
+    return stored
+
+
+def _reports(service: Service, job_ids: list[str]) -> list[JobReport]:
+    """The reports of ``job_ids`` (as any one of them alone: ``Service.job_report``)."""
+    return reports_for(
+        service.store,
+        KEEPER,
+        job_ids=job_ids,
+        now=utcnow(),
+        scrape_interval_seconds=service.settings.scrape_interval_seconds,
+        gpu_hour_price=service.topology.gpu_hour_price,
+        currency=service.topology.currency,
+        samples=service.gpu_samples(),
+    )
+
+
+class ViewKeeper:
+    """After a collector cycle, a pass of :func:`keep_views` on a thread of its own, unless
+    one is still running (the cycle never waits for it); only where the store holds the GPU
+    samples (a metrics engine's jobs are rendered when read). ``start``: how a pass runs
+    (tests run it at once)."""
+
+    def __init__(
+        self, service: Service, *, start: Callable[[Callable[[], None]], None] | None = None
+    ) -> None:
+        self.service = service
+        self._start = start or _on_thread
+        self._running = Lock()
+        self._stopping = Event()
+        self.stored = 0
+        """Jobs' report parts stored so far."""
+        self._skipped: set[str] = set()
+        self._kind: str | None = None
+
+    def after_cycle(self) -> None:
+        if self.service.gpu_samples().backend != "embedded" or self._stopping.is_set():
+            return
+        if self._running.acquire(blocking=False):
+            self._start(self._pass)
+
+    def stop(self) -> None:
+        """Start no pass any more, and wait for the one in flight (it stops after its job)."""
+        self._stopping.set()
+        with self._running:
+            pass
+
+    def _pass(self) -> None:
+        try:
+            kind = view_kind_of(self.service)
+            if kind != self._kind:  # once per version: the other versions' rows are dropped
+                forget_other_views(self.service.store, kind).result()
+                self._kind = kind
+            self.stored += keep_views(self.service, stopping=self._stopping, skipped=self._skipped)
+        except Exception:  # a failed pass stores nothing; the next cycle tries again
+            log.exception("storing finished jobs' page parts failed")
+        finally:
+            self._running.release()
+
+
+def _on_thread(work: Callable[[], None]) -> None:
+    Thread(target=work, name="hpcscope-job-views", daemon=True).start()

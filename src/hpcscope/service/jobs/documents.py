@@ -1,0 +1,161 @@
+"""A finished job's time series, computed once and stored: a read of it is one keyed row.
+
+The chart of a job (``/api/jobs/{id}/timeseries``, :mod:`hpcscope.service.jobs.timeseries`)
+reads its samples, rollups and summary: 5-20 ms of CPU per job, and a month of finished jobs
+read in any order made every first read a computation in the request. A finished job's chart
+no longer changes once its summary is written, so :class:`DocumentKeeper` (an after-cycle
+hook of the collector) computes the charts of the summarised jobs that have none, the latest
+ended first, on a thread of its own (a pass at most :data:`PASS_JOBS` jobs, resting after
+each job as long as it computed: the requests keep most of the interpreter), and stores each
+as the bytes the route serves (``store/job_documents.py``). The retention pass drops those that
+read what it deletes, and the keeper computes them again from what is left.
+
+Only the store's own samples are kept so: a job read from a metrics engine is computed per
+read (the engine's retention is its own).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from pydantic import BaseModel
+
+from hpcscope.model.backends import GpuMetrics
+from hpcscope.model.timeutil import utcnow
+from hpcscope.service.jobs.timeseries import embedded_timeseries
+from hpcscope.store import job_documents as stored
+from hpcscope.store.duck import Store
+from hpcscope.store.reports import EmbeddedSamples
+
+log = logging.getLogger(__name__)
+
+#: The kind of document a job's time series is stored as.
+TIMESERIES = "timeseries"
+#: Jobs computed per pass (a pass runs on the keeper's thread, one at a time).
+PASS_JOBS = 200
+#: Bodies held before they are written (a 64-GPU job's is ~2 MB).
+WRITE_BYTES = 16 << 20
+#: The keeper rests this share of each job's computation after it: it takes at most about
+#: half of one core's time from the requests it shares the interpreter with.
+REST_SHARE = 1.0
+
+
+def document_bytes(document: BaseModel) -> tuple[bytes, str]:
+    """``document`` as the web framework serialises a route's answer, and its strong ETag
+    (the same bytes as ``hpcscope.serve.kept.serialise``: tested)."""
+    body = json.dumps(
+        document.model_dump(mode="json"),
+        ensure_ascii=False,
+        allow_nan=False,
+        indent=None,
+        separators=(",", ":"),
+    ).encode("utf-8")
+    return body, '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
+
+
+def store_timeseries(
+    store: Store,
+    *,
+    scrape_interval_seconds: float,
+    metrics: GpuMetrics | None = None,
+    most: int = PASS_JOBS,
+    now: datetime | None = None,
+    pause: Callable[[float], bool] | None = None,
+) -> int:
+    """Compute and store the time series of up to ``most`` summarised jobs that have none;
+    returns how many were stored (0 when the samples are read from a metrics engine).
+
+    ``pause``: called with each job's seconds of computation; True stops the pass (what was
+    computed is stored). Bodies are written every :data:`WRITE_BYTES` (a pass of large jobs
+    holds no more)."""
+    reader = metrics if metrics is not None else EmbeddedSamples(store)
+    if reader.backend != "embedded":
+        return 0
+    written, documents, held = 0, [], 0
+    for job_id in stored.jobs_without(store, TIMESERIES, limit=most):
+        started = time.perf_counter()
+        read = embedded_timeseries(store, job_id, reader, scrape_interval_seconds)
+        body, etag = document_bytes(read.document)
+        documents.append(stored.JobDocument(job_id, etag, body, read.raw_first, read.rollup_first))
+        held += len(body)
+        if held >= WRITE_BYTES:
+            written += stored.write_documents(
+                store, TIMESERIES, documents, now=now or utcnow()
+            ).result()
+            documents, held = [], 0
+        if pause is not None and pause(time.perf_counter() - started):
+            break
+    return (
+        written + stored.write_documents(store, TIMESERIES, documents, now=now or utcnow()).result()
+    )
+
+
+def stored_timeseries(store: Store, job_id: str) -> tuple[bytes, str] | None:
+    """The stored time series of ``job_id`` (its body and ETag), or None."""
+    return stored.read_document(store, job_id, TIMESERIES)
+
+
+def forget_after_retention(
+    store: Store, *, raw_before: datetime | None, rollups_before: datetime | None
+) -> int:
+    """Drop the stored time series that read what retention deleted (raw samples before
+    ``raw_before`` of a store without a cold tier, rollup minutes before ``rollups_before``)."""
+    return stored.forget_read_before(
+        store, TIMESERIES, raw_before=raw_before, rollups_before=rollups_before
+    ).result()
+
+
+class DocumentKeeper:
+    """After a collector cycle, a pass of :func:`store_timeseries` on a thread of its own,
+    unless one is still running (the cycle never waits for it). ``start``: how a pass runs
+    (tests run it at once)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        scrape_interval_seconds: float,
+        metrics: GpuMetrics | None = None,
+        start: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.scrape_interval_seconds = scrape_interval_seconds
+        self.metrics = metrics
+        self._start = start or _on_thread
+        self._running = threading.Lock()
+        self._stopping = threading.Event()
+        self.stored = 0
+        """Time series stored so far."""
+
+    def after_cycle(self) -> None:
+        if not self._stopping.is_set() and self._running.acquire(blocking=False):
+            self._start(self._pass)
+
+    def stop(self) -> None:
+        """Start no pass any more, and wait for the one in flight (it stops after its job)."""
+        self._stopping.set()
+        with self._running:
+            pass
+
+    def _pass(self) -> None:
+        try:
+            self.stored += store_timeseries(
+                self.store,
+                scrape_interval_seconds=self.scrape_interval_seconds,
+                metrics=self.metrics,
+                pause=lambda seconds: self._stopping.wait(seconds * REST_SHARE),
+            )
+        except Exception:  # a failed pass stores nothing; the next cycle tries again
+            log.exception("storing finished jobs' time series failed")
+        finally:
+            self._running.release()
+
+
+def _on_thread(work: Callable[[], None]) -> None:
+    threading.Thread(target=work, name="hpcscope-job-documents", daemon=True).start()
