@@ -19,11 +19,12 @@ def test_a_bad_hour_reaches_the_alert_engine_through_the_collector_hooks(
     service: Service,
 ) -> None:
     service.store.upsert_jobs(bad_hour(end=utcnow() - timedelta(seconds=30))).result()
-    upkeep, job_documents, job_views, telemetry, slo, publish = after_cycle_hooks(service)
+    upkeep, job_documents, job_views, ahead, telemetry, slo, publish = after_cycle_hooks(service)
     assert publish == service.snapshots.publish  # last: the read snapshots see the cycle
     upkeep()  # summaries and retention first
     job_documents()  # finished jobs' time series, on a thread of their own
     job_views()  # and their page parts
+    ahead()  # the reports kept ahead of their readers
     telemetry()
     assert slo() == 1
     (alert,) = alerts(service.store, JobScope(all_jobs=True))

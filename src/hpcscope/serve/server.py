@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from hpcscope.serve.app import create_app
 from hpcscope.serve.heap import HeapSettler, tune_gc
 from hpcscope.serve.job_view import ViewKeeper
+from hpcscope.serve.kept import AheadKeeper
 from hpcscope.service.backends.watch import EngineWatch
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
@@ -59,13 +60,18 @@ def uvicorn_config(
     )
 
 
+#: A report kept ahead is recomputed this long, plus a cycle, before it is due.
+AHEAD_MARGIN_SECONDS = 5.0
+
+
 def after_cycle_hooks(
     service: Service, notifier: Notifier | None = None
 ) -> list[Callable[[], object]]:
     """What the collector runs after its cycles, in order: the jobs upkeep (summaries of
-    finished jobs, retention), the finished jobs' stored time series and page parts (each on
-    a thread of its own), the telemetry rules (RD-, SC-4, GM-1/2, DP-), the SLOs' burn-rate
-    evaluation into the alert engine (it reads the summaries just written), then
+    finished jobs, retention), the finished jobs' stored time series and page parts and the
+    reports kept ahead (each on a thread of its own), the telemetry rules (RD-, SC-4, GM-1/2,
+    DP-), the SLOs' burn-rate evaluation into the alert engine (it reads the summaries just
+    written), then
     the notifications (they read all of it), and last the publication of the cycle's writes
     to the read snapshots (``service/snapshots.py``)."""
     slo = SloUpkeep(service.store, SloConfig.from_settings(service.settings))
@@ -78,10 +84,15 @@ def after_cycle_hooks(
     )  # the telemetry rules (RD-, SC-4, GM-1/2, DP-; service/telemetry_rules/engine.py)
     views = ViewKeeper(service)  # finished jobs' page parts, on a thread of their own
     service.at_close(views.stop)
+    # the reports read with ``ahead`` (the SLOs), recomputed before they are due
+    lead = service.settings.scrape_interval_seconds + AHEAD_MARGIN_SECONDS
+    ahead = AheadKeeper(service.snapshots, lead_seconds=lead)
+    service.at_close(ahead.stop)
     hooks: list[Callable[[], object]] = [
         service.upkeep().after_cycle,
         service.document_keeper().after_cycle,
         views.after_cycle,
+        ahead.after_cycle,
         telemetry.after_cycle,
         slo.after_cycle,
     ]

@@ -123,6 +123,23 @@ def bytes_in(value: object) -> int:
     return 0
 
 
+#: Keys kept ahead of their readers at most (:meth:`Snapshots.keep_ahead`), least recently
+#: read out first: the reports over hours or months, per scope read.
+MAX_AHEAD = 256
+#: A key read with ``ahead`` is kept ahead for this long after its last read.
+AHEAD_IDLE_SECONDS = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Ahead:
+    """How to recompute a key kept ahead, and when it was last read."""
+
+    compute: Callable[[], Any]
+    every_seconds: float
+    size: Callable[[Any], int] | None
+    read_at: float
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     generation: int
@@ -195,6 +212,7 @@ class Snapshots:
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self._computing: dict[Hashable, Future[Any]] = {}
         self._refreshing: set[Hashable] = set()
+        self._ahead: OrderedDict[Hashable, _Ahead] = OrderedDict()
         self._lock = threading.Lock()
         self.computations = 0
         """How many values were computed (in requests and refreshes), for tests and benches."""
@@ -238,6 +256,7 @@ class Snapshots:
         *,
         every_seconds: Every = 0.0,
         size: Callable[[T], int] | None = None,
+        ahead: bool = False,
     ) -> T:
         """The value of ``key``: current, or stale and being refreshed, or computed now.
 
@@ -247,12 +266,17 @@ class Snapshots:
             every_seconds: the entry stays current this long whatever the generation (or a
                 function of the value that says how long).
             size: the value's size in bytes, counted against ``max_bytes``.
+            ahead: recompute it before it is due while it is read (:meth:`keep_ahead`): a
+                report over hours or months, which the refresh threads' queue may hold back
+                past the stale window under load.
 
         Raises:
             SnapshotMiss: inside :func:`cache_only`, instead of computing or waiting.
         """
         generation = self.generation()
         now = self._clock()
+        if ahead and not callable(every_seconds):
+            self._read_ahead(key, _Ahead(compute, every_seconds, size, now))
         refresh = False
         stale_seconds = (
             self.stale_seconds if self._published is not None and not _COMPUTING.get() else 0.0
@@ -329,6 +353,44 @@ class Snapshots:
             self._bytes > self._max_bytes and len(self._entries) > 1
         ):
             self._bytes -= self._entries.popitem(last=False)[1].size
+
+    def _read_ahead(self, key: Hashable, ahead: _Ahead) -> None:
+        with self._lock:
+            self._ahead[key] = ahead
+            self._ahead.move_to_end(key)
+            while len(self._ahead) > MAX_AHEAD:
+                self._ahead.popitem(last=False)
+
+    def keep_ahead(self, *, lead_seconds: float, idle_seconds: float = AHEAD_IDLE_SECONDS) -> int:
+        """Recompute now, in the caller's thread, every entry read with ``ahead`` in the last
+        ``idle_seconds`` that is due (its ``every_seconds`` over) within ``lead_seconds``, so
+        that its readers find it current; returns how many were computed. A keeper runs it
+        after the collector's cycles on a thread of its own (``serve/kept.py``)."""
+        now, done = self._clock(), 0
+        with self._lock:
+            for key in [k for k, a in self._ahead.items() if now - a.read_at > idle_seconds]:
+                del self._ahead[key]
+            due = []
+            for key, ahead in self._ahead.items():
+                entry = self._entries.get(key)
+                due_at = ahead.every_seconds - lead_seconds
+                if entry is not None and now - entry.computed_at >= due_at:
+                    due.append((key, ahead))
+        for key, ahead in due:
+            future: Future[Any] = Future()
+            with self._lock:
+                if key in self._computing:
+                    continue
+                self._computing[key] = future
+            try:
+                generation = self.generation()
+                self._compute(
+                    key, ahead.compute, future, generation, ahead.every_seconds, ahead.size
+                )
+                done += 1
+            except Exception:  # the readers compute it as before; the next pass retries
+                log.exception("keeping the snapshot %r ahead failed", key)
+        return done
 
     def offer(self, key: Hashable, value: Any, *, every_seconds: Every = 0.0) -> None:
         """Keep ``value`` as ``key``'s, unless that key has a current entry (or one as new) or

@@ -8,7 +8,9 @@ Both are kept answers (``serve/kept.py``): the report of a scope is computed at 
 :data:`~hpcscope.serve.kept.REPORT_EVERY_SECONDS` (its windows are hours and days; one report
 costs ~65 ms of CPU at 128 nodes) and data generation, serialised once, and the page rendered
 once per principal and report; requests are answered on the event loop, and past the
-framework by the read lane.
+framework by the read lane. A scope's report that is read is recomputed before it is due, on
+a thread of its own after the collector's cycles (``AheadKeeper``, ``serve/kept.py``): under
+load, the refresh threads' queue held it back past its stale window, and requests computed it.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def _report(request: Request, principal: Principal) -> tuple[SloReport, Document
         compute,
         every_seconds=REPORT_EVERY_SECONDS,
         size=lambda value: len(value[1][0]),
+        ahead=True,  # recomputed after the collector's cycles before it is due
     )
     return kept
 
