@@ -286,6 +286,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--minutes", type=float, default=6.0, help="prometheus: scrape time")
     parser.add_argument("--scrape-seconds", type=int, default=15, help="prometheus: interval")
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="prometheus: copy its TSDB and the store here"
+    )
     args = parser.parse_args(argv)
     if args.backend == "prometheus":
         from bench.read_path_engine import run
@@ -296,6 +299,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             scale=args.scale,
             seed=args.seed,
             rounds=args.rounds,
+            keep=args.keep,
         )
         print(json.dumps(engine))
         return engine

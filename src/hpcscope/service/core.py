@@ -211,15 +211,9 @@ class Service:
         principal, job_id = job.principal, job.job_id
         if job_id not in self.jobs_with_alerts():  # none to show, whoever reads it
             return []
-        # what alerts_for reads of the principal, and the alert states changed here (new
-        # alerts come with the collector's cycle; an acknowledgement shows on the next read)
-        key = (
-            "alerts.job",
-            principal.alert_scope(),
-            principal.redacts_weight_paths,
-            job_id,
-            self.job_alert_changes(job_id),
-        )
+        # what alerts_for reads of the principal; its version the changes of the job's alerts
+        # (an acknowledgement here, an alert written: shown on the next read)
+        key = ("alerts.job", principal.alert_scope(), principal.redacts_weight_paths, job_id)
         return list(
             self.snapshots.get(
                 key,
@@ -227,6 +221,7 @@ class Service:
                     self.store, principal, job_id=job_id, weight_paths=self.weight_paths()
                 ),
                 every_seconds=job.every_seconds,
+                version=self.job_alert_changes(job_id),
             )
         )
 

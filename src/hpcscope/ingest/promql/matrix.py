@@ -48,6 +48,7 @@ from hpcscope.model.schemas import GPU_METRICS, GPU_SAMPLE_SCHEMA
 __all__ = [
     "DCGM_METRIC_NAMES",
     "PromqlResponseError",
+    "dcgm_instant_to_samples",
     "dcgm_matrix_to_samples",
     "dcgm_series_selector",
     "dcgm_series_to_samples",
@@ -269,6 +270,46 @@ def dcgm_series_to_samples(
             continue
         for stamp, value in zip(one.times.tolist(), one.values.tolist(), strict=True):
             _put(cells, target, round(stamp * 1000), value)
+    return _table(cells)
+
+
+def dcgm_instant_to_samples(
+    labels: Sequence[Mapping[str, object]],
+    values: Sequence[float],
+    *,
+    source: str,
+    at: Mapping[tuple[str | None, str, int, int | None], float],
+) -> pa.Table:
+    """:func:`dcgm_series_to_samples` of an instant answer given column-wise: the label set
+    and the value of each series (the same rows as of its :class:`Series`). The answers of
+    several fields name the same GPUs: each GPU's labels are parsed once."""
+    cells: dict[RowKey, dict[str, float]] = {}
+    gpus: dict[tuple[object, ...], tuple[str, int, int | None, str | None] | None] = {}
+    for index, (metric, value) in enumerate(zip(labels, values, strict=True)):
+        name = metric.get("__name__")
+        known = _COLUMN_OF_NAME.get(name) if isinstance(name, str) else None
+        if known is None:
+            continue
+        seen = (
+            metric.get("node"),
+            metric.get("hostname"),
+            metric.get("Hostname"),
+            metric.get("instance"),
+            metric.get("gpu"),
+            metric.get("GPU_I_ID"),
+            metric.get("hpc_job"),
+        )
+        if seen in gpus:
+            gpu = gpus[seen]
+        else:
+            target = _cell_target(metric, source=source, where=f"data.result[{index}]")
+            gpu = gpus[seen] = None if target is None else target[3:]
+        if gpu is None:
+            continue
+        node, number, instance, job = gpu
+        when = at.get((job, node, number, instance))
+        if when is not None:
+            _put(cells, (*known, *gpu), round(when * 1000), value)
     return _table(cells)
 
 

@@ -40,6 +40,7 @@ from hpcscope.ingest.promql.answer import Answer, Series, decode_answer, engine_
 from hpcscope.ingest.tls import default_tls_context
 from hpcscope.model.errors import HpcscopeError
 from hpcscope.model.timeutil import epoch_seconds, utcnow
+from hpcscope.service.backends.vectors import Vector, decode_vector
 from hpcscope.service.engine_settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -304,6 +305,26 @@ class EngineClient:
         return self._checked(
             decode_answer(body, source=f"{endpoint} {_quoted(expr)}"), endpoint, expr
         )
+
+    def query_vector(self, expr: str, *, at: datetime | float) -> Vector:
+        """An instant query at ``at`` whose answer is an instant vector, decoded column-wise
+        (:mod:`hpcscope.service.backends.vectors`); the same limits as :meth:`query`."""
+        when = at if isinstance(at, float | int) else epoch_seconds(at)
+        path = "/api/v1/query"
+        body = self.post(path, {"query": expr, "time": f"{when:.3f}"}, query=expr)
+        endpoint = f"{self.url}{path}"
+        vector = decode_vector(body, source=f"{endpoint} {_quoted(expr)}")
+        if len(vector) > self.config.max_series:
+            raise MetricsBackendError(
+                f"{endpoint}: {len(vector)} series, more than prometheus_max_series "
+                f"({self.config.max_series}); {_quoted(expr)}"
+            )
+        if len(vector) > self.config.max_points:
+            raise MetricsBackendError(
+                f"{endpoint}: {len(vector)} points, more than prometheus_max_points "
+                f"({self.config.max_points}); {_quoted(expr)}"
+            )
+        return vector
 
     def query_range(self, expr: str, *, start: float, end: float, step: float) -> Answer:
         """``query_range`` over ``[start, end]`` (epoch seconds) at ``step`` seconds, read in

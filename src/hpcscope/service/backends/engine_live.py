@@ -28,7 +28,7 @@ from hpcscope.ingest.promql import (
     re2_escape,
 )
 from hpcscope.ingest.promql.aggregates import bucket_table, gpu_key, to_datetime
-from hpcscope.ingest.promql.matrix import DCGM_METRIC_NAMES
+from hpcscope.ingest.promql.matrix import DCGM_METRIC_NAMES, dcgm_instant_to_samples
 from hpcscope.model.node_facts import GPU_XID_COUNT_SCHEMA
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA
 from hpcscope.model.timeutil import epoch_seconds
@@ -107,18 +107,23 @@ def latest(
     ]
     exprs.append(f"max by ({KEY_LABELS}) (timestamp({UTIL}))")
     with ThreadPoolExecutor(LATEST_THREADS, thread_name_prefix="engine-latest") as pool:
-        answers = list(pool.map(lambda expr: engine.query(expr, at=until).series, exprs))
+        answers = list(pool.map(lambda expr: engine.query_vector(expr, at=until), exprs))
     stamps = answers.pop()
     source = f"{engine.url} latest"
     when: dict[tuple[str | None, str, int, int | None], float] = {}
     fresh_from = epoch_seconds(since)
-    for index, series in enumerate(stamps):
-        key = gpu_key(series.labels, source=source, where=f"timestamp[{index}]")
-        if key is not None and series.values.size and series.last >= fresh_from:
-            when[key] = series.last
-    values = [series for answer in answers for series in answer]
+    stamped = zip(stamps.labels, stamps.values.tolist(), strict=True)
+    for index, (labels, stamp) in enumerate(stamped):
+        key = gpu_key(labels, source=source, where=f"timestamp[{index}]")
+        if key is not None and stamp >= fresh_from:
+            when[key] = stamp
     # one row per GPU and job copy: the columns of a GPU sampled at once share its time
-    return dcgm_series_to_samples(values, source=source, at=when)
+    return dcgm_instant_to_samples(
+        [labels for answer in answers for labels in answer.labels],
+        [value for answer in answers for value in answer.values.tolist()],
+        source=source,
+        at=when,
+    )
 
 
 def last_seen(

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from hpcscope.ingest.dcgm_fields import FIELDS_BY_EXPORTED_NAME
 from hpcscope.ingest.promql import Series, job_matcher
-from hpcscope.ingest.promql.aggregates import bucket_table, gpu_table, to_datetime
+from hpcscope.ingest.promql.aggregates import bucket_table, to_datetime
 from hpcscope.model.backends import GPU_AGGREGATE_SCHEMA
 from hpcscope.model.timeutil import epoch_seconds
 from hpcscope.service.backends.client import EngineClient
@@ -45,6 +45,8 @@ from hpcscope.service.backends.engine_rules import (
     XID,
     RuleNames,
 )
+from hpcscope.service.backends.rule_cache import RuleAnswers, Window
+from hpcscope.service.backends.vectors import Vector, gpu_columns
 
 #: Parallel queries of one read (the engine answers each on its own core).
 QUERY_THREADS = 6
@@ -86,6 +88,12 @@ def _first(series: Sequence[Series]) -> float | None:
     return None if math.isnan(value) else float(value)
 
 
+def _value(vector: Vector) -> float | None:
+    """The value of a one-series answer (None: no series, or NaN)."""
+    value = float(vector.values[0]) if len(vector) else math.nan
+    return None if math.isnan(value) else value
+
+
 def _range(start: datetime, end: datetime, window_seconds: int) -> str:
     return f"{max(window_seconds, math.ceil((end - start).total_seconds()))}s"
 
@@ -115,6 +123,7 @@ class RuleReads:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._probed: tuple[float, Coverage] | None = None
+        self.answers = RuleAnswers()
 
     @property
     def window_seconds(self) -> int:
@@ -131,6 +140,17 @@ class RuleReads:
             pool = self._pool
         futures = {name: pool.submit(self.engine.query, e, at=at) for name, e in exprs.items()}
         return {name: future.result().series for name, future in futures.items()}
+
+    def _vectors(self, exprs: dict[str, str], at: datetime) -> dict[str, Vector]:
+        """:meth:`_queries` of instant vectors, decoded column-wise."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="engine-read")
+            pool = self._pool
+        futures = {
+            name: pool.submit(self.engine.query_vector, e, at=at) for name, e in exprs.items()
+        }
+        return {name: future.result() for name, future in futures.items()}
 
     def close(self) -> None:
         with self._lock:
@@ -226,13 +246,43 @@ class RuleReads:
             if unknown:
                 raise ValueError(f"not a column of the rules' aggregates: {sorted(unknown)}")
             exprs = {name: expr for name, expr in exprs.items() if name in columns}
-        answers = self._queries(exprs, until + self.delay)
-        return gpu_table(
-            answers,
-            schema=GPU_AGGREGATE_SCHEMA,
-            factors=factors,
-            source=f"{self.engine.url} recording rules",
+        at = until + self.delay
+
+        def compute() -> pa.Table:
+            return gpu_columns(
+                self._vectors(exprs, at),
+                schema=GPU_AGGREGATE_SCHEMA,
+                factors=factors,
+                source=f"{self.engine.url} recording rules",
+            )
+
+        window = self._held(
+            selector, at=at, span=span, subqueries=bool({"first_ts", "last_ts"} & set(exprs))
         )
+        return self.answers.read(
+            (selector, tuple(sorted(exprs))),
+            window,
+            compute,
+            clock=lambda: epoch_seconds(self._now()),
+            interval_seconds=self.window_seconds,
+        )
+
+    def _held(self, selector: str, *, at: datetime, span: str, subqueries: bool) -> Window:
+        """Which evaluations a read at ``at`` over ``span`` holds (:mod:`.rule_cache`)."""
+        end = float(f"{epoch_seconds(at):.3f}")  # the time as the query sends it
+        start = end - float(span.removesuffix("s"))
+        probe = f"max(timestamp({self.names.observed}{selector}))"
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="engine-read")
+            pool = self._pool
+        newest = pool.submit(self.engine.query_vector, probe, at=end)
+        before = pool.submit(self.engine.query_vector, probe, at=start)
+        step = float(self.window_seconds)
+        steps = None
+        if subqueries:  # a subquery's steps are the multiples of its step in the window
+            steps = (math.ceil(start / step) + (start % step == 0) / 2, end // step)
+        return Window(_value(before.result()), _value(newest.result()), start, steps)
 
     def timeseries(
         self, job_ids: Sequence[str], *, bucket_seconds: int, since: datetime, until: datetime

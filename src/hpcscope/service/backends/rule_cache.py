@@ -1,0 +1,134 @@
+"""Answers of the recording rules kept until an evaluation changes them.
+
+A read of the rules over ``[since, until]`` asks, at ``T = until + D``, for the rules'
+evaluations in ``[S, T]`` (``S = T - span``, :class:`~hpcscope.service.backends.rule_reads.
+RuleReads`). Its answer is a function of which evaluations lie there, and an evaluation is
+written once: two reads whose windows hold the same evaluations get the same answer, whatever
+their ``until``. The web app reads a running job's whole life for its page, the job list and the
+overview, and the diagram's recent windows, every few seconds; the rules change once a minute.
+
+Which evaluations a window holds is told by two cheap probes of the per-GPU rule that every
+GPU the engine scraped has (``observed_seconds``), for the read's jobs: the newest evaluation
+at or before ``T`` (``newest``) and the newest before ``S`` (``before``). Two windows with the
+same pair hold the same evaluations: those after ``before`` up to ``newest`` (none lies between
+``before`` and ``S``, or ``before`` would be newer). When there is no ``before`` within the
+engine's lookback (five minutes), the two windows must also start within the lookback of each
+other. A read of the first and last evaluation times (a subquery at the window's step) also
+depends on the subquery's first and last step, which are part of the key.
+
+An answer is kept only when the evaluations it read could not change while it was read: its
+newest evaluation ``E`` was :data:`SETTLED_SECONDS` old by the clock when the read started (an
+engine writes a group's rules one after the other: a probe could see ``E`` of one rule before
+another's is written), and the read ended :data:`CLOCK_SKEW_SECONDS` before the group's next
+evaluation could be written (``E`` plus the evaluation interval: an evaluation is never made
+before its own time). An engine whose ``timestamp()`` is the query time rather than the
+sample's (so no two reads share a key) is read every time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+#: Answers kept (a 1024-GPU read of every column is about 250 kB).
+MAX_ANSWERS = 16
+#: How old (seconds) a newest evaluation must be for its answer to be kept.
+SETTLED_SECONDS = 15.0
+#: How far the engine's clock may be ahead of hpcscope's.
+CLOCK_SKEW_SECONDS = 5.0
+#: The engine's staleness lookback (Prometheus' and VictoriaMetrics' default).
+LOOKBACK_SECONDS = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What decides a read's answer besides its query: the evaluations it holds (``before``:
+    the newest at or before its start ``start``, ``newest``: at or before its end; epoch
+    seconds, None when the probe found none) and, for the subqueries, their steps
+    (``steps``, else None)."""
+
+    before: float | None
+    newest: float | None
+    start: float
+    steps: tuple[float, float] | None = None
+
+    @property
+    def held(self) -> Hashable:
+        """The evaluations held, as a key: an evaluation at the start itself is in the
+        window on Prometheus 2 (both ends closed) and not on VictoriaMetrics, so
+        ``before == start`` is a key of its own."""
+        return (self.before, self.before == self.start, self.newest, self.steps)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    start: float
+    table: pa.Table
+
+
+class RuleAnswers:
+    """A small LRU of rule reads' tables keyed by their query and :class:`Window`."""
+
+    def __init__(self, *, max_answers: int = MAX_ANSWERS) -> None:
+        self.max_answers = max_answers
+        self._kept: OrderedDict[Hashable, _Kept] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def _key(query: Hashable, window: Window) -> Hashable:
+        return (query, window.held)
+
+    def get(self, query: Hashable, window: Window) -> pa.Table | None:
+        """The kept table of an equal read, None when there is none."""
+        if window.newest is None:
+            return None
+        with self._lock:
+            kept = self._kept.get(self._key(query, window))
+            if kept is not None and (
+                window.before is not None or abs(kept.start - window.start) < LOOKBACK_SECONDS
+            ):
+                self._kept.move_to_end(self._key(query, window))
+                self.hits += 1
+                return kept.table
+            self.misses += 1
+            return None
+
+    def read(
+        self,
+        query: Hashable,
+        window: Window,
+        compute: Callable[[], pa.Table],
+        *,
+        clock: Callable[[], float],
+        interval_seconds: float,
+    ) -> pa.Table:
+        """The kept answer of ``query`` over ``window``, else ``compute()``, kept when no
+        evaluation could be written while it ran (the module docstring; ``clock``: epoch
+        seconds, ``interval_seconds``: the rules' evaluation interval)."""
+        found = self.get(query, window)
+        if found is not None:
+            return found
+        started = clock()
+        table = compute()
+        newest = window.newest
+        if (
+            newest is not None
+            and started - newest >= SETTLED_SECONDS
+            and clock() <= newest + interval_seconds - CLOCK_SKEW_SECONDS
+        ):
+            with self._lock:
+                self._kept[self._key(query, window)] = _Kept(window.start, table)
+                self._kept.move_to_end(self._key(query, window))
+                while len(self._kept) > self.max_answers:
+                    self._kept.popitem(last=False)
+        return table
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
