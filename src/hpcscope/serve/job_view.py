@@ -172,7 +172,8 @@ def reader_page(request: Request, service: Service, job: SeenJob, report: JobRep
     """``job``'s page as its principal reads it: the shared parts (:func:`job_view`) inside
     the page's header, with the job's alerts as the principal sees them; kept per reader (what
     a page may use of a principal, :func:`~hpcscope.serve.kept.page_key`: a page read by HTTP
-    Basic and one read with the session cookie are the same page), job and alert changes."""
+    Basic and one read with the session cookie are the same page) and job, its version the
+    job's alert changes."""
     principal, job_id = job.principal, job.job_id
 
     def page() -> bytes:
@@ -186,15 +187,22 @@ def reader_page(request: Request, service: Service, job: SeenJob, report: JobRep
         }
         return bytes(render(request, "job.html", context, principal=principal).body)
 
-    key = ("serve.job_page", page_key(principal), job_id, service.job_alert_changes(job_id))
-    return service.snapshots.get(key, page, every_seconds=report_every_seconds(report), size=len)
+    # its version: the changes of the job's alerts (the latest replaces the others)
+    return service.snapshots.get(
+        ("serve.job_page", page_key(principal), job_id),
+        page,
+        every_seconds=report_every_seconds(report),
+        size=len,
+        version=service.job_alert_changes(job_id),
+    )
 
 
 def reader_document(service: Service, job: SeenJob, report: JobReport) -> Document:
     """``job``'s document (``JobReportWithPhases``) as its principal reads it, and its ETag:
     the shared parts joined with the alerts as the principal sees them; kept per alert scope
-    and role (what ``Service.alerts_of`` reads of the principal), job and alert changes, or
-    once for every reader of a job that has no alert (a new one changes the key)."""
+    and role (what ``Service.alerts_of`` reads of the principal) and job, or once for every
+    reader of a job that has no alert (a new one changes the key); its version the job's
+    alert changes."""
     principal, job_id = job.principal, job.job_id
 
     def serialised() -> Document:
@@ -209,12 +217,12 @@ def reader_document(service: Service, job: SeenJob, report: JobReport) -> Docume
     # a job without alerts has one document for every reader who may see it
     has_alerts = job_id in service.jobs_with_alerts()
     scope = (principal.alert_scope(), principal.redacts_weight_paths) if has_alerts else None
-    key = ("serve.job_json", scope, job_id, service.job_alert_changes(job_id))
     return service.snapshots.get(
-        key,
+        ("serve.job_json", scope, job_id),
         serialised,
         every_seconds=report_every_seconds(report),
         size=lambda document: len(document[0]),
+        version=service.job_alert_changes(job_id),
     )
 
 
