@@ -322,7 +322,11 @@ def test_a_new_version_replaces_the_old_one_and_an_old_one_is_never_served() -> 
     snapshots = Snapshots(writes, clock=clock, refresh=held)
     snapshots.publish()  # a collector's cycles: stale entries would be served
     for version in range(50):  # an alert written 50 times: one entry, not 50
-        value = snapshots.get("alerts", lambda v=version: b"a" * (v + 1), version=version)
+
+        def body(v: int = version) -> bytes:
+            return b"a" * (v + 1)
+
+        value = snapshots.get("alerts", body, version=version)
         assert value == b"a" * (version + 1)
     assert len(snapshots) == 1 and snapshots.kept_bytes == 50
     assert snapshots.get("alerts", lambda: b"fresh", version=49) == b"a" * 50  # current

@@ -36,6 +36,7 @@ from starlette.requests import Request
 from hpcscope.model.access import Principal, Role
 from hpcscope.model.alerts import Alert
 from hpcscope.model.timeutil import utcnow
+from hpcscope.model.topology import Topology
 from hpcscope.serve.kept import Document, etag_of, page_key
 from hpcscope.serve.templating import render, templates
 from hpcscope.service.alerts.contracts import AlertDocument
@@ -133,9 +134,25 @@ def _render(name: str, **context: object) -> str:
 def view_kind_of(service: Service) -> str:
     """The kind a job's report parts are stored as here: the version of the templates they are
     rendered with, of the notes thresholds and of the GPUs' memory the notes read."""
-    notes = repr(notify_config(service).notes)
-    memory = repr(sorted((g.node, g.index, g.model.memory_bytes) for g in service.topology.gpus))
-    return _kind(notes + memory)
+    return _kind(repr(notify_config(service).notes) + _memory_of(service.topology))
+
+
+#: The GPUs' memory of the last topologies seen (each held, so that its id stays its own).
+_MEMORY: dict[int, tuple[Topology, str]] = {}
+
+
+_MEMORY_LOCK = Lock()
+
+
+def _memory_of(topology: Topology) -> str:
+    with _MEMORY_LOCK:
+        kept = _MEMORY.get(id(topology))
+        if kept is None or kept[0] is not topology:
+            memory = sorted((g.node, g.index, g.model.memory_bytes) for g in topology.gpus)
+            kept = _MEMORY[id(topology)] = (topology, repr(memory))
+            while len(_MEMORY) > 8:
+                del _MEMORY[next(iter(_MEMORY))]
+        return kept[1]
 
 
 @lru_cache(maxsize=8)
@@ -176,20 +193,22 @@ def reader_page(request: Request, service: Service, job: SeenJob, report: JobRep
 def reader_document(service: Service, job: SeenJob, report: JobReport) -> Document:
     """``job``'s document (``JobReportWithPhases``) as its principal reads it, and its ETag:
     the shared parts joined with the alerts as the principal sees them; kept per alert scope
-    and role (what ``Service.alerts_of`` reads of the principal), job and alert changes."""
+    and role (what ``Service.alerts_of`` reads of the principal), job and alert changes, or
+    once for every reader of a job that has no alert (a new one changes the key)."""
     principal, job_id = job.principal, job.job_id
 
     def serialised() -> Document:
         view = job_view(service, job, report)
-        alerts = b",".join(
-            AlertDocument.of(alert).model_dump_json().encode() for alert in service.alerts_of(job)
-        )
+        found = service.alerts_of(job) if has_alerts else []  # as the key says
+        alerts = b",".join(AlertDocument.of(alert).model_dump_json().encode() for alert in found)
         body = b"".join(
             (view.report_json[:-1], b',"alerts":[', alerts, b'],"phases":', view.phases_json, b"}")
         )
         return body, etag_of(body)
 
-    scope = (principal.alert_scope(), principal.redacts_weight_paths)
+    # a job without alerts has one document for every reader who may see it
+    has_alerts = job_id in service.jobs_with_alerts()
+    scope = (principal.alert_scope(), principal.redacts_weight_paths) if has_alerts else None
     key = ("serve.job_json", scope, job_id, service.job_alert_changes(job_id))
     return service.snapshots.get(
         key,
