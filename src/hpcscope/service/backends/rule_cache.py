@@ -31,6 +31,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -62,6 +63,68 @@ class Window:
         window on Prometheus 2 (both ends closed) and not on VictoriaMetrics, so
         ``before == start`` is a key of its own."""
         return (self.before, self.before == self.start, self.newest, self.steps)
+
+
+@dataclass(frozen=True, slots=True)
+class _Newest:
+    value: float
+    asked_at: float
+    answered_by: float
+
+
+class ProbeAnswers:
+    """What the probes of :class:`Window` answered, kept while it cannot change (the module
+    docstring). Times are epoch seconds; ``interval_seconds``: the rules' evaluation interval."""
+
+    def __init__(self, *, interval_seconds: float, max_answers: int = 4 * MAX_ANSWERS) -> None:
+        self.interval_seconds = interval_seconds
+        self.max_answers = max_answers
+        self._newest: OrderedDict[str, _Newest] = OrderedDict()
+        self._before: OrderedDict[tuple[str, float], float | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def newest(self, selector: str, end: float, *, now: float) -> float | None:
+        """The newest evaluation at or before ``end`` when it is known, else None."""
+        with self._lock:
+            kept = self._newest.get(selector)
+        if kept is None or kept.asked_at < kept.answered_by or end < kept.value:
+            return None
+        if now >= kept.value + self.interval_seconds - CLOCK_SKEW_SECONDS:
+            return None  # the next evaluation may be written
+        return kept.value
+
+    def keep_newest(
+        self, selector: str, value: float | None, *, asked_at: float, answered_by: float
+    ) -> None:
+        """Keep a probe's answer: the newest evaluation at or before ``asked_at``, answered by
+        the clock's ``answered_by``."""
+        if value is None:
+            return
+        with self._lock:
+            self._newest[selector] = _Newest(value, asked_at, answered_by)
+            self._trim(self._newest)
+
+    def before(self, selector: str, start: float) -> tuple[bool, float | None]:
+        """(known, the newest evaluation at or before ``start``)."""
+        with self._lock:
+            if (selector, start) in self._before:
+                return True, self._before[(selector, start)]
+        return False, None
+
+    def keep_before(
+        self, selector: str, start: float, value: float | None, *, asked: float
+    ) -> None:
+        """Keep a probe's answer at ``start``, asked by the clock's ``asked``: final when every
+        evaluation up to ``start`` was written."""
+        if asked - start < SETTLED_SECONDS:
+            return
+        with self._lock:
+            self._before[(selector, start)] = value
+            self._trim(self._before)
+
+    def _trim(self, kept: OrderedDict[Any, Any]) -> None:
+        while len(kept) > self.max_answers:
+            kept.popitem(last=False)
 
 
 @dataclass(frozen=True, slots=True)
