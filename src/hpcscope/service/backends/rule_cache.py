@@ -17,12 +17,22 @@ other. A read of the first and last evaluation times (a subquery at the window's
 depends on the subquery's first and last step, which are part of the key.
 
 An answer is kept only when the evaluations it read could not change while it was read: its
-newest evaluation ``E`` was :data:`SETTLED_SECONDS` old by the clock when the read started (an
-engine writes a group's rules one after the other: a probe could see ``E`` of one rule before
-another's is written), and the read ended :data:`CLOCK_SKEW_SECONDS` before the group's next
-evaluation could be written (``E`` plus the evaluation interval: an evaluation is never made
-before its own time). An engine whose ``timestamp()`` is the query time rather than the
-sample's (so no two reads share a key) is read every time.
+newest evaluation ``E`` was settled, :data:`SETTLED_SECONDS` or the rules' delay (the site's
+ingestion delay) old by the clock, when the read started (an engine writes a group's rules one
+after the other, vmalert writes them back through remote write: a probe could see ``E`` of one
+rule before another's is stored), and the read ended :data:`CLOCK_SKEW_SECONDS` before the
+group's next evaluation could be written (``E`` plus the evaluation interval: an evaluation is
+never made before its own time). An engine whose ``timestamp()`` is the query time rather than
+the sample's (so no two reads share a key) is read every time.
+
+The probes' answers are kept too (:class:`ProbeAnswers`), while they cannot change: the newest
+evaluation ``E``, asked at a time after the probe was made (so it saw every evaluation
+written), stays the newest until the group's next evaluation is due, ``E`` plus the interval
+less :data:`CLOCK_SKEW_SECONDS` (a group's evaluations are at least its interval apart), for
+any window ending at or after ``E``; the newest evaluation at or before a start ``S`` never
+changes once every evaluation up to ``S`` is stored (settled after ``S``). A running job's page
+read within a minute of another asks the engine nothing; a sliding window (the diagram's last
+five minutes) asks one probe.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ import pyarrow as pa
 
 #: Answers kept (a 1024-GPU read of every column is about 250 kB).
 MAX_ANSWERS = 16
-#: How old (seconds) a newest evaluation must be for its answer to be kept.
+#: How old (seconds) a newest evaluation must be for its answer to be kept, at least.
 SETTLED_SECONDS = 15.0
 #: How far the engine's clock may be ahead of hpcscope's.
 CLOCK_SKEW_SECONDS = 5.0
@@ -76,8 +86,15 @@ class ProbeAnswers:
     """What the probes of :class:`Window` answered, kept while it cannot change (the module
     docstring). Times are epoch seconds; ``interval_seconds``: the rules' evaluation interval."""
 
-    def __init__(self, *, interval_seconds: float, max_answers: int = 4 * MAX_ANSWERS) -> None:
+    def __init__(
+        self,
+        *,
+        interval_seconds: float,
+        settled_seconds: float = SETTLED_SECONDS,
+        max_answers: int = 4 * MAX_ANSWERS,
+    ) -> None:
         self.interval_seconds = interval_seconds
+        self.settled_seconds = settled_seconds
         self.max_answers = max_answers
         self._newest: OrderedDict[str, _Newest] = OrderedDict()
         self._before: OrderedDict[tuple[str, float], float | None] = OrderedDict()
@@ -116,7 +133,7 @@ class ProbeAnswers:
     ) -> None:
         """Keep a probe's answer at ``start``, asked by the clock's ``asked``: final when every
         evaluation up to ``start`` was written."""
-        if asked - start < SETTLED_SECONDS:
+        if asked - start < self.settled_seconds:
             return
         with self._lock:
             self._before[(selector, start)] = value
@@ -136,7 +153,10 @@ class _Kept:
 class RuleAnswers:
     """A small LRU of rule reads' tables keyed by their query and :class:`Window`."""
 
-    def __init__(self, *, max_answers: int = MAX_ANSWERS) -> None:
+    def __init__(
+        self, *, settled_seconds: float = SETTLED_SECONDS, max_answers: int = MAX_ANSWERS
+    ) -> None:
+        self.settled_seconds = settled_seconds
         self.max_answers = max_answers
         self._kept: OrderedDict[Hashable, _Kept] = OrderedDict()
         self._lock = threading.Lock()
@@ -182,7 +202,7 @@ class RuleAnswers:
         newest = window.newest
         if (
             newest is not None
-            and started - newest >= SETTLED_SECONDS
+            and started - newest >= self.settled_seconds
             and clock() <= newest + interval_seconds - CLOCK_SKEW_SECONDS
         ):
             with self._lock:

@@ -45,7 +45,12 @@ from hpcscope.service.backends.engine_rules import (
     XID,
     RuleNames,
 )
-from hpcscope.service.backends.rule_cache import ProbeAnswers, RuleAnswers, Window
+from hpcscope.service.backends.rule_cache import (
+    SETTLED_SECONDS,
+    ProbeAnswers,
+    RuleAnswers,
+    Window,
+)
 from hpcscope.service.backends.vectors import Vector, gpu_columns
 
 #: Parallel queries of one read (the engine answers each on its own core).
@@ -123,8 +128,9 @@ class RuleReads:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._probed: tuple[float, Coverage] | None = None
-        self.answers = RuleAnswers()
-        self.probes = ProbeAnswers(interval_seconds=names.window_seconds)
+        settled = max(SETTLED_SECONDS, float(names.delay_seconds))
+        self.answers = RuleAnswers(settled_seconds=settled)
+        self.probes = ProbeAnswers(interval_seconds=names.window_seconds, settled_seconds=settled)
 
     @property
     def window_seconds(self) -> int:
