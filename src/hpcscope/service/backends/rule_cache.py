@@ -7,14 +7,15 @@ written once: two reads whose windows hold the same evaluations get the same ans
 their ``until``. The web app reads a running job's whole life for its page, the job list and the
 overview, and the diagram's recent windows, every few seconds; the rules change once a minute.
 
-Which evaluations a window holds is told by two cheap probes of the per-GPU rule that every
-GPU the engine scraped has (``observed_seconds``), for the read's jobs: the newest evaluation
-at or before ``T`` (``newest``) and the newest before ``S`` (``before``). Two windows with the
-same pair hold the same evaluations: those after ``before`` up to ``newest`` (none lies between
+Which evaluations a window holds is told by two cheap probes of the per-GPU rule that every GPU
+the engine scraped has (``observed_seconds``), for the read's jobs: the newest evaluation at or
+before ``T`` (``newest``) and the newest before ``S`` (``before``). Two windows with the same
+pair hold the same evaluations: those after ``before`` up to ``newest`` (none lies between
 ``before`` and ``S``, or ``before`` would be newer). When there is no ``before`` within the
-engine's lookback (five minutes), the two windows must also start within the lookback of each
-other. A read of the first and last evaluation times (a subquery at the window's step) also
-depends on the subquery's first and last step, which are part of the key.
+engine's lookback (which is at least one evaluation interval), the two windows must also start
+within one interval of each other. A read of the first and last evaluation times (a subquery at
+the window's step) also depends on the subquery's first and last step, which are part of the
+key.
 
 An answer is kept only when the evaluations it read could not change while it was read: its
 newest evaluation ``E`` was settled, :data:`SETTLED_SECONDS` or the rules' delay (the site's
@@ -51,8 +52,6 @@ MAX_ANSWERS = 16
 SETTLED_SECONDS = 15.0
 #: How far the engine's clock may be ahead of hpcscope's.
 CLOCK_SKEW_SECONDS = 5.0
-#: The engine's staleness lookback (Prometheus' and VictoriaMetrics' default).
-LOOKBACK_SECONDS = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,14 +166,14 @@ class RuleAnswers:
     def _key(query: Hashable, window: Window) -> Hashable:
         return (query, window.held)
 
-    def get(self, query: Hashable, window: Window) -> pa.Table | None:
+    def get(self, query: Hashable, window: Window, *, interval_seconds: float) -> pa.Table | None:
         """The kept table of an equal read, None when there is none."""
         if window.newest is None:
             return None
         with self._lock:
             kept = self._kept.get(self._key(query, window))
             if kept is not None and (
-                window.before is not None or abs(kept.start - window.start) < LOOKBACK_SECONDS
+                window.before is not None or abs(kept.start - window.start) < interval_seconds
             ):
                 self._kept.move_to_end(self._key(query, window))
                 self.hits += 1
@@ -194,7 +193,7 @@ class RuleAnswers:
         """The kept answer of ``query`` over ``window``, else ``compute()``, kept when no
         evaluation could be written while it ran (the module docstring; ``clock``: epoch
         seconds, ``interval_seconds``: the rules' evaluation interval)."""
-        found = self.get(query, window)
+        found = self.get(query, window, interval_seconds=interval_seconds)
         if found is not None:
             return found
         started = clock()
