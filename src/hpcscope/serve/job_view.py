@@ -1,15 +1,18 @@
-"""A job's page and document: rendered once per job and data change, plus a thin reader layer.
+"""A job's page and document: rendered once per job and report, plus a thin reader layer.
 
-Everything on a job's page but its alerts and the page's header (the reader's name and role)
-is the same for every principal who may see the job: its report, notes, phases, GPUs. Its
-JSON document likewise, but its ``alerts``. :func:`job_view` renders and serialises those
-parts once per job and generation (a finished job's at most every minute, like its report:
-:func:`~hpcscope.service.core.report_every_seconds`) into one kept entry, :class:`JobView`;
-a reader's page (:func:`reader_page`) and document (:func:`reader_document`) then add what is
-theirs: the alerts as their alert scope and role see them (``Service.alerts_of``) and, on the
-page, the header. A miss for a second reader of a job is a small render and a join of bytes,
-where it used to be the whole page (notes and phases read from the store, the report's
-template) once per principal.
+What a job's page shows of its report (the figures, the notes, the GPUs) is the same for every
+principal who may see the job, and so is its JSON document but its ``alerts`` and ``phases``.
+:func:`job_view` renders and serialises those parts once per job and report into one kept
+entry, :class:`JobView`: a summarised job's with its report document's digest as version,
+kept for minutes (nothing else it shows changes), and stored in the store once
+(:func:`report_parts`, ``service/jobs/views.py``; a keeper renders every summarised job's after
+the collector's cycles, :class:`ViewKeeper`), so that a first read of it in a process is one
+keyed row. A reader's page (:func:`reader_page`) and document (:func:`reader_document`) then
+add what changes apart or is theirs: the job's phases (kept per job,
+``service/traces/job_phases.py``), the alerts as their alert scope and role see them
+(``Service.alerts_of``) and, on the page, the header. A miss for a reader is a small render
+and a join of bytes, where it used to be the whole page (the notes read from the store, the
+report's template) once per principal.
 
 The document is joined, not serialised again: ``JobReportWithPhases`` is the report's fields,
 then ``alerts``, then ``phases`` (in that order, the models' own), so its JSON is the report's
@@ -34,7 +37,6 @@ from markupsafe import Markup
 from starlette.requests import Request
 
 from hpcscope.model.access import Principal, Role
-from hpcscope.model.alerts import Alert
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology
 from hpcscope.serve.kept import Document, etag_of, page_key
@@ -58,49 +60,47 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """What of a job's page and document every reader who may see the job shares.
+    """What of a job's page and document every reader who may see the job shares, from its
+    report alone.
 
     Attributes:
         report_json: the job's ``JobReportDocument``, serialised.
-        phases_json: its ``JobPhases``, serialised.
         head_html: the page's main part above the alerts section (the report, the notes).
-        phases_html: the phases section, below the alerts.
-        tail_html: the rest (the chart, the GPUs).
+        tail_html: the part below the phases (the chart, the GPUs).
     """
 
     report_json: bytes
-    phases_json: bytes
     head_html: str
-    phases_html: str
     tail_html: str
 
     @property
     def size(self) -> int:
         """Bytes kept (the snapshots' budget)."""
-        texts = (self.head_html, self.phases_html, self.tail_html)
-        return len(self.report_json) + len(self.phases_json) + sum(len(t) for t in texts)
+        return len(self.report_json) + len(self.head_html) + len(self.tail_html)
+
+
+#: A summarised job's view, versioned by its report document, is kept this long whatever the
+#: generation: nothing else it shows changes once the summary is written.
+SUMMARISED_VIEW_SECONDS = 600.0
 
 
 def job_view(service: Service, job: SeenJob, report: JobReport) -> JobView:
-    """The shared parts of ``job``'s page and document (module docstring), kept per job."""
+    """The shared parts of ``job``'s page and document (module docstring), kept per job; a
+    summarised job's with its report document's digest as version (a changed report renders
+    them again), else once per generation (a finished job's at most every minute)."""
+    report_json = JobReportDocument.from_report(report).model_dump_json().encode()
 
     def compute() -> JobView:
-        report_json = JobReportDocument.from_report(report).model_dump_json().encode()
         head, tail = report_parts(service, report, report_json)
-        phases = phases_of(service, job)
-        return JobView(
-            report_json=report_json,
-            phases_json=phases.model_dump_json().encode(),
-            head_html=head,
-            phases_html=_render("_job_phases.html", job_id=job.job_id, phases=phases),
-            tail_html=tail,
-        )
+        return JobView(report_json=report_json, head_html=head, tail_html=tail)
 
+    summarised = report.source == "summary"
     return service.snapshots.get(
         ("serve.job_view", job.job_id),
         compute,
-        every_seconds=report_every_seconds(report),
+        every_seconds=SUMMARISED_VIEW_SECONDS if summarised else report_every_seconds(report),
         size=lambda view: view.size,
+        version=etag_of(report_json) if summarised else None,
     )
 
 
@@ -164,10 +164,6 @@ def _kind(settings: str) -> str:
     return view_kind([*sources, settings.encode()])
 
 
-def _alerts_html(job_id: str, alerts: list[Alert]) -> str:
-    return _render("_job_alerts.html", job_id=job_id, alerts=alerts)
-
-
 def reader_page(request: Request, service: Service, job: SeenJob, report: JobReport) -> bytes:
     """``job``'s page as its principal reads it: the shared parts (:func:`job_view`) inside
     the page's header, with the job's alerts as the principal sees them; kept per reader (what
@@ -177,12 +173,14 @@ def reader_page(request: Request, service: Service, job: SeenJob, report: JobRep
     principal, job_id = job.principal, job.job_id
 
     def page() -> bytes:
+        alerts = service.alerts_of(job)
         view = job_view(service, job, report)
+        phases = phases_of(service, job)
         context = {  # parts rendered (escaped) by the same templates
             "job_id": job_id,
             "head_html": Markup(view.head_html),
-            "alerts_html": Markup(_alerts_html(job_id, service.alerts_of(job))),
-            "phases_html": Markup(view.phases_html),
+            "alerts_html": Markup(_render("_job_alerts.html", job_id=job_id, alerts=alerts)),
+            "phases_html": Markup(_render("_job_phases.html", job_id=job_id, phases=phases)),
             "tail_html": Markup(view.tail_html),
         }
         return bytes(render(request, "job.html", context, principal=principal).body)
@@ -209,8 +207,9 @@ def reader_document(service: Service, job: SeenJob, report: JobReport) -> Docume
         view = job_view(service, job, report)
         found = service.alerts_of(job) if has_alerts else []  # as the key says
         alerts = b",".join(AlertDocument.of(alert).model_dump_json().encode() for alert in found)
+        phases = phases_of(service, job).model_dump_json().encode()
         body = b"".join(
-            (view.report_json[:-1], b',"alerts":[', alerts, b'],"phases":', view.phases_json, b"}")
+            (view.report_json[:-1], b',"alerts":[', alerts, b'],"phases":', phases, b"}")
         )
         return body, etag_of(body)
 
