@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import statistics
 import sys
 import time
@@ -162,7 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auth", choices=AUTH_MODES, default="cookie")
     parser.add_argument("--port", type=int, default=18_918)
     args = parser.parse_args(argv)
-    with Demo(port=args.port, topology=TOPOLOGIES[args.topology]) as demo:
+    # a bounded run (``timeout``) ends by SIGTERM: exit through the demo's clean-up, which
+    # stops the server and the twin (their own session: they would run on, orphaned), also
+    # while the demo starts (its history at 128 nodes takes minutes)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    demo = Demo(port=args.port, topology=TOPOLOGIES[args.topology])
+    try:
+        demo.__enter__()
         result = asyncio.run(
             soak(
                 demo,
@@ -175,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                 auth=args.auth,
             )
         )
+    finally:
+        demo.__exit__(None, None, None)
     print(json.dumps(result))
     return 0
 

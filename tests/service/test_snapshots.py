@@ -317,6 +317,32 @@ def test_bytes_read_without_a_size_count_against_the_budget_too() -> None:
     assert snapshots.kept_bytes == 50 and len(snapshots) == 3
 
 
+def test_a_new_version_replaces_the_old_one_and_an_old_one_is_never_served() -> None:
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = Snapshots(writes, clock=clock, refresh=held)
+    snapshots.publish()  # a collector's cycles: stale entries would be served
+    for version in range(50):  # an alert written 50 times: one entry, not 50
+
+        def body(v: int = version) -> bytes:
+            return b"a" * (v + 1)
+
+        value = snapshots.get("alerts", body, version=version)
+        assert value == b"a" * (version + 1)
+    assert len(snapshots) == 1 and snapshots.kept_bytes == 50
+    assert snapshots.get("alerts", lambda: b"fresh", version=49) == b"a" * 50  # current
+    clock.now += 15  # stale (served for its own version): another version is computed
+    assert snapshots.get("alerts", lambda: b"older", version=48) == b"older"
+    assert snapshots.get("other", lambda: b"o") == b"o"  # a plain key beside it
+    assert len(snapshots) == 2 and snapshots.kept_bytes == 6
+    with pytest.raises(SnapshotMiss):
+        cache_only(snapshots.get, "alerts", lambda: b"new", version=50)
+    snapshots = Snapshots(writes, max_entries=2, refresh=held)  # eviction forgets the family
+    snapshots.get("a", lambda: 1, version=1)
+    snapshots.get("b", lambda: 2)
+    snapshots.get("c", lambda: 3)  # a goes
+    assert snapshots.get("a", lambda: 4, version=2) == 4 and len(snapshots) == 2
+
+
 def test_one_value_over_the_budget_is_still_kept_alone() -> None:
     snapshots = Snapshots(Writes(), max_bytes=10, refresh=Held())
     assert snapshots.get("big", lambda: b"z" * 50, size=len) == b"z" * 50

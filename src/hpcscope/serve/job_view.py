@@ -1,15 +1,18 @@
-"""A job's page and document: rendered once per job and data change, plus a thin reader layer.
+"""A job's page and document: rendered once per job and report, plus a thin reader layer.
 
-Everything on a job's page but its alerts and the page's header (the reader's name and role)
-is the same for every principal who may see the job: its report, notes, phases, GPUs. Its
-JSON document likewise, but its ``alerts``. :func:`job_view` renders and serialises those
-parts once per job and generation (a finished job's at most every minute, like its report:
-:func:`~hpcscope.service.core.report_every_seconds`) into one kept entry, :class:`JobView`;
-a reader's page (:func:`reader_page`) and document (:func:`reader_document`) then add what is
-theirs: the alerts as their alert scope and role see them (``Service.alerts_of``) and, on the
-page, the header. A miss for a second reader of a job is a small render and a join of bytes,
-where it used to be the whole page (notes and phases read from the store, the report's
-template) once per principal.
+What a job's page shows of its report (the figures, the notes, the GPUs) is the same for every
+principal who may see the job, and so is its JSON document but its ``alerts`` and ``phases``.
+:func:`job_view` renders and serialises those parts once per job and report into one kept
+entry, :class:`JobView`: a summarised job's with its report document's digest as version,
+kept for minutes (nothing else it shows changes), and stored in the store once
+(:func:`report_parts`, ``service/jobs/views.py``; a keeper renders every summarised job's after
+the collector's cycles, :class:`ViewKeeper`), so that a first read of it in a process is one
+keyed row. A reader's page (:func:`reader_page`) and document (:func:`reader_document`) then
+add what changes apart or is theirs: the job's phases (kept per job,
+``service/traces/job_phases.py``), the alerts as their alert scope and role see them
+(``Service.alerts_of``) and, on the page, the header. A miss for a reader is a small render
+and a join of bytes, where it used to be the whole page (the notes read from the store, the
+report's template) once per principal.
 
 The document is joined, not serialised again: ``JobReportWithPhases`` is the report's fields,
 then ``alerts``, then ``phases`` (in that order, the models' own), so its JSON is the report's
@@ -34,8 +37,8 @@ from markupsafe import Markup
 from starlette.requests import Request
 
 from hpcscope.model.access import Principal, Role
-from hpcscope.model.alerts import Alert
 from hpcscope.model.timeutil import utcnow
+from hpcscope.model.topology import Topology
 from hpcscope.serve.kept import Document, etag_of, page_key
 from hpcscope.serve.templating import render, templates
 from hpcscope.service.alerts.contracts import AlertDocument
@@ -57,49 +60,47 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """What of a job's page and document every reader who may see the job shares.
+    """What of a job's page and document every reader who may see the job shares, from its
+    report alone.
 
     Attributes:
         report_json: the job's ``JobReportDocument``, serialised.
-        phases_json: its ``JobPhases``, serialised.
         head_html: the page's main part above the alerts section (the report, the notes).
-        phases_html: the phases section, below the alerts.
-        tail_html: the rest (the chart, the GPUs).
+        tail_html: the part below the phases (the chart, the GPUs).
     """
 
     report_json: bytes
-    phases_json: bytes
     head_html: str
-    phases_html: str
     tail_html: str
 
     @property
     def size(self) -> int:
         """Bytes kept (the snapshots' budget)."""
-        texts = (self.head_html, self.phases_html, self.tail_html)
-        return len(self.report_json) + len(self.phases_json) + sum(len(t) for t in texts)
+        return len(self.report_json) + len(self.head_html) + len(self.tail_html)
+
+
+#: A summarised job's view, versioned by its report document, is kept this long whatever the
+#: generation: nothing else it shows changes once the summary is written.
+SUMMARISED_VIEW_SECONDS = 600.0
 
 
 def job_view(service: Service, job: SeenJob, report: JobReport) -> JobView:
-    """The shared parts of ``job``'s page and document (module docstring), kept per job."""
+    """The shared parts of ``job``'s page and document (module docstring), kept per job; a
+    summarised job's with its report document's digest as version (a changed report renders
+    them again), else once per generation (a finished job's at most every minute)."""
+    report_json = JobReportDocument.from_report(report).model_dump_json().encode()
 
     def compute() -> JobView:
-        report_json = JobReportDocument.from_report(report).model_dump_json().encode()
         head, tail = report_parts(service, report, report_json)
-        phases = phases_of(service, job)
-        return JobView(
-            report_json=report_json,
-            phases_json=phases.model_dump_json().encode(),
-            head_html=head,
-            phases_html=_render("_job_phases.html", job_id=job.job_id, phases=phases),
-            tail_html=tail,
-        )
+        return JobView(report_json=report_json, head_html=head, tail_html=tail)
 
+    summarised = report.source == "summary"
     return service.snapshots.get(
         ("serve.job_view", job.job_id),
         compute,
-        every_seconds=report_every_seconds(report),
+        every_seconds=SUMMARISED_VIEW_SECONDS if summarised else report_every_seconds(report),
         size=lambda view: view.size,
+        version=etag_of(report_json) if summarised else None,
     )
 
 
@@ -133,9 +134,25 @@ def _render(name: str, **context: object) -> str:
 def view_kind_of(service: Service) -> str:
     """The kind a job's report parts are stored as here: the version of the templates they are
     rendered with, of the notes thresholds and of the GPUs' memory the notes read."""
-    notes = repr(notify_config(service).notes)
-    memory = repr(sorted((g.node, g.index, g.model.memory_bytes) for g in service.topology.gpus))
-    return _kind(notes + memory)
+    return _kind(repr(notify_config(service).notes) + _memory_of(service.topology))
+
+
+#: The GPUs' memory of the last topologies seen (each held, so that its id stays its own).
+_MEMORY: dict[int, tuple[Topology, str]] = {}
+
+
+_MEMORY_LOCK = Lock()
+
+
+def _memory_of(topology: Topology) -> str:
+    with _MEMORY_LOCK:
+        kept = _MEMORY.get(id(topology))
+        if kept is None or kept[0] is not topology:
+            memory = sorted((g.node, g.index, g.model.memory_bytes) for g in topology.gpus)
+            kept = _MEMORY[id(topology)] = (topology, repr(memory))
+            while len(_MEMORY) > 8:
+                del _MEMORY[next(iter(_MEMORY))]
+        return kept[1]
 
 
 @lru_cache(maxsize=8)
@@ -147,55 +164,64 @@ def _kind(settings: str) -> str:
     return view_kind([*sources, settings.encode()])
 
 
-def _alerts_html(job_id: str, alerts: list[Alert]) -> str:
-    return _render("_job_alerts.html", job_id=job_id, alerts=alerts)
-
-
 def reader_page(request: Request, service: Service, job: SeenJob, report: JobReport) -> bytes:
     """``job``'s page as its principal reads it: the shared parts (:func:`job_view`) inside
     the page's header, with the job's alerts as the principal sees them; kept per reader (what
     a page may use of a principal, :func:`~hpcscope.serve.kept.page_key`: a page read by HTTP
-    Basic and one read with the session cookie are the same page), job and alert changes."""
+    Basic and one read with the session cookie are the same page) and job, its version the
+    job's alert changes."""
     principal, job_id = job.principal, job.job_id
 
     def page() -> bytes:
+        alerts = service.alerts_of(job)
         view = job_view(service, job, report)
+        phases = phases_of(service, job)
         context = {  # parts rendered (escaped) by the same templates
             "job_id": job_id,
             "head_html": Markup(view.head_html),
-            "alerts_html": Markup(_alerts_html(job_id, service.alerts_of(job))),
-            "phases_html": Markup(view.phases_html),
+            "alerts_html": Markup(_render("_job_alerts.html", job_id=job_id, alerts=alerts)),
+            "phases_html": Markup(_render("_job_phases.html", job_id=job_id, phases=phases)),
             "tail_html": Markup(view.tail_html),
         }
         return bytes(render(request, "job.html", context, principal=principal).body)
 
-    key = ("serve.job_page", page_key(principal), job_id, service.job_alert_changes(job_id))
-    return service.snapshots.get(key, page, every_seconds=report_every_seconds(report), size=len)
+    # its version: the changes of the job's alerts (the latest replaces the others)
+    return service.snapshots.get(
+        ("serve.job_page", page_key(principal), job_id),
+        page,
+        every_seconds=report_every_seconds(report),
+        size=len,
+        version=service.job_alert_changes(job_id),
+    )
 
 
 def reader_document(service: Service, job: SeenJob, report: JobReport) -> Document:
     """``job``'s document (``JobReportWithPhases``) as its principal reads it, and its ETag:
     the shared parts joined with the alerts as the principal sees them; kept per alert scope
-    and role (what ``Service.alerts_of`` reads of the principal), job and alert changes."""
+    and role (what ``Service.alerts_of`` reads of the principal) and job, or once for every
+    reader of a job that has no alert (a new one changes the key); its version the job's
+    alert changes."""
     principal, job_id = job.principal, job.job_id
 
     def serialised() -> Document:
         view = job_view(service, job, report)
-        alerts = b",".join(
-            AlertDocument.of(alert).model_dump_json().encode() for alert in service.alerts_of(job)
-        )
+        found = service.alerts_of(job) if has_alerts else []  # as the key says
+        alerts = b",".join(AlertDocument.of(alert).model_dump_json().encode() for alert in found)
+        phases = phases_of(service, job).model_dump_json().encode()
         body = b"".join(
-            (view.report_json[:-1], b',"alerts":[', alerts, b'],"phases":', view.phases_json, b"}")
+            (view.report_json[:-1], b',"alerts":[', alerts, b'],"phases":', phases, b"}")
         )
         return body, etag_of(body)
 
-    scope = (principal.alert_scope(), principal.redacts_weight_paths)
-    key = ("serve.job_json", scope, job_id, service.job_alert_changes(job_id))
+    # a job without alerts has one document for every reader who may see it
+    has_alerts = job_id in service.jobs_with_alerts()
+    scope = (principal.alert_scope(), principal.redacts_weight_paths) if has_alerts else None
     return service.snapshots.get(
-        key,
+        ("serve.job_json", scope, job_id),
         serialised,
         every_seconds=report_every_seconds(report),
         size=lambda document: len(document[0]),
+        version=service.job_alert_changes(job_id),
     )
 
 

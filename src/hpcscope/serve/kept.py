@@ -130,17 +130,19 @@ def kept_page(
     render: Callable[[], Response],
     *,
     every_seconds: float = 0.0,
+    version: Hashable = None,
 ) -> Response:
     """A rendered page from the snapshots (``render`` reads its data and renders it: its
     status and body), rendered again once per generation (or ``every_seconds``) like the data
-    it shows, so one entry per key, whatever the data's changes."""
+    it shows, so one entry per key, whatever the data's changes (``version``: the count of the
+    writes between cycles it shows, :meth:`~hpcscope.service.snapshots.Snapshots.get`)."""
 
     def rendered() -> Page:
         response = render()
         return response.status_code, bytes(response.body)
 
     status, body = service_of(request).snapshots.get(
-        key, rendered, every_seconds=every_seconds, size=_page_size
+        key, rendered, every_seconds=every_seconds, size=_page_size, version=version
     )
     return HTMLResponse(body, status_code=status)
 

@@ -35,7 +35,9 @@ pages and documents: ``size`` of :meth:`Snapshots.get`, or the bytes a value is 
 :func:`bytes_in`) at most ``max_bytes`` together, least
 recently used out first: what is kept follows the principals, scopes and parameters that are
 read, never the number of requests (a key built from a request parameter, such as an access
-report's path, is bounded by the same budget).
+report's path, is bounded by the same budget). A value that shows the writes made between
+cycles (alert changes) is read with their count as its ``version``, not in its key: one
+entry per key, not one per write.
 
 **Scopes.** The key must hold everything the value depends on, the viewer's scope included:
 callers key per-principal answers by :meth:`~hpcscope.model.access.Principal.job_scope` (the
@@ -141,6 +143,15 @@ class _Ahead:
 
 
 @dataclass(frozen=True, slots=True)
+class _Versioned:
+    """The key of a value read with a ``version`` (:meth:`Snapshots.get`): one entry per
+    family, the latest version kept."""
+
+    family: Hashable
+    version: Hashable
+
+
+@dataclass(frozen=True, slots=True)
 class _Entry:
     generation: int
     computed_at: float
@@ -210,6 +221,7 @@ class Snapshots:
         self._refresh = refresh
         self._published: int | None = None
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._families: dict[Hashable, _Versioned] = {}
         self._computing: dict[Hashable, Future[Any]] = {}
         self._refreshing: set[Hashable] = set()
         self._ahead: OrderedDict[Hashable, _Ahead] = OrderedDict()
@@ -232,6 +244,7 @@ class Snapshots:
         """Forget every entry (a running computation still returns to its callers)."""
         with self._lock:
             self._entries.clear()
+            self._families.clear()
             self._bytes = 0
 
     @property
@@ -257,6 +270,7 @@ class Snapshots:
         every_seconds: Every = 0.0,
         size: Callable[[T], int] | None = None,
         ahead: bool = False,
+        version: Hashable = None,
     ) -> T:
         """The value of ``key``: current, or stale and being refreshed, or computed now.
 
@@ -269,10 +283,16 @@ class Snapshots:
             ahead: recompute it before it is due while it is read (:meth:`keep_ahead`): a
                 report over hours or months, which the refresh threads' queue may hold back
                 past the stale window under load.
+            version: a count of the writes between cycles the value shows (alert changes):
+                a value of another version is never served, and the latest one computed
+                replaces the others of ``key`` (a count in the key left one entry behind per
+                write, until the budgets pushed them out).
 
         Raises:
             SnapshotMiss: inside :func:`cache_only`, instead of computing or waiting.
         """
+        if version is not None:
+            key = _Versioned(key, version)
         generation = self.generation()
         now = self._clock()
         if ahead and not callable(every_seconds):
@@ -348,11 +368,20 @@ class Snapshots:
         """Store ``entry`` as ``key``'s, newest used, within the budgets (lock held)."""
         old = self._entries.pop(key, None)
         self._bytes += entry.size - (old.size if old is not None else 0)
+        if isinstance(key, _Versioned):  # the family's other version goes
+            other = self._families.get(key.family)
+            dropped = self._entries.pop(other, None) if other is not None else None
+            if dropped is not None:
+                self._bytes -= dropped.size
+            self._families[key.family] = key
         self._entries[key] = entry
         while len(self._entries) > self._max_entries or (
             self._bytes > self._max_bytes and len(self._entries) > 1
         ):
-            self._bytes -= self._entries.popitem(last=False)[1].size
+            evicted, out = self._entries.popitem(last=False)
+            self._bytes -= out.size
+            if isinstance(evicted, _Versioned) and self._families.get(evicted.family) == evicted:
+                del self._families[evicted.family]
 
     def _read_ahead(self, key: Hashable, ahead: _Ahead) -> None:
         with self._lock:

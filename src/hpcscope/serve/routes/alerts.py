@@ -84,8 +84,8 @@ def _read(
         )
         return found, filters, serialise(AlertList.of(found, filters))
 
-    # what Service.alerts reads of the principal (as Service.job_alerts keys it), the filters,
-    # and the alert states changed here (new alerts come with the collector's cycle)
+    # what Service.alerts reads of the principal (as Service.job_alerts keys it) and the
+    # filters; its version the alert changes (states changed here, alerts written)
     key = (
         "serve.alerts",
         principal.alert_scope(),
@@ -94,10 +94,9 @@ def _read(
         minimum,
         chosen,
         job or None,
-        service.alert_changes,
     )
     kept: tuple[list[Alert], AlertFilters, Document] = service.snapshots.get(
-        key, compute, size=lambda value: len(value[2][0])
+        key, compute, size=lambda value: len(value[2][0]), version=service.alert_changes
     )
     return kept
 
@@ -154,8 +153,8 @@ def _page(
         return _render(request, principal, found, filters, None, 200)
 
     changes = service_of(request).alert_changes
-    key = ("serve.alerts_page", page_key(principal), state, severity, vector, job, changes)
-    return kept_page(request, key, page)
+    key = ("serve.alerts_page", page_key(principal), state, severity, vector, job)
+    return kept_page(request, key, page, version=changes)
 
 
 def _render(

@@ -200,8 +200,8 @@ def _diagram_page(
     if element is not None:  # any string: one page each would let a client fill the memory
         return HTMLResponse(page())
     changes = service.alert_changes if mode == "threats" else None  # its counts: every write
-    key = ("serve.diagram_page", viewer, layout.zoom_node, mode, reader, changes)
-    return HTMLResponse(service.snapshots.get(key, page))
+    key = ("serve.diagram_page", viewer, layout.zoom_node, mode, reader)
+    return HTMLResponse(service.snapshots.get(key, page, version=changes))
 
 
 @router.get("/diagram/card/{element_id}")

@@ -155,10 +155,11 @@ def _job_alerts_json(request: Request, job_id: str, principal: Principal) -> Res
         alerts = [AlertDocument.of(alert) for alert in service.alerts_of(job)]
         return serialise(JobAlerts(job_id=job_id, alerts=alerts))
 
-    # what alerts_of reads of the principal, and the changes of this job's alerts
+    # what alerts_of reads of the principal; its version the changes of this job's alerts
     scope = (principal.alert_scope(), principal.redacts_weight_paths)
-    key = ("serve.job_alerts", scope, job_id, service.job_alert_changes(job_id))
-    return _kept_json(request, key, serialised, job.every_seconds)
+    key = ("serve.job_alerts", scope, job_id)
+    version = service.job_alert_changes(job_id)
+    return _kept_json(request, key, serialised, job.every_seconds, version=version)
 
 
 @router.get("/api/jobs/{job_id}/timeseries", response_model=JobTimeseries)
@@ -188,9 +189,17 @@ def _seen(service: Service, principal: Principal, job_id: str) -> SeenJob:
 
 
 def _kept_json(
-    request: Request, key: Hashable, serialised: Callable[[], Document], every: float
+    request: Request,
+    key: Hashable,
+    serialised: Callable[[], Document],
+    every: float,
+    *,
+    version: Hashable = None,
 ) -> Response:
-    """A job's document from the snapshots, serialised once per key and generation."""
+    """A job's document from the snapshots, serialised once per key and generation (and
+    ``version``: the alert changes it shows)."""
     snapshots = service_of(request).snapshots
-    body, etag = snapshots.get(key, serialised, every_seconds=every, size=lambda v: len(v[0]))
+    body, etag = snapshots.get(
+        key, serialised, every_seconds=every, size=lambda v: len(v[0]), version=version
+    )
     return cached_json(request, body, etag)

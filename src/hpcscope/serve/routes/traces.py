@@ -84,9 +84,10 @@ def _listed(request: Request, principal: Principal) -> tuple[list[StoredAnalysis
         return rows, serialise(TraceList(analyses=[TraceSummary.from_row(r) for r in rows]))
 
     kept: tuple[list[StoredAnalysis], Document] = service.snapshots.get(
-        ("serve.traces", principal.job_scope(), service.changes("traces")),
+        ("serve.traces", principal.job_scope()),
         compute,
         size=lambda value: len(value[1][0]),
+        version=service.changes("traces"),
     )
     return kept
 
@@ -115,7 +116,10 @@ def _list_page(
     if error is not None:  # after a failed upload: its message, once
         return page()
     return kept_page(
-        request, ("serve.traces_page", page_key(principal), service.changes("traces")), page
+        request,
+        ("serve.traces_page", page_key(principal)),
+        page,
+        version=service.changes("traces"),
     )
 
 

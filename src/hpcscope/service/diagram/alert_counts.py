@@ -70,8 +70,9 @@ def alert_summary(
     too), for every viewer, and scoped per viewer."""
     rows = (
         shared.get(
-            ("diagram.alert_counts", service.alert_changes),
+            "diagram.alert_counts",
             lambda: queries.open_alert_counts(service.store),
+            version=service.alert_changes,
         )
         if shared is not None
         else queries.open_alert_counts(service.store)
