@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -81,3 +82,36 @@ def test_counters_integrate_the_traffic_and_parse_into_port_rows() -> None:
     assert columns
     received = second.column(columns[0]).to_pylist()[0] - first.column(columns[0]).to_pylist()[0]
     assert received == pytest.approx(10 * 1.2e9, rel=0.1)
+
+
+def test_a_scrape_while_an_incident_adds_errors_does_not_deadlock() -> None:
+    """The twin's lock order: the traffic source takes the twin's lock, whose holder (the tick
+    playing a P_Key probe) adds errors to this endpoint; a scrape must not hold the endpoint's
+    lock while it reads the traffic (the demo's twin froze, every page with it)."""
+    twin_lock = threading.Lock()
+    hcas = TOPOLOGY.node("gpu02").hcas
+
+    def traffic(hca: object) -> PortTraffic:
+        with twin_lock:
+            return PortTraffic(1.0e9, 1.0e7)
+
+    endpoint = InfinibandEndpoint(hcas, traffic=traffic)
+    family = "node_infiniband_port_constraint_errors_received_total"
+    done = threading.Event()
+
+    def incident() -> None:  # the tick: holds the twin's lock, then adds errors
+        with twin_lock:
+            scraped.start()
+            pause.wait(0.5)
+            endpoint.add_errors(0, family, 48.0)
+        done.set()
+
+    pause = threading.Event()
+    scraped = threading.Thread(target=endpoint.collect, daemon=True)
+    ticker = threading.Thread(target=incident, daemon=True)
+    ticker.start()
+    ticker.join(timeout=10)
+    scraped.join(timeout=10)
+    assert done.is_set() and not scraped.is_alive(), "the scrape and the incident deadlocked"
+    page = endpoint.collect()
+    assert re.search(rf"^{family}\{{[^}}]*\}} 48$", page, flags=re.MULTILINE), page

@@ -40,12 +40,17 @@ from hpcscope.store import Store
 from hpcscope.store import alerts as alert_store
 from hpcscope.store import diagram as diagram_queries
 from hpcscope.store import identity as identity_store
+from hpcscope.store import reports as job_queries
 
 log = logging.getLogger(__name__)
 
 #: A finished job's report (and page) is recomputed at most this often: its samples are all in
 #: and summarised; what may still change is its notes (and its alerts, keyed on their changes).
 FINISHED_JOB_SECONDS = 60.0
+#: Jobs whose owner (user, account) and end the visibility index holds, the latest first: a
+#: check of one of them reads no store (:meth:`Service.visible_job`); an older one is checked
+#: on its own. Read again every :data:`FINISHED_JOB_SECONDS` (a job's owner never changes).
+OWNER_INDEX_JOBS = 20_000
 
 
 def report_every_seconds(report: JobReport | None) -> float:
@@ -318,16 +323,10 @@ class Service:
 
         def compute() -> list[JobReport]:
             found = self._job_reports(principal, utcnow())
-            # each listed job is visible to this scope, and its report is the one a page of it
-            # reads (the same for everyone who may see it): opened from the list, a job's page
-            # checks and computes neither again (one query for the list, not one per job)
+            # each listed job's report is the one a page of it reads (the same for everyone
+            # who may see it): opened from the list, a job's page computes it not again (one
+            # query for the list, not one per job; its visibility: the owner index)
             for report in found:
-                ended = report.end_time is not None
-                self.snapshots.offer(
-                    ("jobs.visible", scope, report.job_id),
-                    (True, ended),
-                    every_seconds=FINISHED_JOB_SECONDS if ended else 0.0,
-                )
                 self.snapshots.offer(
                     ("jobs.report", report.job_id), report, every_seconds=report_every_seconds
                 )
@@ -393,7 +392,17 @@ class Service:
         it, else None (without building a report; per job scope and job in the current
         generation's snapshot). A page showing several reads of one job checks once and
         passes the :class:`SeenJob` on (:meth:`report_of`, :meth:`alerts_of`, the traces'
-        ``phases_of``)."""
+        ``phases_of``). A job of the owner index (:data:`OWNER_INDEX_JOBS`) is checked
+        against it: one lookup, no entry per principal and job."""
+        owners = self.snapshots.get(
+            "jobs.owners",
+            lambda: job_queries.job_owners(self.store, limit=OWNER_INDEX_JOBS),
+            every_seconds=FINISHED_JOB_SECONDS,
+        )
+        if job_id in owners:
+            user, account, ended = owners[job_id]
+            visible_to = principal.job_scope().admits(user=user, account=account)
+            return SeenJob(principal, job_id, ended) if visible_to else None
 
         def visible() -> tuple[bool, bool]:
             jobs, ids = reports.visible_jobs_by_id(

@@ -68,6 +68,22 @@ def job_ids_in_samples(store: Store, scope: JobScope, *, since: datetime) -> lis
     return [str(v) for v in rows.column("job_id").to_pylist()]
 
 
+def job_owners(store: Store, *, limit: int) -> dict[str, tuple[str | None, str | None, bool]]:
+    """Per job of the latest ``limit`` (by start, else submission): its user, its account and
+    whether it ended (what :meth:`JobScope.admits` and the snapshots' freshness read)."""
+    rows = store.query(
+        'SELECT job_id, "user", account, end_time IS NOT NULL AS ended FROM jobs '
+        "ORDER BY coalesce(start_time, submit_time) DESC NULLS LAST, job_id DESC "
+        f"LIMIT {int(limit)}"
+    ).to_pydict()
+    return {
+        str(job_id): (user, account, bool(ended))
+        for job_id, user, account, ended in zip(
+            rows["job_id"], rows["user"], rows["account"], rows["ended"], strict=True
+        )
+    }
+
+
 def jobs_by_id(store: Store, job_ids: Sequence[str], scope: JobScope) -> pa.Table:
     """Scheduler records of ``job_ids`` that ``scope`` admits (however old they are)."""
     if not job_ids:

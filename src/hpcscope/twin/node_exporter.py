@@ -262,12 +262,14 @@ class InfinibandEndpoint:
             extra[family] = extra.get(family, 0.0) + count
 
     def collect(self) -> str:
+        # The traffic source takes the twin's lock, whose holder (an incident) may be adding
+        # errors here: read it before taking this lock, never under it (lock order).
+        traffics = [self._traffic(hca) for hca in self.hcas]
         with self._lock:
             now = self._clock()
             dt = max(0.0, now - self._last)
             self._last = now
-            for hca, port in zip(self.hcas, self._counters, strict=True):
-                traffic = self._traffic(hca)
+            for port, traffic in zip(self._counters, traffics, strict=True):
                 jitter = 1.0 + float(self._rng.normal(0.0, 0.02))
                 rx = (traffic.receive_bytes_per_second + BACKGROUND_BYTES_PER_SECOND) * jitter
                 tx = (traffic.transmit_bytes_per_second + BACKGROUND_BYTES_PER_SECOND) * jitter

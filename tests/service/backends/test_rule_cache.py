@@ -21,7 +21,9 @@ PROBE = "max(timestamp("
 EVALUATIONS = [epoch_seconds(T0) - 3600 + 7 + 60 * k for k in range(120)]
 
 
-def _engine(asked: list[str], evaluations: Callable[[], list[float]]) -> httpx2.MockTransport:
+def _engine(
+    asked: list[str], evaluations: Callable[[], list[float]], probes: list[str]
+) -> httpx2.MockTransport:
     """An engine whose rules were evaluated at ``evaluations()``: a probe answers the newest at
     or before the query time, a column one value per GPU, the count of evaluations held."""
 
@@ -30,6 +32,7 @@ def _engine(asked: list[str], evaluations: Callable[[], list[float]]) -> httpx2.
         query, at = form["query"][0], float(form["time"][0])
         held = [e for e in evaluations() if e <= at]
         if query.startswith(PROBE):
+            probes.append(query)
             result = [{"metric": {}, "value": [at, str(held[-1])]}] if held else []
         else:
             asked.append(query)
@@ -49,7 +52,11 @@ def _engine(asked: list[str], evaluations: Callable[[], list[float]]) -> httpx2.
 
 
 def _reader(
-    asked: list[str], clock: list[datetime], evaluations: Callable[[], list[float]] | None = None
+    asked: list[str],
+    clock: list[datetime],
+    evaluations: Callable[[], list[float]] | None = None,
+    *,
+    probes: list[str] | None = None,
 ) -> PrometheusSamples:
     return PrometheusSamples(
         "http://prom:9090",
@@ -57,7 +64,9 @@ def _reader(
         lookback_seconds=86_400,
         recording_rules="always",
         now=lambda: clock[0],
-        transport=_engine(asked, evaluations or (lambda: EVALUATIONS)),
+        transport=_engine(
+            asked, evaluations or (lambda: EVALUATIONS), probes if probes is not None else []
+        ),
     )
 
 
@@ -152,8 +161,8 @@ def test_windows_without_an_evaluation_before_them_must_start_close() -> None:
         return answers.read("q", window, table, clock=lambda: 1_020.0, interval_seconds=60)
 
     assert read(None, 0.0) is table.made[0]
-    assert read(None, 100.0) is table.made[0]
-    read(None, 400.0)
+    assert read(None, 50.0) is table.made[0]
+    read(None, 70.0)
     assert len(table.made) == 2
     # an evaluation at the start itself is held on one engine and not on another: its own key
     read(50.0, 50.0)
@@ -182,3 +191,26 @@ class _Table:
     def __call__(self) -> pa.Table:
         self.made.append(pa.table({"made": [len(self.made)]}))
         return self.made[-1]
+
+
+def test_a_read_within_the_minute_asks_the_engine_nothing() -> None:
+    asked: list[str] = []
+    probes: list[str] = []
+    clock = [T0 + timedelta(seconds=30)]
+    reader = _reader(asked, clock, probes=probes)
+    start = T0 - timedelta(minutes=30)
+    five = timedelta(minutes=5)
+    try:
+        _observed(reader, since=start, until=clock[0])
+        assert len(probes) == 2
+        clock[0] = T0 + timedelta(seconds=45)  # the next evaluation (T0 + 67 s) is not due
+        _observed(reader, since=start, until=clock[0])
+        assert len(probes) == 2 and len(asked) == len(VERDICT_COLUMNS)
+        # a sliding window: its start is new (one probe), its newest evaluation known
+        _observed(reader, since=clock[0] - five, until=clock[0])
+        assert len(probes) == 3
+        clock[0] = T0 + timedelta(seconds=65)  # the next one may be written: asked again
+        _observed(reader, since=start, until=clock[0])
+        assert len(probes) == 4
+    finally:
+        reader.close()

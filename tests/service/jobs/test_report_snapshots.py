@@ -117,8 +117,9 @@ def test_an_acknowledgement_shows_on_the_next_read_within_a_cycle(service: Servi
 
 
 def test_a_job_opened_from_the_list_computes_no_check_and_no_report(service: Service) -> None:
-    """The list hands each listed job's visibility (for its scope) and report to the
-    snapshots: a page opened from it computes neither; another scope still checks its own."""
+    """The list hands each listed job's report to the snapshots, and visibility is read from
+    the owner index: a page opened from the list computes neither report nor check, and no
+    scope checks a job on its own (one index for everyone)."""
     write_fleet(service.store, now=utcnow())
     alice, bob = _principal(service, "alice"), _principal(service, "bob")
     listed = {r.job_id: r for r in service.job_reports(alice)}
@@ -126,6 +127,8 @@ def test_a_job_opened_from_the_list_computes_no_check_and_no_report(service: Ser
     for job_id, report in listed.items():
         job = service.visible_job(alice, job_id)
         assert job is not None and service.report_of(job) == report
-    assert service.snapshots.computations == before
+    assert service.snapshots.computations == before + 1  # the owner index, once
     assert all(service.visible_job(bob, job_id) is None for job_id in listed)
-    assert service.snapshots.computations == before + len(listed)
+    assert service.snapshots.computations == before + 1
+    assert service.visible_job(alice, "no-such-job") is None  # not in the index: checked
+    assert service.snapshots.computations == before + 2

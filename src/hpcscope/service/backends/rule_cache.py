@@ -7,22 +7,33 @@ written once: two reads whose windows hold the same evaluations get the same ans
 their ``until``. The web app reads a running job's whole life for its page, the job list and the
 overview, and the diagram's recent windows, every few seconds; the rules change once a minute.
 
-Which evaluations a window holds is told by two cheap probes of the per-GPU rule that every
-GPU the engine scraped has (``observed_seconds``), for the read's jobs: the newest evaluation
-at or before ``T`` (``newest``) and the newest before ``S`` (``before``). Two windows with the
-same pair hold the same evaluations: those after ``before`` up to ``newest`` (none lies between
+Which evaluations a window holds is told by two cheap probes of the per-GPU rule that every GPU
+the engine scraped has (``observed_seconds``), for the read's jobs: the newest evaluation at or
+before ``T`` (``newest``) and the newest before ``S`` (``before``). Two windows with the same
+pair hold the same evaluations: those after ``before`` up to ``newest`` (none lies between
 ``before`` and ``S``, or ``before`` would be newer). When there is no ``before`` within the
-engine's lookback (five minutes), the two windows must also start within the lookback of each
-other. A read of the first and last evaluation times (a subquery at the window's step) also
-depends on the subquery's first and last step, which are part of the key.
+engine's lookback (which is at least one evaluation interval), the two windows must also start
+within one interval of each other. A read of the first and last evaluation times (a subquery at
+the window's step) also depends on the subquery's first and last step, which are part of the
+key.
 
 An answer is kept only when the evaluations it read could not change while it was read: its
-newest evaluation ``E`` was :data:`SETTLED_SECONDS` old by the clock when the read started (an
-engine writes a group's rules one after the other: a probe could see ``E`` of one rule before
-another's is written), and the read ended :data:`CLOCK_SKEW_SECONDS` before the group's next
-evaluation could be written (``E`` plus the evaluation interval: an evaluation is never made
-before its own time). An engine whose ``timestamp()`` is the query time rather than the
-sample's (so no two reads share a key) is read every time.
+newest evaluation ``E`` was settled, :data:`SETTLED_SECONDS` or the rules' delay (the site's
+ingestion delay) old by the clock, when the read started (an engine writes a group's rules one
+after the other, vmalert writes them back through remote write: a probe could see ``E`` of one
+rule before another's is stored), and the read ended :data:`CLOCK_SKEW_SECONDS` before the
+group's next evaluation could be written (``E`` plus the evaluation interval: an evaluation is
+never made before its own time). An engine whose ``timestamp()`` is the query time rather than
+the sample's (so no two reads share a key) is read every time.
+
+The probes' answers are kept too (:class:`ProbeAnswers`), while they cannot change: the newest
+evaluation ``E``, asked at a time after the probe was made (so it saw every evaluation
+written), stays the newest until the group's next evaluation is due, ``E`` plus the interval
+less :data:`CLOCK_SKEW_SECONDS` (a group's evaluations are at least its interval apart), for
+any window ending at or after ``E``; the newest evaluation at or before a start ``S`` never
+changes once every evaluation up to ``S`` is stored (settled after ``S``). A running job's page
+read within a minute of another asks the engine nothing; a sliding window (the diagram's last
+five minutes) asks one probe.
 """
 
 from __future__ import annotations
@@ -31,17 +42,16 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
 #: Answers kept (a 1024-GPU read of every column is about 250 kB).
 MAX_ANSWERS = 16
-#: How old (seconds) a newest evaluation must be for its answer to be kept.
+#: How old (seconds) a newest evaluation must be for its answer to be kept, at least.
 SETTLED_SECONDS = 15.0
 #: How far the engine's clock may be ahead of hpcscope's.
 CLOCK_SKEW_SECONDS = 5.0
-#: The engine's staleness lookback (Prometheus' and VictoriaMetrics' default).
-LOOKBACK_SECONDS = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +75,75 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True)
+class _Newest:
+    value: float
+    asked_at: float
+    answered_by: float
+
+
+class ProbeAnswers:
+    """What the probes of :class:`Window` answered, kept while it cannot change (the module
+    docstring). Times are epoch seconds; ``interval_seconds``: the rules' evaluation interval."""
+
+    def __init__(
+        self,
+        *,
+        interval_seconds: float,
+        settled_seconds: float = SETTLED_SECONDS,
+        max_answers: int = 4 * MAX_ANSWERS,
+    ) -> None:
+        self.interval_seconds = interval_seconds
+        self.settled_seconds = settled_seconds
+        self.max_answers = max_answers
+        self._newest: OrderedDict[str, _Newest] = OrderedDict()
+        self._before: OrderedDict[tuple[str, float], float | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def newest(self, selector: str, end: float, *, now: float) -> float | None:
+        """The newest evaluation at or before ``end`` when it is known, else None."""
+        with self._lock:
+            kept = self._newest.get(selector)
+        if kept is None or kept.asked_at < kept.answered_by or end < kept.value:
+            return None
+        if now >= kept.value + self.interval_seconds - CLOCK_SKEW_SECONDS:
+            return None  # the next evaluation may be written
+        return kept.value
+
+    def keep_newest(
+        self, selector: str, value: float | None, *, asked_at: float, answered_by: float
+    ) -> None:
+        """Keep a probe's answer: the newest evaluation at or before ``asked_at``, answered by
+        the clock's ``answered_by``."""
+        if value is None:
+            return
+        with self._lock:
+            self._newest[selector] = _Newest(value, asked_at, answered_by)
+            self._trim(self._newest)
+
+    def before(self, selector: str, start: float) -> tuple[bool, float | None]:
+        """(known, the newest evaluation at or before ``start``)."""
+        with self._lock:
+            if (selector, start) in self._before:
+                return True, self._before[(selector, start)]
+        return False, None
+
+    def keep_before(
+        self, selector: str, start: float, value: float | None, *, asked: float
+    ) -> None:
+        """Keep a probe's answer at ``start``, asked by the clock's ``asked``: final when every
+        evaluation up to ``start`` was written."""
+        if asked - start < self.settled_seconds:
+            return
+        with self._lock:
+            self._before[(selector, start)] = value
+            self._trim(self._before)
+
+    def _trim(self, kept: OrderedDict[Any, Any]) -> None:
+        while len(kept) > self.max_answers:
+            kept.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
 class _Kept:
     start: float
     table: pa.Table
@@ -73,7 +152,10 @@ class _Kept:
 class RuleAnswers:
     """A small LRU of rule reads' tables keyed by their query and :class:`Window`."""
 
-    def __init__(self, *, max_answers: int = MAX_ANSWERS) -> None:
+    def __init__(
+        self, *, settled_seconds: float = SETTLED_SECONDS, max_answers: int = MAX_ANSWERS
+    ) -> None:
+        self.settled_seconds = settled_seconds
         self.max_answers = max_answers
         self._kept: OrderedDict[Hashable, _Kept] = OrderedDict()
         self._lock = threading.Lock()
@@ -84,14 +166,14 @@ class RuleAnswers:
     def _key(query: Hashable, window: Window) -> Hashable:
         return (query, window.held)
 
-    def get(self, query: Hashable, window: Window) -> pa.Table | None:
+    def get(self, query: Hashable, window: Window, *, interval_seconds: float) -> pa.Table | None:
         """The kept table of an equal read, None when there is none."""
         if window.newest is None:
             return None
         with self._lock:
             kept = self._kept.get(self._key(query, window))
             if kept is not None and (
-                window.before is not None or abs(kept.start - window.start) < LOOKBACK_SECONDS
+                window.before is not None or abs(kept.start - window.start) < interval_seconds
             ):
                 self._kept.move_to_end(self._key(query, window))
                 self.hits += 1
@@ -111,7 +193,7 @@ class RuleAnswers:
         """The kept answer of ``query`` over ``window``, else ``compute()``, kept when no
         evaluation could be written while it ran (the module docstring; ``clock``: epoch
         seconds, ``interval_seconds``: the rules' evaluation interval)."""
-        found = self.get(query, window)
+        found = self.get(query, window, interval_seconds=interval_seconds)
         if found is not None:
             return found
         started = clock()
@@ -119,7 +201,7 @@ class RuleAnswers:
         newest = window.newest
         if (
             newest is not None
-            and started - newest >= SETTLED_SECONDS
+            and started - newest >= self.settled_seconds
             and clock() <= newest + interval_seconds - CLOCK_SKEW_SECONDS
         ):
             with self._lock:

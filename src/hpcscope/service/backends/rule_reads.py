@@ -45,7 +45,12 @@ from hpcscope.service.backends.engine_rules import (
     XID,
     RuleNames,
 )
-from hpcscope.service.backends.rule_cache import RuleAnswers, Window
+from hpcscope.service.backends.rule_cache import (
+    SETTLED_SECONDS,
+    ProbeAnswers,
+    RuleAnswers,
+    Window,
+)
 from hpcscope.service.backends.vectors import Vector, gpu_columns
 
 #: Parallel queries of one read (the engine answers each on its own core).
@@ -123,7 +128,9 @@ class RuleReads:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._probed: tuple[float, Coverage] | None = None
-        self.answers = RuleAnswers()
+        settled = max(SETTLED_SECONDS, float(names.delay_seconds))
+        self.answers = RuleAnswers(settled_seconds=settled)
+        self.probes = ProbeAnswers(interval_seconds=names.window_seconds, settled_seconds=settled)
 
     @property
     def window_seconds(self) -> int:
@@ -133,20 +140,20 @@ class RuleReads:
     def delay(self) -> timedelta:
         return timedelta(seconds=self.names.delay_seconds)
 
-    def _queries(self, exprs: dict[str, str], at: datetime) -> dict[str, Sequence[Series]]:
+    def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="engine-read")
-            pool = self._pool
+            return self._pool
+
+    def _queries(self, exprs: dict[str, str], at: datetime) -> dict[str, Sequence[Series]]:
+        pool = self._executor()
         futures = {name: pool.submit(self.engine.query, e, at=at) for name, e in exprs.items()}
         return {name: future.result().series for name, future in futures.items()}
 
     def _vectors(self, exprs: dict[str, str], at: datetime) -> dict[str, Vector]:
         """:meth:`_queries` of instant vectors, decoded column-wise."""
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="engine-read")
-            pool = self._pool
+        pool = self._executor()
         futures = {
             name: pool.submit(self.engine.query_vector, e, at=at) for name, e in exprs.items()
         }
@@ -268,21 +275,32 @@ class RuleReads:
         )
 
     def _held(self, selector: str, *, at: datetime, span: str, subqueries: bool) -> Window:
-        """Which evaluations a read at ``at`` over ``span`` holds (:mod:`.rule_cache`)."""
+        """Which evaluations a read at ``at`` over ``span`` holds (:mod:`.rule_cache`): the
+        probes' answers when they are known, else asked."""
         end = float(f"{epoch_seconds(at):.3f}")  # the time as the query sends it
         start = end - float(span.removesuffix("s"))
         probe = f"max(timestamp({self.names.observed}{selector}))"
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="engine-read")
-            pool = self._pool
-        newest = pool.submit(self.engine.query_vector, probe, at=end)
-        before = pool.submit(self.engine.query_vector, probe, at=start)
+        asked = epoch_seconds(self._now())
+        newest = self.probes.newest(selector, end, now=asked)
+        known, before = self.probes.before(selector, start)
+        if newest is None or not known:
+            pool = self._executor()
+            ask_newest = (
+                pool.submit(self.engine.query_vector, probe, at=end) if newest is None else None
+            )
+            ask_before = None if known else pool.submit(self.engine.query_vector, probe, at=start)
+            if ask_before is not None:
+                before = _value(ask_before.result())
+                self.probes.keep_before(selector, start, before, asked=asked)
+            if ask_newest is not None:
+                newest = _value(ask_newest.result())
+                answered = epoch_seconds(self._now())
+                self.probes.keep_newest(selector, newest, asked_at=end, answered_by=answered)
         step = float(self.window_seconds)
         steps = None
         if subqueries:  # a subquery's steps are the multiples of its step in the window
             steps = (math.ceil(start / step) + (start % step == 0) / 2, end // step)
-        return Window(_value(before.result()), _value(newest.result()), start, steps)
+        return Window(before, newest, start, steps)
 
     def timeseries(
         self, job_ids: Sequence[str], *, bucket_seconds: int, since: datetime, until: datetime
