@@ -27,11 +27,10 @@ report it read for that job.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from threading import Event, Lock, Thread
+from threading import Event, Lock
 
 from markupsafe import Markup
 from starlette.requests import Request
@@ -52,10 +51,9 @@ from hpcscope.service.jobs.views import (
     summarised_without_view,
     view_kind,
 )
+from hpcscope.service.keeper import PassKeeper
 from hpcscope.service.notify.access import notes_of_report, notes_of_reports, notify_config
 from hpcscope.service.traces.job_phases import phases_of
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,48 +277,30 @@ def _reports(service: Service, job_ids: list[str]) -> list[JobReport]:
     )
 
 
-class ViewKeeper:
-    """After a collector cycle, a pass of :func:`keep_views` on a thread of its own, unless
-    one is still running (the cycle never waits for it); only where the store holds the GPU
-    samples (a metrics engine's jobs are rendered when read). ``start``: how a pass runs
-    (tests run it at once)."""
+class ViewKeeper(PassKeeper):
+    """After a collector cycle, a pass of :func:`keep_views` on a thread of its own
+    (:class:`~hpcscope.service.keeper.PassKeeper`); only where the store holds the GPU samples
+    (a metrics engine's jobs are rendered when read)."""
 
     def __init__(
         self, service: Service, *, start: Callable[[Callable[[], None]], None] | None = None
     ) -> None:
+        super().__init__(name="hpcscope-job-views", start=start)
         self.service = service
-        self._start = start or _on_thread
-        self._running = Lock()
-        self._stopping = Event()
-        self.stored = 0
-        """Jobs' report parts stored so far."""
         self._skipped: set[str] = set()
         self._kind: str | None = None
 
-    def after_cycle(self) -> None:
-        if self.service.gpu_samples().backend != "embedded" or self._stopping.is_set():
-            return
-        if self._running.acquire(blocking=False):
-            self._start(self._pass)
+    @property
+    def stored(self) -> int:
+        """Jobs' report parts stored so far."""
+        return self.done
 
-    def stop(self) -> None:
-        """Start no pass any more, and wait for the one in flight (it stops after its job)."""
-        self._stopping.set()
-        with self._running:
-            pass
+    def due(self) -> bool:
+        return self.service.gpu_samples().backend == "embedded"
 
-    def _pass(self) -> None:
-        try:
-            kind = view_kind_of(self.service)
-            if kind != self._kind:  # once per version: the other versions' rows are dropped
-                forget_other_views(self.service.store, kind).result()
-                self._kind = kind
-            self.stored += keep_views(self.service, stopping=self._stopping, skipped=self._skipped)
-        except Exception:  # a failed pass stores nothing; the next cycle tries again
-            log.exception("storing finished jobs' page parts failed")
-        finally:
-            self._running.release()
-
-
-def _on_thread(work: Callable[[], None]) -> None:
-    Thread(target=work, name="hpcscope-job-views", daemon=True).start()
+    def work(self) -> int:
+        kind = view_kind_of(self.service)
+        if kind != self._kind:  # once per version: the other versions' rows are dropped
+            forget_other_views(self.service.store, kind).result()
+            self._kind = kind
+        return keep_views(self.service, stopping=self.stopping, skipped=self._skipped)

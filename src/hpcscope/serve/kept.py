@@ -28,7 +28,6 @@ The snapshots' byte budget bounds what parameters an attacker could vary.
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 
 from fastapi.responses import JSONResponse
@@ -39,6 +38,7 @@ from starlette.responses import HTMLResponse, Response
 from hpcscope.model.access import Principal, Role
 from hpcscope.model.errors import InputError
 from hpcscope.serve.auth import service_of
+from hpcscope.service.keeper import PassKeeper
 from hpcscope.service.snapshots import Snapshots
 
 #: A report over hours, days or months (SLOs, chargeback) is computed at most this often: the
@@ -147,13 +147,12 @@ def kept_page(
     return HTMLResponse(body, status_code=status)
 
 
-class AheadKeeper:
+class AheadKeeper(PassKeeper):
     """After a collector cycle, :meth:`~hpcscope.service.snapshots.Snapshots.keep_ahead` on a
-    thread of its own, unless a pass is still running: the reports over hours or months read
-    with ``ahead`` (the SLOs) are recomputed before they are due, so their readers find them
-    current and the refresh threads' queue (a month of finished jobs' entries under load) never
-    holds one back past its stale window into a request. ``start``: how a pass runs (tests run
-    it at once)."""
+    thread of its own (:class:`~hpcscope.service.keeper.PassKeeper`): the reports over hours or
+    months read with ``ahead`` (the SLOs) are recomputed before they are due, so their readers
+    find them current and the refresh threads' queue (a month of finished jobs' entries under
+    load) never holds one back past its stale window into a request."""
 
     def __init__(
         self,
@@ -162,33 +161,17 @@ class AheadKeeper:
         lead_seconds: float,
         start: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
+        super().__init__(name="hpcscope-kept-ahead", start=start)
         self.snapshots = snapshots
         self.lead_seconds = lead_seconds
-        self._start = start or _on_thread
-        self._running = threading.Lock()
-        self._stopping = threading.Event()
-        self.computed = 0
+
+    @property
+    def computed(self) -> int:
         """Entries recomputed ahead so far."""
+        return self.done
 
-    def after_cycle(self) -> None:
-        if not self._stopping.is_set() and self._running.acquire(blocking=False):
-            self._start(self._pass)
-
-    def stop(self) -> None:
-        """Start no pass any more, and wait for the one in flight."""
-        self._stopping.set()
-        with self._running:
-            pass
-
-    def _pass(self) -> None:
-        try:
-            self.computed += self.snapshots.keep_ahead(lead_seconds=self.lead_seconds)
-        finally:
-            self._running.release()
-
-
-def _on_thread(work: Callable[[], None]) -> None:
-    threading.Thread(target=work, name="hpcscope-kept-ahead", daemon=True).start()
+    def work(self) -> int:
+        return self.snapshots.keep_ahead(lead_seconds=self.lead_seconds)
 
 
 class QueryRefused(InputError):

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -29,11 +27,10 @@ from pydantic import BaseModel
 from hpcscope.model.backends import GpuMetrics
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.jobs.timeseries import embedded_timeseries
+from hpcscope.service.keeper import PassKeeper
 from hpcscope.store import job_documents as stored
 from hpcscope.store.duck import Store
 from hpcscope.store.reports import EmbeddedSamples
-
-log = logging.getLogger(__name__)
 
 #: The kind of document a job's time series is stored as.
 TIMESERIES = "timeseries"
@@ -111,10 +108,9 @@ def forget_after_retention(
     ).result()
 
 
-class DocumentKeeper:
-    """After a collector cycle, a pass of :func:`store_timeseries` on a thread of its own,
-    unless one is still running (the cycle never waits for it). ``start``: how a pass runs
-    (tests run it at once)."""
+class DocumentKeeper(PassKeeper):
+    """After a collector cycle, a pass of :func:`store_timeseries` on a thread of its own
+    (:class:`~hpcscope.service.keeper.PassKeeper`; a pass stops after its job when stopped)."""
 
     def __init__(
         self,
@@ -124,38 +120,20 @@ class DocumentKeeper:
         metrics: GpuMetrics | None = None,
         start: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
+        super().__init__(name="hpcscope-job-documents", start=start)
         self.store = store
         self.scrape_interval_seconds = scrape_interval_seconds
         self.metrics = metrics
-        self._start = start or _on_thread
-        self._running = threading.Lock()
-        self._stopping = threading.Event()
-        self.stored = 0
+
+    @property
+    def stored(self) -> int:
         """Time series stored so far."""
+        return self.done
 
-    def after_cycle(self) -> None:
-        if not self._stopping.is_set() and self._running.acquire(blocking=False):
-            self._start(self._pass)
-
-    def stop(self) -> None:
-        """Start no pass any more, and wait for the one in flight (it stops after its job)."""
-        self._stopping.set()
-        with self._running:
-            pass
-
-    def _pass(self) -> None:
-        try:
-            self.stored += store_timeseries(
-                self.store,
-                scrape_interval_seconds=self.scrape_interval_seconds,
-                metrics=self.metrics,
-                pause=lambda seconds: self._stopping.wait(seconds * REST_SHARE),
-            )
-        except Exception:  # a failed pass stores nothing; the next cycle tries again
-            log.exception("storing finished jobs' time series failed")
-        finally:
-            self._running.release()
-
-
-def _on_thread(work: Callable[[], None]) -> None:
-    threading.Thread(target=work, name="hpcscope-job-documents", daemon=True).start()
+    def work(self) -> int:
+        return store_timeseries(
+            self.store,
+            scrape_interval_seconds=self.scrape_interval_seconds,
+            metrics=self.metrics,
+            pause=lambda seconds: self.stopping.wait(seconds * REST_SHARE),
+        )
