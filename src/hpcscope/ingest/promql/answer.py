@@ -26,7 +26,14 @@ import numpy.typing as npt
 from hpcscope.model.bounds import refusing_deep_nesting
 from hpcscope.model.errors import SourceError
 
-__all__ = ["Answer", "PromqlResponseError", "Series", "decode_answer", "engine_error"]
+__all__ = [
+    "Answer",
+    "PromqlResponseError",
+    "Series",
+    "answer_data",
+    "decode_answer",
+    "engine_error",
+]
 
 
 class PromqlResponseError(SourceError):
@@ -111,16 +118,11 @@ def _floats(texts: Sequence[str], *, source: str, where: str) -> npt.NDArray[np.
         raise PromqlResponseError(f"not a number: {error}", source=source, field=where) from error
 
 
-def decode_answer(body: bytes, *, source: str) -> Answer:
-    """Decode one answer.
-
-    Args:
-        body: the HTTP body.
-        source: what errors name (the URL and the query).
+def answer_data(body: bytes, *, source: str) -> tuple[str, msgspec.Raw]:
+    """The ``resultType`` and the undecoded ``result`` of a successful answer.
 
     Raises:
-        PromqlResponseError: not JSON, ``status`` not success, an unknown result type, a
-            point that is no ``[time, "value"]`` pair.
+        PromqlResponseError: not JSON, ``status`` not success, no ``data``.
     """
     try:
         with refusing_deep_nesting(source=source):
@@ -137,8 +139,21 @@ def decode_answer(body: bytes, *, source: str) -> Answer:
         )
     if envelope.data is None:
         raise PromqlResponseError("no data", source=source, field="data")
-    kind = envelope.data.resultType
-    raw = envelope.data.result
+    return envelope.data.resultType, envelope.data.result
+
+
+def decode_answer(body: bytes, *, source: str) -> Answer:
+    """Decode one answer.
+
+    Args:
+        body: the HTTP body.
+        source: what errors name (the URL and the query).
+
+    Raises:
+        PromqlResponseError: not JSON, ``status`` not success, an unknown result type, a
+            point that is no ``[time, "value"]`` pair.
+    """
+    kind, raw = answer_data(body, source=source)
     try:
         if kind == "vector":
             samples = _VECTOR.decode(raw)

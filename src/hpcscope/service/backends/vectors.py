@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from hpcscope.ingest.promql import PromqlResponseError
 from hpcscope.ingest.promql.aggregates import GpuKey, gpu_key, to_datetime
-from hpcscope.model.bounds import refusing_deep_nesting
+from hpcscope.ingest.promql.answer import answer_data
 
 __all__ = ["Vector", "decode_vector", "gpu_columns"]
 
@@ -34,19 +34,6 @@ class _Point(msgspec.Struct, frozen=True):
     value: tuple[float, str]
 
 
-class _Data(msgspec.Struct, frozen=True):
-    resultType: str  # noqa: N815  (the API's name)
-    result: msgspec.Raw
-
-
-class _Envelope(msgspec.Struct, frozen=True):
-    status: str
-    data: _Data | None = None
-    errorType: str | None = None  # noqa: N815
-    error: str | None = None
-
-
-_ENVELOPE = msgspec.json.Decoder(_Envelope)
 _POINTS = msgspec.json.Decoder(list[_Point])
 
 
@@ -69,29 +56,15 @@ def decode_vector(body: bytes, *, source: str) -> Vector:
         PromqlResponseError: not JSON, ``status`` not success, another result type, a point
             that is no ``[time, "value"]`` pair, a value that is no number.
     """
-    try:
-        with refusing_deep_nesting(source=source):
-            envelope = _ENVELOPE.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+    kind, result = answer_data(body, source=source)
+    if kind != "vector":
         raise PromqlResponseError(
-            f"not an answer of the Prometheus API: {error}", source=source
-        ) from error
-    if envelope.status != "success":
-        raise PromqlResponseError(
-            f"the query failed: {envelope.errorType or '?'}: {envelope.error or '?'}",
-            source=source,
-            field="status",
-        )
-    if envelope.data is None:
-        raise PromqlResponseError("no data", source=source, field="data")
-    if envelope.data.resultType != "vector":
-        raise PromqlResponseError(
-            f"unexpected result type {envelope.data.resultType!r} (an instant vector asked)",
+            f"unexpected result type {kind!r} (an instant vector asked)",
             source=source,
             field="data.resultType",
         )
     try:
-        points = _POINTS.decode(envelope.data.result)
+        points = _POINTS.decode(result)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as error:
         raise PromqlResponseError(
             f"bad vector: {error}", source=source, field="data.result"
