@@ -43,7 +43,7 @@ from hpcscope.serve.templating import render, templates
 from hpcscope.service.alerts.contracts import AlertDocument
 from hpcscope.service.core import SeenJob, Service, report_every_seconds
 from hpcscope.service.jobs.contracts import JobReportDocument
-from hpcscope.service.jobs.reports import JobReport, reports_for
+from hpcscope.service.jobs.reports import JobReport
 from hpcscope.service.jobs.views import (
     forget_other_views,
     store_views,
@@ -265,16 +265,7 @@ def keep_views(
 
 def _reports(service: Service, job_ids: list[str]) -> list[JobReport]:
     """The reports of ``job_ids`` (as any one of them alone: ``Service.job_report``)."""
-    return reports_for(
-        service.store,
-        KEEPER,
-        job_ids=job_ids,
-        now=utcnow(),
-        scrape_interval_seconds=service.settings.scrape_interval_seconds,
-        gpu_hour_price=service.topology.gpu_hour_price,
-        currency=service.topology.currency,
-        samples=service.gpu_samples(),
-    )
+    return service.reports_read(KEEPER, now=utcnow(), job_ids=job_ids)
 
 
 class ViewKeeper(PassKeeper):

@@ -335,15 +335,7 @@ class Service:
         return list(self.snapshots.get(("jobs.reports", scope), compute))
 
     def _job_reports(self, principal: Principal, now: datetime) -> list[JobReport]:
-        found = reports.reports_for(
-            self.store,
-            principal,
-            now=now,
-            scrape_interval_seconds=self.settings.scrape_interval_seconds,
-            gpu_hour_price=self.topology.gpu_hour_price,
-            currency=self.topology.currency,
-            samples=self.gpu_samples(),
-        )
+        found = self.reports_read(principal, now=now)
         return sorted(found, key=lambda r: (r.start_time is None, r.start_time), reverse=True)
 
     def job_report(
@@ -371,17 +363,24 @@ class Service:
         )
 
     def _job_report(self, principal: Principal, job_id: str, now: datetime) -> JobReport | None:
-        found = reports.reports_for(
+        found = self.reports_read(principal, now=now, job_ids=[job_id])
+        return found[0] if found else None
+
+    def reports_read(
+        self, principal: Principal, *, now: datetime, job_ids: list[str] | None = None
+    ) -> list[JobReport]:
+        """:func:`reports.reports_for` with this service's store, scrape interval, price and
+        GPU samples: how every report is read (a principal's list, one job, a batch of jobs)."""
+        return reports.reports_for(
             self.store,
             principal,
-            job_ids=[job_id],
+            job_ids=job_ids,
             now=now,
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,
             currency=self.topology.currency,
             samples=self.gpu_samples(),
         )
-        return found[0] if found else None
 
     def can_see_job(self, principal: Principal, job_id: str) -> bool:
         """Whether ``job_id`` exists and ``principal`` may see it (:meth:`visible_job`)."""
