@@ -121,3 +121,17 @@ def forget_read_before(
         return int(rows[0][0]) if rows else 0
 
     return store.submit_write(write)
+
+
+def forget_other_kinds(store: Store, prefix: str, keep: str) -> Future[int]:
+    """Drop the documents whose kind starts with ``prefix`` but is not ``keep`` (the other
+    versions of a versioned kind, never read again); returns rows dropped."""
+
+    def write(con: duckdb.DuckDBPyConnection) -> int:
+        rows = con.execute(
+            f"DELETE FROM {JOB_DOCUMENTS} WHERE starts_with(kind, ?) AND kind <> ?",
+            [prefix, keep],
+        ).fetchall()
+        return int(rows[0][0]) if rows else 0
+
+    return store.submit_write(write)

@@ -21,7 +21,6 @@ from hpcscope import __version__
 from hpcscope.model.timeutil import utcnow
 from hpcscope.store import job_documents as stored
 from hpcscope.store.duck import Store
-from hpcscope.store.job_views import forget_other_kinds
 
 #: The kinds of stored page parts start with this.
 VIEW_PREFIX = "job_view:"
@@ -59,4 +58,4 @@ def summarised_without_view(store: Store, kind: str, *, limit: int) -> list[str]
 
 def forget_other_views(store: Store, kind: str) -> Future[int]:
     """Drop the stored page parts of every other version than ``kind``."""
-    return forget_other_kinds(store, VIEW_PREFIX, kind)
+    return stored.forget_other_kinds(store, VIEW_PREFIX, kind)
