@@ -98,7 +98,6 @@ class Service:
         default_factory=threading.Lock, init=False, repr=False
     )
     _changes: dict[str, int] = field(default_factory=dict, init=False, repr=False)
-    _keepers: list[documents.DocumentKeeper] = field(default_factory=list, init=False, repr=False)
     _at_close: list[Callable[[], None]] = field(default_factory=list, init=False, repr=False)
     _jobs_with_alerts: tuple[int, frozenset[str]] | None = field(
         default=None, init=False, repr=False
@@ -134,9 +133,7 @@ class Service:
         return cls(settings=settings, topology=topology, store=store, users=UserDirectory([]))
 
     def close(self) -> None:
-        for keeper in self._keepers:  # a pass in flight stops before the store closes
-            keeper.stop()
-        for stop in self._at_close:  # the web app's own keepers (serve/job_view.py)
+        for stop in self._at_close:  # the keepers' passes in flight stop before the store closes
             stop()
         if isinstance(self._metrics, PrometheusSamples):
             self._metrics.close()
@@ -452,7 +449,7 @@ class Service:
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             metrics=self.gpu_samples(),
         )
-        self._keepers.append(keeper)
+        self.at_close(keeper.stop)
         return keeper
 
     def upkeep(self) -> Upkeep:
