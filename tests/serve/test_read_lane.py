@@ -36,6 +36,7 @@ LANE_PATHS = [
     "/api/diagram/state",
     *(f"/jobs/{job}" for job in [*JOB_IDS, "999999"]),
     *(f"/api/jobs/{job}" for job in [*JOB_IDS, "999999"]),
+    *(f"/api/jobs/{job}/timeseries" for job in [*JOB_IDS, "999999"]),
 ]
 #: Paths near the lane's that it must leave to the app.
 OTHER_PATHS = [
@@ -197,12 +198,35 @@ def _nothing(request: Request, parameter: str) -> Response:
     return Response()
 
 
-def test_a_lane_route_has_one_trailing_parameter_at_most() -> None:
+def test_a_lane_route_has_one_parameter_at_most_last_or_before_one_segment() -> None:
     assert LaneRoute("/api/jobs", _nothing).prefix is None
     assert LaneRoute("/jobs/{job_id}", _nothing).prefix == "/jobs/"
-    for path in ["/jobs/{a}/{b}", "/jobs/{a}/x", "/files/{path:path}"]:
-        with pytest.raises(ValueError, match="one trailing str parameter"):
+    suffixed = LaneRoute("/api/jobs/{job_id}/timeseries", _nothing)
+    assert (suffixed.prefix, suffixed.suffix) == ("/api/jobs/", "/timeseries")
+    for path in ["/jobs/{a}/{b}", "/jobs/{a}/x/y", "/jobs/{a}x", "/jobs/{a}/", "/f/{p:path}"]:
+        with pytest.raises(ValueError, match="one str parameter at most"):
             _ = LaneRoute(path, _nothing).prefix
+
+
+def test_a_parameter_before_a_segment_is_matched_as_the_framework_does() -> None:
+    def echo(request: Request, parameter: str) -> Response:
+        return Response(parameter)
+
+    lane = ReadLane(
+        Response(),
+        routes=[
+            LaneRoute("/a/{x}", lambda r, p: Response("a:" + p)),
+            LaneRoute("/a/{x}/t", echo),
+            LaneRoute("/b", _nothing),
+        ],
+    )
+    route = lane._route
+    assert route("/a/9/t", False) is not None and route("/a/9/t", False)[1] == "9"  # type: ignore[index]
+    assert route("/a/9", False) is not None and route("/a/9", False)[1] == "9"  # type: ignore[index]
+    for path in ["/a//t", "/a/9/u", "/a/9/t/", "/x/9/t", "/t", "/a/t", "/b/9/t"]:
+        found = route(path, False)
+        assert found is None or found[0] is not echo, path
+    assert route("/a/9/t", True) is None  # a query string: the app answers
 
 
 def test_a_path_listed_twice_is_refused() -> None:

@@ -51,8 +51,10 @@ class LaneRoute:
     """One route the lane may answer.
 
     Args:
-        path: the route's path, either literal (``/api/jobs``) or ending in one parameter of
-            the default ``str`` kind (``/jobs/{job_id}``: one non-empty segment, no ``/``).
+        path: the route's path, either literal (``/api/jobs``) or with one parameter of the
+            default ``str`` kind (one non-empty segment, no ``/``), last
+            (``/jobs/{job_id}``) or followed by one literal segment
+            (``/api/jobs/{job_id}/timeseries``).
         answer: what the route answers with: its principal rule, then its snapshot reads.
         query: the answer reads the request's query string itself (and raises on a parameter
             it does not take, so that the app answers it): the lane then answers requests with
@@ -65,13 +67,32 @@ class LaneRoute:
 
     @property
     def prefix(self) -> str | None:
-        """The literal part before a trailing ``{parameter}``; None for a literal path."""
-        head, brace, tail = self.path.rpartition("/{")
+        """The literal part before the ``{parameter}``; None for a literal path."""
+        return self._parts()[0]
+
+    @property
+    def suffix(self) -> str:
+        """The literal segment after the ``{parameter}`` (``/timeseries``), or ""."""
+        return self._parts()[1]
+
+    def _parts(self) -> tuple[str | None, str]:
+        head, brace, tail = self.path.partition("/{")
         if not brace:
-            return None
-        if "{" in head or not tail.endswith("}") or ":" in tail:
-            raise ValueError(f"lane route {self.path!r}: one trailing str parameter at most")
-        return head + "/"
+            return None, ""
+        name, closed, after = tail.partition("}")
+        last = after.removeprefix("/")
+        if (
+            "{" in head
+            or not closed
+            or ":" in name
+            or "{" in after
+            or (after and (not after.startswith("/") or not last or "/" in last))
+        ):
+            raise ValueError(
+                f"lane route {self.path!r}: one str parameter at most, last or before one "
+                "literal segment"
+            )
+        return head + "/", after
 
 
 class ReadLane:
@@ -85,13 +106,18 @@ class ReadLane:
     def __init__(self, app: ASGIApp, *, routes: Iterable[LaneRoute]) -> None:
         self.app = app
         self._literal: dict[str, LaneRoute] = {}
-        self._prefixed: dict[str, LaneRoute] = {}
+        self._prefixed: dict[tuple[str, str], LaneRoute] = {}
         for route in routes:
             prefix = route.prefix
-            table, key = (self._literal, route.path) if prefix is None else (self._prefixed, prefix)
-            if key in table:
+            if prefix is None:
+                if route.path in self._literal:
+                    raise ValueError(f"lane route {route.path!r} listed twice")
+                self._literal[route.path] = route
+                continue
+            key = (prefix, route.suffix)
+            if key in self._prefixed:
                 raise ValueError(f"lane route {route.path!r} listed twice")
-            table[key] = route
+            self._prefixed[key] = route
         self.answered = 0
         """Requests the lane answered itself (for tests and benches)."""
 
@@ -100,9 +126,14 @@ class ReadLane:
         if literal is not None:
             return (literal.answer, "") if literal.query or not query else None
         cut = path.rfind("/") + 1
-        prefixed = self._prefixed.get(path[:cut])
+        prefixed = self._prefixed.get((path[:cut], ""))
         if prefixed is not None and cut < len(path) and (prefixed.query or not query):
             return prefixed.answer, path[cut:]
+        head = path[: cut - 1]  # the parameter before one literal segment
+        start = head.rfind("/") + 1
+        suffixed = self._prefixed.get((head[:start], path[cut - 1 :])) if cut > 1 else None
+        if suffixed is not None and start < len(head) and (suffixed.query or not query):
+            return suffixed.answer, head[start:]
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -442,6 +442,16 @@ class Service:
             return None
         return documents.stored_timeseries(self.store, job.job_id)
 
+    def computed_timeseries(self, job: SeenJob) -> tuple[bytes, str] | None:
+        """A finished job's :meth:`timeseries_of` computed now, as bytes and ETag, and stored
+        once summarised (``documents.py``); None: running, or read from a metrics engine."""
+        if not job.ended or self.gpu_samples().backend != "embedded":
+            return None
+        interval = self.settings.scrape_interval_seconds
+        return documents.computed_timeseries(
+            self.store, job.job_id, self.gpu_samples(), scrape_interval_seconds=interval
+        )
+
     def document_keeper(self) -> documents.DocumentKeeper:
         """The after-cycle hook that stores finished jobs' time series (``documents.py``)."""
         keeper = documents.DocumentKeeper(

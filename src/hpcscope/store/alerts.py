@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from datetime import datetime
+from functools import lru_cache
 
 import duckdb
 import orjson
@@ -266,7 +267,26 @@ def alerts(
         f"ORDER BY a.severity DESC, a.last_seen DESC, a.dedup_key LIMIT {int(limit)}",
         where.params,
     )
-    return [_alert(row) for row in table.to_pylist()]
+    return _alerts_of(table)
+
+
+#: Alerts built from stored rows, kept by the row's values (least recently used out first):
+#: a list read again after one alert changed builds that one alone (its evidence parsed, its
+#: fields converted), not every alert it shows.
+ROW_ALERTS = 8192
+
+
+@lru_cache(maxsize=ROW_ALERTS)
+def _alert_of(names: tuple[str, ...], values: tuple[object, ...]) -> Alert:
+    return _alert(dict(zip(names, values, strict=True)))
+
+
+def _alerts_of(table: pa.Table) -> list[Alert]:
+    """The alerts of ``table``'s rows, in order (:func:`_alert` of each, through
+    :data:`ROW_ALERTS`: equal rows give the very same, immutable, alert)."""
+    names = tuple(table.column_names)
+    columns = [table.column(name).to_pylist() for name in names]
+    return [_alert_of(names, values) for values in zip(*columns, strict=True)]
 
 
 def job_ids_with_alerts(store: Store) -> frozenset[str]:

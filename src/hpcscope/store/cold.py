@@ -17,7 +17,7 @@ is "out of retention" on the job page, never zero.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -149,4 +149,57 @@ def cold_samples(
     return store.query(f"SELECT {columns} FROM ({rows}) WHERE {' AND '.join(clauses)}", params)
 
 
-__all__ = ["COLD_DDL", "COLD_PARTS", "cold_dir", "cold_samples", "has_cold", "move_to_cold"]
+def cold_time_ranges(
+    store: Store, windows: Mapping[str, tuple[datetime | None, datetime | None]]
+) -> dict[str, tuple[datetime, datetime]]:
+    """First and last time of the cold tier's rows of each job of ``windows`` within its own
+    ``[since, until]`` (what :func:`cold_samples` of that job alone and its window gives as
+    ``min(ts), max(ts)``), in one scan of the parts of the days any window touches: a part
+    holds one day of ``ts``, so a job's rows in its window lie in its own days' parts. A job
+    without such rows is not in the answer."""
+    directory = cold_dir(store.path)
+    if directory is None or not directory.is_dir() or not windows:
+        return {}
+    parts = sorted({p for since, until in windows.values() for p in _days(since, until, directory)})
+    if not parts:
+        return {}
+    files = "[" + ", ".join(_quoted(p) for p in parts) + "]"
+    source = f"read_parquet({files}, union_by_name = true)"
+    ids = list(windows)
+    among = f"job_id IN ({', '.join('?' for _ in ids)})"
+    rows = (
+        f"SELECT job_id, ts FROM {source} WHERE {among} UNION ALL BY NAME "
+        f"SELECT job_id, ts FROM (SELECT ts, unnest({SHARED_JOB_IDS}) AS job_id "
+        f"FROM {source} WHERE {SHARED_JOB_IDS} IS NOT NULL) WHERE {among}"
+    )
+    bounds = pa.table(
+        {
+            "job_id": pa.array(ids, pa.string()),
+            "since": pa.array([windows[i][0] for i in ids], pa.timestamp("us")),
+            "until": pa.array([windows[i][1] for i in ids], pa.timestamp("us")),
+        }
+    )
+    found = store.query(
+        f"SELECT r.job_id, min(r.ts) AS first, max(r.ts) AS last FROM ({rows}) r "
+        "JOIN cold_windows w ON w.job_id = r.job_id "
+        "WHERE (w.since IS NULL OR r.ts >= w.since) AND (w.until IS NULL OR r.ts <= w.until) "
+        "GROUP BY r.job_id",
+        [*ids, *ids],
+        tables={"cold_windows": bounds},
+    )
+    return {
+        str(row["job_id"]): (row["first"], row["last"])
+        for row in found.to_pylist()
+        if row["first"] is not None
+    }
+
+
+__all__ = [
+    "COLD_DDL",
+    "COLD_PARTS",
+    "cold_dir",
+    "cold_samples",
+    "cold_time_ranges",
+    "has_cold",
+    "move_to_cold",
+]

@@ -7,7 +7,7 @@ visible only through a job the scope admits; samples of a job the scheduler has 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
 import pyarrow as pa
@@ -182,6 +182,33 @@ def sample_time_range(
             first = cold_row["first"] if first is None else min(first, cold_row["first"])
             last = cold_row["last"] if last is None else max(last, cold_row["last"])
     return first, last
+
+
+def sample_time_ranges(
+    store: Store, windows: Mapping[str, tuple[datetime | None, datetime | None]]
+) -> dict[str, tuple[datetime | None, datetime | None]]:
+    """:func:`sample_time_range` of each job of ``windows`` (its cold tier's window), in two
+    queries for all of them (a keeper's batch); (None, None) for a job without samples."""
+    ranges: dict[str, tuple[datetime | None, datetime | None]] = dict.fromkeys(
+        windows, (None, None)
+    )
+    if not windows:
+        return ranges
+    marks = ", ".join("?" for _ in windows)
+    hot = store.query(
+        "SELECT job_id, min(ts) AS first, max(ts) AS last FROM gpu_samples "
+        f"WHERE job_id IN ({marks}) GROUP BY job_id",
+        list(windows),
+    ).to_pylist()
+    for row in hot:
+        ranges[str(row["job_id"])] = (row["first"], row["last"])
+    for job_id, (first, last) in cold.cold_time_ranges(store, windows).items():
+        old_first, old_last = ranges[job_id]
+        ranges[job_id] = (
+            first if old_first is None else min(old_first, first),
+            last if old_last is None else max(old_last, last),
+        )
+    return ranges
 
 
 def scrape_health(store: Store, *, since: datetime) -> pa.Table:

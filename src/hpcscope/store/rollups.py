@@ -333,6 +333,26 @@ def rollup_time_range(store: Store, job_id: str) -> tuple[datetime | None, datet
     return row["first"], row["last"]
 
 
+def rollup_time_ranges(
+    store: Store, job_ids: Sequence[str]
+) -> dict[str, tuple[datetime | None, datetime | None]]:
+    """:func:`rollup_time_range` of each of ``job_ids``, in one query."""
+    ranges: dict[str, tuple[datetime | None, datetime | None]] = dict.fromkeys(
+        job_ids, (None, None)
+    )
+    if not job_ids:
+        return ranges
+    marks = ", ".join("?" for _ in job_ids)
+    rows = store.query(
+        "SELECT job_id, min(first_ts) AS first, max(last_ts) AS last FROM gpu_rollups_1m "
+        f"WHERE job_id IN ({marks}) GROUP BY job_id",
+        list(job_ids),
+    ).to_pylist()
+    for row in rows:
+        ranges[str(row["job_id"])] = (row["first"], row["last"])
+    return ranges
+
+
 def job_rollups(store: Store, job_id: str) -> pa.Table:
     """The per-job minutes of ``job_rollups_1m`` (all GPUs of the job folded), oldest first."""
     return store.query("SELECT * FROM job_rollups_1m WHERE job_id = ? ORDER BY minute", [job_id])

@@ -120,6 +120,26 @@ def summary_time_range(store: Store, job_id: str) -> tuple[datetime | None, date
     return (rows[0]["first"], rows[0]["last"]) if rows else (None, None)
 
 
+def summary_time_ranges(
+    store: Store, job_ids: Sequence[str]
+) -> dict[str, tuple[datetime | None, datetime | None]]:
+    """:func:`summary_time_range` of each of ``job_ids``, in one query."""
+    ranges: dict[str, tuple[datetime | None, datetime | None]] = dict.fromkeys(
+        job_ids, (None, None)
+    )
+    if not job_ids:
+        return ranges
+    marks = ", ".join("?" for _ in job_ids)
+    rows = store.query(
+        "SELECT job_id, first_sample_ts AS first, last_sample_ts AS last FROM job_summaries "
+        f"WHERE job_id IN ({marks})",
+        list(job_ids),
+    ).to_pylist()
+    for row in rows:
+        ranges[str(row["job_id"])] = (row["first"], row["last"])
+    return ranges
+
+
 def delete_raw_samples(
     store: Store, *, before: datetime, now: datetime | None = None
 ) -> Future[int]:

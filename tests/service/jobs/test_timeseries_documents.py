@@ -138,6 +138,7 @@ def test_a_pass_stops_when_told_and_writes_what_it_computed(
             retention_job(store, job_id, ended_days_ago=days)
         run_upkeep(store, CONFIG, now=NOW, scrape_interval_seconds=30.0)
         monkeypatch.setattr(documents, "WRITE_BYTES", 1)  # each body written on its own
+        monkeypatch.setattr(documents, "BATCH_JOBS", 1)  # a pause after each job
         paused: list[float] = []
 
         def pause(seconds: float) -> bool:
@@ -148,3 +149,27 @@ def test_a_pass_stops_when_told_and_writes_what_it_computed(
         assert stored.jobs_without(store, documents.TIMESERIES, limit=10) == ["1"]  # oldest
         assert len(paused) == 2 and all(seconds > 0 for seconds in paused)
         assert documents.store_timeseries(store, scrape_interval_seconds=30.0) == 1
+
+
+def test_a_chart_the_route_computed_is_stored_once_the_job_is_summarised(
+    service: Service,
+) -> None:
+    _job(service.store)  # ended, not summarised yet: its samples may still change
+    with TestClient(create_app(service)) as client:
+        first = client.get("/api/jobs/9/timeseries", headers=basic_auth("alice"))
+        assert first.status_code == 200 and b'"series":[{' in first.content
+        service.store.flush()
+        assert documents.stored_timeseries(service.store, "9") is None
+        _summarised(service.store)
+        service.snapshots.clear()
+        second = client.get("/api/jobs/9/timeseries", headers=basic_auth("alice"))
+        service.store.flush()
+        assert documents.stored_timeseries(service.store, "9") == (
+            second.content,
+            second.headers["etag"],
+        )
+        assert second.content == _fresh(service.store)
+        # read from the store from now on: the keeper has nothing left to compute
+        assert stored.jobs_without(service.store, documents.TIMESERIES, limit=10) == []
+        service.snapshots.clear()
+        assert client.get("/api/jobs/9/timeseries", headers=basic_auth("bob")).status_code == 404

@@ -22,12 +22,13 @@ from hpcscope.model.access import Principal
 from hpcscope.model.alerts import VECTOR_NAMES, Alert, AlertState, Severity, Vector
 from hpcscope.serve.auth import check_principal, require_principal, service_of
 from hpcscope.serve.body import body_fields
-from hpcscope.serve.kept import Document, cached_json, kept_page, page_key, query_of, serialise
+from hpcscope.serve.kept import Document, cached_json, etag_of, kept_page, page_key, query_of
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
 from hpcscope.service.alerts.access import AlertStateDenied, may_change_state
 from hpcscope.service.alerts.contracts import AlertDocument, AlertFilters, AlertList
+from hpcscope.service.alerts.documents import alert_list_bytes
 
 router = APIRouter()
 
@@ -82,7 +83,8 @@ def _read(
             vector=VECTOR_NAMES[chosen] if chosen else None,
             job_id=job or None,
         )
-        return found, filters, serialise(AlertList.of(found, filters))
+        body = alert_list_bytes(found, filters)  # serialise(AlertList.of(...)): tested
+        return found, filters, (body, etag_of(body))
 
     # what Service.alerts reads of the principal (as Service.job_alerts keys it) and the
     # filters; its version the alert changes (states changed here, alerts written)

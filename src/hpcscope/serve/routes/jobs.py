@@ -120,6 +120,10 @@ LANE_ROUTES = (
         "/api/jobs/{job_id}",
         lambda request, job_id: _job_json(request, job_id, check_principal(request)),
     ),
+    LaneRoute(
+        "/api/jobs/{job_id}/timeseries",
+        lambda request, job_id: _job_timeseries_json(request, job_id, check_principal(request)),
+    ),
 )
 
 
@@ -173,8 +177,9 @@ def _job_timeseries_json(request: Request, job_id: str, principal: Principal) ->
     job = _seen(service, principal, job_id)
 
     def serialised() -> Document:
-        stored = service.stored_timeseries(job)  # a finished job's: one keyed read
-        return stored if stored is not None else serialise(service.timeseries_of(job))
+        # a finished job's: one keyed read, or computed and stored once
+        found = service.stored_timeseries(job) or service.computed_timeseries(job)
+        return found if found is not None else serialise(service.timeseries_of(job))
 
     # the same for everyone who may see the job; a finished job's at most every minute
     key = ("serve.job_timeseries", job_id)
