@@ -10,8 +10,10 @@ exception other than the target's typed errors, a typed error naming another sou
 input that runs past ``-timeout`` seconds (a hang); libFuzzer writes the input to
 ``crash-*``/``timeout-*`` files in ``--artifacts`` and exits non-zero.
 
-``--all`` runs every target in its own process for ``--seconds`` each and prints one JSON line
-last: ``{"targets": n, "crashes": c, "executions": e, "seconds": s}``; exit 1 on any crash.
+``--all`` runs every target (or each ``--only NAME``) in its own process for ``--seconds`` each
+and prints one JSON line last: ``{"targets": n, "crashes": c, "executions": e, "seconds": s}``;
+exit 1 on any crash. Each process's scratch corpus lives in a temporary directory removed
+after it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from fuzz.targets import SOURCE, TARGETS, Target
@@ -78,14 +81,21 @@ def fuzz_one(target: Target, libfuzzer_args: list[str], *, keep: bool, artifacts
 
 
 def fuzz_all(
-    seconds: int, artifacts: Path, *, runs: int | None = None, seed: int | None = None
+    seconds: int,
+    artifacts: Path,
+    *,
+    runs: int | None = None,
+    seed: int | None = None,
+    only: Sequence[str] = (),
 ) -> int:
-    """Every target for ``seconds`` each (or ``runs`` inputs, with a fixed ``seed``: the same
-    inputs every time, what CI runs), one process per target; returns the crash count."""
+    """Every target (or those named in ``only``) for ``seconds`` each (or ``runs`` inputs, with
+    a fixed ``seed``: the same inputs every time, what CI runs), one process per target;
+    returns the crash count."""
     artifacts.mkdir(parents=True, exist_ok=True)
     crashes, executions = 0, 0
     started = time.monotonic()
-    for name in TARGETS:
+    names = [name for name in TARGETS if not only or name in only]
+    for name in names:
         cmd = [
             sys.executable,
             "-m",
@@ -97,14 +107,19 @@ def fuzz_all(
             f"-artifact_prefix={artifacts}/{name}-",
             "-print_final_stats=1",
         ]
-        result = subprocess.run(
-            cmd,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=seconds + 120,
-            env={**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT)},
-        )
+        with tempfile.TemporaryDirectory(prefix=f"fuzz-{name}-") as scratch:
+            result = subprocess.run(
+                cmd,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=seconds + 120,
+                env={
+                    **os.environ,
+                    "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT),
+                    "TMPDIR": scratch,  # fuzz_one's scratch corpus, removed with it
+                },
+            )
         done = _DONE.search(result.stderr)
         ran = int(done[1]) if done else 0
         executions += ran
@@ -116,7 +131,7 @@ def fuzz_all(
     print(
         json.dumps(
             {
-                "targets": len(TARGETS),
+                "targets": len(names),
                 "crashes": crashes,
                 "executions": executions,
                 "seconds": round(time.monotonic() - started, 1),
@@ -133,13 +148,23 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=20, help="per target, with --all")
     parser.add_argument("--runs", type=int, help="per target, with --all: stop after N inputs")
     parser.add_argument("--seed", type=int, help="with --all: libFuzzer's seed (reproducible)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(TARGETS),
+        default=[],
+        help="with --all: this target only (repeatable)",
+    )
     parser.add_argument("--keep", action="store_true", help="add new inputs to the corpus")
     parser.add_argument(
         "--artifacts", type=Path, default=ROOT / "test-artifacts" / "fuzz", help="crash files"
     )
     args, libfuzzer_args = parser.parse_known_args()
     if args.all:
-        sys.exit(1 if fuzz_all(args.seconds, args.artifacts, runs=args.runs, seed=args.seed) else 0)
+        crashes = fuzz_all(
+            args.seconds, args.artifacts, runs=args.runs, seed=args.seed, only=args.only
+        )
+        sys.exit(1 if crashes else 0)
     if args.target is None:
         parser.error("a target, or --all")
     if shutil.which("true") is None:  # pragma: no cover - a sanity check of the environment
