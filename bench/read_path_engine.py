@@ -13,8 +13,9 @@ timed (median of ``--rounds``) as the web app runs it: the big job's report, the
 job list and the diagram's live state, in that order, all as of one time. The last line printed
 is one JSON object: ``job_report_s``, ``overview_s``, ``job_list_s``, ``diagram_s``, how the
 report was read, the sizes, and each read's first call (``*_first_s``): the backend keeps rule
-answers while the engine's evaluations they hold are the same (``docs/storage.md``), so later
-calls, and a read after another that asked the same, are answered from them. Budgets: job
+answers while the engine's evaluations they hold are the same (at least one scrape interval),
+and the newest samples one scrape interval (``docs/storage.md``), so later calls, and a read
+after another that asked the same, are answered from them. Budgets: job
 report <= 1 s, overview <= 200 ms, job list <= 200 ms, diagram <= 300 ms.
 """
 

@@ -80,6 +80,9 @@ class Pages:
     telemetry: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
     rogue: tuple[str, int] | None = None
     coverage: Coverage | None = None
+    #: the diagram's instant, and per engine the instant its newest samples are of (its copy's)
+    diagram_at: datetime | None = None
+    newest_at: dict[str, datetime | None] = field(default_factory=dict)
 
 
 def _read(backends: ThreeBackends) -> Pages:
@@ -140,9 +143,13 @@ def _read(backends: ThreeBackends) -> Pages:
     # reads above: every scraper's newest sample is of its page, where two jobs still run
     diagram_at = backends.jobs_start + 7 * RULE_WINDOW + 8.0
     backends.wait_until(diagram_at + 2 * SCRAPE_SECONDS)
+    pages.diagram_at = naive(diagram_at)
     for name, service in backends.services.items():
         state = live_state(service, Viewer(ADMIN), now=naive(diagram_at))
         pages.cluster[name] = {"gpus": jsonable(state.gpus), "cluster": jsonable(state.cluster)}
+        metrics = service.gpu_samples()
+        if isinstance(metrics, PrometheusSamples):
+            pages.newest_at[name] = metrics.newest.instant
     return pages
 
 
@@ -235,6 +242,9 @@ def test_the_job_list_and_every_report_agree(pages: Pages) -> None:
 def test_the_diagram_values_agree(pages: Pages) -> None:
     gpus = pages.cluster["embedded"]["gpus"]
     assert sum(1 for g in gpus.values() if g["state"] == "active") == 12  # two jobs still run
+    # the engines' newest samples are of the instant compared (a copy kept from an earlier
+    # read would show an instant up to a scrape interval before it)
+    assert pages.newest_at == dict.fromkeys(BACKENDS[1:], pages.diagram_at)
     _compare(pages.cluster, "cluster")
 
 

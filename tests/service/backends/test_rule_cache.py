@@ -123,18 +123,34 @@ def test_a_sliding_window_is_read_again_when_its_evaluations_change() -> None:
         fresh.close()
 
 
-def test_an_evaluation_too_recent_is_not_kept() -> None:
+def test_an_evaluation_too_recent_is_kept_one_scrape_interval_only() -> None:
     asked: list[str] = []
     newest = EVALUATIONS[60]  # T0 + 7 s
     clock = [T0 + timedelta(seconds=7 + SETTLED_SECONDS - 1)]
     reader = _reader(asked, clock)
+    start = T0 - timedelta(minutes=30)
+    until = clock[0]
     try:
-        for _ in range(2):
-            _observed(reader, since=T0 - timedelta(minutes=30), until=clock[0])
-        assert len(asked) == 2 * len(VERDICT_COLUMNS)  # its other rules may not be written yet
+        assert epoch_seconds(clock[0]) - newest < SETTLED_SECONDS
+        # its other rules may not be written yet: kept no longer than one scrape (15 s)
+        _observed(reader, since=start, until=until)
+        clock[0] += timedelta(seconds=14)
+        _observed(reader, since=start, until=until)
+        assert len(asked) == len(VERDICT_COLUMNS)
+        clock[0] += timedelta(seconds=1)
+        _observed(reader, since=start, until=until)
+        assert len(asked) == 2 * len(VERDICT_COLUMNS)
     finally:
         reader.close()
-    assert epoch_seconds(clock[0]) - newest < SETTLED_SECONDS
+
+
+def test_without_a_scrape_interval_an_unsettled_answer_is_not_kept() -> None:
+    answers = RuleAnswers()
+    table = _Table()
+    window = Window(before=None, newest=1_000.0, start=0.0)
+    for _ in range(2):
+        answers.read("q", window, table, clock=lambda: 1_005.0, interval_seconds=60)
+    assert len(table.made) == 2
 
 
 def test_an_evaluation_written_after_a_read_is_read() -> None:

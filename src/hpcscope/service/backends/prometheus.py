@@ -16,7 +16,9 @@ window (:mod:`hpcscope.service.backends.rule_reads`), else from raw samples:
   Xids) per step, each point weighing one step.
 
 Each read says which it was (:class:`~hpcscope.model.backends.ReadSource`). The live reads
-(newest samples, last seen, jobs seen) are in :mod:`hpcscope.service.backends.engine_live`.
+(newest samples, last seen, jobs seen) are in :mod:`hpcscope.service.backends.engine_live`;
+the newest samples are read once per scrape interval (:mod:`.live_copy`), and answers of the
+recording rules kept (:mod:`.rule_cache`).
 """
 
 from __future__ import annotations
@@ -62,9 +64,12 @@ from hpcscope.service.backends.engine_rules import (
     RuleNames,
     delay_seconds_for,
 )
+from hpcscope.service.backends.live_copy import NewestCopy
 from hpcscope.service.backends.rule_reads import RuleReads, factor
 from hpcscope.service.engine_settings import RuleUse
 
+#: ``since`` of a read of every GPU the engine answers.
+UNBOUNDED_PAST = datetime(1970, 1, 1)
 #: Most steps of a raw read per series: a longer window is read at a coarser step.
 MAX_RAW_STEPS = 1_440
 #: The fields a report reads at a bounded step, and how a step folds them.
@@ -125,6 +130,12 @@ class PrometheusSamples:
             ),
             lookback_seconds=lookback_seconds,
             now=now,
+            fresh_seconds=step_seconds,
+        )
+        self.newest = NewestCopy(
+            self._read_newest,
+            interval_seconds=step_seconds,
+            clock=lambda: epoch_seconds(self._now()),
         )
 
     @property
@@ -255,9 +266,11 @@ class PrometheusSamples:
         columns: Sequence[str] | None = None,
     ) -> pa.Table:
         _, end = self._window(since, until)
-        return engine_live.latest(
-            self.engine, since=as_naive_utc(since), until=end, columns=columns
-        )
+        return self.newest.latest(since=as_naive_utc(since), until=end, columns=columns)
+
+    def _read_newest(self, until: datetime, columns: Sequence[str] | None) -> pa.Table:
+        """Every GPU's newest sample within the engine's lookback (:class:`NewestCopy`)."""
+        return engine_live.latest(self.engine, since=UNBOUNDED_PAST, until=until, columns=columns)
 
     def last_seen(self, *, since: datetime) -> Mapping[tuple[str, int], datetime]:
         return engine_live.last_seen(

@@ -23,8 +23,13 @@ ingestion delay) old by the clock, when the read started (an engine writes a gro
 after the other, vmalert writes them back through remote write: a probe could see ``E`` of one
 rule before another's is stored), and the read ended :data:`CLOCK_SKEW_SECONDS` before the
 group's next evaluation could be written (``E`` plus the evaluation interval: an evaluation is
-never made before its own time). An engine whose ``timestamp()`` is the query time rather than
-the sample's (so no two reads share a key) is read every time.
+never made before its own time). Any other answer is kept ``fresh_seconds`` (the scrape
+interval) by the clock from when its read started, no longer: the live pages read the same
+windows several times a scrape interval, and a page is as old as one scrape interval anyway
+(the web app keeps a page per collector cycle); an evaluation written meanwhile changes the
+probe's answer, hence the key, so only a group written halfway when it was read shows for that
+long. An engine whose ``timestamp()`` is the query time rather than the sample's (so no two
+reads share a key) is read every time.
 
 The probes' answers are kept too (:class:`ProbeAnswers`), while they cannot change: the newest
 evaluation ``E``, asked at a time after the probe was made (so it saw every evaluation
@@ -147,15 +152,21 @@ class ProbeAnswers:
 class _Kept:
     start: float
     table: pa.Table
+    until: float | None = None  # by the clock: kept only so long (None: while it is held)
 
 
 class RuleAnswers:
     """A small LRU of rule reads' tables keyed by their query and :class:`Window`."""
 
     def __init__(
-        self, *, settled_seconds: float = SETTLED_SECONDS, max_answers: int = MAX_ANSWERS
+        self,
+        *,
+        settled_seconds: float = SETTLED_SECONDS,
+        fresh_seconds: float = 0.0,
+        max_answers: int = MAX_ANSWERS,
     ) -> None:
         self.settled_seconds = settled_seconds
+        self.fresh_seconds = fresh_seconds
         self.max_answers = max_answers
         self._kept: OrderedDict[Hashable, _Kept] = OrderedDict()
         self._lock = threading.Lock()
@@ -166,12 +177,22 @@ class RuleAnswers:
     def _key(query: Hashable, window: Window) -> Hashable:
         return (query, window.held)
 
-    def get(self, query: Hashable, window: Window, *, interval_seconds: float) -> pa.Table | None:
-        """The kept table of an equal read, None when there is none."""
+    def get(
+        self,
+        query: Hashable,
+        window: Window,
+        *,
+        interval_seconds: float,
+        now: float | None = None,
+    ) -> pa.Table | None:
+        """The kept table of an equal read, None when there is none (``now``: the clock, for
+        the answers kept for a while only; None: those are not found)."""
         if window.newest is None:
             return None
         with self._lock:
             kept = self._kept.get(self._key(query, window))
+            if kept is not None and kept.until is not None and (now is None or now >= kept.until):
+                kept = None
             if kept is not None and (
                 window.before is not None or abs(kept.start - window.start) < interval_seconds
             ):
@@ -193,22 +214,27 @@ class RuleAnswers:
         """The kept answer of ``query`` over ``window``, else ``compute()``, kept when no
         evaluation could be written while it ran (the module docstring; ``clock``: epoch
         seconds, ``interval_seconds``: the rules' evaluation interval)."""
-        found = self.get(query, window, interval_seconds=interval_seconds)
+        started = clock()
+        found = self.get(query, window, interval_seconds=interval_seconds, now=started)
         if found is not None:
             return found
-        started = clock()
         table = compute()
         newest = window.newest
+        if newest is None:
+            return table
+        until: float | None = started + self.fresh_seconds
         if (
-            newest is not None
-            and started - newest >= self.settled_seconds
+            started - newest >= self.settled_seconds
             and clock() <= newest + interval_seconds - CLOCK_SKEW_SECONDS
         ):
-            with self._lock:
-                self._kept[self._key(query, window)] = _Kept(window.start, table)
-                self._kept.move_to_end(self._key(query, window))
-                while len(self._kept) > self.max_answers:
-                    self._kept.popitem(last=False)
+            until = None
+        elif self.fresh_seconds <= 0:
+            return table
+        with self._lock:
+            self._kept[self._key(query, window)] = _Kept(window.start, table, until)
+            self._kept.move_to_end(self._key(query, window))
+            while len(self._kept) > self.max_answers:
+                self._kept.popitem(last=False)
         return table
 
     def clear(self) -> None:

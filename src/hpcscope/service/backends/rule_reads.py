@@ -111,6 +111,8 @@ class RuleReads:
         names: the rules' names (their window).
         lookback_seconds: how far back the probe looks for the rules' oldest evaluation.
         now: the clock.
+        fresh_seconds: how long an answer that may change is kept (the scrape interval,
+            :mod:`.rule_cache`; 0: not kept).
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class RuleReads:
         *,
         lookback_seconds: float,
         now: Callable[[], datetime],
+        fresh_seconds: float = 0.0,
     ) -> None:
         self.engine = engine
         self.names = names
@@ -129,7 +132,7 @@ class RuleReads:
         self._lock = threading.Lock()
         self._probed: tuple[float, Coverage] | None = None
         settled = max(SETTLED_SECONDS, float(names.delay_seconds))
-        self.answers = RuleAnswers(settled_seconds=settled)
+        self.answers = RuleAnswers(settled_seconds=settled, fresh_seconds=fresh_seconds)
         self.probes = ProbeAnswers(interval_seconds=names.window_seconds, settled_seconds=settled)
 
     @property
