@@ -173,3 +173,60 @@ def test_a_chart_the_route_computed_is_stored_once_the_job_is_summarised(
         assert stored.jobs_without(service.store, documents.TIMESERIES, limit=10) == []
         service.snapshots.clear()
         assert client.get("/api/jobs/9/timeseries", headers=basic_auth("bob")).status_code == 404
+
+
+def test_documents_written_to_remember_are_read_without_a_query_and_follow_the_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Store(tmp_path / "s.duckdb") as store:
+        one = stored.JobDocument("1", '"a"', b"first")
+        stored.write_documents(store, "k", [one], now=T0, remember=True).result()
+        assert stored.remembered_document(store, "1", "k") == (b"first", '"a"')
+        assert stored.remembered_document(store, "1", "other") is None
+        again = stored.JobDocument("1", '"b"', b"second")
+        stored.write_documents(store, "k", [again], now=T0).result()  # not remembered
+        assert stored.remembered_document(store, "1", "k") is None
+        assert stored.read_document(store, "1", "k") == (b"second", '"b"')
+        stored.write_documents(store, "k", [again], now=T0, remember=True).result()
+        stored.write_documents(store, "k-old", [one], now=T0, remember=True).result()
+        stored.forget_other_kinds(store, "k-", "k-new").result()
+        assert stored.remembered_document(store, "1", "k-old") is None
+        assert stored.remembered_document(store, "1", "k") == (b"second", '"b"')
+        monkeypatch.setattr(stored, "MEMORY_BYTES", 10)  # the least recently used goes first
+        two = stored.JobDocument("2", '"c"', b"third")
+        stored.write_documents(store, "k", [two], now=T0, remember=True).result()
+        assert stored.remembered_document(store, "1", "k") is None
+        assert stored.remembered_document(store, "2", "k") == (b"third", '"c"')
+        assert stored.read_document(store, "1", "k") == (b"second", '"b"')  # the row stays
+
+
+def test_the_route_answers_a_chart_this_process_stored_from_memory(service: Service) -> None:
+    _job(service.store)
+    _summarised(service.store)
+    interval = service.settings.scrape_interval_seconds
+    assert documents.store_timeseries(service.store, scrape_interval_seconds=interval) == 1
+    body, etag = documents.remembered_timeseries(service.store, "9") or (b"", "")
+    assert body == _fresh_at(service.store, interval)
+    # the row changed behind the memory's back (never done but here): the route reads memory
+    service.store.submit_write(
+        lambda con: con.execute("UPDATE job_documents SET etag = '\"x\"'")
+    ).result()
+    assert stored.read_document(service.store, "9", documents.TIMESERIES) == (body, etag)
+    with TestClient(create_app(service)) as client:
+        answer = client.get("/api/jobs/9/timeseries", headers=basic_auth("alice"))
+        assert answer.content == body and answer.headers["etag"] == etag
+        assert client.get("/api/jobs/9/timeseries", headers=basic_auth("bob")).status_code == 404
+    assert service.store.query_row("SELECT etag FROM job_documents") == ('"x"',)
+    # answered before the snapshots: no entry of the chart was computed or kept
+    assert not [k for k in service.snapshots._entries if "serve.job_timeseries" in str(k)]
+    # retention that drops it drops it from memory too
+    kept.delete_final_rollups(service.store, before=T0 + timedelta(days=20)).result()
+    kept.delete_raw_samples(service.store, before=T0 + timedelta(days=20)).result()
+    documents.forget_after_retention(
+        service.store, raw_before=None, rollups_before=T0 + timedelta(days=20)
+    )
+    assert documents.remembered_timeseries(service.store, "9") is None
+
+
+def _fresh_at(store: Store, interval: float) -> bytes:
+    return serialise(timeseries.job_timeseries(store, "9", scrape_interval_seconds=interval))[0]

@@ -10,6 +10,9 @@ at a time with their reads before the samples made once for the batch; resting a
 batch as long as it computed, unless a whole pass is waiting: the requests keep most of the
 interpreter), and stores each as the bytes the route serves (``store/job_documents.py``). A
 chart a request had to compute first is stored by that request (:func:`computed_timeseries`).
+What this process stores is also held in memory, within a budget (``MEMORY_BYTES`` of
+``store/job_documents.py``): the route answers those on the event loop, without a query
+(:func:`remembered_timeseries`).
 The retention pass drops those that read what it deletes, and the keeper computes them again
 from what is left.
 
@@ -101,14 +104,13 @@ def store_timeseries(
             held += len(documents[-1].body)
             if held >= WRITE_BYTES:
                 written += stored.write_documents(
-                    store, TIMESERIES, documents, now=now or utcnow()
+                    store, TIMESERIES, documents, now=now or utcnow(), remember=True
                 ).result()
                 documents, held = [], 0
         if pause is not None and pause(time.perf_counter() - started):
             break
-    return (
-        written + stored.write_documents(store, TIMESERIES, documents, now=now or utcnow()).result()
-    )
+    last = stored.write_documents(store, TIMESERIES, documents, now=now or utcnow(), remember=True)
+    return written + last.result()
 
 
 def stored_document(job_id: str, read: EmbeddedTimeseries) -> stored.JobDocument:
@@ -126,7 +128,7 @@ def computed_timeseries(
     read = embedded_timeseries(store, job_id, reader, scrape_interval_seconds)
     row = stored_document(job_id, read)
     if read.summarised:
-        written = stored.write_documents(store, TIMESERIES, [row], now=utcnow())
+        written = stored.write_documents(store, TIMESERIES, [row], now=utcnow(), remember=True)
         written.add_done_callback(_log_failure)
     return row.body, row.etag
 
@@ -140,6 +142,13 @@ def _log_failure(written: Future[int]) -> None:
 def stored_timeseries(store: Store, job_id: str) -> tuple[bytes, str] | None:
     """The stored time series of ``job_id`` (its body and ETag), or None."""
     return stored.read_document(store, job_id, TIMESERIES)
+
+
+def remembered_timeseries(store: Store, job_id: str) -> tuple[bytes, str] | None:
+    """:func:`stored_timeseries` of a job this process stored and still holds in memory (the
+    keeper's and the requests' writes), else None: a lookup, never a query, so that the event
+    loop answers a first read of it."""
+    return stored.remembered_document(store, job_id, TIMESERIES)
 
 
 def forget_after_retention(
