@@ -70,10 +70,11 @@ schemas-check: venv
 unit: venv
 	$(BIN)/pytest -q
 
-# Two workers (pytest-xdist): half the suite waits on real processes, so a second worker uses
-# the time; tests that share a machine-wide resource are grouped on one worker (tests/conftest.py);
+# Three workers (pytest-xdist) on two cores: ~40 % of the suite's test time waits on real
+# processes (servers starting, scrapes, the twin's real time), and a third worker uses it; tests
+# that share a machine-wide resource are grouped on one worker (tests/support/xdist_groups.py);
 # tests that measure real processes' timings (marker `serial`) run alone afterwards.
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 
 test: venv system-deps torch check sbom
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not serial"

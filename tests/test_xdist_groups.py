@@ -1,4 +1,4 @@
-"""``make test`` runs two xdist workers with ``--dist loadgroup``: the groups of
+"""``make test`` runs three xdist workers with ``--dist loadgroup``: the groups of
 ``tests/conftest.py`` hold (the machine-wide tests on one worker, one after the other; a
 module's tests that share a module fixture on one worker, which builds the fixture once)."""
 
@@ -35,13 +35,13 @@ def test_machine_wide(n):
 """
 
 
-def test_groups_hold_on_two_workers(tmp_path: Path) -> None:
+def test_groups_hold_on_three_workers(tmp_path: Path) -> None:
     (tmp_path / "test_shared_fixture.py").write_text(SHARED)
     (tmp_path / "test_sensor_one.py").write_text(SENSOR)
     (tmp_path / "test_sensor_two.py").write_text(SENSOR)
     args = [
         "-n",
-        "2",
+        "3",
         "--dist",
         "loadgroup",
         "-p",

@@ -1,4 +1,4 @@
-"""The xdist groups of ``make test`` (``pytest -n 2 --dist loadgroup``), as a plugin that
+"""The xdist groups of ``make test`` (``pytest -n 3 --dist loadgroup``), as a plugin that
 ``tests/conftest.py`` loads (``tests/test_xdist_groups.py`` loads it alone)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from _pytest.nodeid import NodeId
 
 #: Tests that share one machine-wide resource run on one xdist worker, one after the other
-#: (``make test`` runs ``pytest -n 2 --dist loadgroup``): real Slurm clusters (munged, MariaDB,
+#: (``make test`` runs ``pytest -n 3 --dist loadgroup``): real Slurm clusters (munged, MariaDB,
 #: slurmd with cgroups on this host) and the root eBPF sensor (bpftrace sees every process's
 #: reads, the other tests' too), which one test also runs on Slurm: one group for both.
 MACHINE_WIDE_FILES = ("bpftrace", "sensor")
