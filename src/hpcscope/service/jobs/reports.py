@@ -6,6 +6,8 @@ report objects. The web app and the CLI render what this returns.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -102,11 +104,39 @@ def earliest_start(jobs: pl.DataFrame, job_ids: Sequence[str]) -> datetime | Non
     return first - START_MARGIN if isinstance(first, datetime) else None
 
 
+class _AggregateRows:
+    """The ``gpu_summary`` rows of the last few aggregate answers, by the answer itself: an
+    engine's kept answer (``service/backends/rule_cache.py``) is one table read by every page
+    built from it (the overview folds three, every call), folded once."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        self._rows: OrderedDict[int, tuple[pa.Table, pl.DataFrame]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, table: pa.Table) -> pl.DataFrame:
+        with self._lock:
+            kept = self._rows.get(id(table))
+            if kept is not None and kept[0] is table:
+                self._rows.move_to_end(id(table))
+                return kept[1]
+        rows = summary_from_aggregates(_frame(table))
+        with self._lock:  # the table is held with its rows: its id is not reused meanwhile
+            self._rows[id(table)] = (table, rows)
+            while len(self._rows) > self.size:
+                self._rows.popitem(last=False)
+        return rows
+
+
+_AGGREGATE_ROWS = _AggregateRows()
+
+
 def gpu_rows(read: JobGpuRead, *, scrape_interval_seconds: float) -> pl.DataFrame:
-    """The ``gpu_summary`` rows of what a backend answered: aggregates folded, raw samples
-    weighed (each to the next, capped at the read's cap or three scrape intervals)."""
+    """The ``gpu_summary`` rows of what a backend answered: aggregates folded (once per
+    answer), raw samples weighed (each to the next, capped at the read's cap or three scrape
+    intervals)."""
     if read.aggregates is not None:
-        return summary_from_aggregates(_frame(read.aggregates))
+        return _AGGREGATE_ROWS.of(read.aggregates)
     samples = read.samples if read.samples is not None else GPU_SAMPLE_SCHEMA.empty_table()
     cap = read.max_interval_seconds or max_sample_weight_seconds(scrape_interval_seconds)
     return gpu_summary(_frame(samples), max_interval_seconds=cap)
