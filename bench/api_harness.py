@@ -58,8 +58,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def exit_on_sigterm() -> None:
+    """A bounded run (``timeout``) ends by SIGTERM: exit through the :class:`Demo`'s clean-up,
+    which stops the server and the twin (their own session: they would run on, orphaned, and
+    slow every later run), also while the demo starts (its history at 128 nodes takes
+    minutes)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
 class Demo:
-    """``hpcscope demo`` on the 128-node twin, as a subprocess; a context manager."""
+    """``hpcscope demo`` on the 128-node twin, as a subprocess; a context manager (call
+    :func:`exit_on_sigterm` first in a bench's ``main``)."""
 
     def __init__(
         self, *, port: int, scrape_interval_seconds: float = 2.0, topology: Path = TOPOLOGY

@@ -42,6 +42,7 @@ from bench.api_harness import (
     Tally,
     asks,
     cpu_seconds,
+    exit_on_sigterm,
     prepare_clients,
     rss_mb,
     run_client,
@@ -189,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=18_917)
     args = parser.parse_args(argv)
     topology = TOPOLOGIES[args.topology]
+    exit_on_sigterm()
     with Demo(
         port=args.port, topology=topology, scrape_interval_seconds=args.scrape_interval
     ) as demo:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import statistics
 import sys
 import time
@@ -48,6 +47,7 @@ from bench.api_harness import (
     Demo,
     Place,
     Tally,
+    exit_on_sigterm,
     prepare_clients,
     rss_mb,
     run_client,
@@ -163,10 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auth", choices=AUTH_MODES, default="cookie")
     parser.add_argument("--port", type=int, default=18_918)
     args = parser.parse_args(argv)
-    # a bounded run (``timeout``) ends by SIGTERM: exit through the demo's clean-up, which
-    # stops the server and the twin (their own session: they would run on, orphaned), also
-    # while the demo starts (its history at 128 nodes takes minutes)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    exit_on_sigterm()
     demo = Demo(port=args.port, topology=TOPOLOGIES[args.topology])
     try:
         demo.__enter__()
