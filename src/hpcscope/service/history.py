@@ -48,7 +48,6 @@ from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.attribution import store_dcgm_readings
 from hpcscope.service.collect.scheduler import apply_snapshot
 from hpcscope.service.core import Service
-from hpcscope.service.jobs.documents import store_timeseries
 from hpcscope.service.jobs.summaries import summarise_finished_jobs
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.security.tetragon_policy import protected_roots
@@ -162,16 +161,6 @@ class _Reader:
             log.warning("history: %s", error)
 
 
-def _store_charts(service: Service, stopped: Callable[[], bool] | None) -> None:
-    """The finished jobs' charts, stored before anyone reads them (the document keeper's
-    work, done before collection starts: under load a month of them took the keeper minutes,
-    and every chart it had not stored yet cost the request that asked for it)."""
-    interval, metrics = service.settings.scrape_interval_seconds, service.gpu_samples()
-    while not (stopped is not None and stopped()):
-        if not store_timeseries(service.store, scrape_interval_seconds=interval, metrics=metrics):
-            return
-
-
 def write_history(
     service: Service,
     chunks: Iterable[PastChunk],
@@ -221,7 +210,6 @@ def write_history(
             service.store, now=end, scrape_interval_seconds=step_seconds, max_jobs=100_000
         )
         _handle_old_alerts(service, end=end)
-        _store_charts(service, stopped)
     report = HistoryReport(
         jobs=len(reader.jobs),
         samples=reader.samples,
