@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hpcscope.ingest.slurm import (
@@ -225,6 +225,10 @@ json_values = st.recursive(
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(key=st.sampled_from(sorted(_doc()["jobs"][0])), value=json_values, which=st.integers(0, 1))
+# non-finite floats (JSON's Infinity and NaN) in an int field, bare and in Slurm's number object
+@example(key="time_limit", value=float("inf"), which=0)
+@example(key="time_limit", value=float("nan"), which=1)
+@example(key="time_limit", value={"set": True, "infinite": False, "number": -float("inf")}, which=0)
 def test_any_field_replaced_by_any_value_never_crashes(key: str, value: Any, which: int) -> None:
     doc = _doc()
     doc["jobs"][which][key] = value

@@ -16,6 +16,7 @@ parsers pick fields by name, never by position.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -270,9 +271,18 @@ def slurm_number(value: object) -> int | float | None:
 
 
 def slurm_int(value: object) -> int | None:
-    """:func:`slurm_number` as an int (floats truncated)."""
+    """:func:`slurm_number` as an int (floats truncated).
+
+    Raises:
+        ValueError: as :func:`slurm_number`, and for a float that is not finite (``Infinity``
+            and ``NaN`` parse as JSON numbers; Slurm writes an infinite limit as an object).
+    """
     number = slurm_number(value)
-    return None if number is None else int(number)
+    if number is None:
+        return None
+    if isinstance(number, float) and not math.isfinite(number):
+        raise ValueError(f"expected a finite number, got {number!r}")
+    return int(number)
 
 
 def epoch_or_none(value: object) -> int | None:
