@@ -26,6 +26,7 @@ from hpcscope.store import cold, diagram, node_facts, rollups
 from hpcscope.store import telemetry_rules as telemetry_queries
 from hpcscope.store.duck import Store
 from hpcscope.store.filters import Where
+from hpcscope.store.time_ranges import job_time_ranges
 
 _SAMPLE_COLUMNS = "s.*"
 
@@ -189,19 +190,12 @@ def sample_time_ranges(
 ) -> dict[str, tuple[datetime | None, datetime | None]]:
     """:func:`sample_time_range` of each job of ``windows`` (its cold tier's window), in two
     queries for all of them (a keeper's batch); (None, None) for a job without samples."""
-    ranges: dict[str, tuple[datetime | None, datetime | None]] = dict.fromkeys(
-        windows, (None, None)
+    ranges = job_time_ranges(
+        store,
+        "SELECT job_id, min(ts) AS first, max(ts) AS last FROM gpu_samples",
+        windows,
+        grouped=True,
     )
-    if not windows:
-        return ranges
-    marks = ", ".join("?" for _ in windows)
-    hot = store.query(
-        "SELECT job_id, min(ts) AS first, max(ts) AS last FROM gpu_samples "
-        f"WHERE job_id IN ({marks}) GROUP BY job_id",
-        list(windows),
-    ).to_pylist()
-    for row in hot:
-        ranges[str(row["job_id"])] = (row["first"], row["last"])
     for job_id, (first, last) in cold.cold_time_ranges(store, windows).items():
         old_first, old_last = ranges[job_id]
         ranges[job_id] = (

@@ -51,6 +51,7 @@ from hpcscope.model.schemas import ROLLUP_METRICS
 from hpcscope.store.filters import Where
 from hpcscope.store.migrations import ROLLUP_ROWS, ROLLUP_SELECT, ROLLUP_STATE
 from hpcscope.store.readings import by_job
+from hpcscope.store.time_ranges import job_time_ranges
 
 if TYPE_CHECKING:
     from hpcscope.store.duck import Store
@@ -337,20 +338,12 @@ def rollup_time_ranges(
     store: Store, job_ids: Sequence[str]
 ) -> dict[str, tuple[datetime | None, datetime | None]]:
     """:func:`rollup_time_range` of each of ``job_ids``, in one query."""
-    ranges: dict[str, tuple[datetime | None, datetime | None]] = dict.fromkeys(
-        job_ids, (None, None)
+    return job_time_ranges(
+        store,
+        "SELECT job_id, min(first_ts) AS first, max(last_ts) AS last FROM gpu_rollups_1m",
+        job_ids,
+        grouped=True,
     )
-    if not job_ids:
-        return ranges
-    marks = ", ".join("?" for _ in job_ids)
-    rows = store.query(
-        "SELECT job_id, min(first_ts) AS first, max(last_ts) AS last FROM gpu_rollups_1m "
-        f"WHERE job_id IN ({marks}) GROUP BY job_id",
-        list(job_ids),
-    ).to_pylist()
-    for row in rows:
-        ranges[str(row["job_id"])] = (row["first"], row["last"])
-    return ranges
 
 
 def job_rollups(store: Store, job_id: str) -> pa.Table:

@@ -23,6 +23,7 @@ from hpcscope.store.cold import cold_dir, move_to_cold
 from hpcscope.store.duck import Store
 from hpcscope.store.migrations import ROLLUP_STATE
 from hpcscope.store.readings import READINGS, SHARED_JOB_IDS, raw_table
+from hpcscope.store.time_ranges import job_time_ranges
 
 #: Scheduler states of a job that will not run again (Slurm's terminal states).
 FINISHED_STATES = (
@@ -124,20 +125,12 @@ def summary_time_ranges(
     store: Store, job_ids: Sequence[str]
 ) -> dict[str, tuple[datetime | None, datetime | None]]:
     """:func:`summary_time_range` of each of ``job_ids``, in one query."""
-    ranges: dict[str, tuple[datetime | None, datetime | None]] = dict.fromkeys(
-        job_ids, (None, None)
+    return job_time_ranges(
+        store,
+        "SELECT job_id, first_sample_ts AS first, last_sample_ts AS last FROM job_summaries",
+        job_ids,
+        grouped=False,
     )
-    if not job_ids:
-        return ranges
-    marks = ", ".join("?" for _ in job_ids)
-    rows = store.query(
-        "SELECT job_id, first_sample_ts AS first, last_sample_ts AS last FROM job_summaries "
-        f"WHERE job_id IN ({marks})",
-        list(job_ids),
-    ).to_pylist()
-    for row in rows:
-        ranges[str(row["job_id"])] = (row["first"], row["last"])
-    return ranges
 
 
 def delete_raw_samples(
