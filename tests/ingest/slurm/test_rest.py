@@ -227,6 +227,7 @@ json_values = st.recursive(
 @given(key=st.sampled_from(sorted(_doc()["jobs"][0])), value=json_values, which=st.integers(0, 1))
 # non-finite floats (JSON's Infinity and NaN) in an int field, bare and in Slurm's number object
 @example(key="time_limit", value=float("inf"), which=0)
+@example(key="eligible_time", value=9223372036855.0, which=0)  # an epoch past any timestamp
 @example(key="time_limit", value=float("nan"), which=1)
 @example(key="time_limit", value={"set": True, "infinite": False, "number": -float("inf")}, which=0)
 def test_any_field_replaced_by_any_value_never_crashes(key: str, value: Any, which: int) -> None:

@@ -285,11 +285,21 @@ def slurm_int(value: object) -> int | None:
     return int(number)
 
 
+#: 9999-12-31T23:59:59Z, the last second a timestamp column (and ``datetime``) holds.
+LAST_EPOCH_SECONDS = 253_402_300_799
+
+
 def epoch_or_none(value: object) -> int | None:
-    """A Slurm epoch time: 0 and unset mean "not happened", which we store as null."""
+    """A Slurm epoch time: 0 and unset mean "not happened", which we store as null.
+
+    Raises:
+        ValueError: as :func:`slurm_int`, and for a time after year 9999 (no timestamp holds it).
+    """
     number = slurm_int(value)
     if number is None or number <= 0:
         return None
+    if number > LAST_EPOCH_SECONDS:
+        raise ValueError(f"expected an epoch time, got {number!r} (after year 9999)")
     return number
 
 
