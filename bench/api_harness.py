@@ -71,9 +71,15 @@ class Demo:
     :func:`exit_on_sigterm` first in a bench's ``main``)."""
 
     def __init__(
-        self, *, port: int, scrape_interval_seconds: float = 2.0, topology: Path = TOPOLOGY
+        self,
+        *,
+        port: int,
+        scrape_interval_seconds: float = 2.0,
+        topology: Path = TOPOLOGY,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = port
+        self.env = dict(env or {})
         self.topology = topology
         self.scrape_interval_seconds = scrape_interval_seconds
         self._dir = tempfile.TemporaryDirectory(prefix="hpcscope-load-", ignore_cleanup_errors=True)
@@ -81,7 +87,8 @@ class Demo:
         self.logins: list[tuple[str, str]] = []
 
     def __enter__(self) -> Demo:
-        env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}")
+        path = f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}"
+        env = dict(os.environ, PYTHONPATH=path) | self.env
         command = [
             sys.executable,
             "-m",

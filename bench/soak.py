@@ -37,12 +37,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
+from bench import memprobe
 from bench.api_harness import (
     AUTH_MODES,
+    ROOT,
     TOPOLOGIES,
     Demo,
     Place,
@@ -78,6 +82,8 @@ async def soak(
     think_seconds: float,
     timeout_seconds: float,
     auth: str = "cookie",
+    probe: Path | None = None,
+    probe_at: tuple[float, ...] = (),
 ) -> dict[str, object]:
     """Warm up, then ``seconds`` of load with RSS sampled (module docstring)."""
     fleet = await prepare_clients(demo, clients, wait_for_jobs_seconds=90, auth=auth)
@@ -105,10 +111,15 @@ async def soak(
     samples = [rss_mb(demo.pid)]
     times = [0.0]
     wall_start = time.monotonic()
+    dumps = sorted(probe_at) if probe is not None else []
     while time.monotonic() < until:
+        while probe is not None and dumps and time.monotonic() - wall_start >= dumps[0]:
+            memprobe.request_dump(probe, f"{dumps.pop(0):g}")
         await asyncio.sleep(min(sample_seconds, max(0.0, until - time.monotonic())))
         samples.append(rss_mb(demo.pid))
         times.append(time.monotonic() - wall_start)
+    if probe is not None and dumps:
+        memprobe.request_dump(probe, f"{dumps[-1]:g}")
     await asyncio.gather(*tasks)
     wall = time.monotonic() - wall_start
     samples.append(rss_mb(demo.pid))
@@ -162,9 +173,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topology", choices=sorted(TOPOLOGIES), default="128")
     parser.add_argument("--auth", choices=AUTH_MODES, default="cookie")
     parser.add_argument("--port", type=int, default=18_918)
+    parser.add_argument(
+        "--probe", type=Path, help="a folder: probe the server's memory (bench/memprobe.py)"
+    )
+    parser.add_argument(
+        "--probe-at", default="0,120,600", help="window seconds of the probe's dumps"
+    )
     args = parser.parse_args(argv)
     exit_on_sigterm()
-    demo = Demo(port=args.port, topology=TOPOLOGIES[args.topology])
+    env = {}
+    if args.probe is not None:
+        args.probe.mkdir(parents=True, exist_ok=True)
+        site = ROOT / "bench" / "probe_site"
+        env = {
+            memprobe.ENV_DIR: str(args.probe.resolve()),
+            "PYTHONPATH": f"{site}:{ROOT}:{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}",
+        }
+    demo = Demo(port=args.port, topology=TOPOLOGIES[args.topology], env=env)
     try:
         demo.__enter__()
         result = asyncio.run(
@@ -177,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                 think_seconds=args.think_seconds,
                 timeout_seconds=args.timeout_seconds,
                 auth=args.auth,
+                probe=args.probe,
+                probe_at=tuple(float(t) for t in args.probe_at.split(",") if t),
             )
         )
     finally:

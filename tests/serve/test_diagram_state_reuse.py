@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hpcscope.model.access import Principal, Role
+from hpcscope.model.alerts import VECTOR_NAMES, Alert, Severity, Vector
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.serve.routes import diagram as diagram_routes
@@ -27,6 +28,8 @@ from hpcscope.service.identity.users import (
     UserRecord,
     hash_password,
 )
+from hpcscope.service.source_settings import FalcoSection
+from hpcscope.store import alerts as alert_store
 from tests.serve.test_diagram_access import logged_in
 from tests.support.fleet import write_fleet
 
@@ -124,3 +127,34 @@ def test_one_state_for_one_visibility_one_page_per_principal(
     assert computations == ["admin"]  # the same state: admins see alike
     assert "admin · admin" in one and "root2 · admin" in two  # each their own page
     assert _poll(first)["elements"] == _poll(second)["elements"]
+
+
+def test_a_view_of_changed_alert_counts_replaces_the_one_before(
+    service: Service, computations: list[str | None]
+) -> None:
+    """Each change of the open-alert counts is a new view of the diagram, which replaces the
+    one before: a view kept per count left the one before, and the live state it holds, in
+    memory until the entry budget pushed them out (the soak's growth)."""
+    service.settings = service.settings.model_copy(update={"falco": FalcoSection(ingest_token="t")})
+    write_fleet(service.store, now=utcnow())
+    admin = logged_in(service, "admin")
+    node = service.topology.nodes[0].name
+    sizes, counts = [], []
+    for opened in range(1, 4):
+        at = utcnow()
+        alert = Alert(
+            rule_id="CE-3",
+            vector=Vector.CONTAINER_ESCAPE,
+            severity=Severity.HIGH,
+            title="nsenter",
+            first_seen=at,
+            last_seen=at,
+            node=node,
+            subject=f"pid {opened}",
+        )
+        alert_store.upsert_alerts(service.store, [alert]).result()
+        vector = f"vector-{VECTOR_NAMES[Vector.CONTAINER_ESCAPE]}"
+        counts.append(_poll(admin)["elements"][vector]["lines"][1])
+        sizes.append(len(service.snapshots))
+    assert counts == ["1 open", "2 open", "3 open"]
+    assert sizes[0] == sizes[1] == sizes[2]

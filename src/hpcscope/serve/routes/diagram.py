@@ -115,10 +115,14 @@ def _live(service: Service, viewer: Viewer, layout: DiagramLayout) -> LiveView:
 
     # the open-alert counts it draws, read once per alert write (service/diagram/alert_counts.py):
     # a new alert or state shows at the next poll, and an open alert's repeated events (several
-    # a second under attack) leave the view of every GPU as it is
+    # a second under attack) leave the view of every GPU as it is. The counts are its version,
+    # not part of its key: in the key, every count the alerts went through left a view (and
+    # the live state it holds, ~1 MB at 128 nodes) behind until the entry budget pushed it out
     alerts = alert_summary(service, viewer, shared=service.snapshots)
-    key = ("serve.diagram_live", viewer.visibility(), layout.zoom_node, alerts.fingerprint())
-    return service.snapshots.get(key, compute)
+    key = ("serve.diagram_live", viewer.visibility(), layout.zoom_node)
+    return service.snapshots.get(
+        key, compute, size=lambda view: len(view.body), version=alerts.fingerprint()
+    )
 
 
 def summary_text(state: LiveState) -> str:

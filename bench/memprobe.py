@@ -1,0 +1,327 @@
+"""Where a long-running demo's memory goes: a probe inside the server process, for the soak.
+
+    PYTHONPATH=src:. .venv/bin/python -m bench.soak --probe /tmp/probe     # dumps at 0, 120, 600 s
+    PYTHONPATH=src:. .venv/bin/python -m bench.memprobe diff /tmp/probe/120 /tmp/probe/600
+
+``bench/soak.py --probe DIR`` starts the demo with ``bench/probe_site`` first on its path and
+``HPCSCOPE_BENCH_PROBE=DIR``: that folder's ``sitecustomize`` calls :func:`start`, which starts
+a thread that answers each ``DIR/dump-LABEL`` file the soak writes with ``DIR/LABEL.json``
+(:func:`stats`: RSS by kind, glibc's arenas, Python's heap, DuckDB's ``duckdb_memory()``, the
+sizes of the server's caches, the most common object types not frozen). The first dump also starts
+:mod:`tracemalloc` (``HPCSCOPE_BENCH_PROBE_FRAMES`` frames per allocation, 8 by default; 0:
+off), and every later one writes ``DIR/LABEL.tracemalloc`` too: what was allocated since the
+first dump and is still alive, so the diff of two later dumps is what grew between them
+(the demo's start-up, minutes at 128 nodes, runs untraced: tracing it takes 3x as long).
+hpcscope never imports this module: it is the bench's, and tracing slows the server (about 2x
+the CPU per allocation), so the soak's figures of a probed run are not its figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import ctypes
+import gc
+import json
+import os
+import sys
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+ENV_DIR = "HPCSCOPE_BENCH_PROBE"
+ENV_FRAMES = "HPCSCOPE_BENCH_PROBE_FRAMES"
+MIB = 2**20
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def _mallinfo() -> dict[str, float]:
+    """glibc's ``mallinfo2``, in MiB: arenas (sbrk'd and mmap'd heaps), in use, free."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        info = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return {}
+    return {
+        "arena_mb": info.arena / MIB,
+        "mmapped_mb": info.hblkhd / MIB,
+        "in_use_mb": info.uordblks / MIB,
+        "free_mb": info.fordblks / MIB,
+        "top_releasable_mb": info.keepcost / MIB,
+    }
+
+
+def _status() -> dict[str, float]:
+    """``/proc/self/status``'s memory lines, in MiB."""
+    wanted = ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmData", "Threads")
+    found: dict[str, float] = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in wanted:
+            number = float(value.split()[0])
+            found[key] = number if key == "Threads" else number / 1024
+    return found
+
+
+def _services() -> list[Any]:
+    """The :class:`~hpcscope.service.core.Service` objects the threads' frames hold (the
+    demo's serving frame does): found without :func:`gc.get_objects`, which does not list
+    the heap the server froze (``serve/heap.py``), and without unfreezing it."""
+    from hpcscope.service.core import Service
+
+    found: dict[int, Any] = {}
+    for frame in sys._current_frames().values():
+        at: Any = frame
+        while at is not None:
+            for value in list(at.f_locals.values()):
+                if isinstance(value, Service):
+                    found[id(value)] = value
+            at = at.f_back
+    return list(found.values())
+
+
+def _pymalloc() -> dict[str, float]:
+    """pymalloc's arenas (``sys._debugmallocstats``, written to fd 2 while it runs)."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as out:
+        saved = os.dup(2)
+        try:
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        key, value = key.strip("# ").strip(), value.strip().replace(",", "")
+        if value.isdigit() and key.startswith(("arenas", "bytes in")):
+            found[key] = int(value) if key.startswith("arenas") else int(value) / MIB
+        elif key == "Total" and value.isdigit() and "arenas_mb" not in found:
+            found["arenas_mb"] = int(value) / MIB  # the first Total: the arenas' bytes
+    return found
+
+
+def _duckdb(services: list[Any]) -> list[dict[str, Any]]:
+    """Each open store's ``duckdb_memory()`` (MiB by tag), memory limit and database size."""
+    answers: list[dict[str, Any]] = []
+    for store in [service.store for service in services]:
+        try:
+            tags = store.query("SELECT tag, memory_usage_bytes FROM duckdb_memory()").to_pylist()
+            limit = store.query(
+                "SELECT current_setting('memory_limit') AS m, current_setting('threads') AS t"
+            ).to_pylist()
+            size = store.query("PRAGMA database_size").to_pylist()
+        except Exception as exc:  # a closed store: say so, go on
+            answers.append({"path": store.path, "error": repr(exc)})
+            continue
+        answers.append(
+            {
+                "path": store.path,
+                "memory_mb": {
+                    r["tag"]: round(r["memory_usage_bytes"] / MIB, 1)
+                    for r in tags
+                    if r["memory_usage_bytes"]
+                },
+                "settings": limit,
+                "database_size": size,
+            }
+        )
+    return answers
+
+
+def _caches(services: list[Any]) -> dict[str, Any]:
+    """The sizes of the server's caches that a soak could fill."""
+    found: dict[str, Any] = {}
+    from hpcscope.service.alerts import documents as alert_documents
+    from hpcscope.store import alerts as store_alerts
+    from hpcscope.store import job_documents
+
+    found["alert_bytes"] = alert_documents.alert_bytes.cache_info()._asdict()
+    found["row_alerts"] = store_alerts._alert_of.cache_info()._asdict()
+    found["job_documents"] = [
+        {"entries": len(m.bodies), "mb": round(m.bytes / MIB, 1)}
+        for m in list(job_documents._MEMORY.values())
+    ]
+    snapshots = [service.snapshots for service in services]
+    found["snapshots"] = []
+    for s in snapshots:
+        kinds = collections.Counter(
+            type(k).__name__ + ":" + (str(k[0]) if isinstance(k, tuple) and k else "")
+            for k in list(s._entries)
+        )
+        found["snapshots"].append(
+            {
+                "entries": len(s),
+                "kept_mb": round(s.kept_bytes / MIB, 1),
+                "ahead": len(s._ahead),
+                "families": len(s._families),
+                "by_key": dict(kinds.most_common(40)),
+            }
+        )
+    return found
+
+
+def stats() -> dict[str, Any]:
+    """Everything :func:`dump` writes besides the snapshot (module docstring)."""
+    started = time.perf_counter()
+    objects = gc.get_objects()
+    types = collections.Counter(type(o).__name__ for o in objects)
+    traced, peak = tracemalloc.get_traced_memory() if tracemalloc.is_tracing() else (0, 0)
+    answer: dict[str, Any] = {
+        "status_mb": _status(),
+        "mallinfo": _mallinfo(),
+        "python": {
+            "allocated_blocks": sys.getallocatedblocks(),
+            "gc_objects": len(objects),  # the frozen ones not counted
+            "pymalloc": _pymalloc(),
+            "gc_frozen": gc.get_freeze_count(),
+            "traced_mb": traced / MIB,
+            "traced_peak_mb": peak / MIB,
+            "tracemalloc_own_mb": tracemalloc.get_tracemalloc_memory() / MIB,
+        },
+        "types": dict(types.most_common(40)),
+        "threads": sorted(t.name for t in threading.enumerate()),
+    }
+    del objects
+    services = _services()
+    for name, part in (("duckdb", _duckdb), ("caches", _caches)):
+        try:
+            answer[name] = part(services)
+        except Exception as exc:  # a probe reports what it can
+            answer[name] = repr(exc)
+    answer["probe_seconds"] = round(time.perf_counter() - started, 2)
+    return answer
+
+
+def dump(folder: Path, label: str, frames: int) -> None:
+    """Write ``LABEL.json`` (:func:`stats`) and, when tracing, ``LABEL.tracemalloc``; the
+    first dump starts tracing (module docstring)."""
+    if tracemalloc.is_tracing():
+        tracemalloc.take_snapshot().dump(str(folder / f"{label}.tracemalloc"))
+    (folder / f"{label}.json").write_text(json.dumps(stats(), indent=1, default=str))
+    if frames and not tracemalloc.is_tracing():
+        tracemalloc.start(frames)
+
+
+def _watch(folder: Path, frames: int) -> None:
+    while True:
+        for request in sorted(folder.glob("dump-*")):
+            label = request.name.removeprefix("dump-")
+            try:
+                request.unlink()
+            except FileNotFoundError:  # another process took it
+                continue
+            try:
+                dump(folder, label, frames)
+            except Exception as exc:  # the soak reads the error in the file
+                (folder / f"{label}.json").write_text(json.dumps({"error": repr(exc)}))
+        time.sleep(0.5)
+
+
+def start() -> None:
+    """Answer dump requests (module docstring); called by the demo's ``sitecustomize`` when
+    :data:`ENV_DIR` is set."""
+    folder = Path(os.environ.pop(ENV_DIR))  # this process only: not the twin it starts
+    folder.mkdir(parents=True, exist_ok=True)
+    frames = int(os.environ.get(ENV_FRAMES, "8"))
+    threading.Thread(
+        target=_watch, args=(folder, frames), name="bench-memprobe", daemon=True
+    ).start()
+
+
+def request_dump(folder: Path, label: str) -> None:
+    """Ask the probed process for a dump labelled ``label`` (the soak's side)."""
+    (folder / f"dump-{label}").touch()
+
+
+def diff(before: Path, after: Path, *, top: int, key: str) -> None:
+    """Print the ``top`` growths from ``before`` to ``after`` (tracemalloc snapshots, by
+    ``key``: ``lineno``, ``filename``, ``traceback``, or ``site``: the innermost frame in
+    hpcscope) and the two stats files' headlines."""
+    for path in (before, after):
+        figures = json.loads(path.with_suffix(".json").read_text())
+        print(path.name, json.dumps({k: figures.get(k) for k in ("status_mb", "mallinfo")}))
+        print("  python", json.dumps(figures.get("python")))
+        print("  duckdb", json.dumps(figures.get("duckdb"))[:1500])
+        print("  caches", json.dumps(figures.get("caches"))[:1500])
+    old = tracemalloc.Snapshot.load(str(before.with_suffix(".tracemalloc")))
+    new = tracemalloc.Snapshot.load(str(after.with_suffix(".tracemalloc")))
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    old, new = old.filter_traces(ignore), new.filter_traces(ignore)
+    if key == "site":
+        _by_site(old, new, top)
+        return
+    stats_ = new.compare_to(old, key)
+    total = sum(s.size_diff for s in stats_)
+    print(f"traced growth {total / MIB:+.1f} MiB")
+    for stat in stats_[:top]:
+        print(f"{stat.size_diff / MIB:+8.2f} MiB {stat.count_diff:+8d} blocks")
+        lines = stat.traceback.format(limit=8 if key == "traceback" else 1)
+        for line in lines:
+            print("      " + line)
+
+
+def _site(trace: tracemalloc.Trace) -> str:
+    """The innermost frame of ``trace`` in hpcscope's own code (else its innermost frame)."""
+    frames = list(trace.traceback)  # oldest first
+    for frame in reversed(frames):
+        if "/hpcscope/" in frame.filename:
+            return f"{frame.filename.split('/hpcscope/', 1)[1]}:{frame.lineno}"
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+
+
+def _by_site(old: tracemalloc.Snapshot, new: tracemalloc.Snapshot, top: int) -> None:
+    """Growth grouped by :func:`_site`."""
+    sizes: collections.Counter[str] = collections.Counter()
+    counts: collections.Counter[str] = collections.Counter()
+    for sign, snapshot in ((-1, old), (1, new)):
+        for trace in snapshot.traces:
+            site = _site(trace)
+            sizes[site] += sign * trace.size
+            counts[site] += sign
+    print(f"traced growth {sum(sizes.values()) / MIB:+.1f} MiB")
+    for site, size in sorted(sizes.items(), key=lambda kv: -abs(kv[1]))[:top]:
+        print(f"{size / MIB:+8.2f} MiB {counts[site]:+8d} blocks  {site}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    compare = sub.add_parser("diff", help="growth between two dumps (paths without suffix)")
+    compare.add_argument("before", type=Path)
+    compare.add_argument("after", type=Path)
+    compare.add_argument("--top", type=int, default=25)
+    compare.add_argument(
+        "--key", choices=("lineno", "filename", "traceback", "site"), default="lineno"
+    )
+    args = parser.parse_args(argv)
+    diff(args.before, args.after, top=args.top, key=args.key)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
