@@ -118,8 +118,8 @@ def test_an_anonymous_visitor_gets_what_the_routes_answer(
     answered = _lane(laned.app).answered
     # with the site setting the diagram and its poll are the visitor's; jobs never are
     assert answered == (
-        3 if anonymous_diagram else 0
-    )  # the page, the poll with and without its ETag
+        4 if anonymous_diagram else 0
+    )  # the page and the poll, each with and without its ETag
 
 
 def test_forged_cookies_and_wrong_passwords_are_left_to_the_app(
