@@ -350,3 +350,19 @@ def test_a_kept_page_comes_with_its_etag_and_is_not_sent_again_unchanged(
         assert (again.status_code, again.content, again.headers["etag"]) == (304, b"", etag)
         other = laned.get(path, headers={**carol, "If-None-Match": etag})
         assert other.status_code == 200 and other.headers["etag"] != etag, path
+
+
+def test_the_overview_page_holds_its_live_part_as_kept(
+    kept: tuple[Service, TestClient, TestClient],
+) -> None:
+    """The overview page is its reader's header around the live part kept for their
+    visibility: the part is rendered once, for the page and its polls alike."""
+    service, plain, laned = kept
+    alice = _login(plain, "alice")
+    service.snapshots.clear()
+    page = laned.get("/", headers=alice)
+    computed = service.snapshots.computations
+    live = laned.get("/fragments/overview", headers=alice)
+    assert service.snapshots.computations == computed  # kept by the page already
+    assert live.status_code == page.status_code == 200
+    assert live.content in page.content and b'id="overview-live"' in live.content

@@ -151,17 +151,37 @@ def kept_page(
     writes between cycles it shows, :meth:`~hpcscope.service.snapshots.Snapshots.get`); a
     page answered 200 comes with its ETag (304 on a match, :func:`cached_html`)."""
 
+    parts = kept_page_parts(request, key, render, every_seconds=every_seconds, version=version)
+    return page_response(request, parts)
+
+
+def page_response(request: Request, page: Page) -> Response:
+    """A kept page as a response: with its ETag when answered 200 (:func:`cached_html`)."""
+    status, body, etag = page
+    if status != 200:
+        return HTMLResponse(body, status_code=status)
+    return cached_html(request, body, etag)
+
+
+def kept_page_parts(
+    request: Request,
+    key: Hashable,
+    render: Callable[[], Response],
+    *,
+    every_seconds: float = 0.0,
+    version: Hashable = None,
+) -> Page:
+    """:func:`kept_page`'s status, body and ETag (for a page that holds another)."""
+
     def rendered() -> Page:
         response = render()
         body = bytes(response.body)
         return response.status_code, body, etag_of(body)
 
-    status, body, etag = service_of(request).snapshots.get(
+    page: Page = service_of(request).snapshots.get(
         key, rendered, every_seconds=every_seconds, size=_page_size, version=version
     )
-    if status != 200:
-        return HTMLResponse(body, status_code=status)
-    return cached_html(request, body, etag)
+    return page
 
 
 class AheadKeeper(PassKeeper):
