@@ -3,7 +3,7 @@
 Starts ``hpcscope demo`` (history included) on a free port in a scratch directory, waits until
 the straggler job (``llama-7b-pretrain``) has a captured window naming its straggler and until
 the twin's incidents have opened an alert on every threat vector (the first 90 seconds of
-the demo), then drives Debian's chromium (Playwright) as ``admin``:
+collection), then drives Debian's chromium (Playwright) as ``admin``:
 
 * ``docs/img/straggler-job.png``: the straggler's job page;
 * ``docs/img/threats-mode.png``: the cluster diagram in Threats mode.

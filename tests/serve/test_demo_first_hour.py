@@ -6,10 +6,10 @@ carol and admin once the history is written and finds a month on ``/chargeback``
 month and the trend), ``/slo`` (each SLO with valid events and its 30 daily bars) and
 ``/alerts``, and no collector "not configured" in the diagram's panel; screenshots go to
 ``test-artifacts/screenshots/first-hour-*.png``. The slow test waits until the twin's scripted
-incidents (one per threat vector, all in the first 45 seconds of each 10-minute cycle) are
-open alerts on ``/api/diagram`` and ``/api/alerts``, each incident's rule among them (so each
-sensor format was read), and records how long that took in
-``test-artifacts/first-hour-vectors.json``.
+incidents (one per threat vector, all in the first 45 seconds of each 10-minute cycle, counted
+from the first poll of the twin's job list, once the history is written) are open alerts on
+``/api/diagram`` and ``/api/alerts``, each incident's rule among them (so each sensor format
+was read), and records how long that took in ``test-artifacts/first-hour-vectors.json``.
 """
 
 from __future__ import annotations

@@ -332,3 +332,37 @@ def test_a_jobs_documents_are_kept_once_and_only_for_who_may_see_it(
         assert laned.get(path, headers=bob).status_code == 404, path
         etag = first[path].headers["etag"]
         assert laned.get(path, headers={**alice, "If-None-Match": etag}).status_code == 304
+
+
+def test_a_kept_page_comes_with_its_etag_and_is_not_sent_again_unchanged(
+    kept: tuple[Service, TestClient, TestClient],
+) -> None:
+    """Every kept page answers 200 with its ETag and ``no-cache``, and 304 without a body
+    to a client that sends it back; each reader's page is its own (their name is on it)."""
+    _, plain, laned = kept
+    alice, carol = _login(plain, "alice"), _login(plain, "carol")
+    pages = [p for p in KEPT_PATHS if not p.startswith("/api/")] + ["/diagram"]
+    for path in pages:
+        first = laned.get(path, headers=alice)
+        etag = first.headers["etag"]
+        assert first.status_code == 200 and first.headers["cache-control"] == "no-cache", path
+        again = laned.get(path, headers={**alice, "If-None-Match": etag})
+        assert (again.status_code, again.content, again.headers["etag"]) == (304, b"", etag)
+        other = laned.get(path, headers={**carol, "If-None-Match": etag})
+        assert other.status_code == 200 and other.headers["etag"] != etag, path
+
+
+def test_the_overview_page_holds_its_live_part_as_kept(
+    kept: tuple[Service, TestClient, TestClient],
+) -> None:
+    """The overview page is its reader's header around the live part kept for their
+    visibility: the part is rendered once, for the page and its polls alike."""
+    service, plain, laned = kept
+    alice = _login(plain, "alice")
+    service.snapshots.clear()
+    page = laned.get("/", headers=alice)
+    computed = service.snapshots.computations
+    live = laned.get("/fragments/overview", headers=alice)
+    assert service.snapshots.computations == computed  # kept by the page already
+    assert live.status_code == page.status_code == 200
+    assert live.content in page.content and b'id="overview-live"' in live.content

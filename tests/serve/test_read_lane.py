@@ -10,6 +10,7 @@ anonymous diagram on and off, a forged cookie and HTTP Basic, on every path the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +27,7 @@ from hpcscope.serve.read_lane import LaneRoute, ReadLane
 from hpcscope.serve.routes import diagram, jobs
 from hpcscope.service.core import Service
 from hpcscope.service.identity.tokens import ApiTokens
+from hpcscope.service.snapshots import Snapshots
 from tests.conftest import DEMO_PASSWORDS, basic_auth
 from tests.support.fleet import JOBS, write_fleet
 
@@ -118,8 +120,8 @@ def test_an_anonymous_visitor_gets_what_the_routes_answer(
     answered = _lane(laned.app).answered
     # with the site setting the diagram and its poll are the visitor's; jobs never are
     assert answered == (
-        3 if anonymous_diagram else 0
-    )  # the page, the poll with and without its ETag
+        4 if anonymous_diagram else 0
+    )  # the page and the poll, each with and without its ETag
 
 
 def test_forged_cookies_and_wrong_passwords_are_left_to_the_app(
@@ -232,3 +234,31 @@ def test_a_parameter_before_a_segment_is_matched_as_the_framework_does() -> None
 def test_a_path_listed_twice_is_refused() -> None:
     with pytest.raises(ValueError, match="listed twice"):
         ReadLane(Response(), routes=[LaneRoute("/a/{x}", _nothing), LaneRoute("/a/{y}", _nothing)])
+
+
+def test_a_value_another_request_computes_is_waited_for_on_the_loop() -> None:
+    """A lane request that misses a value being computed elsewhere waits for it on the event
+    loop and answers it itself: the app (a worker thread) is not asked."""
+    snapshots = Snapshots(lambda: 0)
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> bytes:
+        started.set()
+        release.wait(10)
+        return b"computed"
+
+    asked: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        asked.append(scope["path"])
+        await Response(b"the app")(scope, receive, send)
+
+    lane = ReadLane(app, routes=[LaneRoute("/v", lambda r, p: Response(snapshots.get("v", slow)))])
+    computing = threading.Thread(target=snapshots.get, args=("v", slow))
+    computing.start()
+    assert started.wait(10)
+    threading.Timer(0.2, release.set).start()
+    answered = TestClient(lane).get("/v")  # no lifespan: the app answers only requests
+    computing.join(10)
+    assert (answered.content, asked, lane.answered) == (b"computed", [], 1)
+    assert snapshots.computations == 1

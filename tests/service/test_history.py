@@ -17,8 +17,10 @@ from hpcscope.model.timeutil import epoch_seconds
 from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
 from hpcscope.service.history import HistoryReport, write_history
+from hpcscope.service.jobs import documents, timeseries
 from hpcscope.service.settings import Settings
 from hpcscope.service.traces.captures import CaptureSpool
+from hpcscope.store import job_documents as stored
 from hpcscope.twin.history import simulate_history
 from tests.conftest import basic_auth, demo_users
 
@@ -138,3 +140,18 @@ def test_a_stop_while_the_history_is_written_ends_it_within_a_chunk(tmp_path: Pa
         assert last is not None and last <= ends[-1] < END - timedelta(days=1)
     finally:
         service.close()
+
+
+def test_the_finished_jobs_charts_are_stored_as_their_computation(
+    written: tuple[Service, HistoryReport],
+) -> None:
+    service, _ = written
+    assert stored.jobs_without(service.store, documents.TIMESERIES, limit=10) == []
+    (job_id,) = service.store.query_row("SELECT max(job_id) FROM job_summaries") or ("",)
+    fresh = timeseries.job_timeseries(
+        service.store,
+        job_id,
+        scrape_interval_seconds=service.settings.scrape_interval_seconds,
+        metrics=service.gpu_samples(),
+    )
+    assert documents.stored_timeseries(service.store, job_id) == documents.document_bytes(fresh)

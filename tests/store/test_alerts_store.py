@@ -15,7 +15,13 @@ from hpcscope.model.access import JobScope, Principal, Role
 from hpcscope.model.alerts import Alert, AlertState, Evidence, Severity, Vector
 from hpcscope.model.schemas import JOB_SCHEMA
 from hpcscope.store import Store
-from hpcscope.store.alerts import alerts, set_alert_state, upsert_alerts
+from hpcscope.store.alerts import (
+    alerts,
+    job_ids_with_alerts,
+    known_job_ids_with_alerts,
+    set_alert_state,
+    upsert_alerts,
+)
 from hpcscope.store.migrations import MIGRATIONS
 
 T = datetime(2026, 11, 29, 12, 0, 0)
@@ -117,3 +123,19 @@ def test_a_store_from_before_the_alerts_migration_upgrades_in_place(tmp_path: Pa
         assert [a.job_id for a in alerts(store, Principal("bob", Role.RESEARCHER).job_scope())] == [
             "42"
         ]
+
+
+def test_the_jobs_with_alerts_are_read_once_then_follow_the_writes(tmp_path: Path) -> None:
+    """After one read, the jobs with an alert are known without a query: those read, and
+    those whose alerts were written since (a job's page asks after every alert write)."""
+    store = Store(tmp_path / "s.duckdb")
+    try:
+        upsert_alerts(store, [_alert("42")]).result()
+        assert known_job_ids_with_alerts(store) is None  # never read
+        assert job_ids_with_alerts(store) == {"42"}
+        upsert_alerts(store, [_alert("43"), _alert(None, rule="RD-4")]).result()
+        set_alert_state(store, _alert("42").key, AlertState.RESOLVED, by="admin", at=T).result()
+        assert known_job_ids_with_alerts(store) == frozenset({"42", "43"})
+        assert job_ids_with_alerts(store) == {"42", "43"}
+    finally:
+        store.close()

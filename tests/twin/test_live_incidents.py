@@ -5,6 +5,8 @@ keeps what it is sent."""
 from __future__ import annotations
 
 import json
+import time
+import urllib.request
 from pathlib import Path
 
 import httpx2
@@ -50,6 +52,44 @@ def test_every_vector_in_the_first_45_seconds_of_each_cycle(tmp_path: Path) -> N
     assert incidents.falco_path.exists() and incidents.tetragon_path.exists()
     assert list(incidents.integrity_root.glob("*/rank-*.jsonl"))
     assert TOPOLOGY.checkpoint_root in incidents.tetragon_path.read_text()
+
+
+def test_nothing_is_played_before_the_anchor_and_the_cycles_count_from_it(tmp_path: Path) -> None:
+    scheduler = _demo_jobs(tmp_path)
+    incidents = LiveIncidents(tmp_path, start=None, checkpoint_root=TOPOLOGY.checkpoint_root)
+    for second in range(0, 300, 5):  # the history being written: nobody reads the twin yet
+        assert incidents.advance(START + second, scheduler.jobs.values()) == []
+    anchor = START + 300 + 2.5
+    incidents.anchor(anchor)
+    incidents.anchor(anchor + 100)  # a later poll moves nothing
+    for second in range(300, 300 + int(CYCLE_SECONDS) + 60, 5):
+        incidents.advance(START + second, scheduler.jobs.values())
+    first, second_cycle = incidents.played[: len(SCHEDULE)], incidents.played[len(SCHEDULE) :]
+    assert [v for _, v in first] == [v for _, v in second_cycle] == [p.vector for p in SCHEDULE]
+    assert all(anchor < t <= anchor + 45 for t, _ in first)
+    assert all(anchor + CYCLE_SECONDS < t <= anchor + CYCLE_SECONDS + 45 for t, _ in second_cycle)
+
+
+def test_a_twin_read_long_after_its_start_plays_the_first_cycle_after_the_first_poll(
+    tmp_path: Path,
+) -> None:
+    """The demo's twin runs for the history's 15-30 s before its job list is first polled:
+    the first cycle's incidents come after that poll (the counters' sensors read increases
+    from their first reading), not from the twin's start."""
+    with TwinCluster(TOPOLOGY, tmp_path, seed=1, speed=200.0, arrivals_per_hour=0) as twin:
+        time.sleep(0.6)  # two simulated minutes unread: the old anchor played the whole cycle
+        assert twin.incidents.played == []
+        before = twin.now()
+        urllib.request.urlopen(f"{twin.slurmrestd_url}/slurm/v0.0.40/jobs").read()
+        after = twin.now()
+        deadline = time.monotonic() + 10
+        while len(twin.incidents.played) < len(SCHEDULE) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        played = list(twin.incidents.played)
+    assert [v for _, v in played[: len(SCHEDULE)]] == [p.vector for p in SCHEDULE]
+    anchor = twin.incidents.start
+    assert anchor is not None and before <= anchor <= after
+    assert all(anchor < t for t, _ in played)
 
 
 def test_the_production_pipeline_raises_an_alert_on_every_vector(tmp_path: Path) -> None:

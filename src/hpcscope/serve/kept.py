@@ -19,6 +19,11 @@ page holds the principal itself (their name is on it) and reads its document whe
 scope check runs inside the computation, with the principal the key names: a key never names
 one principal's answer under another's.
 
+**Pages.** A kept page is answered like a document: with its ``ETag`` (a hash of the body,
+kept with it) and ``Cache-Control: no-cache``, and 304 when the client already has it. The
+overview's live part is polled every 5 s by every open tab and is half a megabyte at 128
+nodes: a tab whose page has not changed since its last poll is sent no body again.
+
 **Parameters.** A route that reads a query string parses it with :func:`query_of`, which
 refuses (raises) a repeated or unknown parameter: the read lane then hands the request to the
 app, whose validation answers it, and a key can only be built from values the route accepts.
@@ -47,8 +52,8 @@ REPORT_EVERY_SECONDS = 15.0
 
 #: A serialised document and its ETag.
 Document = tuple[bytes, str]
-#: A rendered page: its status and body.
-Page = tuple[int, bytes]
+#: A rendered page: its status, body and ETag.
+Page = tuple[int, bytes, str]
 
 
 def etag_of(body: bytes) -> str:
@@ -62,6 +67,14 @@ def cached_json(request: Request, body: bytes, etag: str) -> Response:
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers=headers)
     return Response(body, media_type="application/json", headers=headers)
+
+
+def cached_html(request: Request, body: bytes, etag: str) -> Response:
+    """``body`` as an HTML page with its ETag, or 304 when the client already has it."""
+    headers = {"ETag": etag, "Cache-Control": "no-cache", "Vary": "Cookie, Authorization"}
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers=headers)
+    return HTMLResponse(body, headers=headers)
 
 
 #: What a kept route computes: a contract, or the plain JSON values the route would return.
@@ -135,16 +148,40 @@ def kept_page(
     """A rendered page from the snapshots (``render`` reads its data and renders it: its
     status and body), rendered again once per generation (or ``every_seconds``) like the data
     it shows, so one entry per key, whatever the data's changes (``version``: the count of the
-    writes between cycles it shows, :meth:`~hpcscope.service.snapshots.Snapshots.get`)."""
+    writes between cycles it shows, :meth:`~hpcscope.service.snapshots.Snapshots.get`); a
+    page answered 200 comes with its ETag (304 on a match, :func:`cached_html`)."""
+
+    parts = kept_page_parts(request, key, render, every_seconds=every_seconds, version=version)
+    return page_response(request, parts)
+
+
+def page_response(request: Request, page: Page) -> Response:
+    """A kept page as a response: with its ETag when answered 200 (:func:`cached_html`)."""
+    status, body, etag = page
+    if status != 200:
+        return HTMLResponse(body, status_code=status)
+    return cached_html(request, body, etag)
+
+
+def kept_page_parts(
+    request: Request,
+    key: Hashable,
+    render: Callable[[], Response],
+    *,
+    every_seconds: float = 0.0,
+    version: Hashable = None,
+) -> Page:
+    """:func:`kept_page`'s status, body and ETag (for a page that holds another)."""
 
     def rendered() -> Page:
         response = render()
-        return response.status_code, bytes(response.body)
+        body = bytes(response.body)
+        return response.status_code, body, etag_of(body)
 
-    status, body = service_of(request).snapshots.get(
+    page: Page = service_of(request).snapshots.get(
         key, rendered, every_seconds=every_seconds, size=_page_size, version=version
     )
-    return HTMLResponse(body, status_code=status)
+    return page
 
 
 class AheadKeeper(PassKeeper):

@@ -23,6 +23,11 @@ untouched, which answers it the usual way:
   query, never on the loop), no principal (the app's 401 or login redirect), a job not
   visible, a bad query parameter (the app's 400 or 422), anything unexpected.
 
+A miss on a value that another request is computing already (:attr:`SnapshotMiss.pending`)
+is waited for on the event loop, then answered again, up to :data:`WAITS` times: after an alert
+write every poll of the alerts or of the diagram misses at once, and each used to take a worker
+thread to block on the one computation (50 clients, 40 threads).
+
 Nothing is sent before the answer is complete, so falling through is always possible, and the
 same function answers either way: the lane changes what a request costs, never its answer
 (``tests/serve/test_read_lane.py`` compares both for every principal).
@@ -30,8 +35,11 @@ same function answers either way: the lane changes what a request costs, never i
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi.exception_handlers import http_exception_handler
 from starlette.exceptions import HTTPException
@@ -44,6 +52,8 @@ from hpcscope.service.snapshots import SnapshotMiss, cache_only
 
 #: The answer of a lane route: the request and the path's one parameter ("" when none).
 LaneAnswer = Callable[[Request, str], Response]
+#: Computations of other requests one request waits for on the loop, at most.
+WAITS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +152,14 @@ class ReadLane:
             if found is not None:
                 request = Request(scope, receive)
                 response = _answer(request, *found)
+                for _ in range(WAITS):
+                    if not isinstance(response, Future):
+                        break
+                    await _settled(response)  # another request computes it: then again
+                    response = _answer(request, *found)
+                if isinstance(response, Future):
+                    mark_missed(request)
+                    response = None
                 if isinstance(response, HTTPException):  # a 404 the route raised: its answer
                     response = await http_exception_handler(request, response)
                 if response is not None:
@@ -153,16 +171,39 @@ class ReadLane:
 
 def _answer(
     request: Request, answer: LaneAnswer, parameter: str
-) -> Response | HTTPException | None:
+) -> Response | HTTPException | Future[Any] | None:
     """The route's answer from the snapshots, the HTTP error it raised (answered as the
-    framework answers it: the app has no handler of its own for them), or None: the app
-    answers (module docstring)."""
+    framework answers it: the app has no handler of its own for them), another request's
+    computation of what it missed (to wait for), or None: the app answers (module
+    docstring)."""
     try:
         return cache_only(answer, request, parameter)
     except HTTPException as exc:
         return exc
-    except SnapshotMiss:  # the app computes it in a worker thread, without a second loop pass
-        mark_missed(request)
+    except SnapshotMiss as miss:
+        if miss.pending is not None:
+            return miss.pending
+        mark_missed(request)  # the app computes it in a worker thread, without a second pass
         return None
     except Exception:  # the app answers it, raising it again where it has its handlers
         return None
+
+
+async def _settled(pending: Future[Any]) -> None:
+    """Until ``pending`` (computed in another thread) is done, whatever its outcome; a request
+    that stops waiting leaves it as it is (never cancelled: other callers wait for it)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def wake(_: Future[Any]) -> None:
+        try:
+            loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # the loop closed (the server stopped): nobody waits any more
+            pass
+
+    pending.add_done_callback(wake)
+    await done

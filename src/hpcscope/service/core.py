@@ -228,21 +228,23 @@ class Service:
         )
 
     def jobs_with_alerts(self) -> frozenset[str]:
-        """The jobs with at least one stored alert, whatever its scope: read again once per
-        alert change (:attr:`alert_changes`; a new alert shows at the next read), so that a
-        job's page does not query its alerts for every reader's scope when it has none.
+        """The jobs with at least one stored alert, whatever its scope: read once, then those
+        whose alerts were written since added once per alert change (:attr:`alert_changes`; a
+        new alert shows at the next read), so that a job's page does not query its alerts for
+        every reader's scope when it has none.
 
         Raises:
-            SnapshotMiss: inside ``cache_only`` when it must be read again (a store query).
+            SnapshotMiss: inside ``cache_only`` before the first read (a store query).
         """
         changes = self.alert_changes
         kept = self._jobs_with_alerts
         if kept is not None and kept[0] == changes:
             return kept[1]
-        if caching_only():
+        found = alert_store.known_job_ids_with_alerts(self.store)
+        if found is None and caching_only():
             raise SnapshotMiss("alerts.jobs")
-        found = alert_store.job_ids_with_alerts(self.store)
-        self._jobs_with_alerts = (changes, found)  # the count read before the query
+        found = found if found is not None else alert_store.job_ids_with_alerts(self.store)
+        self._jobs_with_alerts = (changes, found)  # the count read before the jobs
         return found
 
     def alerts(

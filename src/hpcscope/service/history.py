@@ -21,7 +21,9 @@ order, does what collection does with them:
 
 Then the alerts of jobs older than :data:`HANDLED_AFTER_DAYS` are acknowledged or resolved by
 the admin, as a security team works through its queue (a node's alerts stay open: a firing
-again grows them, where a resolved alert would stay resolved). No row is made by hand: what
+again grows them, where a resolved alert would stay resolved). Last, the finished jobs' charts
+are stored (the document keeper's passes, :func:`~hpcscope.service.jobs.documents.store_timeseries`)
+before collection starts, so that no request computes one. No row is made by hand: what
 the pages show at first open (chargeback and its trend, the SLOs with their history and burn
 rates, the job list, the alerts) comes out of the same parsers, merges and analyses as live
 collection.
@@ -48,6 +50,7 @@ from hpcscope.service.alerts.engine import SecurityCollection
 from hpcscope.service.collect.attribution import store_dcgm_readings
 from hpcscope.service.collect.scheduler import apply_snapshot
 from hpcscope.service.core import Service
+from hpcscope.service.jobs.documents import store_timeseries
 from hpcscope.service.jobs.summaries import summarise_finished_jobs
 from hpcscope.service.security.buffer import SecurityEventBuffer
 from hpcscope.service.security.tetragon_policy import protected_roots
@@ -161,6 +164,16 @@ class _Reader:
             log.warning("history: %s", error)
 
 
+def _store_charts(service: Service, stopped: Callable[[], bool] | None) -> None:
+    """The finished jobs' charts, stored before anyone reads them (the document keeper's
+    work, done before collection starts: under load a month of them took the keeper minutes,
+    and every chart it had not stored yet cost the request that asked for it)."""
+    interval, metrics = service.settings.scrape_interval_seconds, service.gpu_samples()
+    while not (stopped is not None and stopped()):
+        if not store_timeseries(service.store, scrape_interval_seconds=interval, metrics=metrics):
+            return
+
+
 def write_history(
     service: Service,
     chunks: Iterable[PastChunk],
@@ -210,6 +223,7 @@ def write_history(
             service.store, now=end, scrape_interval_seconds=step_seconds, max_jobs=100_000
         )
         _handle_old_alerts(service, end=end)
+        _store_charts(service, stopped)
     report = HistoryReport(
         jobs=len(reader.jobs),
         samples=reader.samples,

@@ -83,7 +83,18 @@ _COMPUTED_AS: ContextVar[tuple[int, float] | None] = ContextVar(
 
 class SnapshotMiss(HpcscopeError):
     """Raised inside :func:`cache_only` by a read that would compute or wait: run the same
-    function where it may block (a worker thread). An internal signal: never reaches a user."""
+    function where it may block (a worker thread). An internal signal: never reaches a user.
+
+    Args:
+        key: what missed.
+        pending: the computation another caller runs of the value that missed, when one
+            does: the read lane waits for it on the event loop (a worker thread would only
+            block on it) and answers again.
+    """
+
+    def __init__(self, key: object, *, pending: Future[Any] | None = None) -> None:
+        super().__init__(key)
+        self.pending = pending
 
 
 def cache_only(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -319,7 +330,7 @@ class Snapshots:
                         return served
             running = self._computing.get(key) if not refresh else None
             if not refresh and _CACHE_ONLY.get():
-                raise SnapshotMiss(key)
+                raise SnapshotMiss(key, pending=running)
             mine = running is None and not refresh
             if mine:
                 running = self._computing[key] = Future()

@@ -290,9 +290,29 @@ def _alerts_of(table: pa.Table) -> list[Alert]:
 
 
 def job_ids_with_alerts(store: Store) -> frozenset[str]:
-    """The jobs that have at least one stored alert (in any state)."""
+    """The jobs that have at least one stored alert (in any state); remembered for
+    :func:`known_job_ids_with_alerts`."""
     table = store.query("SELECT DISTINCT job_id FROM alerts WHERE job_id IS NOT NULL")
-    return frozenset(str(v) for v in table.column("job_id").to_pylist())
+    found = frozenset(str(v) for v in table.column("job_id").to_pylist())
+    with _WRITTEN_LOCK:
+        _READ_JOBS[store] = found
+    return found
+
+
+#: Per store, the jobs with an alert as :func:`job_ids_with_alerts` last read them.
+_READ_JOBS: weakref.WeakKeyDictionary[Store, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def known_job_ids_with_alerts(store: Store) -> frozenset[str] | None:
+    """:func:`job_ids_with_alerts` without a query: the jobs it last read and those whose
+    alerts were written since (an alert is never deleted, nor moved to another job); None
+    before its first read. At 128 nodes the engines write alerts several times a second, and
+    each write read the jobs from the store again before a job's page could be answered."""
+    with _WRITTEN_LOCK:
+        read = _READ_JOBS.get(store)
+        if read is None:
+            return None
+        return read | frozenset(_WRITTEN_BY_JOB.get(store, {}))
 
 
 def job_owners(store: Store, job_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:

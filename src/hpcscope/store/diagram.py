@@ -12,6 +12,7 @@ Times are naive UTC ``TIMESTAMP`` values, as stored. Ratios are 0-1.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -423,6 +424,9 @@ FROM scrapes s GROUP BY s.exporter ORDER BY s.exporter
 #: The alerts table (migration 7, ``store/alerts.py``) and the columns the diagram reads.
 ALERTS_TABLE = "alerts"
 ALERT_COLUMNS = frozenset({"vector", "node", "severity", "state"})
+#: Stores whose alerts table has :data:`ALERT_COLUMNS` (the counts are read after every alert
+#: write: the catalog is asked once, not each time).
+_HAS_ALERT_COLUMNS: weakref.WeakSet[Store] = weakref.WeakSet()
 
 
 class OpenAlertCount(TypedDict):
@@ -446,15 +450,17 @@ def open_alert_counts(store: Store) -> list[OpenAlertCount] | None:
     store has no alerts table (an older store before its migrations run): the diagram then
     says detections are not configured instead of showing zeros.
     """
-    columns = {
-        str(r["column_name"])
-        for r in store.query(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ?",
-            [ALERTS_TABLE],
-        ).to_pylist()
-    }
-    if not columns >= ALERT_COLUMNS:
-        return None
+    if store not in _HAS_ALERT_COLUMNS:  # checked until they are there (migrations only add)
+        columns = {
+            str(r["column_name"])
+            for r in store.query(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ?",
+                [ALERTS_TABLE],
+            ).to_pylist()
+        }
+        if not columns >= ALERT_COLUMNS:
+            return None
+        _HAS_ALERT_COLUMNS.add(store)
     names = {**VECTOR_NAMES, Vector.SERVICE_LEVEL: "service-level"}
     vector_case = " ".join(f"WHEN {int(v)} THEN '{name}'" for v, name in names.items())
     severity_case = " ".join(f"WHEN {int(s)} THEN '{s.name}'" for s in Severity)

@@ -20,8 +20,8 @@ State directory layout::
                                                     sensor's), jobs from <state_dir>/proc/
     <state_dir>/integrity/<job>/rank-<r>.jsonl      the gradient-integrity hook's records
 
-The demo scenario plays one incident per threat vector every 10 minutes
-(:mod:`hpcscope.twin.live_incidents`).
+The demo scenario plays one incident per threat vector every 10 minutes, counted from the first
+poll of its slurmrestd job list (:mod:`hpcscope.twin.live_incidents`).
 """
 
 from __future__ import annotations
@@ -160,10 +160,11 @@ class TwinCluster:
         self.lustre = LustreJobStats.from_topology(topology, seed=seed)
         # the golden path's trace capture of the training jobs (hpcscope.twin.traces)
         self.traces = TraceSpool(state_dir / "capture", seed=seed)
-        # one incident per threat vector every 10 minutes (demo scenario)
+        # one incident per threat vector every 10 minutes (demo scenario), from the first poll
+        # of the job list (_jobs_route): when collection starts, not when the twin does
         self.incidents = LiveIncidents(
             state_dir,
-            start=self._start_wall,
+            start=None,
             checkpoint_root=topology.checkpoint_root,
             ib_errors=self._ib_errors,
             dataset_write=self._dataset_write if self.lustre and self.lustre.read_only else None,
@@ -383,6 +384,7 @@ class TwinCluster:
 
     def _jobs_route(self) -> tuple[int, str, bytes]:
         with self._lock:
+            self.incidents.anchor(self.now())  # collection started: the incidents' cycle too
             self.scheduler.tick(self.now())
             body = jobs_response(
                 self.scheduler.visible_jobs(),

@@ -1,6 +1,6 @@
 """The demo twin's scripted incidents: one per threat vector, every 10 minutes, in real formats.
 
-:class:`LiveIncidents` plays, in each cycle of :data:`CYCLE_SECONDS` from the twin's start, the
+:class:`LiveIncidents` plays, in each cycle of :data:`CYCLE_SECONDS` from its anchor, the
 incidents of :data:`SCHEDULE` at their offsets, each in a job then running and in the format
 its sensor writes, into the files the demo's server reads:
 
@@ -19,8 +19,15 @@ its sensor writes, into the files the demo's server reads:
    data-parallel job one rank of which sends a poisoned gradient and reports an honest one.
 
 All six come in the first 45 seconds of each cycle, so that Threats mode lights every
-vector soon after the demo starts and again every 10 minutes (an alert seen again grows its
+vector soon after collection starts and again every 10 minutes (an alert seen again grows its
 count and keeps its state: one acknowledged or resolved stays so).
+
+The anchor is the first time a collector reads the twin's job list (slurmrestd's ``/jobs``,
+:meth:`LiveIncidents.anchor`), not the twin's start: the demo writes its month of history
+before it collects (15-30 s, longer on a loaded machine), and an incident played before then
+is lost to the counters' sensors (node_exporter's and Lustre's counters are read as increases
+from the first reading). Only hpcscope's collector polls slurmrestd; a Prometheus scraping
+the exporters from its own start (``--backend prometheus``) does not start the cycle.
 """
 
 from __future__ import annotations
@@ -90,12 +97,13 @@ class LiveIncidents:
 
     Args:
         root: the twin's state directory: ``falco/``, ``tetragon/``, ``proc/``, ``integrity/``.
-        start: the twin's start (simulated epoch seconds).
+        start: the first cycle's start (simulated epoch seconds); None: nothing is played
+            until :meth:`anchor` sets it.
         checkpoint_root: the cluster's checkpoint root (the topology's).
     """
 
     root: Path
-    start: float
+    start: float | None
     checkpoint_root: str
     ib_errors: Callable[[str, int, str, float], bool] | None = None
     """(node, GPU, node_exporter family, count) -> whether the node's port took the errors."""
@@ -127,8 +135,18 @@ class LiveIncidents:
         self.tetragon_path.parent.mkdir(parents=True, exist_ok=True)
         self.tetragon_path.touch()
 
+    def anchor(self, at: float) -> None:
+        """Start the first cycle at ``at`` (simulated epoch seconds), the first time a
+        collector reads the twin; once anchored, later calls change nothing."""
+        if self.start is None:
+            self.start = at
+
     def advance(self, now: float, jobs: Iterable[SimJob]) -> list[str]:
-        """Play every incident due at ``now`` that a running job can host; the vectors."""
+        """Play every incident due at ``now`` that a running job can host; the vectors
+        (none before the anchor)."""
+        start = self.start
+        if start is None or now < start:
+            return []
         running = sorted(
             (
                 j
@@ -137,10 +155,10 @@ class LiveIncidents:
             ),
             key=lambda j: j.job_id,
         )
-        cycle = int((now - self.start) // CYCLE_SECONDS)
+        cycle = int((now - start) // CYCLE_SECONDS)
         played = []
         for index, planned in enumerate(SCHEDULE):
-            due = self.start + cycle * CYCLE_SECONDS + planned.offset
+            due = start + cycle * CYCLE_SECONDS + planned.offset
             if now < due or (cycle, index) in self._done or not running:
                 continue
             if self._play(planned, now, running):

@@ -3,6 +3,7 @@ grant which scope; the table added to a store an earlier release wrote."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -17,6 +18,7 @@ from hpcscope.service.identity.tokens import (
     TokenRequestError,
     token_principal,
 )
+from hpcscope.service.snapshots import SnapshotMiss, cache_only
 from hpcscope.store import Store
 from hpcscope.store import identity as token_store
 from hpcscope.store.migrations import MIGRATIONS
@@ -142,3 +144,50 @@ def test_an_earlier_store_gains_the_token_table_and_keeps_its_rows(tmp_path: Pat
         assert not token_store.known_to_slurm(upgraded, "mallory")
         assert upgraded.coordinated_accounts("erin") == {"physics"}
         assert token_store.tokens(upgraded) == []
+
+
+def test_a_remembered_token_is_looked_up_again_before_it_runs_out(tmp_path: Path) -> None:
+    """Read in its last ``ahead_seconds``, a remembered token is looked up again behind the
+    request: past its first ``cache_seconds`` it is still answered without the store (no miss
+    on the event loop), and a revocation the store got meanwhile is seen."""
+    store = Store(tmp_path / "s.duckdb")
+    clock = [100.0]
+    try:
+        tokens = ApiTokens(store, cache_seconds=30, ahead_seconds=10, clock=lambda: clock[0])
+        made = tokens.create(ALICE, scope=TokenScope.READ, label="poll", expires_days=1, now=NOW)
+        assert tokens.authenticate(made.secret, now=NOW, address="x") is not None  # until 130
+        clock[0] = 115.0  # not in its last 10 s: answered, not looked up
+        assert cache_only(tokens.authenticate, made.secret, now=NOW, address="x") is not None
+        assert not tokens._looking_up
+        clock[0] = 125.0  # in its last 10 s: answered, and looked up again behind (until 155)
+        assert cache_only(tokens.authenticate, made.secret, now=NOW, address="x") is not None
+        _looked_up(tokens)
+        clock[0] = 150.0  # past the first lookup's end, within the second's
+        token_store.revoke_token(store, made.token.token_id, by="admin", at=NOW).result()
+        assert cache_only(tokens.authenticate, made.secret, now=NOW, address="x") is not None
+        _looked_up(tokens)  # in its last 10 s again: the lookup reads the revocation
+        assert cache_only(tokens.authenticate, made.secret, now=NOW, address="x") is None
+        clock[0] = 200.0  # run out: the loop misses, the worker's lookup refuses it
+        with pytest.raises(SnapshotMiss):
+            cache_only(tokens.authenticate, made.secret, now=NOW, address="x")
+        assert tokens.authenticate(made.secret, now=NOW, address="x") is None
+    finally:
+        store.close()
+
+
+def _looked_up(tokens: ApiTokens) -> None:
+    """Wait for the lookups behind the requests."""
+    deadline = time.monotonic() + 10
+    while tokens._looking_up and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not tokens._looking_up
+
+
+def test_a_use_due_to_be_recorded_is_queued_from_the_event_loop(tokens: ApiTokens) -> None:
+    made = tokens.create(ALICE, scope=TokenScope.READ, label="poll", expires_days=1, now=NOW)
+    assert tokens.authenticate(made.secret, now=NOW, address="10.0.0.1")
+    later = NOW + timedelta(seconds=61)  # due: recorded without leaving the loop
+    assert cache_only(tokens.authenticate, made.secret, now=later, address="10.0.0.2")
+    tokens.store.flush()
+    (listed,) = tokens.visible_to(ALICE)
+    assert (listed.last_used_at, listed.last_used_address) == (later, "10.0.0.2")

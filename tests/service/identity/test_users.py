@@ -3,6 +3,7 @@ verifies with the parameters written in it whatever the current cost."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,12 @@ from hpcscope.service.core import Service
 from hpcscope.service.identity.users import (
     DEFAULT_HASH_COST_LOG2,
     UserDirectory,
+    UserRecord,
     hash_password,
     verify_password,
 )
 from hpcscope.service.settings import Settings
+from hpcscope.service.snapshots import SnapshotMiss, cache_only
 from tests.conftest import TEST_PASSWORD_HASH_COST_LOG2
 
 #: Made by the code before the cost was a setting (``hash_password("s3cret", salt=...)``).
@@ -121,3 +124,29 @@ def test_the_users_file_takes_the_security_and_auditor_roles_and_slurm_adds_lead
     assert erin is not None and erin.role is Role.RESEARCHER
     lead = directory.principal("erin", known_to_slurm=True, coordinated_from_slurm=frozenset({"p"}))
     assert lead is not None and lead.role is Role.TEAM_LEAD
+
+
+def test_a_remembered_success_is_verified_again_before_it_runs_out() -> None:
+    """Used in its last ``AHEAD_SECONDS``, a remembered password success is verified again
+    behind the request: past its first ``CACHE_SECONDS`` it is still answered on the event
+    loop (no miss); a wrong password never is."""
+    clock = [1000.0]
+    record = UserRecord("alice", Role.RESEARCHER, hash_password("pw", cost_log2=4), ("vision",), ())
+    users = UserDirectory([record], clock=lambda: clock[0])
+    assert users.authenticate("alice", "pw") is record  # verified: until 1060
+    clock[0] = 1040.0  # not in its last 15 s: answered, not verified again
+    assert cache_only(users.authenticate, "alice", "pw") is record
+    assert not users._verifying
+    clock[0] = 1050.0  # in its last 15 s: answered, verified again behind (until 1110)
+    assert cache_only(users.authenticate, "alice", "pw") is record
+    deadline = time.monotonic() + 10
+    while users._verifying and time.monotonic() < deadline:
+        time.sleep(0.01)
+    clock[0] = 1100.0  # past the first verification's end, within the second's
+    assert cache_only(users.authenticate, "alice", "pw") is record
+    with pytest.raises(SnapshotMiss):  # never verified: a worker's job
+        cache_only(users.authenticate, "alice", "wrong")
+    assert users.authenticate("alice", "wrong") is None
+    clock[0] = 1200.0  # run out: the loop misses again
+    with pytest.raises(SnapshotMiss):
+        cache_only(users.authenticate, "alice", "pw")

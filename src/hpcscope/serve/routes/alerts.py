@@ -10,11 +10,13 @@ alert you cannot see, 403 for one you see but that is not on your job.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
@@ -25,7 +27,7 @@ from hpcscope.serve.body import body_fields
 from hpcscope.serve.kept import Document, cached_json, etag_of, kept_page, page_key, query_of
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
-from hpcscope.serve.templating import render
+from hpcscope.serve.templating import render, templates
 from hpcscope.service.alerts.access import AlertStateDenied, may_change_state
 from hpcscope.service.alerts.contracts import AlertDocument, AlertFilters, AlertList
 from hpcscope.service.alerts.documents import alert_list_bytes
@@ -167,23 +169,42 @@ def _render(
     error: str | None,
     status: int,
 ) -> Response:
+    back = _back(filters)
     return render(
         request,
         "alerts.html",
         {
             "alerts": found,
+            "rows": [alert_row(a, may_change_state(principal, a), back) for a in found],
             "filters": filters,
             "error": error,
             "states": [s.value for s in AlertState],
             "severities": [s.name for s in Severity],
             "vectors": list(VECTOR_NAMES.values()),
-            "vector_names": VECTOR_NAMES,
-            "actionable": {a.key for a in found if may_change_state(principal, a)},
-            "back": _back(filters),
+            "back": back,
         },
         principal=principal,
         status_code=status,
     )
+
+
+#: Rows of the alerts page kept rendered (about 1.5 KB each), least recently used out first.
+ROWS = 4096
+
+
+@lru_cache(maxsize=ROWS)
+def alert_row(alert: Alert, actionable: bool, back: str) -> Markup:
+    """One alert's row of the alerts page (``_alert_row.html``): the page is rendered again
+    for every reader after every alert write, and each alert is immutable, so its row is
+    rendered once per alert, whether the reader may change its state, and the page's address
+    (where its buttons return)."""
+    row = templates.env.get_template("_alert_row.html").render(
+        a=alert,
+        vector_names=VECTOR_NAMES,
+        actionable=frozenset((alert.key,)) if actionable else frozenset(),
+        back=back,
+    )
+    return Markup(row)  # rendered by the autoescaping environment
 
 
 def _lane_page(request: Request) -> Response:

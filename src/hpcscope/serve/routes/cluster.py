@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Annotated, TypedDict
 
 from fastapi import APIRouter, Depends, Request
+from markupsafe import Markup
 from starlette.responses import Response
 
 from hpcscope.model.access import Principal
@@ -23,7 +24,16 @@ from hpcscope.model.topology import Topology
 from hpcscope.serve.auth import check_principal, require_principal, service_of
 from hpcscope.serve.contracts import ClusterState
 from hpcscope.serve.diagram.view import jsonable
-from hpcscope.serve.kept import Document, cached_json, kept_document, kept_page, page_key
+from hpcscope.serve.kept import (
+    Document,
+    Page,
+    cached_json,
+    kept_document,
+    kept_page,
+    kept_page_parts,
+    page_key,
+    page_response,
+)
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
@@ -76,15 +86,31 @@ def _context(request: Request, principal: Principal) -> _Overview:
 
 
 def _overview(request: Request, principal: Principal, template: str) -> Response:
+    if template == "_overview_live.html":  # names nobody: one per visibility
+        return page_response(request, _live_fragment(request, principal))
+
     def page() -> Response:
-        context = _context(request, principal)
+        # the live part as it is kept for the viewer's visibility (rendered once for all who
+        # see the same, half a megabyte at 128 nodes), not rendered again for each reader
+        _, fragment, _ = _live_fragment(request, principal)
+        context = {**_context(request, principal), "live_html": Markup(fragment.decode())}
         return render(request, template, context, principal=principal)
 
-    # the live fragment names nobody: one per visibility; the page names its reader
-    who: object = (
-        Viewer(principal).visibility() if template == "_overview_live.html" else page_key(principal)
-    )
-    return kept_page(request, ("serve.overview", template, who), page)
+    # the page names its reader
+    return kept_page(request, ("serve.overview", template, page_key(principal)), page)
+
+
+def _live_fragment(request: Request, principal: Principal) -> Page:
+    """The live part (``_overview_live.html``) kept for the principal's visibility: it names
+    nobody."""
+
+    def fragment() -> Response:
+        return render(
+            request, "_overview_live.html", _context(request, principal), principal=principal
+        )
+
+    key = ("serve.overview", "_overview_live.html", Viewer(principal).visibility())
+    return kept_page_parts(request, key, fragment)
 
 
 @router.get("/")

@@ -37,6 +37,7 @@ from hpcscope.serve.diagram.contracts import DiagramPage, DiagramState
 from hpcscope.serve.diagram.layout import layout_diagram
 from hpcscope.serve.diagram.shapes import DiagramLayout, Role
 from hpcscope.serve.diagram.view import duration, jsonable, live_payload, shape_view
+from hpcscope.serve.kept import Document, cached_html, etag_of
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import percent, render, templates
@@ -171,9 +172,9 @@ def _diagram_page(
     service = service_of(request)
     layout = _layout(service, node)
 
-    def page() -> bytes:
-        """The page for this viewer (their name is on it) and these parameters: 290 KiB at
-        1,024 GPUs, rendered once per data generation unless a card is open."""
+    def page() -> Document:
+        """The page for this viewer (their name is on it) and these parameters, and its ETag:
+        290 KiB at 1,024 GPUs, rendered once per data generation unless a card is open."""
         state = _live(service, viewer, layout).state
         card = None
         if element is not None:
@@ -199,13 +200,14 @@ def _diagram_page(
             "poll_seconds": POLL_SECONDS,
             "Role": Role,
         }
-        return bytes(render(request, "diagram.html", context, principal=viewer.principal).body)
+        body = bytes(render(request, "diagram.html", context, principal=viewer.principal).body)
+        return body, etag_of(body)
 
     if element is not None:  # any string: one page each would let a client fill the memory
-        return HTMLResponse(page())
+        return HTMLResponse(page()[0])
     changes = service.alert_changes if mode == "threats" else None  # its counts: every write
     key = ("serve.diagram_page", viewer, layout.zoom_node, mode, reader)
-    return HTMLResponse(service.snapshots.get(key, page, version=changes))
+    return cached_html(request, *service.snapshots.get(key, page, version=changes))
 
 
 @router.get("/diagram/card/{element_id}")

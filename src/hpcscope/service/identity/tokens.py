@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -36,6 +37,10 @@ TOUCH_EVERY_SECONDS = 60.0
 #: Seconds a looked-up token is remembered by its digest (a store lookup costs 5-25 ms on a
 #: busy server; a revocation here forgets it at once, expiry is checked on every request).
 CACHE_SECONDS = 30.0
+#: A remembered token read in its last this many seconds is looked up again behind the
+#: request, on a thread of its own, so that a script polling with it never waits for the
+#: lookup (every client of one token used to miss at the same instant, every 30 s).
+LOOKUP_AHEAD_SECONDS = 10.0
 #: Longest label, characters.
 MAX_LABEL_CHARS = 200
 
@@ -63,13 +68,29 @@ class ApiTokens:
     Args:
         store: holds ``api_tokens`` (migration 10).
         max_days: longest lifetime a token may be given.
+        cache_seconds: see :data:`CACHE_SECONDS`.
+        ahead_seconds: see :data:`LOOKUP_AHEAD_SECONDS`.
+        clock: monotonic seconds (a seam for tests).
     """
 
-    def __init__(self, store: Store, *, max_days: float = 365.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_days: float = 365.0,
+        cache_seconds: float = CACHE_SECONDS,
+        ahead_seconds: float = LOOKUP_AHEAD_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.max_days = max_days
+        self.cache_seconds = cache_seconds
+        self.ahead_seconds = ahead_seconds
+        self._clock = clock
         self._touched: dict[str, datetime] = {}
         self._cache: dict[str, tuple[ApiToken, float]] = {}
+        self._looking_up: set[str] = set()
+        self._forgotten = 0  # revocations: a lookup started before one is not remembered
         self._lock = threading.Lock()
 
     def create(
@@ -151,6 +172,7 @@ class ApiTokens:
         token_store.revoke_token(self.store, token_id_, by=principal.name, at=now).result()
         with self._lock:
             self._cache.clear()  # the revoked token is refused from the next request on
+            self._forgotten += 1
         log.info("api token %s of %s revoked by %s", token_id_, found.user, principal.name)
         return next(
             t for t in token_store.tokens(self.store, user=found.user) if t.token_id == token_id_
@@ -159,42 +181,73 @@ class ApiTokens:
     def authenticate(self, secret: str, *, now: datetime, address: str) -> ApiToken | None:
         """The active token ``secret`` is, or None (malformed, unknown, expired, revoked).
 
+        A remembered token in the last ``ahead_seconds`` of its ``cache_seconds`` is looked up
+        again on a thread of its own; a use due to be recorded is queued to the store's writer,
+        not waited for.
+
         Raises:
             SnapshotMiss: inside :func:`~hpcscope.service.snapshots.cache_only` (the event
-                loop), unless the token is remembered and its use was recorded recently (a store
-                query or write is a worker's job).
+                loop), unless the token is remembered (a store query is a worker's job).
         """
         if not is_well_formed(secret):
             return None
         digest = token_digest(secret)
-        clock = time.monotonic()
+        clock = self._clock()
+        ahead = False
         with self._lock:
             cached = self._cache.get(digest)
+            if cached is not None and cached[1] > clock:
+                ahead = cached[1] - clock < self.ahead_seconds and digest not in self._looking_up
+                if ahead:
+                    self._looking_up.add(digest)
         if cached is not None and cached[1] > clock:
             found: ApiToken | None = cached[0]
+            if ahead:
+                threading.Thread(
+                    target=self._look_up_ahead, args=(digest,), name="token-lookup", daemon=True
+                ).start()
         elif caching_only():
             raise SnapshotMiss(("tokens.authenticate", digest))
         else:
-            found = token_store.token_by_digest(self.store, digest)
-            if found is not None:
-                with self._lock:
-                    if len(self._cache) > 10_000:
-                        self._cache.clear()
-                    self._cache[digest] = (found, clock + CACHE_SECONDS)
+            found = self._look_up(digest)
         if found is None or not found.is_active(now):
             return None
         with self._lock:
             last = self._touched.get(found.token_id)
             due = last is None or (now - last).total_seconds() >= TOUCH_EVERY_SECONDS
-            if due and caching_only():
-                raise SnapshotMiss(("tokens.touch", found.token_id))
             if due:
                 if len(self._touched) > 100_000:
                     self._touched.clear()
                 self._touched[found.token_id] = now
-        if due:
+        if due:  # queued to the writer thread (never waited for): no miss on the loop
             token_store.touch_token(self.store, found.token_id, at=now, address=address)
         return found
+
+    def _look_up(self, digest: str) -> ApiToken | None:
+        """The token of ``digest`` from the store, remembered for ``cache_seconds`` unless a
+        revocation came in meanwhile (its store write may have landed after the read)."""
+        with self._lock:
+            forgotten = self._forgotten
+        found = token_store.token_by_digest(self.store, digest)
+        if found is not None:
+            with self._lock:
+                if self._forgotten == forgotten:
+                    if len(self._cache) > 10_000:
+                        self._cache.clear()
+                    self._cache[digest] = (found, self._clock() + self.cache_seconds)
+        return found
+
+    def _look_up_ahead(self, digest: str) -> None:
+        """:meth:`_look_up` behind the requests (a token gone from the store is forgotten)."""
+        try:
+            if self._look_up(digest) is None:
+                with self._lock:
+                    self._cache.pop(digest, None)
+        except Exception:  # the entry runs out as before; the next request looks it up
+            log.exception("looking up an api token again failed")
+        finally:
+            with self._lock:
+                self._looking_up.discard(digest)
 
 
 def may_revoke(principal: Principal, token: ApiToken) -> bool:

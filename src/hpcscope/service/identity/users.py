@@ -12,10 +12,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import secrets
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,8 @@ from hpcscope.model.access import Principal, Role, derive_role
 from hpcscope.model.errors import ConfigError
 from hpcscope.service.settings import DEFAULT_PASSWORD_HASH_COST_LOG2
 from hpcscope.service.snapshots import SnapshotMiss, caching_only
+
+log = logging.getLogger(__name__)
 
 #: Production scrypt cost (the ``password_hash_cost_log2`` setting's default). Tests lower it;
 #: the parameters are in every hash, so hashes made at any cost keep verifying.
@@ -153,10 +157,19 @@ class UserDirectory:
     #: How long a verified (user, password) pair is remembered: scrypt is deliberately slow
     #: (~50 ms), and scripts send HTTP Basic credentials on every request.
     CACHE_SECONDS = 60.0
+    #: A remembered success used in its last this many seconds is verified again behind the
+    #: request, on a thread of its own: every client of one user used to miss at the same
+    #: instant each minute and queue behind one scrypt.
+    AHEAD_SECONDS = 15.0
 
     def __init__(
-        self, users: list[UserRecord], *, hash_cost_log2: int = DEFAULT_HASH_COST_LOG2
+        self,
+        users: list[UserRecord],
+        *,
+        hash_cost_log2: int = DEFAULT_HASH_COST_LOG2,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._clock = clock
         self._users = {user.name: user for user in users}
         self._hash_cost_log2 = hash_cost_log2
         self._cache_key = secrets.token_bytes(32)
@@ -247,7 +260,8 @@ class UserDirectory:
         return sorted(self._users)
 
     def authenticate(self, name: str, password: str) -> UserRecord | None:
-        """The user if the password matches, else None (same work either way).
+        """The user if the password matches, else None (same work either way). A remembered
+        success used in its last :attr:`AHEAD_SECONDS` is verified again on a thread of its own.
 
         Raises:
             SnapshotMiss: inside :func:`~hpcscope.service.snapshots.cache_only` (the event
@@ -263,8 +277,11 @@ class UserDirectory:
             return None
         # remember successes only, keyed by an HMAC under a per-process key (never the password)
         key = hmac.new(self._cache_key, f"{name}\0{password}".encode(), "sha256").digest()
-        now = time.monotonic()
-        if self._verified.get(key, 0.0) > now:
+        now = self._clock()
+        until = self._verified.get(key, 0.0)
+        if until > now:
+            if until - now < self.AHEAD_SECONDS:
+                self._verify_ahead(key, user, password)
             return user
         if caching_only():
             raise SnapshotMiss(("users.authenticate", name))
@@ -277,6 +294,11 @@ class UserDirectory:
                 running = self._verifying[key] = Future()
         if not mine:
             return user if running.result() else None
+        return user if self._verify(key, user, password, running) else None
+
+    def _verify(self, key: bytes, user: UserRecord, password: str, running: Future[bool]) -> bool:
+        """Verify ``password`` against ``user``'s hash and remember a success; ``running``
+        (registered under ``key``) gets the answer."""
         try:
             good = verify_password(password, user.password_hash)
         except BaseException as exc:
@@ -289,9 +311,25 @@ class UserDirectory:
             with self._lock:
                 if len(self._verified) > 10_000:
                     self._verified.clear()
-                self._verified[key] = now + self.CACHE_SECONDS
+                self._verified[key] = self._clock() + self.CACHE_SECONDS
         running.set_result(good)
-        return user if good else None
+        return good
+
+    def _verify_ahead(self, key: bytes, user: UserRecord, password: str) -> None:
+        """:meth:`_verify` on a thread of its own, unless one runs for ``key`` already."""
+        with self._lock:
+            if key in self._verifying:
+                return
+            running: Future[bool] = Future()
+            self._verifying[key] = running
+
+        def verify() -> None:
+            try:
+                self._verify(key, user, password, running)
+            except Exception:  # the success runs out as before; the next request verifies
+                log.exception("verifying a password again failed")
+
+        threading.Thread(target=verify, name="password-verify", daemon=True).start()
 
     def principal(
         self,
