@@ -169,9 +169,10 @@ def _caches(services: list[Any]) -> dict[str, Any]:
     snapshots = [service.snapshots for service in services]
     found["snapshots"] = []
     for s in snapshots:
+        with s._lock:  # the serving threads change it meanwhile
+            keys = list(s._entries)
         kinds = collections.Counter(
-            type(k).__name__ + ":" + (str(k[0]) if isinstance(k, tuple) and k else "")
-            for k in list(s._entries)
+            type(k).__name__ + ":" + (str(k[0]) if isinstance(k, tuple) and k else "") for k in keys
         )
         found["snapshots"].append(
             {
@@ -199,6 +200,12 @@ def stats() -> dict[str, Any]:
             "gc_objects": len(objects),  # the frozen ones not counted
             "pymalloc": _pymalloc(),
             "gc_frozen": gc.get_freeze_count(),
+            # the collector's counters, each generation's collections so far and the oldest
+            # generation's objects (not frozen): cyclic garbage waits there until its next
+            # collection, which comes once it has grown by a quarter of what the last one kept
+            "gc_count": gc.get_count(),
+            "gc_gen2_objects": len(gc.get_objects(generation=2)),
+            "gc_stats": gc.get_stats(),
             "traced_mb": traced / MIB,
             "traced_peak_mb": peak / MIB,
             "tracemalloc_own_mb": tracemalloc.get_tracemalloc_memory() / MIB,
