@@ -429,6 +429,21 @@ ALERT_COLUMNS = frozenset({"vector", "node", "severity", "state"})
 _HAS_ALERT_COLUMNS: weakref.WeakSet[Store] = weakref.WeakSet()
 
 
+_VECTOR_CASE = " ".join(
+    f"WHEN {int(v)} THEN '{name}'"
+    for v, name in {**VECTOR_NAMES, Vector.SERVICE_LEVEL: "service-level"}.items()
+)
+_SEVERITY_CASE = " ".join(f"WHEN {int(s)} THEN '{s.name}'" for s in Severity)
+#: :func:`open_alert_counts`' query, written once (it runs after every alert write).
+_OPEN_ALERT_COUNTS_SQL = (
+    f"SELECT CASE a.vector {_VECTOR_CASE} ELSE CAST(a.vector AS VARCHAR) END AS vector, "
+    f"a.node, CASE a.severity {_SEVERITY_CASE} ELSE CAST(a.severity AS VARCHAR) END "
+    'AS severity, j."user" AS "user", j.account AS account, count(*) AS open '
+    f"FROM {ALERTS_TABLE} a LEFT JOIN jobs j ON j.job_id = a.job_id WHERE a.state <> ? "
+    "GROUP BY ALL ORDER BY vector, node NULLS LAST, severity"
+)
+
+
 class OpenAlertCount(TypedDict):
     """Open alerts of one vector name (``VECTOR_NAMES``), node and severity name."""
 
@@ -461,15 +476,5 @@ def open_alert_counts(store: Store) -> list[OpenAlertCount] | None:
         if not columns >= ALERT_COLUMNS:
             return None
         _HAS_ALERT_COLUMNS.add(store)
-    names = {**VECTOR_NAMES, Vector.SERVICE_LEVEL: "service-level"}
-    vector_case = " ".join(f"WHEN {int(v)} THEN '{name}'" for v, name in names.items())
-    severity_case = " ".join(f"WHEN {int(s)} THEN '{s.name}'" for s in Severity)
-    rows = store.query(
-        f"SELECT CASE a.vector {vector_case} ELSE CAST(a.vector AS VARCHAR) END AS vector, "
-        f"a.node, CASE a.severity {severity_case} ELSE CAST(a.severity AS VARCHAR) END "
-        'AS severity, j."user" AS "user", j.account AS account, count(*) AS open '
-        f"FROM {ALERTS_TABLE} a LEFT JOIN jobs j ON j.job_id = a.job_id WHERE a.state <> ? "
-        "GROUP BY ALL ORDER BY vector, node NULLS LAST, severity",
-        [AlertState.RESOLVED.value],
-    )
+    rows = store.query(_OPEN_ALERT_COUNTS_SQL, [AlertState.RESOLVED.value])
     return cast(list[OpenAlertCount], rows.to_pylist())
