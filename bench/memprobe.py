@@ -161,8 +161,12 @@ def _caches(services: list[Any]) -> dict[str, Any]:
     from hpcscope.store import alerts as store_alerts
     from hpcscope.store import job_documents
 
-    found["alert_bytes"] = alert_documents.alert_bytes.cache_info()._asdict()
-    found["row_alerts"] = store_alerts._alert_of.cache_info()._asdict()
+    for name, cached in (
+        ("alert_bytes", getattr(alert_documents, "alert_bytes", None)),
+        ("row_alerts", getattr(store_alerts, "_alert_of", None)),
+    ):
+        info = getattr(cached, "cache_info", None)  # another shape of cache: not reported
+        found[name] = info()._asdict() if info is not None else None
     found["job_documents"] = [
         {"entries": len(m.bodies), "mb": round(m.bytes / MIB, 1)}
         for m in list(job_documents._MEMORY.values())
@@ -171,10 +175,18 @@ def _caches(services: list[Any]) -> dict[str, Any]:
     found["snapshots"] = []
     for s in snapshots:
         with s._lock:  # the serving threads change it meanwhile
-            keys = list(s._entries)
-        kinds = collections.Counter(
-            type(k).__name__ + ":" + (str(k[0]) if isinstance(k, tuple) and k else "") for k in keys
-        )
+            entries = list(s._entries.items())
+        kinds: collections.Counter[str] = collections.Counter()
+        kept: collections.Counter[str] = collections.Counter()
+        for k, entry in entries:
+            family = k.family if type(k).__name__ == "_Versioned" else k
+            kind = (
+                type(k).__name__
+                + ":"
+                + (str(family[0]) if isinstance(family, tuple) and family else "")
+            )
+            kinds[kind] += 1
+            kept[kind] += entry.size
         found["snapshots"].append(
             {
                 "entries": len(s),
@@ -182,6 +194,7 @@ def _caches(services: list[Any]) -> dict[str, Any]:
                 "ahead": len(s._ahead),
                 "families": len(s._families),
                 "by_key": dict(kinds.most_common(40)),
+                "kept_kb_by_key": {k: round(v / 1024) for k, v in kept.most_common(40)},
             }
         )
     return found
