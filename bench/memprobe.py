@@ -160,8 +160,8 @@ def _caches(services: list[Any]) -> dict[str, Any]:
     from hpcscope.store import alerts as store_alerts
     from hpcscope.store import job_documents
 
-    found["alert_bytes"] = alert_documents.alert_bytes.cache_info()._asdict()
-    found["row_alerts"] = store_alerts._alert_of.cache_info()._asdict()
+    found["alert_bytes"] = alert_documents._FRAGMENTS.info()
+    found["row_alerts"] = store_alerts._ROW_ALERTS.info()
     found["job_documents"] = [
         {"entries": len(m.bodies), "mb": round(m.bytes / MIB, 1)}
         for m in list(job_documents._MEMORY.values())
