@@ -113,29 +113,35 @@ class AlertIndex:
         self._seq: dict[str, int] = {}
         self._floor = seq
         self._order: list[_Order] = []
+        self._orders: dict[str, _Order] = {}
         self._by_job: dict[str | None, set[str]] = {}
         self._open: dict[_Group, int] = {}
         self._shown: dict[str, tuple[Alert, Alert]] = {}
         self.commits = 0  # alert writes committed after the load (their callbacks' count)
+        self.open_version = 0  # changes of the open counts (an alert's repeat leaves them)
+        self._counted: tuple[int, Owners, list[dict[str, object]]] | None = None
         for key, alert in rows:
             self._put(key, alert, seq)
 
     def _put(self, key: str, alert: Alert, seq: int) -> None:
         old = self._alerts.get(key)
+        was = None if old is None or old.state is AlertState.RESOLVED else _group(old)
+        now = None if alert.state is AlertState.RESOLVED else _group(alert)
         if old is not None:
-            del self._order[bisect.bisect_left(self._order, _order(key, old))]
-            if old.state is not AlertState.RESOLVED:
-                group = _group(old)
-                self._open[group] -= 1
-                if not self._open[group]:
-                    del self._open[group]
+            del self._order[bisect.bisect_left(self._order, self._orders[key])]
+        if was != now:
+            self.open_version += 1
+            if was is not None:
+                self._open[was] -= 1
+                if not self._open[was]:
+                    del self._open[was]
+            if now is not None:
+                self._open[now] = self._open.get(now, 0) + 1
         self._alerts[key] = alert
         self._seq[key] = seq
-        bisect.insort(self._order, _order(key, alert))
+        order = self._orders[key] = _order(key, alert)
+        bisect.insort(self._order, order)
         self._by_job.setdefault(alert.job_id, set()).add(key)
-        if alert.state is not AlertState.RESOLVED:
-            group = _group(alert)
-            self._open[group] = self._open.get(group, 0) + 1
 
     def apply(self, seq: int, rows: Sequence[tuple[str, Alert]]) -> None:
         """The rows a write (``seq``) stored; a row older than the one held is ignored."""
@@ -209,7 +215,7 @@ class AlertIndex:
                     ]
                 )
                 keys = [k for j in jobs for k in self._by_job.get(j, ())]
-                candidates = [o[2] for o in sorted(_order(k, self._alerts[k]) for k in keys)]
+                candidates = sorted(keys, key=self._orders.__getitem__)
             else:
                 candidates = [o[2] for o in self._order]
             for k in candidates:
@@ -231,10 +237,20 @@ class AlertIndex:
                     break
         return found
 
-    def open_groups(self) -> dict[_Group, int]:
-        """Open alerts per vector, node, severity and job."""
+    def open_groups(self) -> tuple[int, dict[_Group, int]]:
+        """Open alerts per vector, node, severity and job, and :attr:`open_version`."""
         with self._lock:
-            return dict(self._open)
+            return self.open_version, dict(self._open)
+
+    def counted(self, version: int, owners: Owners) -> list[dict[str, object]] | None:
+        """The counts' rows made from ``version`` and ``owners``, if kept."""
+        kept = self._counted
+        if kept is not None and kept[0] == version and kept[1] is owners:
+            return kept[2]
+        return None
+
+    def keep_counted(self, version: int, owners: Owners, rows: list[dict[str, object]]) -> None:
+        self._counted = (version, owners, rows)
 
 
 _INDEXES: weakref.WeakKeyDictionary[Store, AlertIndex] = weakref.WeakKeyDictionary()
@@ -375,8 +391,12 @@ def indexed_open_counts(
     if index is None:
         return None
     known = owners(store, index)
+    version, groups = index.open_groups()
+    kept = index.counted(version, known)  # an alert's repeat leaves the counts as they were
+    if kept is not None:
+        return kept
     counts: dict[tuple[str, str | None, str, str | None, str | None], int] = {}
-    for (vector, node, severity, job_id), count in index.open_groups().items():
+    for (vector, node, severity, job_id), count in groups.items():
         owner = known.get(job_id, (None, None)) if job_id is not None else (None, None)
         name = vector_names.get(vector, str(int(vector)))
         group = (name, node, severity.name, owner[0], owner[1])
@@ -394,7 +414,9 @@ def indexed_open_counts(
             item[0][4] or "",
         ),
     )
-    return [
+    rows: list[dict[str, object]] = [
         {"vector": v, "node": n, "severity": s, "user": u, "account": a, "open": count}
         for (v, n, s, u, a), count in ordered
     ]
+    index.keep_counted(version, known, rows)
+    return rows
