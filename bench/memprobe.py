@@ -161,12 +161,8 @@ def _caches(services: list[Any]) -> dict[str, Any]:
     from hpcscope.store import alerts as store_alerts
     from hpcscope.store import job_documents
 
-    for name, cached in (
-        ("alert_bytes", getattr(alert_documents, "alert_bytes", None)),
-        ("row_alerts", getattr(store_alerts, "_alert_of", None)),
-    ):
-        info = getattr(cached, "cache_info", None)  # another shape of cache: not reported
-        found[name] = info()._asdict() if info is not None else None
+    found["alert_bytes"] = alert_documents._FRAGMENTS.info()
+    found["row_alerts"] = store_alerts._ROW_ALERTS.info()
     found["job_documents"] = [
         {"entries": len(m.bodies), "mb": round(m.bytes / MIB, 1)}
         for m in list(job_documents._MEMORY.values())
