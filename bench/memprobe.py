@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import tracemalloc
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,12 @@ def _duckdb(services: list[Any]) -> list[dict[str, Any]]:
                 "SELECT current_setting('memory_limit') AS m, current_setting('threads') AS t"
             ).to_pylist()
             size = store.query("PRAGMA database_size").to_pylist()
+            # what the pages list grows with: the last hour's collection gaps, by reason
+            gaps = store.query(
+                "SELECT reason, count(*) AS n FROM collection_gaps"
+                " WHERE end_ts >= ? GROUP BY reason ORDER BY n DESC",
+                [datetime.now(UTC).replace(tzinfo=None) - timedelta(hours=1)],
+            ).to_pylist()
         except Exception as exc:  # a closed store: say so, go on
             answers.append({"path": store.path, "error": repr(exc)})
             continue
@@ -149,6 +156,7 @@ def _duckdb(services: list[Any]) -> list[dict[str, Any]]:
                 },
                 "settings": limit,
                 "database_size": size,
+                "gaps_last_hour": {str(r["reason"])[:60]: r["n"] for r in gaps[:5]},
             }
         )
     return answers
