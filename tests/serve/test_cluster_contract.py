@@ -82,3 +82,18 @@ def test_a_few_gaps_are_listed_without_a_count(
     service.store.flush()
     page = client_as("admin").get("/fragments/overview").text
     assert "Collection gaps in the last hour: <code>http://gpu01:9400/metrics</code>" in page
+
+
+def test_every_visibility_shares_one_collection_health(
+    service: Service, client_as: Callable[[str], TestClient]
+) -> None:
+    populate(service.store, now=utcnow())
+    for name in ("admin", "carol"):  # all jobs; one user's
+        assert client_as(name).get("/api/cluster").status_code == 200
+    contexts = [
+        entry.value
+        for key, entry in service.snapshots._entries.items()
+        if isinstance(key, tuple) and key[0] == "serve.overview_context"
+    ]
+    assert len(contexts) == 2
+    assert contexts[0]["health"] is contexts[1]["health"]

@@ -79,7 +79,12 @@ def _context(request: Request, principal: Principal) -> _Overview:
         return {
             "topology": service.topology,
             "state": state,
-            "health": service.collection_health(now=state.generated_at),
+            # no job data in it: one for every visibility (the hour's gaps, thousands at 128
+            # nodes when load stalls the collector, held once, not once per visibility)
+            "health": service.snapshots.get(
+                ("serve.collection_health",),
+                lambda: service.collection_health(now=state.generated_at),
+            ),
             "by_node": by_node,
             "running": running,
         }
