@@ -7,13 +7,14 @@
 ``HPCSCOPE_BENCH_PROBE=DIR``: that folder's ``sitecustomize`` calls :func:`start`, which starts
 a thread that answers each ``DIR/dump-LABEL`` file the soak writes with ``DIR/LABEL.json``
 (:func:`stats`: RSS by kind, glibc's arenas, Python's heap, DuckDB's ``duckdb_memory()``, the
-sizes of the server's caches, the most common object types not frozen). The first dump also starts
-:mod:`tracemalloc` (``HPCSCOPE_BENCH_PROBE_FRAMES`` frames per allocation, 8 by default; 0:
-off), and every later one writes ``DIR/LABEL.tracemalloc`` too: what was allocated since the
-first dump and is still alive, so the diff of two later dumps is what grew between them
-(the demo's start-up, minutes at 128 nodes, runs untraced: tracing it takes 3x as long).
-hpcscope never imports this module: it is the bench's, and tracing slows the server (about 2x
-the CPU per allocation), so the soak's figures of a probed run are not its figures.
+sizes of the server's caches, the most common object types not frozen, the collector's pauses:
+:class:`GcPauses`). The first dump also starts :mod:`tracemalloc`
+(``HPCSCOPE_BENCH_PROBE_FRAMES`` frames per allocation, 8 by default; 0: off), and every later
+one writes ``DIR/LABEL.tracemalloc`` too: what was allocated since the first dump and is still
+alive, so the diff of two later dumps is what grew between them (the demo's start-up, minutes
+at 128 nodes, runs untraced: tracing it takes 3x as long). hpcscope never imports this module:
+it is the bench's, and tracing slows the server (about 2x the CPU per allocation), so the
+soak's figures of a probed run are not its figures.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import sys
 import threading
 import time
 import tracemalloc
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +137,12 @@ def _duckdb(services: list[Any]) -> list[dict[str, Any]]:
                 "SELECT current_setting('memory_limit') AS m, current_setting('threads') AS t"
             ).to_pylist()
             size = store.query("PRAGMA database_size").to_pylist()
+            # what the pages list grows with: the last hour's collection gaps, by reason
+            gaps = store.query(
+                "SELECT reason, count(*) AS n FROM collection_gaps"
+                " WHERE end_ts >= ? GROUP BY reason ORDER BY n DESC",
+                [datetime.now(UTC).replace(tzinfo=None) - timedelta(hours=1)],
+            ).to_pylist()
         except Exception as exc:  # a closed store: say so, go on
             answers.append({"path": store.path, "error": repr(exc)})
             continue
@@ -148,6 +156,7 @@ def _duckdb(services: list[Any]) -> list[dict[str, Any]]:
                 },
                 "settings": limit,
                 "database_size": size,
+                "gaps_last_hour": {str(r["reason"])[:60]: r["n"] for r in gaps[:5]},
             }
         )
     return answers
@@ -160,8 +169,8 @@ def _caches(services: list[Any]) -> dict[str, Any]:
     from hpcscope.store import alerts as store_alerts
     from hpcscope.store import job_documents
 
-    found["alert_bytes"] = alert_documents.alert_bytes.cache_info()._asdict()
-    found["row_alerts"] = store_alerts._alert_of.cache_info()._asdict()
+    found["alert_bytes"] = alert_documents._FRAGMENTS.info()
+    found["row_alerts"] = store_alerts._ROW_ALERTS.info()
     found["job_documents"] = [
         {"entries": len(m.bodies), "mb": round(m.bytes / MIB, 1)}
         for m in list(job_documents._MEMORY.values())
@@ -170,10 +179,18 @@ def _caches(services: list[Any]) -> dict[str, Any]:
     found["snapshots"] = []
     for s in snapshots:
         with s._lock:  # the serving threads change it meanwhile
-            keys = list(s._entries)
-        kinds = collections.Counter(
-            type(k).__name__ + ":" + (str(k[0]) if isinstance(k, tuple) and k else "") for k in keys
-        )
+            entries = list(s._entries.items())
+        kinds: collections.Counter[str] = collections.Counter()
+        kept: collections.Counter[str] = collections.Counter()
+        for k, entry in entries:
+            family = k.family if type(k).__name__ == "_Versioned" else k
+            kind = (
+                type(k).__name__
+                + ":"
+                + (str(family[0]) if isinstance(family, tuple) and family else "")
+            )
+            kinds[kind] += 1
+            kept[kind] += entry.size
         found["snapshots"].append(
             {
                 "entries": len(s),
@@ -181,14 +198,52 @@ def _caches(services: list[Any]) -> dict[str, Any]:
                 "ahead": len(s._ahead),
                 "families": len(s._families),
                 "by_key": dict(kinds.most_common(40)),
+                "kept_kb_by_key": {k: round(v / 1024) for k, v in kept.most_common(40)},
             }
         )
     return found
 
 
+class GcPauses:
+    """The collector's pauses by generation (a :data:`gc.callbacks` hook): collections,
+    milliseconds in all and the longest, since start and since the last dump; the heap
+    settles' own collections (``serve/heap.py``) are among them."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+        self._lock = threading.Lock()
+        self.total: dict[int, list[float]] = {g: [0, 0.0, 0.0] for g in range(3)}
+        self.recent: dict[int, list[float]] = {g: [0, 0.0, 0.0] for g in range(3)}
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        ms = (time.perf_counter() - self._started) * 1000
+        with self._lock:
+            for figures in (self.total[info["generation"]], self.recent[info["generation"]]):
+                figures[0] += 1
+                figures[1] += ms
+                figures[2] = max(figures[2], ms)
+
+    def read(self) -> dict[str, Any]:
+        """The figures (``[collections, ms, longest ms]`` by generation); recent ones reset."""
+        with self._lock:
+            answer = {
+                "since_start": {g: [round(x, 1) for x in f] for g, f in self.total.items()},
+                "since_last_dump": {g: [round(x, 1) for x in f] for g, f in self.recent.items()},
+            }
+            self.recent = {g: [0, 0.0, 0.0] for g in range(3)}
+        return answer
+
+
+PAUSES = GcPauses()
+
+
 def stats() -> dict[str, Any]:
     """Everything :func:`dump` writes besides the snapshot (module docstring)."""
     started = time.perf_counter()
+    pauses = PAUSES.read()
     objects = gc.get_objects()
     types = collections.Counter(type(o).__name__ for o in objects)
     traced, peak = tracemalloc.get_traced_memory() if tracemalloc.is_tracing() else (0, 0)
@@ -206,6 +261,7 @@ def stats() -> dict[str, Any]:
             "gc_count": gc.get_count(),
             "gc_gen2_objects": len(gc.get_objects(generation=2)),
             "gc_stats": gc.get_stats(),
+            "gc_pauses_ms": pauses,
             "traced_mb": traced / MIB,
             "traced_peak_mb": peak / MIB,
             "tracemalloc_own_mb": tracemalloc.get_tracemalloc_memory() / MIB,
@@ -255,6 +311,7 @@ def start() -> None:
     folder = Path(os.environ.pop(ENV_DIR))  # this process only: not the twin it starts
     folder.mkdir(parents=True, exist_ok=True)
     frames = int(os.environ.get(ENV_FRAMES, "8"))
+    gc.callbacks.append(PAUSES)
     threading.Thread(
         target=_watch, args=(folder, frames), name="bench-memprobe", daemon=True
     ).start()

@@ -122,8 +122,9 @@ def run(
     keep: Path | None = None,
 ) -> dict[str, Any]:
     """Scrape, then time the reads (the module docstring). ``keep``: copy Prometheus' TSDB and
-    the store there once both are closed, with the time the reads were made at
-    (``read_path_replay.py`` reads them again without a twin or a scrape)."""
+    the store there once both are closed, with the time the reads were made at and the job
+    (``meta.json``), to look at a slow read again without a twin or a scrape: start
+    ``prometheus --storage.tsdb.path KEEP/tsdb`` and query at ``meta.json``'s ``now``."""
     topology = load_topology(bundled_topology("128x8-h100"))
     spawn = multiprocessing.get_context("spawn")
     ready: Queue[tuple[str, str]] = spawn.Queue()

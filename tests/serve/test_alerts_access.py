@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from hpcscope.model.alerts import Alert, Evidence, Severity, Vector
 from hpcscope.model.timeutil import utcnow
-from hpcscope.serve.routes.alerts import alert_row
+from hpcscope.serve.routes.alerts import KEPT_ROWS
 from hpcscope.service.core import Service
 from hpcscope.service.source_settings import FalcoSection
 from hpcscope.store.alerts import upsert_alerts
@@ -161,14 +161,14 @@ def test_each_alert_row_is_rendered_once_per_reader_right_and_address(
     """The alerts page joins rows kept per alert, whether the reader may act on it and the
     page's address: a page read again renders none, alice's row has her buttons and carol's
     the same alert's none, and a state change is a new alert, so a new row."""
-    alert_row.cache_clear()
+    KEPT_ROWS.clear()
     alice, carol = clients["alice"], clients["carol"]
     first = alice.get("/alerts?state=open").text
-    rendered = alert_row.cache_info().misses
+    rendered = KEPT_ROWS.misses
     assert rendered == 1 and 'value="/alerts?state=open"' in first and "Resolve" in first
     assert alice.get("/alerts?state=open").text == first  # kept page, kept row
     assert "not your job" in carol.get("/alerts?state=open").text  # other rows: no buttons
-    assert alert_row.cache_info().misses == rendered + 2  # alice's and bob's, as carol's
+    assert KEPT_ROWS.misses == rendered + 2  # alice's and bob's, as carol's
     key = ALERTS["alice"].key
     alice.post(f"/api/alerts/{key}/state", data={"state": "acknowledged"}, follow_redirects=False)
     after = alice.get("/alerts").text

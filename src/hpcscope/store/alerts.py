@@ -7,27 +7,30 @@ takes the newer step, evidence, container and pod, and **keeps the state** (an a
 alert firing again stays acknowledged, and says so with its growing count). Acknowledge and
 resolve record who and when.
 
-Reads take the principal's :class:`~hpcscope.model.access.JobScope` and apply it in SQL
-through the ``jobs`` table, as the job reports do: an alert on a job the scope does not admit,
-or on no known job, is visible to admins only (deny by default).
+Reads take the principal's :class:`~hpcscope.model.access.JobScope` and apply it through the
+``jobs`` table, as the job reports do: an alert on a job the scope does not admit, or on no
+known job, is visible to admins only (deny by default). Once loaded, the table is read from
+memory (:mod:`hpcscope.store.alert_index`, kept by the writes here), with the same answer.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from datetime import datetime
-from functools import lru_cache
+from typing import TypeVar
 
 import duckdb
 import orjson
 import pyarrow as pa
 
 from hpcscope.model.access import JobScope
-from hpcscope.model.alerts import Alert, AlertState, Evidence, Severity, Vector
+from hpcscope.model.alerts import Alert, AlertState, Severity, Vector
+from hpcscope.model.kept_alerts import KeptPerAlert
+from hpcscope.store import alert_index
 from hpcscope.store.duck import Store
 from hpcscope.store.filters import Where
 
@@ -36,6 +39,9 @@ _COLUMNS = (
     "node", "job_id", "user", "account", "gpu", "subject", "step", "evidence_json", "state",
     "state_by", "state_at", "container", "pod",
 )  # fmt: skip
+
+T = TypeVar("T")
+_alert = alert_index.alert_from_row
 
 #: Evidence items kept per alert (the newest firing's).
 MAX_EVIDENCE = 20
@@ -123,21 +129,63 @@ def upsert_alerts(store: Store, alerts: Sequence[Alert]) -> Future[int]:
         [dict(zip(_COLUMNS, row, strict=True)) for row in rows], schema=_BATCH_SCHEMA
     )
 
-    def write(con: duckdb.DuckDBPyConnection) -> int:
+    def write(con: duckdb.DuckDBPyConnection) -> tuple[int, list[dict[str, object]]]:
+        seq = alert_index.next_write(store, con)
         if not rows:
-            return 0
+            return seq, []
         con.register("incoming_alerts", batch)
         try:
-            con.execute(
-                f"INSERT INTO alerts ({names}) SELECT {names} FROM incoming_alerts {_UPSERT}"
+            stored = _returned(
+                con.execute(
+                    f"INSERT INTO alerts ({names}) SELECT {names} FROM incoming_alerts "
+                    f"{_UPSERT} RETURNING *"
+                )
             )
         finally:
             con.unregister("incoming_alerts")
-        return len(rows)
+        return seq, stored
 
     jobs = frozenset(str(row[_JOB_ID]) for row in rows if row[_JOB_ID] is not None)
-    future = store.submit_write(write)
-    future.add_done_callback(lambda done: _note_written(store, done, jobs))
+
+    def written(stored: list[dict[str, object]]) -> int:
+        if stored:
+            _note_written(store, jobs)
+        return len(stored)
+
+    return _indexed(store, store.submit_write(write), written)
+
+
+def _returned(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, object]]:
+    """The rows a ``RETURNING *`` statement stored, by column name."""
+    names = [d[0] for d in cursor.description or ()]
+    return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+
+
+def _indexed(
+    store: Store,
+    write: Future[tuple[int, list[dict[str, object]]]],
+    then: Callable[[list[dict[str, object]]], T],
+) -> Future[T]:
+    """A future with ``then(rows)`` once the alert write committed and its rows are in the
+    store's alert index (:mod:`hpcscope.store.alert_index`), its counts noted: whoever waits
+    on the write reads the index and counts with it."""
+    future: Future[T] = Future()
+
+    def done(finished: Future[tuple[int, list[dict[str, object]]]]) -> None:
+        error = finished.exception()
+        if error is not None:
+            future.set_exception(error)
+            return
+        seq, stored = finished.result()
+        alert_index.written(store, seq, stored)
+        try:
+            value = then(stored)
+        except BaseException as exc:  # the waiter sees it
+            future.set_exception(exc)
+        else:
+            future.set_result(value)
+
+    write.add_done_callback(done)
     return future
 
 
@@ -150,13 +198,12 @@ _WRITTEN_BY_JOB: weakref.WeakKeyDictionary[Store, dict[str, int]] = weakref.Weak
 _WRITTEN_LOCK = threading.Lock()
 
 
-def _note_written(store: Store, done: Future[int], jobs: frozenset[str]) -> None:
-    if done.exception() is None and done.result():
-        with _WRITTEN_LOCK:
-            _WRITTEN[store] = _WRITTEN.get(store, 0) + 1
-            by_job = _WRITTEN_BY_JOB.setdefault(store, {})
-            for job_id in jobs:
-                by_job[job_id] = by_job.get(job_id, 0) + 1
+def _note_written(store: Store, jobs: frozenset[str]) -> None:
+    with _WRITTEN_LOCK:
+        _WRITTEN[store] = _WRITTEN.get(store, 0) + 1
+        by_job = _WRITTEN_BY_JOB.setdefault(store, {})
+        for job_id in jobs:
+            by_job[job_id] = by_job.get(job_id, 0) + 1
 
 
 def alerts_written(store: Store, *, job_id: str | None = None) -> int:
@@ -179,50 +226,17 @@ def set_alert_state(
         A future with whether an alert with that key exists.
     """
 
-    def write(con: duckdb.DuckDBPyConnection) -> bool:
-        rows = con.execute(
-            "UPDATE alerts SET state = ?, state_by = ?, state_at = ? WHERE dedup_key = ? "
-            "RETURNING dedup_key",
-            [state.value, by, at, key],
-        ).fetchall()
-        return bool(rows)
-
-    return store.submit_write(write)
-
-
-def _alert(row: dict[str, object]) -> Alert:
-    evidence = tuple(
-        Evidence(
-            summary=str(e["summary"]),
-            source=str(e["source"]),
-            position=e.get("position"),
-            link=e.get("link"),
+    def write(con: duckdb.DuckDBPyConnection) -> tuple[int, list[dict[str, object]]]:
+        seq = alert_index.next_write(store, con)
+        return seq, _returned(
+            con.execute(
+                "UPDATE alerts SET state = ?, state_by = ?, state_at = ? WHERE dedup_key = ? "
+                "RETURNING *",
+                [state.value, by, at, key],
+            )
         )
-        for e in orjson.loads(str(row["evidence_json"]))
-    )
-    gpu, step = row["gpu"], row["step"]
-    return Alert(
-        rule_id=str(row["rule_id"]),
-        vector=Vector(int(row["vector"])),  # type: ignore[call-overload]
-        severity=Severity(int(row["severity"])),  # type: ignore[call-overload]
-        title=str(row["title"]),
-        first_seen=row["first_seen"],  # type: ignore[arg-type]
-        last_seen=row["last_seen"],  # type: ignore[arg-type]
-        count=int(row["count"]),  # type: ignore[call-overload]
-        node=row["node"],  # type: ignore[arg-type]
-        job_id=row["job_id"],  # type: ignore[arg-type]
-        user=row["user"],  # type: ignore[arg-type]
-        account=row["account"],  # type: ignore[arg-type]
-        gpu=None if gpu is None else int(gpu),  # type: ignore[call-overload]
-        subject=row["subject"],  # type: ignore[arg-type]
-        step=None if step is None else int(step),  # type: ignore[call-overload]
-        evidence=evidence,
-        state=AlertState(str(row["state"])),
-        state_by=row["state_by"],  # type: ignore[arg-type]
-        state_at=row["state_at"],  # type: ignore[arg-type]
-        container=row["container"],  # type: ignore[arg-type]
-        pod=row["pod"],  # type: ignore[arg-type]
-    )
+
+    return _indexed(store, store.submit_write(write), bool)
 
 
 def alerts(
@@ -247,6 +261,42 @@ def alerts(
         vector: only alerts of this threat vector.
         limit: at most this many.
     """
+    indexed = alert_index.indexed_alerts(
+        store,
+        scope,
+        job_id=job_id,
+        states=states,
+        min_severity=min_severity,
+        key=key,
+        vector=vector,
+        limit=limit,
+    )
+    if indexed is not None:  # the table in memory, kept by the writes
+        return indexed
+    return queried_alerts(
+        store,
+        scope,
+        job_id=job_id,
+        states=states,
+        min_severity=min_severity,
+        key=key,
+        vector=vector,
+        limit=limit,
+    )
+
+
+def queried_alerts(
+    store: Store,
+    scope: JobScope,
+    *,
+    job_id: str | None = None,
+    states: Sequence[AlertState] | None = None,
+    min_severity: Severity | None = None,
+    key: str | None = None,
+    vector: Vector | None = None,
+    limit: int = 500,
+) -> list[Alert]:
+    """:func:`alerts` as the store answers it (a store without an alert index)."""
     where = Where().equals("a.job_id", job_id).equals("a.dedup_key", key)
     where.equals("a.vector", None if vector is None else int(vector))
     if states is not None:
@@ -270,15 +320,16 @@ def alerts(
     return _alerts_of(table)
 
 
-#: Alerts built from stored rows, kept by the row's values (least recently used out first):
-#: a list read again after one alert changed builds that one alone (its evidence parsed, its
-#: fields converted), not every alert it shows.
+#: Alerts built from stored rows, one per alert (its key; the newest row replaces the older),
+#: least recently used out first: a list read again after one alert changed builds that one
+#: alone (its evidence parsed, its fields converted), not every alert it shows.
 ROW_ALERTS = 8192
+_ROW_ALERTS: KeptPerAlert[Alert] = KeptPerAlert(ROW_ALERTS)
 
 
-@lru_cache(maxsize=ROW_ALERTS)
 def _alert_of(names: tuple[str, ...], values: tuple[object, ...]) -> Alert:
-    return _alert(dict(zip(names, values, strict=True)))
+    key = (names, values[names.index("dedup_key")] if "dedup_key" in names else values)
+    return _ROW_ALERTS.get(key, values, lambda: _alert(dict(zip(names, values, strict=True))))
 
 
 def _alerts_of(table: pa.Table) -> list[Alert]:

@@ -25,6 +25,7 @@ from hpcscope.model.alerts import VECTOR_NAMES, AlertState, Severity, Vector
 from hpcscope.model.backends import GpuTime
 from hpcscope.model.sampling import has_job_sql
 from hpcscope.model.schemas import GPU_METRICS
+from hpcscope.store import alert_index
 from hpcscope.store.duck import Store
 
 #: Counters a GPU card shows; nulled when the viewer may not see the GPU's job.
@@ -429,10 +430,8 @@ ALERT_COLUMNS = frozenset({"vector", "node", "severity", "state"})
 _HAS_ALERT_COLUMNS: weakref.WeakSet[Store] = weakref.WeakSet()
 
 
-_VECTOR_CASE = " ".join(
-    f"WHEN {int(v)} THEN '{name}'"
-    for v, name in {**VECTOR_NAMES, Vector.SERVICE_LEVEL: "service-level"}.items()
-)
+_VECTOR_NAMES = {**VECTOR_NAMES, Vector.SERVICE_LEVEL: "service-level"}
+_VECTOR_CASE = " ".join(f"WHEN {int(v)} THEN '{name}'" for v, name in _VECTOR_NAMES.items())
 _SEVERITY_CASE = " ".join(f"WHEN {int(s)} THEN '{s.name}'" for s in Severity)
 #: :func:`open_alert_counts`' query, written once (it runs after every alert write).
 _OPEN_ALERT_COUNTS_SQL = (
@@ -465,6 +464,9 @@ def open_alert_counts(store: Store) -> list[OpenAlertCount] | None:
     store has no alerts table (an older store before its migrations run): the diagram then
     says detections are not configured instead of showing zeros.
     """
+    indexed = alert_index.indexed_open_counts(store, _VECTOR_NAMES)  # the table in memory
+    if indexed is not None:
+        return cast(list[OpenAlertCount], indexed)
     if store not in _HAS_ALERT_COLUMNS:  # checked until they are there (migrations only add)
         columns = {
             str(r["column_name"])

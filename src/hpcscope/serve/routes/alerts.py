@@ -10,7 +10,6 @@ alert you cannot see, 403 for one you see but that is not on your job.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Annotated
 from urllib.parse import quote
 
@@ -22,6 +21,7 @@ from starlette.responses import Response
 
 from hpcscope.model.access import Principal
 from hpcscope.model.alerts import VECTOR_NAMES, Alert, AlertState, Severity, Vector
+from hpcscope.model.kept_alerts import KeptPerAlert
 from hpcscope.serve.auth import check_principal, require_principal, service_of
 from hpcscope.serve.body import body_fields
 from hpcscope.serve.kept import Document, cached_json, etag_of, kept_page, page_key, query_of
@@ -190,21 +190,25 @@ def _render(
 
 #: Rows of the alerts page kept rendered (about 1.5 KB each), least recently used out first.
 ROWS = 4096
+KEPT_ROWS: KeptPerAlert[Markup] = KeptPerAlert(ROWS)
 
 
-@lru_cache(maxsize=ROWS)
 def alert_row(alert: Alert, actionable: bool, back: str) -> Markup:
     """One alert's row of the alerts page (``_alert_row.html``): the page is rendered again
     for every reader after every alert write, and each alert is immutable, so its row is
     rendered once per alert, whether the reader may change its state, and the page's address
-    (where its buttons return)."""
-    row = templates.env.get_template("_alert_row.html").render(
-        a=alert,
-        vector_names=VECTOR_NAMES,
-        actionable=frozenset((alert.key,)) if actionable else frozenset(),
-        back=back,
-    )
-    return Markup(row)  # rendered by the autoescaping environment
+    (where its buttons return); the alert's newer version replaces the older."""
+
+    def rendered() -> Markup:
+        row = templates.env.get_template("_alert_row.html").render(
+            a=alert,
+            vector_names=VECTOR_NAMES,
+            actionable=frozenset((alert.key,)) if actionable else frozenset(),
+            back=back,
+        )
+        return Markup(row)  # rendered by the autoescaping environment
+
+    return KEPT_ROWS.get((alert.key, type(alert), actionable, back), alert, rendered)
 
 
 def _lane_page(request: Request) -> Response:

@@ -7,9 +7,10 @@ and the security team count all, an anonymous visitor none. Part of the diagram'
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from hpcscope.model.access import JobScope
 from hpcscope.model.alerts import Severity
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.viewer import Viewer
@@ -67,19 +68,34 @@ def alert_summary(
     admins and the security team count all). With ``shared`` (the service's snapshots) the
     counts are read once per alert write (:attr:`~hpcscope.service.core.Service.alert_changes`:
     the security engine writes between the collector's cycles, and a state change counts
-    too), for every viewer, and scoped per viewer."""
-    rows = (
-        shared.get(
+    too), for every viewer, and summed once per alert scope (every poll of the live diagram
+    reads them)."""
+    scope = viewer.principal.alert_scope() if viewer.principal is not None else None
+    if shared is None:
+        return _summary(service, viewer.anonymous, scope, queries.open_alert_counts(service.store))
+
+    def summed() -> AlertSummary:
+        rows = shared.get(
             "diagram.alert_counts",
             lambda: queries.open_alert_counts(service.store),
             version=service.alert_changes,
         )
-        if shared is not None
-        else queries.open_alert_counts(service.store)
-    )
+        return _summary(service, viewer.anonymous, scope, rows)
+
+    key = ("diagram.alert_summary", viewer.anonymous, scope)
+    summary: AlertSummary = shared.get(key, summed, version=service.alert_changes)
+    return summary
+
+
+def _summary(
+    service: Service,
+    anonymous: bool,
+    scope: JobScope | None,
+    rows: Sequence[queries.OpenAlertCount] | None,
+) -> AlertSummary:
     if rows is None or not detections_configured(service):
-        return AlertSummary(configured=False, shown=not viewer.anonymous)
-    if viewer.anonymous:
+        return AlertSummary(configured=False, shown=not anonymous)
+    if anonymous:
         return AlertSummary(configured=True, shown=False)
     by_vector: dict[str, int] = {}
     by_node: dict[str, int] = {}
@@ -90,7 +106,6 @@ def alert_summary(
         if key not in seen or Severity.parse(severity) > Severity.parse(seen[key]):
             seen[key] = severity
 
-    scope = viewer.principal.alert_scope() if viewer.principal is not None else None
     for row in rows:
         if scope is None or not (
             scope.all_jobs
