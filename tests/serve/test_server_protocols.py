@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uvloop
 from fastapi import FastAPI
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from hpcscope.serve.server import uvicorn_config
 from hpcscope.service.settings import Settings
@@ -14,7 +15,7 @@ from hpcscope.service.settings import Settings
 def test_the_server_uses_httptools_and_uvloop() -> None:
     config = uvicorn_config(FastAPI(), Settings())
     config.load()
-    assert config.http_protocol_class.__name__ == "HttpToolsProtocol"
+    assert issubclass(config.http_protocol_class, HttpToolsProtocol)
     factory = config.get_loop_factory()
     assert factory is not None
     loop = factory()

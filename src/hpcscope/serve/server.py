@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from hpcscope.serve.app import create_app
 from hpcscope.serve.heap import HeapSettler, tune_gc
+from hpcscope.serve.http_writes import OneWriteProtocol
 from hpcscope.serve.job_view import ViewKeeper
 from hpcscope.serve.kept import AheadKeeper
 from hpcscope.service.backends.watch import EngineWatch
@@ -53,6 +54,7 @@ def uvicorn_config(
         log_config=None,
         access_log=log_level == "debug",
         lifespan="on",
+        http=OneWriteProtocol,  # a response's head and body in one write (serve/http_writes.py)
         proxy_headers=False,
         server_header=False,
         ssl_certfile=str(settings.tls_certfile) if settings.tls_certfile else None,
