@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import tracemalloc
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,12 @@ def _duckdb(services: list[Any]) -> list[dict[str, Any]]:
                 "SELECT current_setting('memory_limit') AS m, current_setting('threads') AS t"
             ).to_pylist()
             size = store.query("PRAGMA database_size").to_pylist()
+            # what the pages list grows with: the last hour's collection gaps, by reason
+            gaps = store.query(
+                "SELECT reason, count(*) AS n FROM collection_gaps"
+                " WHERE end_ts >= ? GROUP BY reason ORDER BY n DESC",
+                [datetime.now(UTC).replace(tzinfo=None) - timedelta(hours=1)],
+            ).to_pylist()
         except Exception as exc:  # a closed store: say so, go on
             answers.append({"path": store.path, "error": repr(exc)})
             continue
@@ -149,6 +156,7 @@ def _duckdb(services: list[Any]) -> list[dict[str, Any]]:
                 },
                 "settings": limit,
                 "database_size": size,
+                "gaps_last_hour": {str(r["reason"])[:60]: r["n"] for r in gaps[:5]},
             }
         )
     return answers
@@ -171,10 +179,18 @@ def _caches(services: list[Any]) -> dict[str, Any]:
     found["snapshots"] = []
     for s in snapshots:
         with s._lock:  # the serving threads change it meanwhile
-            keys = list(s._entries)
-        kinds = collections.Counter(
-            type(k).__name__ + ":" + (str(k[0]) if isinstance(k, tuple) and k else "") for k in keys
-        )
+            entries = list(s._entries.items())
+        kinds: collections.Counter[str] = collections.Counter()
+        kept: collections.Counter[str] = collections.Counter()
+        for k, entry in entries:
+            family = k.family if type(k).__name__ == "_Versioned" else k
+            kind = (
+                type(k).__name__
+                + ":"
+                + (str(family[0]) if isinstance(family, tuple) and family else "")
+            )
+            kinds[kind] += 1
+            kept[kind] += entry.size
         found["snapshots"].append(
             {
                 "entries": len(s),
@@ -182,6 +198,7 @@ def _caches(services: list[Any]) -> dict[str, Any]:
                 "ahead": len(s._ahead),
                 "families": len(s._families),
                 "by_key": dict(kinds.most_common(40)),
+                "kept_kb_by_key": {k: round(v / 1024) for k, v in kept.most_common(40)},
             }
         )
     return found

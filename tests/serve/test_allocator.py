@@ -78,3 +78,39 @@ def test_one_variable_set_leaves_the_other_to_the_module() -> None:
     result = _probe("tuned", MALLOC_ARENA_MAX="8")
     assert result["applied"] == {"MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD_BYTES}
     assert result["mmapped_blocks"] == 40
+
+
+TRIM = textwrap.dedent(
+    """
+    import json
+    from hpcscope.serve.allocator import trim_allocator, tune_allocator
+
+    def anon_mib():
+        with open("/proc/self/status") as status:
+            line = next(x for x in status if x.startswith("RssAnon:"))
+        return int(line.split()[1]) / 1024
+
+    tune_allocator()
+    held = [bytearray(4000) for _ in range(16_000)]  # 64 MB in the heap, under the threshold
+    pinned = bytearray(4000)  # the top of the heap stays in use: nothing freed below it goes
+    del held
+    before = anon_mib()
+    trimmed = trim_allocator()
+    print(json.dumps({"trimmed": trimmed, "given_back_mib": before - anon_mib()}))
+    """
+)
+
+
+def test_trimming_gives_the_arenas_free_pages_back() -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    done = subprocess.run(
+        [sys.executable, "-c", TRIM],
+        env={**environ, "PYTHONPATH": str(SRC)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result = json.loads(done.stdout)
+    assert result["trimmed"] is True
+    assert result["given_back_mib"] > 32  # of the 64 MB freed below the top

@@ -12,6 +12,7 @@ from pydantic import TypeAdapter
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.contracts import ClusterState, Health, WhoAmI
+from hpcscope.serve.routes.cluster import OVERVIEW_GAPS
 from hpcscope.service.core import Service
 from tests.support.data import populate
 
@@ -50,3 +51,49 @@ def test_whoami_and_healthz_are_their_contracts(
     assert me.user == "carol" and not me.scope.all_jobs
     health = Health.model_validate_json(client.get("/healthz").content)
     assert health.status == "ok" and health.store_schema_version >= 6
+
+
+def test_the_overview_lists_the_latest_gaps_and_counts_them_all(
+    service: Service, client_as: Callable[[str], TestClient]
+) -> None:
+    now = utcnow()
+    count = OVERVIEW_GAPS + 5
+    gaps = [
+        {"target": f"http://gpu{i:02d}:9400/metrics", "node": f"gpu{i:02d}",
+         "start_ts": now - timedelta(seconds=count - i), "end_ts": now, "reason": "stalled"}
+        for i in range(count)
+    ]  # fmt: skip
+    service.store.append("collection_gaps", pa.Table.from_pylist(gaps, schema=GAP_SCHEMA))
+    service.store.flush()
+    page = client_as("admin").get("/fragments/overview").text
+    assert f"Collection gaps in the last hour: {count}, the latest {OVERVIEW_GAPS} here" in page
+    listed = [g["target"] for g in gaps if f"<code>{g['target']}</code>" in page]
+    assert listed == [g["target"] for g in gaps[-OVERVIEW_GAPS:]]
+    assert len(client_as("admin").get("/api/cluster").json()["gaps"]) == count
+
+
+def test_a_few_gaps_are_listed_without_a_count(
+    service: Service, client_as: Callable[[str], TestClient]
+) -> None:
+    now = utcnow()
+    gap = {"target": "http://gpu01:9400/metrics", "node": "gpu01", "start_ts": now,
+           "end_ts": now, "reason": "scrape failed"}  # fmt: skip
+    service.store.append("collection_gaps", pa.Table.from_pylist([gap], schema=GAP_SCHEMA))
+    service.store.flush()
+    page = client_as("admin").get("/fragments/overview").text
+    assert "Collection gaps in the last hour: <code>http://gpu01:9400/metrics</code>" in page
+
+
+def test_every_visibility_shares_one_collection_health(
+    service: Service, client_as: Callable[[str], TestClient]
+) -> None:
+    populate(service.store, now=utcnow())
+    for name in ("admin", "carol"):  # all jobs; one user's
+        assert client_as(name).get("/api/cluster").status_code == 200
+    contexts = [
+        entry.value
+        for key, entry in service.snapshots._entries.items()
+        if isinstance(key, tuple) and key[0] == "serve.overview_context"
+    ]
+    assert len(contexts) == 2
+    assert contexts[0]["health"] is contexts[1]["health"]

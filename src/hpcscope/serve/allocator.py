@@ -23,6 +23,11 @@ an arena made before the call stays. glibc's own environment variables
 (``MALLOC_ARENA_MAX``, ``MALLOC_MMAP_THRESHOLD_``), when set, win: the site's choice is kept.
 On another C library it does nothing.
 
+Freed space inside the arenas stays resident until glibc hands it back, which it does only at
+the top of the main arena. :func:`trim_allocator` (``malloc_trim(0)``) gives back every free
+page of every arena; the server calls it after each settle of its heap (``serve/heap.py``), when
+the collector has just freed what was cyclic garbage.
+
 Written by hand with :mod:`ctypes`: no maintained package wraps ``mallopt``, and the call is
 three lines.
 """
@@ -82,3 +87,12 @@ def tune_allocator() -> dict[str, int]:
             log.warning("mallopt(%s, %d) refused", name, value)
     log.debug("allocator tuned: %s", applied)
     return applied
+
+
+def trim_allocator() -> bool:
+    """Give the arenas' free pages back to the system (``malloc_trim(0)``, module docstring);
+    whether glibc gave any back (False on another C library)."""
+    libc = _glibc()
+    if libc is None or not hasattr(libc, "malloc_trim"):
+        return False
+    return bool(libc.malloc_trim(ctypes.c_size_t(0)))

@@ -22,8 +22,11 @@ walks; reference counting still frees them. Two things keep a settled heap from 
   promotions. A collection after the freeze counts what is not frozen instead, so full
   collections walk the unfrozen old generation at CPython's usual pace.
 
+What the collections freed is then given back to the system (:func:`~hpcscope.serve.allocator.
+trim_allocator`): freed space inside glibc's arenas otherwise stays resident.
+
 The server settles at start-up, after the collector's first cycles while the old generation
-grows (the caches the first cycles and reads build), then every :data:`RESETTLE_SECONDS`.
+grows (the caches the first cycles and reads build), and every :data:`RESETTLE_SECONDS`.
 Objects created later are collected as before.
 """
 
@@ -35,6 +38,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from hpcscope.serve.allocator import trim_allocator
+
 log = logging.getLogger(__name__)
 
 #: Seconds between two settles once the first cycles' settles are done: a full walk of the heap
@@ -43,13 +48,14 @@ RESETTLE_SECONDS = 300.0
 
 
 def settle_heap() -> int:
-    """Unfreeze and collect, freeze what is alive, collect what is not frozen (module
-    docstring); returns the number of objects frozen."""
+    """Unfreeze and collect, freeze what is alive, collect what is not frozen, trim the C
+    allocator (module docstring); returns the number of objects frozen."""
     started = time.perf_counter()
     gc.unfreeze()
     gc.collect()
     gc.freeze()
     gc.collect()  # the survivors' count that gates full collections: what is not frozen
+    trim_allocator()  # what the collections freed, given back (serve/allocator.py)
     frozen = gc.get_freeze_count()
     log.debug(
         "heap settled: %d objects frozen in %.1f ms",
@@ -65,9 +71,12 @@ class HeapSettler:
     The collector's first cycles build long-lived state after start-up (each target's parser
     keeps its series table, some 170 series per page; the diagram's and the snapshots' caches
     fill on the first reads): after a cycle, when the old generation holds more than
-    ``old_objects`` objects, the heap is settled, ``early_settles`` times at most. After those,
-    it is settled again after the first cycle ``every_seconds`` after the last settle, whatever
-    the old generation holds: what became cyclic garbage while frozen is collected then.
+    ``old_objects`` objects, the heap is settled, ``early_settles`` times at most. And it is
+    settled after the first cycle ``every_seconds`` after the last settle (or the hook's
+    start), whatever the old generation holds: what became cyclic garbage while frozen is
+    collected then: after a settle, the old generation may not grow for long (the 128-node
+    soak's young generation, at :data:`GC_YOUNG_THRESHOLD`, was collected 5 times in 5
+    minutes), so the early settles alone could leave frozen garbage for the process's life.
     """
 
     def __init__(
@@ -81,7 +90,8 @@ class HeapSettler:
         self.old_objects = old_objects
         self.early_settles = early_settles
         self.every_seconds = every_seconds
-        self.settles = 0
+        self.settles = 0  # in all
+        self.grown = 0  # of them, for the old generation's growth
         self._clock = clock
         self._last = clock()
         self._lock = threading.Lock()
@@ -89,11 +99,11 @@ class HeapSettler:
     def after_cycle(self) -> None:
         with self._lock:
             now = self._clock()
-            if self.settles < self.early_settles:
-                due = len(gc.get_objects(generation=2)) > self.old_objects
-            else:
-                due = now - self._last >= self.every_seconds
-            if due:
+            early = self.grown < self.early_settles and (
+                len(gc.get_objects(generation=2)) > self.old_objects
+            )
+            if early or now - self._last >= self.every_seconds:
+                self.grown += early
                 self.settles += 1
                 self._last = now
                 settle_heap()

@@ -1,23 +1,14 @@
-"""A job's page and document: rendered once per job and report, plus a thin reader layer.
+"""A job's page parts shared by every reader: rendered once per job and report.
 
 What a job's page shows of its report (the figures, the notes, the GPUs) is the same for every
-principal who may see the job, and so is its JSON document but its ``alerts`` and ``phases``.
-:func:`job_view` renders and serialises those parts once per job and report into one kept
-entry, :class:`JobView`: a summarised job's with its report document's digest as version,
-kept for minutes (nothing else it shows changes), and stored in the store once
-(:func:`report_parts`, ``service/jobs/views.py``; a keeper renders every summarised job's after
-the collector's cycles, :class:`ViewKeeper`), so that a first read of it in a process is one
-keyed row. A reader's page (:func:`reader_page`) and document (:func:`reader_document`) then
-add what changes apart or is theirs: the job's phases (kept per job,
-``service/traces/job_phases.py``), the alerts as their alert scope and role see them
-(``Service.alerts_of``) and, on the page, the header. A miss for a reader is a small render
-and a join of bytes, where it used to be the whole page (the notes read from the store, the
-report's template) once per principal.
-
-The document is joined, not serialised again: ``JobReportWithPhases`` is the report's fields,
-then ``alerts``, then ``phases`` (in that order, the models' own), so its JSON is the report's
-object with the two members appended (``tests/serve/test_job_view.py`` compares the bytes
-with the models' own serialisation).
+principal who may see the job, and so is its JSON document's report. :func:`job_view` renders
+the page's parts once per job and report into one kept entry, :class:`JobView`: a summarised
+job's with its report document's digest as version, kept for minutes (nothing else it shows
+changes), and stored in the store once (:func:`report_parts`, ``service/jobs/views.py``; a
+keeper renders every summarised job's after the collector's cycles, :class:`ViewKeeper`), so
+that a first read of it in a process is one keyed row; :func:`report_document` serialises the
+report once per job and report. A reader's page and document join these with the parts that
+change apart or are theirs (``serve/job_parts.py``).
 
 The caller checks visibility first (:meth:`~hpcscope.service.core.Service.visible_job`): every
 function here takes the :class:`~hpcscope.service.core.SeenJob` that check returned, and the
@@ -32,15 +23,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from threading import Event, Lock
 
-from markupsafe import Markup
-from starlette.requests import Request
-
 from hpcscope.model.access import Principal, Role
 from hpcscope.model.timeutil import utcnow
 from hpcscope.model.topology import Topology
-from hpcscope.serve.kept import Document, etag_of, page_key
-from hpcscope.serve.templating import render, templates
-from hpcscope.service.alerts.contracts import AlertDocument
+from hpcscope.serve.kept import etag_of
+from hpcscope.serve.templating import templates
 from hpcscope.service.core import SeenJob, Service, report_every_seconds
 from hpcscope.service.jobs.contracts import JobReportDocument
 from hpcscope.service.jobs.reports import JobReport
@@ -53,28 +40,43 @@ from hpcscope.service.jobs.views import (
 )
 from hpcscope.service.keeper import PassKeeper
 from hpcscope.service.notify.access import notes_of_report, notes_of_reports, notify_config
-from hpcscope.service.traces.job_phases import phases_of
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A kept part of a job's page or document: its bytes and their ETag (a reader's answer
+    joins parts, ``serve/job_parts.py``; its ETag is made of theirs)."""
+
+    body: bytes
+    etag: str
+
+    @classmethod
+    def of(cls, body: bytes) -> Part:
+        """``body`` with its ETag."""
+        return cls(body, etag_of(body))
+
+
+def part_size(part: Part) -> int:
+    """Bytes a part holds (the snapshots' budget)."""
+    return len(part.body)
 
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """What of a job's page and document every reader who may see the job shares, from its
-    report alone.
+    """What of a job's page every reader who may see the job shares, from its report alone.
 
     Attributes:
-        report_json: the job's ``JobReportDocument``, serialised.
-        head_html: the page's main part above the alerts section (the report, the notes).
-        tail_html: the part below the phases (the chart, the GPUs).
+        head: the page's main part above the alerts section (the report, the notes).
+        tail: the part below the phases (the chart, the GPUs).
     """
 
-    report_json: bytes
-    head_html: str
-    tail_html: str
+    head: Part
+    tail: Part
 
     @property
     def size(self) -> int:
         """Bytes kept (the snapshots' budget)."""
-        return len(self.report_json) + len(self.head_html) + len(self.tail_html)
+        return len(self.head.body) + len(self.tail.body)
 
 
 #: A summarised job's view, versioned by its report document, is kept this long whatever the
@@ -86,11 +88,11 @@ def job_view(service: Service, job: SeenJob, report: JobReport) -> JobView:
     """The shared parts of ``job``'s page and document (module docstring), kept per job; a
     summarised job's with its report document's digest as version (a changed report renders
     them again), else once per generation (a finished job's at most every minute)."""
-    report_json = JobReportDocument.from_report(report).model_dump_json().encode()
+    report_json = report_document(service, job, report)
 
     def compute() -> JobView:
-        head, tail = report_parts(service, report, report_json)
-        return JobView(report_json=report_json, head_html=head, tail_html=tail)
+        head, tail = report_parts(service, report, report_json.body)
+        return JobView(head=Part.of(head.encode()), tail=Part.of(tail.encode()))
 
     summarised = report.source == "summary"
     return service.snapshots.get(
@@ -98,7 +100,19 @@ def job_view(service: Service, job: SeenJob, report: JobReport) -> JobView:
         compute,
         every_seconds=SUMMARISED_VIEW_SECONDS if summarised else report_every_seconds(report),
         size=lambda view: view.size,
-        version=etag_of(report_json) if summarised else None,
+        version=report_json.etag if summarised else None,
+    )
+
+
+def report_document(service: Service, job: SeenJob, report: JobReport) -> Part:
+    """``job``'s ``JobReportDocument``, serialised: kept per job as its report is (the same
+    for everyone who may see it). The job's document needs only this of its report, not the
+    page's parts (:func:`job_view`: its notes read from the store, its templates)."""
+    return service.snapshots.get(
+        ("serve.job_report_json", job.job_id),
+        lambda: Part.of(JobReportDocument.from_report(report).model_dump_json().encode()),
+        every_seconds=report_every_seconds(report),
+        size=part_size,
     )
 
 
@@ -160,67 +174,6 @@ def _kind(settings: str) -> str:
     names = ("_job_head.html", "_job_tail.html", "_macros.html")
     sources = [loader.get_source(templates.env, name)[0].encode() for name in names]
     return view_kind([*sources, settings.encode()])
-
-
-def reader_page(request: Request, service: Service, job: SeenJob, report: JobReport) -> bytes:
-    """``job``'s page as its principal reads it: the shared parts (:func:`job_view`) inside
-    the page's header, with the job's alerts as the principal sees them; kept per reader (what
-    a page may use of a principal, :func:`~hpcscope.serve.kept.page_key`: a page read by HTTP
-    Basic and one read with the session cookie are the same page) and job, its version the
-    job's alert changes."""
-    principal, job_id = job.principal, job.job_id
-
-    def page() -> bytes:
-        alerts = service.alerts_of(job)
-        view = job_view(service, job, report)
-        phases = phases_of(service, job)
-        context = {  # parts rendered (escaped) by the same templates
-            "job_id": job_id,
-            "head_html": Markup(view.head_html),
-            "alerts_html": Markup(_render("_job_alerts.html", job_id=job_id, alerts=alerts)),
-            "phases_html": Markup(_render("_job_phases.html", job_id=job_id, phases=phases)),
-            "tail_html": Markup(view.tail_html),
-        }
-        return bytes(render(request, "job.html", context, principal=principal).body)
-
-    # its version: the changes of the job's alerts (the latest replaces the others)
-    return service.snapshots.get(
-        ("serve.job_page", page_key(principal), job_id),
-        page,
-        every_seconds=report_every_seconds(report),
-        size=len,
-        version=service.job_alert_changes(job_id),
-    )
-
-
-def reader_document(service: Service, job: SeenJob, report: JobReport) -> Document:
-    """``job``'s document (``JobReportWithPhases``) as its principal reads it, and its ETag:
-    the shared parts joined with the alerts as the principal sees them; kept per alert scope
-    and role (what ``Service.alerts_of`` reads of the principal) and job, or once for every
-    reader of a job that has no alert (a new one changes the key); its version the job's
-    alert changes."""
-    principal, job_id = job.principal, job.job_id
-
-    def serialised() -> Document:
-        view = job_view(service, job, report)
-        found = service.alerts_of(job) if has_alerts else []  # as the key says
-        alerts = b",".join(AlertDocument.of(alert).model_dump_json().encode() for alert in found)
-        phases = phases_of(service, job).model_dump_json().encode()
-        body = b"".join(
-            (view.report_json[:-1], b',"alerts":[', alerts, b'],"phases":', phases, b"}")
-        )
-        return body, etag_of(body)
-
-    # a job without alerts has one document for every reader who may see it
-    has_alerts = job_id in service.jobs_with_alerts()
-    scope = (principal.alert_scope(), principal.redacts_weight_paths) if has_alerts else None
-    return service.snapshots.get(
-        ("serve.job_json", scope, job_id),
-        serialised,
-        every_seconds=report_every_seconds(report),
-        size=lambda document: len(document[0]),
-        version=service.job_alert_changes(job_id),
-    )
 
 
 #: Jobs whose report parts one pass of the keeper renders and stores.

@@ -37,6 +37,11 @@ NAV: list[tuple[str, str]] = [
 ]
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
+# the templates ship with the package: loaded once, never checked again (Jinja's default asks
+# the file system for each template's mtime on every render, and under load each such call
+# gives the interpreter lock away and waits for it back: a fifth of a job page's computation
+# at 128 nodes)
+templates.env.auto_reload = False
 
 
 def percent(value: float | None, digits: int = 0) -> str:

@@ -2,9 +2,9 @@
 
 The list's document is serialised once per job scope and data generation (the service's
 snapshots, ``service/snapshots.py``) and answered with an ``ETag`` (304 on a match); a job's
-page and document are rendered once per job and generation, plus a thin layer per reader (the
-header, the alerts as they see them), after the principal's access check
-(``serve/job_view.py``). The list's page is kept per reader; a job's time
+page and document are joined from parts kept per job (the report's, the phases) and per
+visibility (the alerts, the page's header), after the principal's access check
+(``serve/job_parts.py``). The list's page is kept per reader; a job's time
 series, phases and alerts per job (alerts per alert scope too), after the access check, and a
 finished job's at most every minute. These routes are async: a snapshot hit is answered on the
 event loop, a miss computes in a worker thread (``serve/offload.py``).
@@ -16,11 +16,11 @@ from collections.abc import Callable, Hashable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import Response
 
 from hpcscope.model.access import Principal
 from hpcscope.serve.auth import check_principal, require_principal, service_of
-from hpcscope.serve.job_view import reader_document, reader_page
+from hpcscope.serve.job_parts import joined_html, joined_json, reader_document, reader_page
 from hpcscope.serve.kept import Document, cached_json, etag_of, kept_page, page_key, serialise
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
@@ -89,8 +89,8 @@ def _job_page(request: Request, job_id: str, principal: Principal) -> Response:
             principal=principal,
             status_code=404,
         )
-    # rendered once per job and data change, plus the reader's header and alerts
-    return HTMLResponse(reader_page(request, service, job, report))
+    # joined from parts kept per job and per visibility (serve/job_parts.py)
+    return joined_html(request, reader_page(request, service, job, report))
 
 
 @router.get("/api/jobs/{job_id}", response_model=JobReportWithPhases)
@@ -106,7 +106,7 @@ def _job_json(request: Request, job_id: str, principal: Principal) -> Response:
     report = service.report_of(job) if job is not None else None
     if job is None or report is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id} visible to you")
-    return cached_json(request, *reader_document(service, job, report))
+    return joined_json(request, reader_document(service, job, report))
 
 
 #: What the read lane answers past the framework (``serve/read_lane.py``): these routes' own
