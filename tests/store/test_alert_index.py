@@ -211,3 +211,27 @@ def test_the_rendering_caches_keep_one_entry_per_alert_not_per_version() -> None
             assert b'"count":%d' % (minute + 1) in documents.alert_bytes(stored)
             queried_alerts(store, ADMIN)
     assert len(documents._FRAGMENTS) == 1 and len(alert_store._ROW_ALERTS) == 1
+
+
+def test_the_counts_version_moves_with_the_open_counts_not_with_repeats() -> None:
+    """The diagram keys its counts on it: an alert's repeat firing (most of the engines'
+    writes) or an acknowledgement leaves it; a new alert, a resolution or a job's write moves
+    it."""
+    with Store(":memory:") as store:
+        assert alert_index.open_counts_version(store) is None  # no alert written yet
+        alert = Alert("GI-1", Vector.RDMA, Severity.HIGH, "t", T, T, node="n1", job_id="j1")
+        upsert_alerts(store, [alert]).result()
+        first = alert_index.open_counts_version(store)
+        upsert_alerts(store, [replace(alert, last_seen=T + timedelta(minutes=1))]).result()
+        set_alert_state(store, alert.key, AlertState.ACKNOWLEDGED, by="s", at=T).result()
+        assert alert_index.open_counts_version(store) == first
+        upsert_alerts(store, [replace(alert, subject="rank 2")]).result()
+        second = alert_index.open_counts_version(store)
+        assert second != first
+        set_alert_state(store, alert.key, AlertState.RESOLVED, by="s", at=T).result()
+        third = alert_index.open_counts_version(store)
+        assert third not in (first, second)
+        _job(store, "j1", "u1", "a1")
+        assert alert_index.open_counts_version(store) != third
+        rows = diagram_queries.open_alert_counts(store)
+        assert rows is not None and [(r["user"], r["open"]) for r in rows] == [("u1", 1)]

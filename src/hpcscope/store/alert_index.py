@@ -382,6 +382,17 @@ def indexed_alerts(
     )
 
 
+def open_counts_version(store: Store) -> tuple[int, int] | None:
+    """What :func:`indexed_open_counts` depends on: the changes of the open counts (a new
+    alert, one resolved or reopened; an alert's repeat firing, most writes, is none) and the
+    writes other than an alert's (the jobs' owners); None without an index. A view of the
+    counts keyed on it is computed again only when they may differ."""
+    index = index_of(store)
+    if index is None:
+        return None
+    return index.open_version, store.writes_committed - index.commits
+
+
 def indexed_open_counts(
     store: Store, vector_names: Mapping[Vector, str]
 ) -> list[dict[str, object]] | None:

@@ -15,6 +15,7 @@ from hpcscope.model.alerts import Severity
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.viewer import Viewer
 from hpcscope.service.snapshots import Snapshots
+from hpcscope.store import alert_index
 from hpcscope.store import diagram as queries
 
 
@@ -68,22 +69,27 @@ def alert_summary(
     admins and the security team count all). With ``shared`` (the service's snapshots) the
     counts are read once per alert write (:attr:`~hpcscope.service.core.Service.alert_changes`:
     the security engine writes between the collector's cycles, and a state change counts
-    too), for every viewer, and summed once per alert scope (every poll of the live diagram
-    reads them)."""
+    too; with the store's alert index, once per change of the open counts), for every viewer,
+    and summed once per alert scope (every poll of the live diagram reads them)."""
     scope = viewer.principal.alert_scope() if viewer.principal is not None else None
     if shared is None:
         return _summary(service, viewer.anonymous, scope, queries.open_alert_counts(service.store))
+
+    # the counts change with a new, resolved or reopened alert, not with an alert's repeat
+    # firing (most alert writes): with the store's alert index, kept across those
+    indexed = alert_index.open_counts_version(service.store)
+    version = service.alert_changes if indexed is None else indexed
 
     def summed() -> AlertSummary:
         rows = shared.get(
             "diagram.alert_counts",
             lambda: queries.open_alert_counts(service.store),
-            version=service.alert_changes,
+            version=version,
         )
         return _summary(service, viewer.anonymous, scope, rows)
 
     key = ("diagram.alert_summary", viewer.anonymous, scope)
-    summary: AlertSummary = shared.get(key, summed, version=service.alert_changes)
+    summary: AlertSummary = shared.get(key, summed, version=version)
     return summary
 
 
