@@ -270,6 +270,38 @@ def test_cache_only_does_not_wait_for_another_computation() -> None:
     assert cache_only(snapshots.get, "a", slow) == 7
 
 
+def test_an_inline_value_is_computed_in_cache_only_mode_unless_another_computes_it() -> None:
+    """A value read from memory only (``inline``: the alert lists from the store's alert
+    index) is computed on the read lane, once per version; another caller's computation in
+    flight is not done twice."""
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    calls, compute = counter()
+    assert cache_only(snapshots.get, "a", compute, version=1, inline=True) == 1
+    assert cache_only(snapshots.get, "a", compute, version=1, inline=True) == 1  # kept
+    assert cache_only(snapshots.get, "a", compute, version=2, inline=True) == 2
+    with pytest.raises(SnapshotMiss):
+        cache_only(snapshots.get, "a", compute, version=3)
+    assert calls == [1, 1]
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> int:
+        started.set()
+        release.wait(10)
+        return 7
+
+    worker = threading.Thread(target=lambda: snapshots.get("b", slow))
+    worker.start()
+    try:
+        assert started.wait(10)
+        with pytest.raises(SnapshotMiss) as miss:
+            cache_only(snapshots.get, "b", slow, inline=True)
+        assert miss.value.pending is not None
+    finally:
+        release.set()
+        worker.join(10)
+
+
 def test_a_report_read_every_n_seconds_stays_current_across_generations() -> None:
     writes, clock, held = Writes(), Clock(), Held()
     snapshots = make(writes, clock, held)

@@ -282,6 +282,7 @@ class Snapshots:
         size: Callable[[T], int] | None = None,
         ahead: bool = False,
         version: Hashable = None,
+        inline: bool = False,
     ) -> T:
         """The value of ``key``: current, or stale and being refreshed, or computed now.
 
@@ -298,6 +299,8 @@ class Snapshots:
                 a value of another version is never served, and the latest one computed
                 replaces the others of ``key`` (a count in the key left one entry behind per
                 write, until the budgets pushed them out).
+            inline: ``compute`` reads memory only (and costs about a millisecond): inside
+                :func:`cache_only` it is computed there, unless another caller computes it.
 
         Raises:
             SnapshotMiss: inside :func:`cache_only`, instead of computing or waiting.
@@ -329,7 +332,7 @@ class Snapshots:
                     if not refresh:
                         return served
             running = self._computing.get(key) if not refresh else None
-            if not refresh and _CACHE_ONLY.get():
+            if not refresh and _CACHE_ONLY.get() and not (inline and running is None):
                 raise SnapshotMiss(key, pending=running)
             mine = running is None and not refresh
             if mine:

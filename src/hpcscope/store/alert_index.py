@@ -355,6 +355,18 @@ def owners(store: Store, index: AlertIndex) -> Owners:
         return found
 
 
+def in_memory(store: Store) -> bool:
+    """Whether :func:`indexed_alerts` answers now without a query (its index loaded, the
+    jobs' owners read since the last write other than an alert's)."""
+    index = index_of(store)
+    if index is None:
+        return False
+    with _OWNERS_LOCK:
+        kept = _OWNERS.get(store)
+        others = store.writes_committed - index.commits
+    return kept is not None and kept[0] == others and index.job_ids() <= kept[2]
+
+
 def indexed_alerts(
     store: Store,
     scope: JobScope,

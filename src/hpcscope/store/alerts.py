@@ -285,6 +285,11 @@ def alerts(
     )
 
 
+def alerts_in_memory(store: Store) -> bool:
+    """Whether :func:`alerts` answers now from memory, without a query."""
+    return alert_index.in_memory(store)
+
+
 def queried_alerts(
     store: Store,
     scope: JobScope,

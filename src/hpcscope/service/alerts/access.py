@@ -56,6 +56,13 @@ def alerts_for(
     return found
 
 
+def alerts_in_memory(store: Store) -> bool:
+    """Whether :func:`alerts_for` reads memory only now (the store's alert index, the jobs'
+    owners current): a kept list of alerts may then be computed where a read must not block
+    (the read lane's event loop)."""
+    return alert_store.alerts_in_memory(store)
+
+
 @dataclass(frozen=True, slots=True)
 class RedactedAlert(Alert):
     """An alert as an auditor reads it: texts redacted, the stored alert's key kept (the key
