@@ -22,6 +22,7 @@ from hpcscope.service.alerts import documents
 from hpcscope.store import Store, alert_index
 from hpcscope.store import alerts as alert_store
 from hpcscope.store import diagram as diagram_queries
+from hpcscope.store.alert_index import AlertFilter
 from hpcscope.store.alerts import alerts, queried_alerts, set_alert_state, upsert_alerts
 from tests.store.test_alert_place import BEFORE, _write_as_before
 
@@ -112,10 +113,14 @@ def _counts(rows: list[Any] | None) -> list[tuple[Any, ...]]:
 def _same_as_the_store(store: Store) -> None:
     for scope in SCOPES:
         for filters in FILTERS:
-            assert alerts(store, scope, **filters) == queried_alerts(store, scope, **filters)
+            assert alerts(store, scope, **filters) == queried_alerts(
+                store, scope, AlertFilter(**filters)
+            )
     for key in {a.key for a in queried_alerts(store, ADMIN)} | {"no-such-key"}:
         for scope in SCOPES:
-            assert alerts(store, scope, key=key) == queried_alerts(store, scope, key=key)
+            assert alerts(store, scope, key=key) == queried_alerts(
+                store, scope, AlertFilter(key=key)
+            )
     indexed = diagram_queries.open_alert_counts(store)
     queried = store.query(diagram_queries._OPEN_ALERT_COUNTS_SQL, ["resolved"]).to_pylist()
     assert _counts(indexed) == _counts(queried)

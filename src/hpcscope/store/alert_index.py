@@ -27,7 +27,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import duckdb
@@ -49,6 +49,19 @@ NEEDED_COLUMNS = frozenset(
 
 Owners = Mapping[str, tuple[str | None, str | None]]
 """A known job's user and account (``jobs``), by job id; a job not there is not known."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlertFilter:
+    """Which alerts a read wants (:func:`hpcscope.store.alerts.alerts`' arguments), answered
+    alike by the index and by the query."""
+
+    job_id: str | None = None
+    states: tuple[AlertState, ...] | None = None
+    min_severity: Severity | None = None
+    key: str | None = None
+    vector: Vector | None = None
+    limit: int = 500
 
 
 def alert_from_row(row: Mapping[str, object]) -> Alert:
@@ -182,20 +195,12 @@ class AlertIndex:
         self._shown[key] = (alert, shown)
         return shown
 
-    def select(
-        self,
-        scope: JobScope,
-        owners: Owners,
-        *,
-        job_id: str | None = None,
-        states: Sequence[AlertState] | None = None,
-        min_severity: Severity | None = None,
-        key: str | None = None,
-        vector: Vector | None = None,
-        limit: int = 500,
-    ) -> list[Alert]:
+    def select(self, scope: JobScope, owners: Owners, wanted: AlertFilter) -> list[Alert]:
         """What :func:`hpcscope.store.alerts.alerts` answers, from memory."""
-        wanted = None if states is None else frozenset(AlertState(s) for s in states)
+        job_id, key, min_severity, vector, limit = (
+            wanted.job_id, wanted.key, wanted.min_severity, wanted.vector, wanted.limit
+        )  # fmt: skip
+        states = None if wanted.states is None else frozenset(wanted.states)
         found: list[Alert] = []
         if limit <= 0:
             return found
@@ -222,7 +227,7 @@ class AlertIndex:
                 alert = self._alerts[k]
                 if (
                     (job_id is not None and alert.job_id != job_id)
-                    or (wanted is not None and alert.state not in wanted)
+                    or (states is not None and alert.state not in states)
                     or (min_severity is not None and alert.severity < min_severity)
                     or (vector is not None and alert.vector != vector)
                 ):
@@ -367,31 +372,12 @@ def in_memory(store: Store) -> bool:
     return kept is not None and kept[0] == others and index.job_ids() <= kept[2]
 
 
-def indexed_alerts(
-    store: Store,
-    scope: JobScope,
-    *,
-    job_id: str | None = None,
-    states: Sequence[AlertState] | None = None,
-    min_severity: Severity | None = None,
-    key: str | None = None,
-    vector: Vector | None = None,
-    limit: int = 500,
-) -> list[Alert] | None:
+def indexed_alerts(store: Store, scope: JobScope, wanted: AlertFilter) -> list[Alert] | None:
     """:func:`hpcscope.store.alerts.alerts` from the index; None without one."""
     index = index_of(store)
     if index is None:
         return None
-    return index.select(
-        scope,
-        owners(store, index),
-        job_id=job_id,
-        states=states,
-        min_severity=min_severity,
-        key=key,
-        vector=vector,
-        limit=limit,
-    )
+    return index.select(scope, owners(store, index), wanted)
 
 
 def open_counts_version(store: Store) -> tuple[int, int] | None:

@@ -31,6 +31,7 @@ from hpcscope.model.access import JobScope
 from hpcscope.model.alerts import Alert, AlertState, Severity, Vector
 from hpcscope.model.kept_alerts import KeptPerAlert
 from hpcscope.store import alert_index
+from hpcscope.store.alert_index import AlertFilter
 from hpcscope.store.duck import Store
 from hpcscope.store.filters import Where
 
@@ -261,28 +262,18 @@ def alerts(
         vector: only alerts of this threat vector.
         limit: at most this many.
     """
-    indexed = alert_index.indexed_alerts(
-        store,
-        scope,
+    wanted = AlertFilter(
         job_id=job_id,
-        states=states,
+        states=None if states is None else tuple(AlertState(s) for s in states),
         min_severity=min_severity,
         key=key,
         vector=vector,
         limit=limit,
     )
+    indexed = alert_index.indexed_alerts(store, scope, wanted)
     if indexed is not None:  # the table in memory, kept by the writes
         return indexed
-    return queried_alerts(
-        store,
-        scope,
-        job_id=job_id,
-        states=states,
-        min_severity=min_severity,
-        key=key,
-        vector=vector,
-        limit=limit,
-    )
+    return queried_alerts(store, scope, wanted)
 
 
 def alerts_in_memory(store: Store) -> bool:
@@ -291,24 +282,16 @@ def alerts_in_memory(store: Store) -> bool:
 
 
 def queried_alerts(
-    store: Store,
-    scope: JobScope,
-    *,
-    job_id: str | None = None,
-    states: Sequence[AlertState] | None = None,
-    min_severity: Severity | None = None,
-    key: str | None = None,
-    vector: Vector | None = None,
-    limit: int = 500,
+    store: Store, scope: JobScope, wanted: AlertFilter = AlertFilter()
 ) -> list[Alert]:
     """:func:`alerts` as the store answers it (a store without an alert index)."""
-    where = Where().equals("a.job_id", job_id).equals("a.dedup_key", key)
-    where.equals("a.vector", None if vector is None else int(vector))
-    if states is not None:
-        where.among("a.state", [s.value for s in states])
-    if min_severity is not None:
+    where = Where().equals("a.job_id", wanted.job_id).equals("a.dedup_key", wanted.key)
+    where.equals("a.vector", None if wanted.vector is None else int(wanted.vector))
+    if wanted.states is not None:
+        where.among("a.state", [s.value for s in wanted.states])
+    if wanted.min_severity is not None:
         where.clauses.append("a.severity >= ?")
-        where.params.append(int(min_severity))
+        where.params.append(int(wanted.min_severity))
     scope_sql, scope_params = Store.scope_sql(
         scope, user_column='j."user"', account_column="j.account"
     )
@@ -319,7 +302,7 @@ def queried_alerts(
         f'SELECT a.* EXCLUDE ("user", account), coalesce(j."user", a."user") AS "user", '
         "coalesce(j.account, a.account) AS account "
         f"FROM alerts a {join} jobs j ON j.job_id = a.job_id {where.sql()} "
-        f"ORDER BY a.severity DESC, a.last_seen DESC, a.dedup_key LIMIT {int(limit)}",
+        f"ORDER BY a.severity DESC, a.last_seen DESC, a.dedup_key LIMIT {int(wanted.limit)}",
         where.params,
     )
     return _alerts_of(table)
