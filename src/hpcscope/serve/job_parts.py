@@ -35,7 +35,7 @@ passes the :class:`~hpcscope.service.core.SeenJob` it returned and the report it
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
@@ -43,6 +43,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from hpcscope.model.access import Principal
+from hpcscope.model.alerts import Alert
 from hpcscope.serve.job_view import Part, job_view, part_size, report_document
 from hpcscope.serve.kept import etag_of, page_key
 from hpcscope.serve.templating import render, templates
@@ -117,35 +118,42 @@ def _alert_scope(service: Service, job: SeenJob) -> tuple[object, bool] | None:
     return (job.principal.alert_scope(), job.principal.redacts_weight_paths)
 
 
-def _alerts_html(service: Service, job: SeenJob, scope: tuple[object, bool] | None) -> Part:
+def _alerts_part(
+    service: Service,
+    job: SeenJob,
+    scope: tuple[object, bool] | None,
+    kind: str,
+    encode: Callable[[list[Alert]], bytes],
+) -> Part:
+    """The job's alerts as ``scope`` sees them, encoded (``kind``: the page's HTML or the
+    document's JSON), kept per scope and job and versioned by the job's alert changes."""
+
     def compute() -> Part:
         alerts = service.alerts_of(job) if scope is not None else []  # as the key says
-        html = _render("_job_alerts.html", job_id=job.job_id, alerts=alerts)
-        return Part.of(html.encode())
+        return Part.of(encode(alerts))
 
     part: Part = service.snapshots.get(
-        ("serve.job_alerts_html", scope, job.job_id),
+        (f"serve.job_alerts_{kind}", scope, job.job_id),
         compute,
         every_seconds=job.every_seconds,
         size=part_size,
         version=service.job_alert_changes(job.job_id),
     )
     return part
+
+
+def _alerts_html(service: Service, job: SeenJob, scope: tuple[object, bool] | None) -> Part:
+    def encode(alerts: list[Alert]) -> bytes:
+        return _render("_job_alerts.html", job_id=job.job_id, alerts=alerts).encode()
+
+    return _alerts_part(service, job, scope, "html", encode)
 
 
 def _alerts_json(service: Service, job: SeenJob, scope: tuple[object, bool] | None) -> Part:
-    def compute() -> Part:
-        alerts = service.alerts_of(job) if scope is not None else []  # as the key says
-        return Part.of(b",".join(AlertDocument.of(a).model_dump_json().encode() for a in alerts))
+    def encode(alerts: list[Alert]) -> bytes:
+        return b",".join(AlertDocument.of(a).model_dump_json().encode() for a in alerts)
 
-    part: Part = service.snapshots.get(
-        ("serve.job_alerts_json", scope, job.job_id),
-        compute,
-        every_seconds=job.every_seconds,
-        size=part_size,
-        version=service.job_alert_changes(job.job_id),
-    )
-    return part
+    return _alerts_part(service, job, scope, "json", encode)
 
 
 def _phases_html(service: Service, job: SeenJob) -> Part:
