@@ -43,6 +43,8 @@ def test_metrics_text_is_golden(service: Service, client_as: Callable[[str], Tes
     text = re.sub(
         r"(?m)^hpcscope_store_schema_version \S+$", "hpcscope_store_schema_version N", text
     )
+    # what the kept views cost depends on the machine and the order of reads: the names stay
+    text = re.sub(r"(?m)^(hpcscope_view_\w+\{[^}]*\}) \S+$", r"\1 N", text)
     if os.environ.get("HPCSCOPE_UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()

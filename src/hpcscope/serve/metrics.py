@@ -60,6 +60,7 @@ class HpcscopeCollector:
         yield from self._alerts()
         yield from self._slo()
         yield from self._chargeback()
+        yield from self._views()
 
     def _jobs(self) -> Iterator[Metric]:
         live = self.service.live_job_gpus(_SYSTEM, window=LIVE_WINDOW)
@@ -159,6 +160,32 @@ class HpcscopeCollector:
             if target["last_success"] is not None:
                 last.add_metric(values, epoch_seconds(target["last_success"]))
         yield from (up, duration, samples, last)
+
+    def _views(self) -> Iterator[Metric]:
+        """What the kept read views cost since the start, per kind of view
+        (``service/view_costs.py``): a view recomputed too often, or missed on the event loop,
+        is where a slow p99 comes from."""
+        labels = ["view"]
+        computations = CounterMetricFamily(
+            "hpcscope_view_computations",
+            "Kept read view values computed since the start (requests, refreshes, ahead).",
+            labels=labels,
+        )
+        seconds = CounterMetricFamily(
+            "hpcscope_view_compute_seconds",
+            "Wall seconds spent computing kept read view values since the start.",
+            labels=labels,
+        )
+        misses = CounterMetricFamily(
+            "hpcscope_view_misses",
+            "Reads on the event loop that found no value to serve (computed in a worker thread).",
+            labels=labels,
+        )
+        for name, cost in sorted(self.service.snapshots.costs.snapshot().items()):
+            computations.add_metric([name], float(cost.computations))
+            seconds.add_metric([name], cost.compute_seconds)
+            misses.add_metric([name], float(cost.misses))
+        yield from (computations, seconds, misses)
 
     def _alerts(self) -> Iterator[Metric]:
         """Open (not resolved) alerts per severity and vector: every pair, zeros included, so

@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from hpcscope.model.errors import HpcscopeError
+from hpcscope.service.view_costs import ViewCosts
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +240,8 @@ class Snapshots:
         self._lock = threading.Lock()
         self.computations = 0
         """How many values were computed (in requests and refreshes), for tests and benches."""
+        self.costs = ViewCosts()
+        """Computations, seconds and misses by kind of view (``/metrics``)."""
 
     def publish(self) -> None:
         """Make everything committed so far one new generation (the collector's after-cycle
@@ -333,6 +336,7 @@ class Snapshots:
                         return served
             running = self._computing.get(key) if not refresh else None
             if not refresh and _CACHE_ONLY.get() and not (inline and running is None):
+                self.costs.missed(key.family if isinstance(key, _Versioned) else key)
                 raise SnapshotMiss(key, pending=running)
             mine = running is None and not refresh
             if mine:
@@ -367,6 +371,8 @@ class Snapshots:
         finally:
             _COMPUTED_AS.reset(computed_as)
             _COMPUTING.reset(token)
+        family = key.family if isinstance(key, _Versioned) else key
+        self.costs.computed(family, self._clock() - started)
         weight = size(value) if size is not None else bytes_in(value)
         every = every_seconds(value) if callable(every_seconds) else every_seconds
         with self._lock:
