@@ -95,3 +95,45 @@ def test_counts_from_many_threads_are_not_lost() -> None:
     cost = costs.snapshot()["v"]
     assert (cost.computations, cost.misses) == (8000, 8000)
     assert cost.compute_seconds == pytest.approx(8.0)
+
+
+def test_a_nested_computation_counts_under_its_own_view_only() -> None:
+    """A page that computes the document it shows: the page's seconds are its own, the
+    document's count under the document; together, the wall time spent."""
+    clock = Clock()
+    snapshots = Snapshots(lambda: 0, clock=clock)
+
+    def document() -> bytes:
+        clock.now += 0.5
+        return b"{}"
+
+    def page() -> bytes:
+        clock.now += 0.25
+        body = snapshots.get(("serve.document", "admin"), document)
+        clock.now += 0.125
+        return b"<html>" + body
+
+    snapshots.get(("serve.page", "admin"), page)
+    costs = snapshots.costs.snapshot()
+    assert costs["serve.page"] == ViewCost(1, 0.375, 0)
+    assert costs["serve.document"] == ViewCost(1, 0.5, 0)
+
+
+def test_a_failed_nested_computation_still_leaves_the_outer_its_own_seconds() -> None:
+    clock = Clock()
+    snapshots = Snapshots(lambda: 0, clock=clock)
+
+    def broken() -> int:
+        clock.now += 1.0
+        raise ValueError("no")
+
+    def outer() -> int:
+        clock.now += 0.5
+        try:
+            snapshots.get(("inner",), broken)
+        except ValueError:
+            pass
+        return 1
+
+    snapshots.get(("outer",), outer)
+    assert snapshots.costs.snapshot() == {"outer": ViewCost(1, 0.5, 0)}

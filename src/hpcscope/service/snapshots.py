@@ -362,7 +362,8 @@ class Snapshots:
         token = _COMPUTING.set(True)
         computed_as = _COMPUTED_AS.set((generation, started))
         try:
-            value = compute()
+            with self.costs.timing(key.family if isinstance(key, _Versioned) else key, self._clock):
+                value = compute()
         except BaseException as exc:
             with self._lock:
                 self._computing.pop(key, None)
@@ -371,8 +372,6 @@ class Snapshots:
         finally:
             _COMPUTED_AS.reset(computed_as)
             _COMPUTING.reset(token)
-        family = key.family if isinstance(key, _Versioned) else key
-        self.costs.computed(family, self._clock() - started)
         weight = size(value) if size is not None else bytes_in(value)
         every = every_seconds(value) if callable(every_seconds) else every_seconds
         with self._lock:

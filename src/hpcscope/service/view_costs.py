@@ -15,8 +15,14 @@ the label's cardinality is the number of kinds of view, whatever is read.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+
+#: The seconds of the computations nested in the one running (a page computing the document
+#: it shows), added up as they end.
+_NESTED: ContextVar[list[float] | None] = ContextVar("hpcscope_view_nested", default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,8 +31,9 @@ class ViewCost:
 
     Attributes:
         computations: values computed (in a request, a background refresh or ahead).
-        compute_seconds: wall seconds those computations took (under load, mostly waiting for
-            the interpreter lock: several times their CPU time).
+        compute_seconds: wall seconds those computations took, less the computations of other
+            views nested in them (under load, mostly waiting for the interpreter lock: several
+            times their CPU time). Summed over every view: the wall time spent computing.
         misses: reads on the event loop (:func:`~hpcscope.service.snapshots.cache_only`) that
             found nothing to serve, answered from a worker thread instead.
     """
@@ -60,6 +67,27 @@ class ViewCosts:
             self._costs[name] = ViewCost(
                 cost.computations + 1, cost.compute_seconds + max(0.0, seconds), cost.misses
             )
+
+    @contextmanager
+    def timing(self, key: Hashable, clock: Callable[[], float]) -> Iterator[None]:
+        """Count the computation of ``key``'s value that the block runs, once it returns, with
+        its own seconds: its wall time less the computations nested in it, which count under
+        their own views (a computation that raises counts none, but its time still counts
+        as nested in the one around it)."""
+        started, nested = clock(), [0.0]
+        token = _NESTED.set(nested)
+        done = False
+        try:
+            yield
+            done = True
+        finally:
+            _NESTED.reset(token)
+            seconds = clock() - started
+            outer = _NESTED.get()
+            if outer is not None:
+                outer[0] += seconds
+            if done:
+                self.computed(key, seconds - nested[0])
 
     def missed(self, key: Hashable) -> None:
         """Count one read of ``key`` on the event loop that found nothing to serve."""

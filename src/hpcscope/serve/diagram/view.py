@@ -131,21 +131,24 @@ def node_aria(node: NodeLive) -> str:
     return ", ".join(parts)
 
 
+#: What a screen reader says before an element's label, by kind (the rest say the label only).
+_KIND_WORDS = {
+    ElementKind.NVSWITCH: "NVLink switch",
+    ElementKind.HCA: "InfiniBand HCA",
+    ElementKind.FABRIC: "Fabric",
+    ElementKind.STORAGE: "Storage",
+    ElementKind.SCHEDULER: "Scheduler",
+    ElementKind.SOFTWARE: "Software",
+    ElementKind.WEIGHTS: "Asset",
+}
+
+
 def _shape_aria(shape: Shape) -> str:
-    kind_words = {
-        ElementKind.NVSWITCH: "NVLink switch",
-        ElementKind.HCA: "InfiniBand HCA",
-        ElementKind.FABRIC: "Fabric",
-        ElementKind.STORAGE: "Storage",
-        ElementKind.SCHEDULER: "Scheduler",
-        ElementKind.SOFTWARE: "Software",
-        ElementKind.WEIGHTS: "Asset",
-    }
     if shape.role is Role.COLLECTOR:
         return f"Collector {shape.label}"
     if shape.role is Role.VECTOR:
         return f"Threat vector {shape.label}"
-    prefix = kind_words.get(shape.kind) if shape.kind is not None else None
+    prefix = _KIND_WORDS.get(shape.kind) if shape.kind is not None else None
     where = f" of {shape.node}" if shape.node and shape.kind is not ElementKind.NODE else ""
     text = f"{prefix}: {shape.label}" if prefix else shape.label
     return f"{text}{where}" + (f", {shape.sublabel}" if shape.sublabel else "")
