@@ -1,0 +1,71 @@
+"""The overview's running jobs: read once for every visibility, each scope's the ones it admits.
+
+Every tab of the overview polls it every 5 s; the running jobs' reports are read once per
+generation for all (``serve/routes/cluster.py`` ``_running``) and each scope keeps the jobs it
+admits. What a principal sees must be exactly what its own scoped read returns: the same jobs,
+reports and order, never a job outside its scope (a job the scheduler does not know included).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pyarrow as pa
+import pytest
+
+from hpcscope.model.access import Principal, Role
+from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA
+from hpcscope.model.timeutil import utcnow
+from hpcscope.serve.routes import cluster
+from hpcscope.service.core import Service
+from hpcscope.service.identity.users import DEMO_LOGINS
+from hpcscope.service.jobs.reports import JobReport
+from tests.support.fleet import write_fleet
+
+
+def _unknown_job_samples(service: Service) -> None:
+    """Samples of a job the scheduler never reported (no user, no account)."""
+    now = utcnow()
+    rows: dict[str, list[object]] = {field.name: [] for field in GPU_SAMPLE_SCHEMA}
+    for i in range(6):
+        for field in GPU_SAMPLE_SCHEMA:
+            rows[field.name].append(None)
+        rows["ts"][-1] = now - timedelta(seconds=10 * (5 - i))
+        rows["node"][-1] = "gpu01"  # an idle GPU of the fleet
+        rows["gpu"][-1] = 7
+        rows["job_id"][-1] = "9990001"
+        rows["reported_util_ratio"][-1] = 0.9
+        rows["sm_active_ratio"][-1] = 0.5
+    service.store.append("gpu_samples", pa.table(rows, schema=GPU_SAMPLE_SCHEMA)).result()
+
+
+def _own_read(service: Service, principal: Principal, now: datetime) -> list[JobReport]:
+    """What the overview read for ``principal`` before the shared list: its own scoped read."""
+    live = service.live_job_gpus(principal, window=service.live_window(), now=now)
+    return [r for r in live.jobs if r.state in ("RUNNING", None) and r.gpus_observed]
+
+
+@pytest.mark.parametrize("name", [login.name for login in DEMO_LOGINS])
+def test_each_scope_sees_what_its_own_read_returns(service: Service, name: str) -> None:
+    write_fleet(service.store, now=utcnow())
+    _unknown_job_samples(service)
+    now = utcnow()
+    everyone = cluster._running(service, now=now)
+    assert {r.job_id for r in everyone} >= {"4410001", "4410002", "4410003", "9990001"}
+    principal = service.principal(name)
+    assert principal is not None
+    scope = principal.job_scope()
+    mine = [r for r in everyone if scope.admits(user=r.user, account=r.account)]
+    assert mine == _own_read(service, principal, now)
+    if principal.role is Role.RESEARCHER:
+        assert {r.user for r in mine} <= {name}
+    if not scope.all_jobs:
+        assert "9990001" not in {r.job_id for r in mine}
+
+
+def test_the_shared_list_is_read_once_per_generation(service: Service) -> None:
+    write_fleet(service.store, now=utcnow())
+    now = utcnow()
+    first = cluster._running(service, now=now)
+    assert cluster._running(service, now=now) is first
+    assert service.snapshots.costs.snapshot()["serve.running_jobs"].computations == 1
