@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hpcscope.model.access import Principal, Role
-from hpcscope.model.alerts import VECTOR_NAMES, Alert, Severity, Vector
+from hpcscope.model.alerts import VECTOR_NAMES, Vector
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
 from hpcscope.serve.routes import diagram as diagram_routes
@@ -29,8 +29,8 @@ from hpcscope.service.identity.users import (
     hash_password,
 )
 from hpcscope.service.source_settings import FalcoSection
-from hpcscope.store import alerts as alert_store
 from tests.serve.test_diagram_access import logged_in
+from tests.support.alerts import open_escape_alert
 from tests.support.fleet import write_fleet
 
 
@@ -141,18 +141,7 @@ def test_a_view_of_changed_alert_counts_replaces_the_one_before(
     node = service.topology.nodes[0].name
     sizes, counts = [], []
     for opened in range(1, 4):
-        at = utcnow()
-        alert = Alert(
-            rule_id="CE-3",
-            vector=Vector.CONTAINER_ESCAPE,
-            severity=Severity.HIGH,
-            title="nsenter",
-            first_seen=at,
-            last_seen=at,
-            node=node,
-            subject=f"pid {opened}",
-        )
-        alert_store.upsert_alerts(service.store, [alert]).result()
+        open_escape_alert(service.store, node=node, subject=f"pid {opened}")
         vector = f"vector-{VECTOR_NAMES[Vector.CONTAINER_ESCAPE]}"
         counts.append(_poll(admin)["elements"][vector]["lines"][1])
         sizes.append(len(service.snapshots))

@@ -10,14 +10,7 @@ from hypothesis import strategies as st
 
 from hpcscope.service.snapshots import SnapshotMiss, Snapshots, cache_only
 from hpcscope.service.view_costs import ViewCost, ViewCosts, view_name
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.service.test_snapshots import Clock
 
 
 def test_view_name_is_the_key_family() -> None:

@@ -163,6 +163,11 @@ class _Versioned:
     version: Hashable
 
 
+def _family(key: Hashable) -> Hashable:
+    """The key a value's costs count under: a versioned key's family, not its version."""
+    return key.family if isinstance(key, _Versioned) else key
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     generation: int
@@ -336,7 +341,7 @@ class Snapshots:
                         return served
             running = self._computing.get(key) if not refresh else None
             if not refresh and _CACHE_ONLY.get() and not (inline and running is None):
-                self.costs.missed(key.family if isinstance(key, _Versioned) else key)
+                self.costs.missed(_family(key))
                 raise SnapshotMiss(key, pending=running)
             mine = running is None and not refresh
             if mine:
@@ -362,7 +367,7 @@ class Snapshots:
         token = _COMPUTING.set(True)
         computed_as = _COMPUTED_AS.set((generation, started))
         try:
-            with self.costs.timing(key.family if isinstance(key, _Versioned) else key, self._clock):
+            with self.costs.timing(_family(key), self._clock):
                 value = compute()
         except BaseException as exc:
             with self._lock:

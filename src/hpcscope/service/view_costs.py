@@ -59,14 +59,19 @@ class ViewCosts:
         self._lock = threading.Lock()
         self._costs: dict[str, ViewCost] = {}
 
-    def computed(self, key: Hashable, seconds: float) -> None:
-        """Count one computation of ``key``'s value that took ``seconds``."""
+    def _add(self, key: Hashable, computations: int, seconds: float, misses: int) -> None:
         name = view_name(key)
         with self._lock:
             cost = self._costs.get(name, ViewCost())
             self._costs[name] = ViewCost(
-                cost.computations + 1, cost.compute_seconds + max(0.0, seconds), cost.misses
+                cost.computations + computations,
+                cost.compute_seconds + seconds,
+                cost.misses + misses,
             )
+
+    def computed(self, key: Hashable, seconds: float) -> None:
+        """Count one computation of ``key``'s value that took ``seconds``."""
+        self._add(key, 1, max(0.0, seconds), 0)
 
     @contextmanager
     def timing(self, key: Hashable, clock: Callable[[], float]) -> Iterator[None]:
@@ -91,10 +96,7 @@ class ViewCosts:
 
     def missed(self, key: Hashable) -> None:
         """Count one read of ``key`` on the event loop that found nothing to serve."""
-        name = view_name(key)
-        with self._lock:
-            cost = self._costs.get(name, ViewCost())
-            self._costs[name] = ViewCost(cost.computations, cost.compute_seconds, cost.misses + 1)
+        self._add(key, 0, 0.0, 1)
 
     def snapshot(self) -> dict[str, ViewCost]:
         """The counts so far, by view name (a copy)."""

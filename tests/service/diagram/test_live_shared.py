@@ -8,14 +8,14 @@ shared parts first.
 
 from __future__ import annotations
 
-from hpcscope.model.alerts import VECTOR_NAMES, Alert, Severity, Vector
+from hpcscope.model.alerts import VECTOR_NAMES, Vector
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.alert_counts import alert_summary
 from hpcscope.service.diagram.live import GpuState, Viewer, live_state
 from hpcscope.service.snapshots import cache_only
 from hpcscope.service.source_settings import FalcoSection
-from hpcscope.store import alerts as alert_store
+from tests.support.alerts import open_escape_alert
 from tests.support.fleet import write_fleet
 
 
@@ -55,18 +55,7 @@ def test_new_alert_counts_are_counted_on_the_event_loop_not_missed(service: Serv
         viewer = _viewer(service, name)
         alert_summary(service, viewer, shared=service.snapshots)  # kept
         for opened in range(1, 4):
-            at = utcnow()
-            alert = Alert(
-                rule_id="CE-3",
-                vector=Vector.CONTAINER_ESCAPE,
-                severity=Severity.HIGH,
-                title="nsenter",
-                first_seen=at,
-                last_seen=at,
-                node=node,
-                subject=f"{name} pid {opened}",
-            )
-            alert_store.upsert_alerts(service.store, [alert]).result()
+            open_escape_alert(service.store, node=node, subject=f"{name} pid {opened}")
             on_loop = cache_only(alert_summary, service, viewer, shared=service.snapshots)
             assert on_loop == alert_summary(service, viewer)  # what the store's query counts
     admin_counts = alert_summary(service, _viewer(service, "admin"), shared=service.snapshots)

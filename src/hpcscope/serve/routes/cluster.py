@@ -13,14 +13,13 @@ framework by the read lane.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, TypedDict
 
 from fastapi import APIRouter, Depends, Request
 from markupsafe import Markup
 from starlette.responses import Response
 
-from hpcscope.model.access import Principal, system_principal
+from hpcscope.model.access import Principal
 from hpcscope.model.topology import Topology
 from hpcscope.serve.auth import check_principal, require_principal, service_of
 from hpcscope.serve.contracts import ClusterState
@@ -38,8 +37,13 @@ from hpcscope.serve.kept import (
 from hpcscope.serve.offload import answer
 from hpcscope.serve.read_lane import LaneRoute
 from hpcscope.serve.templating import render
-from hpcscope.service.core import Service
-from hpcscope.service.diagram.live import GpuNow, LiveState, Viewer, kept_live_state
+from hpcscope.service.diagram.live import (
+    GpuNow,
+    LiveState,
+    Viewer,
+    kept_live_state,
+    running_jobs,
+)
 from hpcscope.service.jobs.reports import CollectionHealth, JobReport
 
 router = APIRouter()
@@ -62,28 +66,6 @@ class _Overview(TypedDict):
     running: list[JobReport]
 
 
-#: Who reads every running job for the overviews (each visibility's are those its scope admits).
-_EVERY_JOB = system_principal("overview")
-
-
-def _running(service: Service, *, now: datetime) -> list[JobReport]:
-    """Every job running with recent samples, as its report, once per generation for every
-    visibility: a scope's are those it admits (the same reports, in the same order, as its own
-    scoped read: the reports do not depend on the reader, and a job the scheduler does not
-    know has no user or account, so only a scope of every job admits it). Read per visibility,
-    every 5 s at 128 nodes, the reports of the running jobs were a quarter of the overview's
-    cost, once per visibility."""
-
-    def compute() -> list[JobReport]:
-        # only the jobs with recent samples: this runs on every 5-second poll, it must not
-        # build the report of every job ever run
-        live = service.live_job_gpus(_EVERY_JOB, window=service.live_window(), now=now)
-        return [r for r in live.jobs if r.state in ("RUNNING", None) and r.gpus_observed]
-
-    running: list[JobReport] = service.snapshots.get(("serve.running_jobs",), compute)
-    return running
-
-
 def _context(request: Request, principal: Principal) -> _Overview:
     """The overview's data for the principal's visibility, once per generation."""
     service = service_of(request)
@@ -91,12 +73,7 @@ def _context(request: Request, principal: Principal) -> _Overview:
 
     def compute() -> _Overview:
         state = kept_live_state(service, viewer)
-        scope = principal.job_scope()
-        running = [
-            report
-            for report in _running(service, now=state.generated_at)
-            if scope.admits(user=report.user, account=report.account)
-        ]
+        running = running_jobs(service, principal, now=state.generated_at)
         by_node: dict[str, list[GpuNow]] = {}
         for gpu in sorted(state.gpus.values(), key=lambda g: (g.node, g.gpu)):
             by_node.setdefault(gpu.node, []).append(gpu)

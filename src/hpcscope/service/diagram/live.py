@@ -28,7 +28,8 @@ from enum import StrEnum
 from typing import Any
 
 from hpcscope.analysis.jobs.aggregates import VERDICT_COLUMNS
-from hpcscope.model.access import system_principal
+from hpcscope.analysis.jobs.report import JobReport
+from hpcscope.model.access import Principal, system_principal
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.alert_counts import AlertSummary, alert_summary
@@ -402,3 +403,27 @@ def kept_live_state(service: Service, viewer: Viewer) -> LiveState:
     # the open-alert counts follow every alert write, not the generation (alert_summary)
     alerts = alert_summary(service, viewer, shared=service.snapshots)
     return state if alerts == state.alerts else replace(state, alerts=alerts)
+
+
+#: Who reads every running job for the overviews (each principal keeps those its scope admits).
+_EVERY_JOB = system_principal("overview")
+
+
+def running_jobs(service: Service, principal: Principal, *, now: datetime) -> list[JobReport]:
+    """The jobs running with recent samples that ``principal`` may see, as their reports, in
+    the order of its own scoped read (:meth:`Service.live_job_gpus`).
+
+    Every job's are read once per generation for every principal (kept as
+    ``serve.running_jobs``, the overview's name for them) and each keeps those its scope
+    admits: the reports do not depend on the reader, they are sorted by job, and a job the
+    scheduler does not know has no user or account, so only a scope of every job admits it.
+    The overview asks for them on every 5-second poll of every visibility: only the jobs with
+    recent samples, never every job the principal has run."""
+
+    def compute() -> list[JobReport]:
+        live = service.live_job_gpus(_EVERY_JOB, window=service.live_window(), now=now)
+        return [r for r in live.jobs if r.state in ("RUNNING", None) and r.gpus_observed]
+
+    every: list[JobReport] = service.snapshots.get(("serve.running_jobs",), compute)
+    scope = principal.job_scope()
+    return [r for r in every if scope.admits(user=r.user, account=r.account)]

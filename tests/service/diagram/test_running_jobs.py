@@ -1,8 +1,8 @@
 """The overview's running jobs: read once for every visibility, each scope's the ones it admits.
 
 Every tab of the overview polls it every 5 s; the running jobs' reports are read once per
-generation for all (``serve/routes/cluster.py`` ``_running``) and each scope keeps the jobs it
-admits. What a principal sees must be exactly what its own scoped read returns: the same jobs,
+generation for all (``service/diagram/live.py`` ``running_jobs``) and each scope keeps the jobs
+it admits. What a principal sees must be exactly what its own scoped read returns: the same jobs,
 reports and order, never a job outside its scope (a job the scheduler does not know included).
 """
 
@@ -13,14 +13,17 @@ from datetime import datetime, timedelta
 import pyarrow as pa
 import pytest
 
-from hpcscope.model.access import Principal, Role
+from hpcscope.model.access import Principal, Role, system_principal
 from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA
 from hpcscope.model.timeutil import utcnow
-from hpcscope.serve.routes import cluster
 from hpcscope.service.core import Service
+from hpcscope.service.diagram.live import running_jobs
 from hpcscope.service.identity.users import DEMO_LOGINS
 from hpcscope.service.jobs.reports import JobReport
 from tests.support.fleet import write_fleet
+
+#: A reader of every job.
+EVERY_JOB = system_principal("test")
 
 
 def _unknown_job_samples(service: Service) -> None:
@@ -50,12 +53,13 @@ def test_each_scope_sees_what_its_own_read_returns(service: Service, name: str) 
     write_fleet(service.store, now=utcnow())
     _unknown_job_samples(service)
     now = utcnow()
-    everyone = cluster._running(service, now=now)
+    everyone = running_jobs(service, EVERY_JOB, now=now)
     assert {r.job_id for r in everyone} >= {"4410001", "4410002", "4410003", "9990001"}
     principal = service.principal(name)
     assert principal is not None
     scope = principal.job_scope()
-    mine = [r for r in everyone if scope.admits(user=r.user, account=r.account)]
+    mine = running_jobs(service, principal, now=now)
+    assert mine == [r for r in everyone if scope.admits(user=r.user, account=r.account)]
     assert mine == _own_read(service, principal, now)
     if principal.role is Role.RESEARCHER:
         assert {r.user for r in mine} <= {name}
@@ -66,6 +70,8 @@ def test_each_scope_sees_what_its_own_read_returns(service: Service, name: str) 
 def test_the_shared_list_is_read_once_per_generation(service: Service) -> None:
     write_fleet(service.store, now=utcnow())
     now = utcnow()
-    first = cluster._running(service, now=now)
-    assert cluster._running(service, now=now) is first
+    first = running_jobs(service, EVERY_JOB, now=now)
+    alice = service.principal("alice")
+    assert alice is not None and running_jobs(service, alice, now=now)  # another reader
+    assert running_jobs(service, EVERY_JOB, now=now) == first
     assert service.snapshots.costs.snapshot()["serve.running_jobs"].computations == 1
