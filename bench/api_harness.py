@@ -58,6 +58,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds every process of the machine spent so far, all cores together
+    (``/proc/stat``: everything but idle and I/O wait)."""
+    ticks = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / CLOCK_TICKS
+
+
 def exit_on_sigterm() -> None:
     """A bounded run (``timeout``) ends by SIGTERM: exit through the :class:`Demo`'s clean-up,
     which stops the server and the twin (their own session: they would run on, orphaned, and

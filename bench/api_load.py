@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 
@@ -59,6 +58,7 @@ from bench.api_harness import (
     asks,
     cpu_seconds,
     exit_on_sigterm,
+    machine_busy_seconds,
     prepare_clients,
     rss_mb,
     run_client,
@@ -69,10 +69,15 @@ from bench.api_routes import MIX, ROUTES, Route
 GOAL_P99_MS = 100.0
 
 
+def _admin(fleet: list[Client]) -> Client | None:
+    """The fleet's admin client, if it has one."""
+    return next((c for c in fleet if c.user == "admin"), None)
+
+
 async def view_costs(port: int, fleet: list[Client]) -> dict[str, list[float]]:
     """The server's ``hpcscope_view_*`` counters (``/metrics``, asked as the admin): by view,
     ``[computations, compute seconds, misses]``; empty without an admin client."""
-    admin = next((c for c in fleet if c.user == "admin"), None)
+    admin = _admin(fleet)
     if admin is None:
         return {}
     connection = Connection(port)
@@ -107,14 +112,6 @@ def costs_between(
         for name, (n, s, m) in ranked
         if n or m
     }
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds every process of the machine spent so far, all cores together
-    (``/proc/stat``: everything but idle and I/O wait)."""
-    with open("/proc/stat", encoding="ascii") as stat:
-        ticks = [int(field) for field in stat.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 async def window(
@@ -167,7 +164,7 @@ def _fleet_for(route: Route, fleet: list[Client]) -> list[Client]:
     """The clients that ask for ``route``: all of them, as the admin for an admin route."""
     if not route.admin:
         return [c for c in fleet if asks(route, c)]
-    admin = next((c for c in fleet if c.user == "admin"), None)
+    admin = _admin(fleet)
     return [] if admin is None or not asks(route, admin) else [admin] * len(fleet)
 
 
