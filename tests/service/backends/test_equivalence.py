@@ -24,6 +24,7 @@ import pytest
 from hpcscope.analysis.chargeback.aggregate import GroupBy
 from hpcscope.analysis.chargeback.periods import month_of
 from hpcscope.model.access import JobScope, Principal, Role
+from hpcscope.model.topology import load_topology
 from hpcscope.serve.diagram.view import jsonable
 from hpcscope.service.backends.prometheus import PrometheusSamples
 from hpcscope.service.backends.rule_reads import Coverage
@@ -31,6 +32,7 @@ from hpcscope.service.chargeback import reads as chargeback
 from hpcscope.service.diagram.live import Viewer, live_state
 from hpcscope.service.jobs.contracts import JobList
 from hpcscope.service.jobs.summaries import summarise_finished_jobs
+from hpcscope.service.settings import bundled_topology
 from hpcscope.service.slo.config import SloConfig
 from hpcscope.service.slo.report import slo_report
 from hpcscope.service.telemetry_rules.engine import TelemetryRules
@@ -56,6 +58,16 @@ HOURS_ABS = 0.001
 #: windows: the healthy job ends inside it and is summarised by every service,
 #: ``tests/support/three_backends.JOBS``).
 READ_AFTER_SECONDS = 6 * RULE_WINDOW
+#: Money is GPU-hours at the topology's rate: within 1 % or the cost of :data:`HOURS_ABS`. A
+#: lost cost is the billed less the useful, and a difference carries its operands' error: the
+#: embedded store weighs each sample by the time to the next (a collector woken 50 ms late under
+#: load moves a 30-s job's useful seconds by ~0.3 %, its lost cost by ~1.5 %), the engines
+#: count samples.
+RATE = load_topology(bundled_topology()).gpu_hour_price
+MONEY = {"cost_allocated", "cost_useful", "cost_lost", "cost", "lost_cost"}
+#: Figures in units of an SLO's error budget (``1 - objective``): ``(1 - SLI) / budget``. Each
+#: side's SLI within 1 % moves them by up to 1 % / budget.
+BUDGET_UNITS = {"burn_rate", "max_burn_rate", "budget_remaining_ratio"}
 #: Figures that are counts (compared as they are).
 EXACT = {"gpus_observed", "gpus_allocated", "idle_gpus", "jobs", "gpus"}
 #: From the recording rules, clock reasons are seconds with a slowdown and with a thermal reason,
@@ -159,20 +171,25 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
         yield _read(backends)
 
 
-def _agree(ours: Any, theirs: Any, where: str, problems: list[str]) -> None:
-    """Every figure within 1 %, every other value equal (``metrics`` compared by the caller)."""
+def _agree(
+    ours: Any, theirs: Any, where: str, problems: list[str], budget: float | None = None
+) -> None:
+    """Every figure within 1 %, every other value equal (``metrics`` compared by the caller);
+    ``budget``: the error budget of the SLO being compared."""
     if isinstance(ours, dict) and isinstance(theirs, dict):
         assert set(ours) == set(theirs), f"{where}: keys {set(ours) ^ set(theirs)}"
+        if isinstance(ours.get("objective_ratio"), float):
+            budget = 1.0 - ours["objective_ratio"]
         for key in ours:
             if key in ("metrics", "generated_at", "sample_ts", "age_seconds", "latest_ts"):
                 continue
-            _agree(ours[key], theirs[key], f"{where}.{key}", problems)
+            _agree(ours[key], theirs[key], f"{where}.{key}", problems, budget)
     elif isinstance(ours, list) and isinstance(theirs, list):
         if len(ours) != len(theirs):
             problems.append(f"{where}: {len(ours)} items vs {len(theirs)}")
             return
         for index, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-            _agree(a, b, f"{where}[{index}]", problems)
+            _agree(a, b, f"{where}[{index}]", problems, budget)
     elif where.endswith(".throttle_reasons") and isinstance(ours, int) and isinstance(theirs, int):
         if bool(ours & THERMAL) != bool(theirs & THERMAL):
             problems.append(f"{where}: thermal {ours:#x} vs {theirs:#x}")
@@ -187,8 +204,15 @@ def _agree(ours: Any, theirs: Any, where: str, problems: list[str]) -> None:
         and not isinstance(ours, bool)
         and where.rsplit(".", 1)[-1] not in EXACT
     ):
-        hours = "_hours" in where
-        if not math.isclose(ours, theirs, rel_tol=TOLERANCE, abs_tol=HOURS_ABS if hours else 1e-9):
+        key = where.rsplit(".", 1)[-1]
+        absolute = 1e-9
+        if "_hours" in where:
+            absolute = HOURS_ABS
+        elif key in MONEY:
+            absolute = HOURS_ABS * RATE
+        elif key in BUDGET_UNITS and budget:
+            absolute = TOLERANCE / budget
+        if not math.isclose(ours, theirs, rel_tol=TOLERANCE, abs_tol=absolute):
             problems.append(f"{where}: {ours} vs {theirs}")
     elif isinstance(ours, str) and isinstance(theirs, str) and NUMBER.search(ours):
         if not _same_words(ours, theirs):
