@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from hpcscope.analysis.slo.budget import WORKBOOK_PAIRS
 from hpcscope.analysis.slo.events import (
+    EventWindows,
     causes,
     efficiency_events,
     history,
@@ -122,6 +123,50 @@ def test_history_buckets_add_up_to_the_window(events_spec: list[tuple[int, bool]
     assert days.height == 3
     good, total = window_sums(events, start=NOW - 3 * 24 * H, end=NOW)
     assert days["good"].sum() == good and days["total"].sum() == total
+
+
+_EVENT = st.tuples(
+    st.one_of(st.none(), st.integers(-3 * 3_600_000_000, 3 * 3_600_000_000)),
+    st.one_of(st.none(), st.floats(0, 1e6)),
+    st.one_of(st.none(), st.floats(0, 1e6)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(_EVENT, max_size=40),
+    st.integers(-4 * 3_600_000_000, 4 * 3_600_000_000),
+    st.integers(0, 8 * 3_600_000_000),
+)
+def test_window_sums_are_the_filtered_frames_sums(
+    spec: list[tuple[int | None, float | None, float | None]], start_us: int, length_us: int
+) -> None:
+    # the sorted arrays' binary search against the plain filter: ``start < t <= end``, events
+    # without a time in no window, a null good or total adding nothing, the frame's order
+    # whatever it was (microsecond times: a window may end on an event's instant)
+    events = pl.DataFrame(
+        [
+            {"job_id": str(i), "event_time": None if t is None else NOW + timedelta(microseconds=t),
+             "good": g, "total": v}
+            for i, (t, g, v) in enumerate(spec)
+        ],
+        schema={"job_id": pl.String, "event_time": pl.Datetime("us"), "good": pl.Float64,
+                "total": pl.Float64},
+    )  # fmt: skip
+    start = NOW + timedelta(microseconds=start_us)
+    windows = [(start, start + timedelta(microseconds=length_us))]
+    # windows that end, and windows that start, on an event's instant
+    windows += [(NOW + timedelta(microseconds=t) - H, NOW + timedelta(microseconds=t))
+                for t, _, _ in spec if t is not None]  # fmt: skip
+    windows += [(NOW + timedelta(microseconds=t), NOW + timedelta(microseconds=t) + H)
+                for t, _, _ in spec if t is not None]  # fmt: skip
+    index = EventWindows.of(events)
+    for begin, end in windows:
+        inside = events.filter((pl.col("event_time") > begin) & (pl.col("event_time") <= end))
+        good, total = index.sums(start=begin, end=end)
+        assert good == pytest.approx(float(inside["good"].sum()), rel=1e-12, abs=1e-9)
+        assert total == pytest.approx(float(inside["total"].sum()), rel=1e-12, abs=1e-9)
+        assert window_sums(events, start=begin, end=end) == (good, total)
 
 
 def test_wait_percentiles_interpolate_linearly() -> None:

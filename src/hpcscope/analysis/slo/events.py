@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from hpcscope.analysis.gpu_time import charged_gpu_seconds_exprs
@@ -120,12 +122,54 @@ def efficiency_events(jobs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+_EPOCH = datetime(1970, 1, 1)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class EventWindows:
+    """An events frame's times, good and total in event-time order, for window sums.
+
+    A report sums the same events over many windows (the SLO window, each alert window, a
+    day per history bucket, each account): one sort, then two binary searches and two slice
+    sums per window, instead of a frame filter per window (about half a millisecond each, a
+    hundred per report). Times are microseconds since the epoch (naive UTC), the frames'
+    precision; events without a time are in no window; a null ``good`` or ``total`` adds
+    nothing (as a frame's sum skips it).
+    """
+
+    times_us: npt.NDArray[np.int64]
+    good: npt.NDArray[np.float64]
+    total: npt.NDArray[np.float64]
+
+    @classmethod
+    def of(cls, events: pl.DataFrame) -> EventWindows:
+        rows = events.select("event_time", "good", "total").filter(
+            pl.col("event_time").is_not_null()
+        )
+        rows = rows.sort("event_time", maintain_order=True)
+        return cls(
+            rows["event_time"].dt.epoch("us").to_numpy().astype(np.int64),
+            rows["good"].cast(pl.Float64).fill_null(0.0).to_numpy(),
+            rows["total"].cast(pl.Float64).fill_null(0.0).to_numpy(),
+        )
+
+    def sums(self, *, start: datetime, end: datetime) -> tuple[float, float]:
+        """Good and total of the events with ``start < event_time <= end``."""
+        first = int(np.searchsorted(self.times_us, _microseconds(start), side="right"))
+        stop = int(np.searchsorted(self.times_us, _microseconds(end), side="right"))
+        if stop <= first:
+            return 0.0, 0.0
+        return float(self.good[first:stop].sum()), float(self.total[first:stop].sum())
+
+
+def _microseconds(at: datetime) -> int:
+    return (at.replace(tzinfo=None) - _EPOCH) // _MICROSECOND
+
+
 def window_sums(events: pl.DataFrame, *, start: datetime, end: datetime) -> tuple[float, float]:
     """Good and total of the events with ``start < event_time <= end``."""
-    inside = events.filter((pl.col("event_time") > start) & (pl.col("event_time") <= end))
-    if inside.height == 0:
-        return 0.0, 0.0
-    return float(inside["good"].sum()), float(inside["total"].sum())
+    return EventWindows.of(events).sums(start=start, end=end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,11 +220,12 @@ def slo_status(
     pairs: Sequence[BurnRatePair],
 ) -> SloStatus:
     """Evaluate one SLO at ``now`` over its window and the pairs' alert windows."""
-    good, total = window_sums(events, start=now - timedelta(seconds=window_seconds), end=now)
+    sums = EventWindows.of(events).sums
+    good, total = sums(start=now - timedelta(seconds=window_seconds), end=now)
     windows = sorted({w for p in pairs for w in (p.long_window_seconds, p.short_window_seconds)})
     burns: list[WindowBurn] = []
     for seconds in windows:
-        g, t = window_sums(events, start=now - timedelta(seconds=seconds), end=now)
+        g, t = sums(start=now - timedelta(seconds=seconds), end=now)
         burns.append(WindowBurn(seconds, g, t, burn_rate(g, t, objective_ratio=objective_ratio)))
     by_window = {b.window_seconds: b.burn_rate for b in burns}
     firing = tuple(
@@ -210,10 +255,11 @@ def history(
         bucket has no event); a bucket holds ``bucket_start < event_time <= bucket_start + size``.
     """
     size = timedelta(seconds=bucket_seconds)
+    sums = EventWindows.of(events).sums
     rows: list[dict[str, object]] = []
     at = start
     while at < end:
-        good, total = window_sums(events, start=at, end=min(at + size, end))
+        good, total = sums(start=at, end=min(at + size, end))
         rows.append(
             {"bucket_start": at, "good": good, "total": total, "sli_ratio": sli_ratio(good, total)}
         )

@@ -106,28 +106,39 @@ def _slo_documents(events: SloEvents, config: SloConfig, *, now: datetime) -> li
 
 
 def _accounts(events: SloEvents, *, start: datetime, end: datetime) -> list[AccountSloDocument]:
-    accounts = sorted(set(events.records["account"].to_list()), key=lambda a: (a is None, a or ""))
-    documents = []
-    for account in accounts:
-        keep = pl.col("account").is_null() if account is None else pl.col("account") == account
+    """Each account's SLIs and ended jobs in ``(start, end]``: one grouping per SLO, not a
+    filter per account and SLO."""
 
-        def sli(slo: str, keep: pl.Expr = keep) -> float | None:
-            good, total = slo_events.window_sums(
-                events.by_slo[slo].filter(keep), start=start, end=end
-            )
-            return None if total <= 0 else good / total
+    def inside(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+        return frame.filter((pl.col(column) > start) & (pl.col(column) <= end))
 
-        ended = slo_events.causes(events.records.filter(keep), start=start, end=end)
-        documents.append(
-            AccountSloDocument(
-                account=account,
-                queue_wait_sli_ratio=sli(QUEUE_WAIT),
-                job_success_sli_ratio=sli(JOB_SUCCESS),
-                gpu_efficiency_sli_ratio=sli(GPU_EFFICIENCY),
-                ended_jobs=sum(ended.values()),
-            )
+    slis: dict[str, dict[str | None, float | None]] = {}
+    for slo in (QUEUE_WAIT, JOB_SUCCESS, GPU_EFFICIENCY):
+        sums = (
+            inside(events.by_slo[slo], "event_time")
+            .group_by("account")
+            .agg(pl.col("good").sum(), pl.col("total").sum())
         )
-    return documents
+        slis[slo] = {
+            r["account"]: (r["good"] / r["total"] if r["total"] > 0 else None)
+            for r in sums.iter_rows(named=True)
+        }
+    ended_rows = inside(events.records.filter(pl.col("exit_cause").is_not_null()), "end_time")
+    ended = {
+        r["account"]: int(r["n"])
+        for r in ended_rows.group_by("account").agg(pl.len().alias("n")).iter_rows(named=True)
+    }
+    accounts = sorted(set(events.records["account"].to_list()), key=lambda a: (a is None, a or ""))
+    return [
+        AccountSloDocument(
+            account=account,
+            queue_wait_sli_ratio=slis[QUEUE_WAIT].get(account),
+            job_success_sli_ratio=slis[JOB_SUCCESS].get(account),
+            gpu_efficiency_sli_ratio=slis[GPU_EFFICIENCY].get(account),
+            ended_jobs=ended.get(account, 0),
+        )
+        for account in accounts
+    ]
 
 
 def slo_report(
