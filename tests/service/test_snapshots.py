@@ -450,6 +450,32 @@ def test_an_offered_value_is_kept_unless_a_current_one_is_there() -> None:
     assert snapshots.get("report", compute) == 9 and calls == []
 
 
+def test_an_offer_renews_an_entry_past_half_its_time() -> None:
+    """The job list offers its finished jobs' reports (current a minute) at every computation:
+    an entry in the first half of its minute stays, one past it is renewed, so the reports one
+    list offered together never expire together, and a page that reads one between two list
+    computations is served it, never a refresh of its own."""
+    writes, clock, held = Writes(), Clock(), Held()
+    snapshots = make(writes, clock, held)
+    snapshots.publish()
+    calls, compute = counter()
+    snapshots.offer("finished", 1, every_seconds=60.0)
+    clock.now += 29.0
+    snapshots.offer("finished", 2, every_seconds=60.0)  # in its first half: stays
+    assert snapshots.get("finished", compute, every_seconds=60.0) == 1
+    for step in range(3, 40):  # a list every 5 s for three minutes
+        clock.now += 5.0
+        writes.count += 1
+        snapshots.publish()
+        snapshots.offer("finished", step, every_seconds=60.0)
+        assert snapshots.get("finished", compute, every_seconds=60.0) >= 2
+    assert calls == [] and held.jobs == []  # never stale: nothing refreshed on its own
+    # a value that lives one generation (a running job's) is still kept while current
+    snapshots.offer("running", 1)
+    snapshots.offer("running", 2)
+    assert snapshots.get("running", compute) == 1
+
+
 def test_a_value_offered_while_computing_is_as_old_as_that_computation() -> None:
     """The job list offers each job's report: written at the list's generation, so a write
     that landed while the list was computed makes the report old, as it makes the list."""

@@ -446,20 +446,30 @@ class Snapshots:
         return done
 
     def offer(self, key: Hashable, value: Any, *, every_seconds: Every = 0.0) -> None:
-        """Keep ``value`` as ``key``'s, unless that key has a current entry (or one as new) or
-        is being computed: a computation that derives other keys' values on its way (the job
-        list: each listed job's report) hands them over, so that reading one of them computes
-        nothing. Offered inside a computation, the value is as old as that computation (its
-        generation and start); it is counted in entries, not bytes."""
+        """Keep ``value`` as ``key``'s, unless that key has a current entry in the first half of
+        its ``every_seconds`` (or one as new) or is being computed: a computation that derives
+        other keys' values on its way (the job list: each listed job's report) hands them over,
+        so that reading one of them computes nothing. An entry past half its time is renewed:
+        the values one computation offers then never expire together between two of its runs
+        (the job list's 200 finished jobs' reports, current a minute, did, and every one a page
+        then read was recomputed on its own). Offered inside a computation, the value is as old
+        as that computation (its generation and start); it is counted in entries, not bytes."""
         generation, started = _COMPUTED_AS.get() or (self.generation(), self._clock())
         every = every_seconds(value) if callable(every_seconds) else every_seconds
         with self._lock:
             entry = self._entries.get(key)
+            now = self._clock()
             if key in self._computing or (
                 entry is not None
                 and (
                     entry.computed_at >= started
-                    or self._current(entry, self.generation(), self._clock())
+                    or (
+                        self._current(entry, self.generation(), now)
+                        and (
+                            entry.every_seconds <= 0.0
+                            or now - entry.computed_at < entry.every_seconds / 2
+                        )
+                    )
                 )
             ):
                 return
