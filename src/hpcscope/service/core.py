@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from hpcscope.analysis.jobs.report import JobReport
-from hpcscope.model.access import WEIGHT_EXTENSIONS, Principal, WeightPaths
+from hpcscope.model.access import WEIGHT_EXTENSIONS, Principal, WeightPaths, system_principal
 from hpcscope.model.alerts import Alert, AlertState, RuleSpec, Severity, Vector
 from hpcscope.model.backends import GpuMetrics
 from hpcscope.model.catalog import Catalog, default_catalog
@@ -34,6 +34,9 @@ from hpcscope.service.identity.users import UserDirectory
 from hpcscope.service.jobs import documents, reports, timeseries
 from hpcscope.service.jobs.contracts import JobTimeseries
 from hpcscope.service.jobs.retention import Upkeep, UpkeepConfig
+from hpcscope.service.jobs.seen import FINISHED_JOB_SECONDS as FINISHED_JOB_SECONDS
+from hpcscope.service.jobs.seen import SeenJob as SeenJob
+from hpcscope.service.jobs.seen import report_every_seconds as report_every_seconds
 from hpcscope.service.settings import Settings
 from hpcscope.service.snapshots import SnapshotMiss, Snapshots, caching_only
 from hpcscope.store import Store
@@ -44,36 +47,12 @@ from hpcscope.store import reports as job_queries
 
 log = logging.getLogger(__name__)
 
-#: A finished job's report (and page) is recomputed at most this often: its samples are all in
-#: and summarised; what may still change is its notes (and its alerts, keyed on their changes).
-FINISHED_JOB_SECONDS = 60.0
+#: The reader of the list of every job that the scopes' lists take their running jobs from.
+_EVERY_JOB = system_principal("job-list")
 #: Jobs whose owner (user, account) and end the visibility index holds, the latest first: a
 #: check of one of them reads no store (:meth:`Service.visible_job`); an older one is checked
 #: on its own. Read again every :data:`FINISHED_JOB_SECONDS` (a job's owner never changes).
 OWNER_INDEX_JOBS = 20_000
-
-
-def report_every_seconds(report: JobReport | None) -> float:
-    """How long a job's kept report stays current whatever the generation (the snapshots'
-    ``every_seconds``): :data:`FINISHED_JOB_SECONDS` once it ended, else one generation."""
-    return FINISHED_JOB_SECONDS if report is not None and report.end_time is not None else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class SeenJob:
-    """A job a principal may see, as :meth:`Service.visible_job` found it: the proof the reads
-    of one page pass on instead of checking visibility again."""
-
-    principal: Principal
-    job_id: str
-    ended: bool = False
-    """The scheduler recorded its end: what is kept of it (its report, phases, alerts) stays
-    current for :data:`FINISHED_JOB_SECONDS` whatever the generation (:meth:`every_seconds`)."""
-
-    @property
-    def every_seconds(self) -> float:
-        """The snapshots' ``every_seconds`` for what is kept of this job."""
-        return FINISHED_JOB_SECONDS if self.ended else 0.0
 
 
 @dataclass
@@ -321,7 +300,11 @@ class Service:
         scope = principal.job_scope()
 
         def compute() -> list[JobReport]:
-            found = self._job_reports(principal, utcnow())
+            # a scope of fewer jobs takes the reports of its jobs without a kept summary (the
+            # running ones: their raw samples are most of a list's cost) from the list of every
+            # job, read once per generation for all the scopes, instead of reading them again
+            shared = () if scope.all_jobs else self.job_reports(_EVERY_JOB)
+            found = self._job_reports(principal, utcnow(), shared=shared)
             # each listed job's report is the one a page of it reads (the same for everyone
             # who may see it): opened from the list, a job's page computes it not again (one
             # query for the list, not one per job; its visibility: the owner index)
@@ -333,8 +316,10 @@ class Service:
 
         return list(self.snapshots.get(("jobs.reports", scope), compute))
 
-    def _job_reports(self, principal: Principal, now: datetime) -> list[JobReport]:
-        found = self.reports_read(principal, now=now)
+    def _job_reports(
+        self, principal: Principal, now: datetime, *, shared: Sequence[JobReport] = ()
+    ) -> list[JobReport]:
+        found = self.reports_read(principal, now=now, shared=shared)
         return sorted(found, key=lambda r: (r.start_time is None, r.start_time), reverse=True)
 
     def job_report(
@@ -366,7 +351,12 @@ class Service:
         return found[0] if found else None
 
     def reports_read(
-        self, principal: Principal, *, now: datetime, job_ids: list[str] | None = None
+        self,
+        principal: Principal,
+        *,
+        now: datetime,
+        job_ids: list[str] | None = None,
+        shared: Sequence[JobReport] = (),
     ) -> list[JobReport]:
         """:func:`reports.reports_for` with this service's store, scrape interval, price and
         GPU samples: how every report is read (a principal's list, one job, a batch of jobs)."""
@@ -374,6 +364,7 @@ class Service:
             self.store,
             principal,
             job_ids=job_ids,
+            shared=shared,
             now=now,
             scrape_interval_seconds=self.settings.scrape_interval_seconds,
             gpu_hour_price=self.topology.gpu_hour_price,

@@ -22,7 +22,8 @@ keyed by what the answer depends on, and computes each key once per **generation
   refreshed behind its readers as long as a generation's figure) gets it at once, and one
   background refresh per key recomputes it (a dashboard figure at most one cycle behind,
   instead of every client waiting for the recomputation), on one thread
-  (:data:`REFRESH_THREADS`); an older entry, or none, is computed in the request, once:
+  (:data:`~hpcscope.service.refresh.REFRESH_THREADS`); an older entry, or none, is computed
+  in the request, once:
   concurrent requests for the same key wait for that one computation. A computation that
   reads other entries (a page reads its document) reads them current: computed now if they are
   not, so a refreshed page never shows the data of the generation before. Without a collector a
@@ -59,12 +60,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from hpcscope.model.errors import HpcscopeError
+from hpcscope.service.refresh import background_runner
 from hpcscope.service.view_costs import ViewCosts
 
 log = logging.getLogger(__name__)
@@ -179,29 +181,6 @@ class _Entry:
 #: How often at least an entry is recomputed: seconds, or a function of the value (a finished
 #: job's page less often than a running one's).
 Every = float | Callable[[Any], float]
-
-
-#: Threads that refresh entries: one. Refreshes are Python work under the interpreter lock,
-#: which the event loop that answers every request needs between each of its reads and
-#: writes; the lock is handed round the threads that want it, so each more refreshing thread
-#: cuts the loop's share. Three threads, against one: 128 nodes, 50 clients with tokens, the
-#: mix 169.6 and 126.8 ms p99 at 1,728-1,959 req/s, against 105.2 and 98.0 at 2,241-2,415, the
-#: same views computed as often. The reports over hours or months that used to hold the other
-#: refreshes back (a month's SLOs) are kept ahead on a thread of their own (``serve/kept.py``).
-REFRESH_THREADS = 1
-
-
-def background_runner() -> Callable[[Callable[[], None]], None]:
-    """Run refreshes on :data:`REFRESH_THREADS` daemon-like worker threads."""
-    pool = ThreadPoolExecutor(max_workers=REFRESH_THREADS, thread_name_prefix="hpcscope-snapshots")
-
-    def submit(job: Callable[[], None]) -> None:
-        try:
-            pool.submit(job)
-        except RuntimeError:  # the interpreter is shutting down: nothing to refresh for
-            pass
-
-    return submit
 
 
 class Snapshots:

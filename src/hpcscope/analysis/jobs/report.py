@@ -231,7 +231,7 @@ def job_reports(
         )
     meta = {row["job_id"]: row for row in jobs.iter_rows(named=True)}
     reports: list[JobReport] = []
-    for job_id in sorted(set(meta) | set(by_job), key=_job_sort_key):
+    for job_id in sorted(set(meta) | set(by_job), key=job_sort_key):
         record = meta.get(job_id, {})
         gpus = by_job.get(job_id, [])
         start, end = record.get("start_time"), record.get("end_time")
@@ -289,6 +289,7 @@ def job_reports(
     return reports
 
 
-def _job_sort_key(job_id: str) -> tuple[int, str]:
+def job_sort_key(job_id: str) -> tuple[int, str]:
+    """The order of :func:`job_reports`: numeric Slurm ids by number, then the others."""
     head = job_id.split("_")[0].split("+")[0]
     return (int(head), job_id) if head.isdigit() else (1 << 62, job_id)

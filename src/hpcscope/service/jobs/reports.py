@@ -19,7 +19,7 @@ import pyarrow as pa
 from hpcscope.analysis.jobs.aggregates import LIVE_GPU_COLUMNS, summary_from_aggregates
 from hpcscope.analysis.jobs.efficiency import gpu_summary
 from hpcscope.analysis.jobs.report import JobReport as JobReport  # serve's pages name it
-from hpcscope.analysis.jobs.report import job_reports
+from hpcscope.analysis.jobs.report import job_reports, job_sort_key
 from hpcscope.model.access import Principal
 from hpcscope.model.backends import STORE_READ, GpuMetrics, JobGpuRead, ReadSource
 from hpcscope.model.sampling import max_sample_weight_seconds
@@ -56,13 +56,17 @@ def reports_for(
     gpu_hour_price: float,
     currency: str,
     samples: GpuMetrics | None = None,
+    shared: Sequence[JobReport] = (),
 ) -> list[JobReport]:
     """Reports of the jobs the principal may see: the newest :data:`MAX_JOBS`, or exactly
     ``job_ids`` among the visible ones (however old), as of ``now``.
 
     ``samples`` is where GPU samples are read (``metrics_backend``; default the store's own);
     scheduler records and kept summaries always come from the store. A report computed from
-    the backend carries how it was read (``metrics``)."""
+    the backend carries how it was read (``metrics``). ``shared``: reports another read of the
+    same data made (the list of every job): a job without a kept summary found there is taken
+    as it is, not read again (a job's report is the same for everyone who may see it; the
+    raw samples of running jobs are most of a list's cost)."""
     metrics = samples if samples is not None else queries.EmbeddedSamples(store)
     scope = principal.job_scope()
     if job_ids is None:
@@ -73,7 +77,10 @@ def reports_for(
     else:
         jobs, ids = visible_jobs_by_id(store, principal, job_ids, metrics=metrics, now=now)
     summarised = kept.summarised_job_ids(store, sorted(ids))
-    raw_ids = sorted(ids - summarised)
+    taken = {r.job_id: r for r in shared if r.job_id in ids and r.job_id not in summarised}
+    if taken:
+        jobs = jobs.filter(~pl.col("job_id").is_in(list(taken)))
+    raw_ids = sorted(ids - summarised - taken.keys())
     summary, source = gpu_frame_read(
         store,
         raw_ids,
@@ -84,11 +91,14 @@ def reports_for(
         until=now,
     )
     reports = job_reports(summary, jobs, now=now, gpu_hour_price=gpu_hour_price, currency=currency)
-    return [
+    found = [
         replace(r, source="summary") if r.job_id in summarised else replace(r, metrics=source)
         for r in reports
-        if r.job_id in ids
+        if r.job_id in ids and r.job_id not in taken
     ]
+    if not taken:
+        return found
+    return sorted([*found, *taken.values()], key=lambda r: job_sort_key(r.job_id))
 
 
 def earliest_start(jobs: pl.DataFrame, job_ids: Sequence[str]) -> datetime | None:
