@@ -5,12 +5,13 @@ the principal's scope in the service (``service/slo/report.py``): a researcher's
 team lead's accounts, an admin's cluster (``docs/slo.md``, "Who sees what").
 
 Both are kept answers (``serve/kept.py``): the report of a scope is computed at most once per
-:data:`~hpcscope.serve.kept.REPORT_EVERY_SECONDS` (its windows are hours and days; one report
-costs ~65 ms of CPU at 128 nodes) and data generation, serialised once, and the page rendered
-once per principal and report; requests are answered on the event loop, and past the
-framework by the read lane. A scope's report that is read is recomputed before it is due, on
-a thread of its own after the collector's cycles (``AheadKeeper``, ``serve/kept.py``): under
-load, the refresh threads' queue held it back past its stale window, and requests computed it.
+:data:`~hpcscope.serve.kept.REPORT_EVERY_SECONDS` (its windows are hours and days; the admin's
+report over a month of 20,000 jobs takes ~56 ms, ``bench/bench_slo.py``) and data generation,
+serialised once, and the page rendered once per principal and report; requests are answered on
+the event loop, and past the framework by the read lane. A scope's report that is read is
+recomputed before it is due, on a thread of its own after the collector's cycles
+(``AheadKeeper``, ``serve/kept.py``): under load, the refresh threads' queue held it back past
+its stale window, and requests computed it.
 """
 
 from __future__ import annotations
