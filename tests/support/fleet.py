@@ -266,3 +266,23 @@ def write_scaled_fleet(
     store.append("job_allocations", pa.table(allocations, schema=JOB_ALLOCATION_SCHEMA))
     store.flush()
     return count
+
+
+#: A job seen on a GPU that the scheduler never reported (no user, no account).
+UNKNOWN_JOB = "9990001"
+
+
+def write_unknown_job(store: Store, *, now: datetime) -> None:
+    """Six samples, 10 s apart up to ``now``, of :data:`UNKNOWN_JOB` on gpu01 GPU 7 (a GPU
+    the fleet leaves idle)."""
+    rows: dict[str, list[object]] = {field.name: [] for field in GPU_SAMPLE_SCHEMA}
+    for i in range(6):
+        for field in GPU_SAMPLE_SCHEMA:
+            rows[field.name].append(None)
+        rows["ts"][-1] = now - timedelta(seconds=10 * (5 - i))
+        rows["node"][-1] = "gpu01"
+        rows["gpu"][-1] = 7
+        rows["job_id"][-1] = UNKNOWN_JOB
+        rows["reported_util_ratio"][-1] = 0.9
+        rows["sm_active_ratio"][-1] = 0.5
+    store.append("gpu_samples", pa.table(rows, schema=GPU_SAMPLE_SCHEMA)).result()

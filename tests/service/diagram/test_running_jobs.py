@@ -8,38 +8,20 @@ reports and order, never a job outside its scope (a job the scheduler does not k
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
-import pyarrow as pa
 import pytest
 
 from hpcscope.model.access import Principal, Role, system_principal
-from hpcscope.model.schemas import GPU_SAMPLE_SCHEMA
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.live import running_jobs
 from hpcscope.service.identity.users import DEMO_LOGINS
 from hpcscope.service.jobs.reports import JobReport
-from tests.support.fleet import write_fleet
+from tests.support.fleet import write_fleet, write_unknown_job
 
 #: A reader of every job.
 EVERY_JOB = system_principal("test")
-
-
-def _unknown_job_samples(service: Service) -> None:
-    """Samples of a job the scheduler never reported (no user, no account)."""
-    now = utcnow()
-    rows: dict[str, list[object]] = {field.name: [] for field in GPU_SAMPLE_SCHEMA}
-    for i in range(6):
-        for field in GPU_SAMPLE_SCHEMA:
-            rows[field.name].append(None)
-        rows["ts"][-1] = now - timedelta(seconds=10 * (5 - i))
-        rows["node"][-1] = "gpu01"  # an idle GPU of the fleet
-        rows["gpu"][-1] = 7
-        rows["job_id"][-1] = "9990001"
-        rows["reported_util_ratio"][-1] = 0.9
-        rows["sm_active_ratio"][-1] = 0.5
-    service.store.append("gpu_samples", pa.table(rows, schema=GPU_SAMPLE_SCHEMA)).result()
 
 
 def _own_read(service: Service, principal: Principal, now: datetime) -> list[JobReport]:
@@ -51,7 +33,7 @@ def _own_read(service: Service, principal: Principal, now: datetime) -> list[Job
 @pytest.mark.parametrize("name", [login.name for login in DEMO_LOGINS])
 def test_each_scope_sees_what_its_own_read_returns(service: Service, name: str) -> None:
     write_fleet(service.store, now=utcnow())
-    _unknown_job_samples(service)
+    write_unknown_job(service.store, now=utcnow())
     now = utcnow()
     everyone = running_jobs(service, EVERY_JOB, now=now)
     assert {r.job_id for r in everyone} >= {"4410001", "4410002", "4410003", "9990001"}

@@ -19,8 +19,7 @@ from hpcscope.model.backends import GpuMetrics, JobGpuRead
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.identity.users import DEMO_LOGINS
-from tests.service.diagram.test_running_jobs import _unknown_job_samples
-from tests.support.fleet import write_fleet
+from tests.support.fleet import write_fleet, write_unknown_job
 
 EVERY_JOB = system_principal("test")
 
@@ -30,7 +29,7 @@ def test_a_scope_given_every_jobs_list_lists_what_its_own_read_returns(
     service: Service, name: str
 ) -> None:
     write_fleet(service.store, now=utcnow())
-    _unknown_job_samples(service)
+    write_unknown_job(service.store, now=utcnow())
     now = utcnow()
     every = service.reports_read(EVERY_JOB, now=now)
     assert {r.job_id for r in every} >= {"4410001", "4410002", "4410003", "9990001"}

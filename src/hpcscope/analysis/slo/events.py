@@ -172,6 +172,11 @@ def window_sums(events: pl.DataFrame, *, start: datetime, end: datetime) -> tupl
     return EventWindows.of(events).sums(start=start, end=end)
 
 
+def _windows(events: pl.DataFrame | EventWindows) -> EventWindows:
+    """A caller that sums the same events again (status, then history) sorts them once."""
+    return events if isinstance(events, EventWindows) else EventWindows.of(events)
+
+
 @dataclass(frozen=True, slots=True)
 class WindowBurn:
     """The burn rate over one window ending at the evaluation time."""
@@ -212,7 +217,7 @@ class SloStatus:
 
 
 def slo_status(
-    events: pl.DataFrame,
+    events: pl.DataFrame | EventWindows,
     *,
     now: datetime,
     objective_ratio: float,
@@ -220,7 +225,7 @@ def slo_status(
     pairs: Sequence[BurnRatePair],
 ) -> SloStatus:
     """Evaluate one SLO at ``now`` over its window and the pairs' alert windows."""
-    sums = EventWindows.of(events).sums
+    sums = _windows(events).sums
     good, total = sums(start=now - timedelta(seconds=window_seconds), end=now)
     windows = sorted({w for p in pairs for w in (p.long_window_seconds, p.short_window_seconds)})
     burns: list[WindowBurn] = []
@@ -246,7 +251,7 @@ def slo_status(
 
 
 def history(
-    events: pl.DataFrame, *, start: datetime, end: datetime, bucket_seconds: float
+    events: pl.DataFrame | EventWindows, *, start: datetime, end: datetime, bucket_seconds: float
 ) -> pl.DataFrame:
     """Good, total and SLI per bucket from ``start`` to ``end`` (every bucket, empty ones too).
 
@@ -255,7 +260,7 @@ def history(
         bucket has no event); a bucket holds ``bucket_start < event_time <= bucket_start + size``.
     """
     size = timedelta(seconds=bucket_seconds)
-    sums = EventWindows.of(events).sums
+    sums = _windows(events).sums
     rows: list[dict[str, object]] = []
     at = start
     while at < end:

@@ -46,16 +46,16 @@ def _slo_documents(events: SloEvents, config: SloConfig, *, now: datetime) -> li
     documents = []
     start = now - timedelta(seconds=config.window_seconds)
     for definition in config.definitions:
-        frame = events.by_slo[definition.slo]
+        windows = slo_events.EventWindows.of(events.by_slo[definition.slo])  # sorted once
         status = slo_events.slo_status(
-            frame,
+            windows,
             now=now,
             objective_ratio=definition.objective_ratio,
             window_seconds=config.window_seconds,
             pairs=config.pairs,
         )
         budget = error_budget_ratio(definition.objective_ratio)
-        history = slo_events.history(frame, start=start, end=now, bucket_seconds=DAY_SECONDS)
+        history = slo_events.history(windows, start=start, end=now, bucket_seconds=DAY_SECONDS)
         documents.append(
             SloDocument(
                 slo=definition.slo,
