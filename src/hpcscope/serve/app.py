@@ -10,6 +10,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
@@ -88,6 +89,12 @@ LANE_ROUTES = (
 )
 
 
+def limit_worker_threads(most: int) -> None:
+    """At most ``most`` worker threads for this event loop's offloaded calls (settings
+    ``worker_threads``): they compute under the interpreter lock, so more only queue for it."""
+    anyio.to_thread.current_default_thread_limiter().total_tokens = most
+
+
 def create_app(
     service: Service,
     *,
@@ -106,6 +113,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # the worker threads of this event loop (anyio's, which FastAPI and the offloads use)
+        limit_worker_threads(service.settings.worker_threads)
         service.users.warm_up()
         if on_startup is not None:
             on_startup()

@@ -17,6 +17,7 @@ from hpcscope.serve.kept import AheadKeeper
 from hpcscope.service.backends.watch import EngineWatch
 from hpcscope.service.collect.collector import Collector, CollectorConfig
 from hpcscope.service.core import Service
+from hpcscope.service.diagram.alert_counts import read_owners
 from hpcscope.service.notify.engine import Notifier
 from hpcscope.service.notify.wiring import notifier_from_settings
 from hpcscope.service.security.buffer import SecurityEventBuffer
@@ -106,6 +107,9 @@ def after_cycle_hooks(
         hooks.insert(0, EngineWatch(service.store, engine, silence_seconds=silence).after_cycle)
     if notifier is not None:
         hooks.append(notifier.after_cycle)
+    # the owners of the jobs with alerts, read here rather than by the next read of the open
+    # counts, which is on the event loop (service/diagram/alert_counts.py)
+    hooks.append(lambda: read_owners(service))
     hooks.append(service.snapshots.publish)  # last: the cycle's writes are one generation
     return hooks
 

@@ -111,6 +111,15 @@ class Settings(EngineSettings, SourceSections):
         description="Once the collector publishes its cycles, the least time between two "
         "computations of one live read view (the pages poll every 5 to 7 s).",
     )
+    worker_threads: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="Most threads the web server computes requests in (the reads its kept "
+        "views cannot answer on the event loop, uploads, writes): the work holds the "
+        "interpreter lock, so more threads than this only queue for it, each with its stack "
+        "and heap arena.",
+    )
     rollup_grace_seconds: float = Field(
         120.0,
         ge=0,

@@ -335,29 +335,35 @@ def index_of(store: Store) -> AlertIndex | None:
 def owners(store: Store, index: AlertIndex) -> Owners:
     """The user and account of the known jobs among those with alerts, read again after a
     write other than an alert's (a collector cycle's: a job added or renamed) or for a job
-    whose first alert came since."""
+    whose first alert came since. The query runs outside the lock, so that :func:`in_memory`
+    (asked on the web server's event loop) never waits for it."""
     jobs = index.job_ids()
     with _OWNERS_LOCK:
         others = store.writes_committed - index.commits  # alert writes never change jobs
         kept = _OWNERS.get(store)
         if kept is not None and kept[0] == others and jobs <= kept[2]:
             return kept[1]
-        ask = jobs if kept is None or kept[0] != others else jobs - kept[2]
-        found: dict[str, tuple[str | None, str | None]] = (
-            {} if kept is None or kept[0] != others else dict(kept[1])
+        same = kept is not None and kept[0] == others
+    ask = jobs - kept[2] if same and kept is not None else jobs
+    found: dict[str, tuple[str | None, str | None]] = (
+        dict(kept[1]) if same and kept is not None else {}
+    )
+    if ask:
+        wanted = pa.table({"job_id": pa.array(sorted(ask), pa.string())})
+        table = store.query(
+            'SELECT j.job_id, j."user", j.account FROM jobs j '
+            "JOIN wanted_jobs w ON w.job_id = j.job_id",
+            tables={"wanted_jobs": wanted},
         )
-        if ask:
-            wanted = pa.table({"job_id": pa.array(sorted(ask), pa.string())})
-            table = store.query(
-                'SELECT j.job_id, j."user", j.account FROM jobs j '
-                "JOIN wanted_jobs w ON w.job_id = j.job_id",
-                tables={"wanted_jobs": wanted},
-            )
-            for row in table.to_pylist():
-                found[str(row["job_id"])] = (row["user"], row["account"])
-        asked = jobs if kept is None or kept[0] != others else kept[2] | jobs
-        _OWNERS[store] = (others, found, asked)
-        return found
+        for row in table.to_pylist():
+            found[str(row["job_id"])] = (row["user"], row["account"])
+    asked = kept[2] | jobs if same and kept is not None else jobs
+    with _OWNERS_LOCK:
+        latest = _OWNERS.get(store)
+        # the writes other than alerts' only grow: a read made after more of them wins
+        if latest is None or latest[0] < others or (latest[0] == others and asked >= latest[2]):
+            _OWNERS[store] = (others, found, asked)
+    return found
 
 
 def in_memory(store: Store) -> bool:
@@ -366,10 +372,13 @@ def in_memory(store: Store) -> bool:
     index = index_of(store)
     if index is None:
         return False
+    jobs = index.job_ids()
     with _OWNERS_LOCK:
         kept = _OWNERS.get(store)
         others = store.writes_committed - index.commits
-    return kept is not None and kept[0] == others and index.job_ids() <= kept[2]
+    if kept is not None and kept[0] == others:
+        return jobs <= kept[2]
+    return not jobs  # no job's owner to read: nothing to ask the store
 
 
 def indexed_alerts(store: Store, scope: JobScope, wanted: AlertFilter) -> list[Alert] | None:

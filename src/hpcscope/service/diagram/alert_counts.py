@@ -82,8 +82,11 @@ def alert_summary(
 
     # counted from the index in memory (well under a millisecond): on the event loop when a
     # read finds a new version, instead of every poll of every viewer missing it at once and
-    # going to a worker thread (1,500 misses in 24 s at 128 nodes, ~4 count changes a second)
-    inline = indexed is not None
+    # going to a worker thread (1,500 misses in 24 s at 128 nodes, ~4 count changes a second);
+    # not when the jobs' owners must be read again first (a query: 29 ms of the event loop
+    # each, 220 in 40 s at 128 nodes): the collector reads them after its cycles
+    # (:func:`read_owners`), so only a write between cycles leaves them to read
+    inline = indexed is not None and alert_index.in_memory(service.store)
 
     def summed() -> AlertSummary:
         rows = shared.get(
@@ -142,3 +145,12 @@ def _summary(
         worst_by_vector=worst_vector,
         worst_by_node=worst_node,
     )
+
+
+def read_owners(service: Service) -> None:
+    """Read the owners of the jobs with alerts now, if a write since changed what they may be
+    (a collector's after-cycle hook, before the cycle is published): the reads of the open
+    counts that follow, on the web server's event loop, find them in memory."""
+    index = alert_index.index_of(service.store)
+    if index is not None:
+        alert_index.owners(service.store, index)
