@@ -236,6 +236,12 @@ class Snapshots:
         with self._lock:
             self._published = self._writes()
 
+    @property
+    def published(self) -> bool:
+        """Whether a collector publishes its cycles (:meth:`publish`): a read may then be a
+        cycle behind the writes, never more."""
+        return self._published is not None
+
     def generation(self) -> int:
         """The current generation (see the module docstring)."""
         published = self._published

@@ -258,13 +258,28 @@ class AlertIndex:
         self._counted = (version, owners, rows)
 
 
+@dataclass(frozen=True, slots=True)
+class _Owned:
+    """The owners of the jobs with alerts as last read (:func:`owners`).
+
+    Attributes:
+        others: the writes other than alerts' when they were read.
+        found: user and account of each known job among those asked.
+        asked: the jobs asked (found or not).
+        reads: how many reads changed ``found``: the version of the owners as read.
+    """
+
+    others: int
+    found: Owners
+    asked: frozenset[str]
+    reads: int
+
+
 _INDEXES: weakref.WeakKeyDictionary[Store, AlertIndex] = weakref.WeakKeyDictionary()
 #: Stores that have no index (no alerts table with every column, or one dropped).
 _NONE: weakref.WeakSet[Store] = weakref.WeakSet()
 _SEQ: weakref.WeakKeyDictionary[Store, int] = weakref.WeakKeyDictionary()
-_OWNERS: weakref.WeakKeyDictionary[Store, tuple[int, Owners, frozenset[str]]] = (
-    weakref.WeakKeyDictionary()
-)
+_OWNERS: weakref.WeakKeyDictionary[Store, _Owned] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 _OWNERS_LOCK = threading.Lock()
 
@@ -336,18 +351,16 @@ def owners(store: Store, index: AlertIndex) -> Owners:
     """The user and account of the known jobs among those with alerts, read again after a
     write other than an alert's (a collector cycle's: a job added or renamed) or for a job
     whose first alert came since. The query runs outside the lock, so that :func:`in_memory`
-    (asked on the web server's event loop) never waits for it."""
+    and :func:`owners_as_read` (asked on the web server's event loop) never wait for it."""
     jobs = index.job_ids()
     with _OWNERS_LOCK:
         others = store.writes_committed - index.commits  # alert writes never change jobs
         kept = _OWNERS.get(store)
-        if kept is not None and kept[0] == others and jobs <= kept[2]:
-            return kept[1]
-        same = kept is not None and kept[0] == others
-    ask = jobs - kept[2] if same and kept is not None else jobs
-    found: dict[str, tuple[str | None, str | None]] = (
-        dict(kept[1]) if same and kept is not None else {}
-    )
+        if kept is not None and kept.others == others and jobs <= kept.asked:
+            return kept.found
+        same = kept if kept is not None and kept.others == others else None
+    ask = jobs - same.asked if same is not None else jobs
+    found: dict[str, tuple[str | None, str | None]] = dict(same.found) if same else {}
     if ask:
         wanted = pa.table({"job_id": pa.array(sorted(ask), pa.string())})
         table = store.query(
@@ -357,13 +370,27 @@ def owners(store: Store, index: AlertIndex) -> Owners:
         )
         for row in table.to_pylist():
             found[str(row["job_id"])] = (row["user"], row["account"])
-    asked = kept[2] | jobs if same and kept is not None else jobs
+    asked = same.asked | jobs if same is not None else jobs
     with _OWNERS_LOCK:
         latest = _OWNERS.get(store)
+        if latest is not None and latest.found == found:  # unchanged: the same version
+            kept_found, reads = latest.found, latest.reads
+        else:
+            kept_found, reads = found, (latest.reads + 1 if latest is not None else 1)
         # the writes other than alerts' only grow: a read made after more of them wins
-        if latest is None or latest[0] < others or (latest[0] == others and asked >= latest[2]):
-            _OWNERS[store] = (others, found, asked)
-    return found
+        if latest is None or (latest.others, len(latest.asked)) <= (others, len(asked)):
+            _OWNERS[store] = _Owned(others, kept_found, asked, reads)
+    return kept_found
+
+
+def owners_as_read(store: Store) -> tuple[Owners, int] | None:
+    """The owners as :func:`owners` last read them, and their version (how many reads
+    changed them), without a query; None before a first read. A job whose first alert came
+    since has none yet: its alerts count as a job's nobody owns, which only a principal who
+    sees every alert sees."""
+    with _OWNERS_LOCK:
+        kept = _OWNERS.get(store)
+    return (kept.found, kept.reads) if kept is not None else None
 
 
 def in_memory(store: Store) -> bool:
@@ -376,8 +403,8 @@ def in_memory(store: Store) -> bool:
     with _OWNERS_LOCK:
         kept = _OWNERS.get(store)
         others = store.writes_committed - index.commits
-    if kept is not None and kept[0] == others:
-        return jobs <= kept[2]
+    if kept is not None and kept.others == others:
+        return jobs <= kept.asked
     return not jobs  # no job's owner to read: nothing to ask the store
 
 
@@ -389,26 +416,32 @@ def indexed_alerts(store: Store, scope: JobScope, wanted: AlertFilter) -> list[A
     return index.select(scope, owners(store, index), wanted)
 
 
-def open_counts_version(store: Store) -> tuple[int, int] | None:
+def open_counts_version(store: Store, *, as_read: bool = False) -> tuple[int, int] | None:
     """What :func:`indexed_open_counts` depends on: the changes of the open counts (a new
     alert, one resolved or reopened; an alert's repeat firing, most writes, is none) and the
-    writes other than an alert's (the jobs' owners); None without an index. A view of the
-    counts keyed on it is computed again only when they may differ."""
+    writes other than an alert's (the jobs' owners), or with ``as_read`` the version of the
+    owners as last read (:func:`owners_as_read`, once read); None without an index. A view of the counts
+    keyed on it is computed again only when they may differ."""
     index = index_of(store)
     if index is None:
         return None
+    read = owners_as_read(store) if as_read else None
+    if read is not None:
+        return index.open_version, read[1]
     return index.open_version, store.writes_committed - index.commits
 
 
 def indexed_open_counts(
-    store: Store, vector_names: Mapping[Vector, str]
+    store: Store, vector_names: Mapping[Vector, str], *, as_read: bool = False
 ) -> list[dict[str, object]] | None:
     """:func:`hpcscope.store.diagram.open_alert_counts` from the index (its rows, in its
-    order); None without one."""
+    order); None without one. ``as_read``: with the jobs' owners as last read, never a query
+    (:func:`owners_as_read`), once they were read."""
     index = index_of(store)
     if index is None:
         return None
-    known = owners(store, index)
+    read = owners_as_read(store) if as_read else None
+    known = read[0] if read is not None else owners(store, index)
     version, groups = index.open_groups()
     kept = index.counted(version, known)  # an alert's repeat leaves the counts as they were
     if kept is not None:

@@ -454,7 +454,7 @@ class OpenAlertCount(TypedDict):
     open: int
 
 
-def open_alert_counts(store: Store) -> list[OpenAlertCount] | None:
+def open_alert_counts(store: Store, *, as_read: bool = False) -> list[OpenAlertCount] | None:
     """Open alerts (acknowledged included: not resolved) per vector name, node and severity.
 
     Rows: ``vector`` (the catalog id of :data:`~hpcscope.model.alerts.VECTOR_NAMES`), ``node``
@@ -462,9 +462,12 @@ def open_alert_counts(store: Store) -> list[OpenAlertCount] | None:
     from ``jobs`` (null for an alert on no known job: a node-scoped alert, which only a
     principal who sees every alert may count) and ``open`` (a count). None when the
     store has no alerts table (an older store before its migrations run): the diagram then
-    says detections are not configured instead of showing zeros.
+    says detections are not configured instead of showing zeros. ``as_read``: from the
+    alert index with the jobs' owners as last read, never a query for them
+    (:func:`~hpcscope.store.alert_index.owners_as_read`).
     """
-    indexed = alert_index.indexed_open_counts(store, _VECTOR_NAMES)  # the table in memory
+    # the table in memory
+    indexed = alert_index.indexed_open_counts(store, _VECTOR_NAMES, as_read=as_read)
     if indexed is not None:
         return cast(list[OpenAlertCount], indexed)
     if store not in _HAS_ALERT_COLUMNS:  # checked until they are there (migrations only add)

@@ -93,3 +93,36 @@ def test_counts_wait_for_the_jobs_owners_off_the_event_loop(service: Service) ->
     read_owners(service)  # the collector's hook, before it publishes the cycle
     on_loop = cache_only(alert_summary, service, viewer, shared=service.snapshots)
     assert on_loop == alert_summary(service, viewer)
+
+
+def test_once_cycles_are_published_counts_take_the_owners_as_the_cycle_read_them(
+    service: Service,
+) -> None:
+    """With a collector publishing its cycles, the writes between two cycles (many a second)
+    never make the event loop's count of the open alerts read the owners again: a job's
+    first alert since counts as nobody's (an admin counts it, its owner not yet) until the
+    cycle's end reads them (:func:`read_owners`); then the counts are the store's."""
+    service.settings = service.settings.model_copy(update={"falco": FalcoSection(ingest_token="t")})
+    write_fleet(service.store, now=utcnow())
+    node = service.topology.nodes[0].name
+    open_escape_alert(service.store, node=node, subject="on the node")
+    read_owners(service)
+    service.snapshots.publish()
+    admin, alice = _viewer(service, "admin"), _viewer(service, "alice")
+    before = {v: alert_summary(service, v, shared=service.snapshots) for v in (admin, alice)}
+    jobs = pa.table({"job_id": ["4410998"], "user": ["bob"], "account": ["x"], "source": ["t"]})
+    service.store.upsert_jobs(jobs).result()  # a write other than an alert's
+    on_job = replace(open_escape_alert(service.store, node=node, subject="y"), job_id="4410001")
+    alert_store.upsert_alerts(service.store, [replace(on_job, subject="alice pid 3")]).result()
+    for viewer in (admin, alice):  # on the loop: no miss, no query
+        now = cache_only(alert_summary, service, viewer, shared=service.snapshots)
+        grown = 2 if viewer is admin else 0  # "y" on the node, and the job's nobody's yet
+        assert now.total == before[viewer].total + grown
+    read_owners(service)
+    service.snapshots.publish()
+    for viewer in (admin, alice):
+        now = cache_only(alert_summary, service, viewer, shared=service.snapshots)
+        assert now == alert_summary(service, viewer)  # the store's query
+    assert cache_only(alert_summary, service, alice, shared=service.snapshots).total == (
+        before[alice].total + 1
+    )

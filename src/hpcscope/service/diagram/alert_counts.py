@@ -76,22 +76,25 @@ def alert_summary(
         return _summary(service, viewer.anonymous, scope, queries.open_alert_counts(service.store))
 
     # the counts change with a new, resolved or reopened alert, not with an alert's repeat
-    # firing (most alert writes): with the store's alert index, kept across those
-    indexed = alert_index.open_counts_version(service.store)
+    # firing (most alert writes): with the store's alert index, kept across those. Once a
+    # collector publishes its cycles, with the jobs' owners as it read them after its last
+    # cycle (read_owners): reading them again is a query (29 ms at 128 nodes), and every
+    # write between cycles (many a second) would make one, on the event loop or in a worker
+    # thread that every poll then waits for; a job's first alert since counts as nobody's job
+    # (only a principal who sees every alert counts it) until the cycle's end
+    as_read = shared.published and alert_index.owners_as_read(service.store) is not None
+    indexed = alert_index.open_counts_version(service.store, as_read=as_read)
     version = service.alert_changes if indexed is None else indexed
 
     # counted from the index in memory (well under a millisecond): on the event loop when a
     # read finds a new version, instead of every poll of every viewer missing it at once and
-    # going to a worker thread (1,500 misses in 24 s at 128 nodes, ~4 count changes a second);
-    # not when the jobs' owners must be read again first (a query: 29 ms of the event loop
-    # each, 220 in 40 s at 128 nodes): the collector reads them after its cycles
-    # (:func:`read_owners`), so only a write between cycles leaves them to read
-    inline = indexed is not None and alert_index.in_memory(service.store)
+    # going to a worker thread (1,500 misses in 24 s at 128 nodes, ~4 count changes a second)
+    inline = indexed is not None and (as_read or alert_index.in_memory(service.store))
 
     def summed() -> AlertSummary:
         rows = shared.get(
             "diagram.alert_counts",
-            lambda: queries.open_alert_counts(service.store),
+            lambda: queries.open_alert_counts(service.store, as_read=as_read),
             version=version,
             inline=inline,
         )
@@ -148,9 +151,9 @@ def _summary(
 
 
 def read_owners(service: Service) -> None:
-    """Read the owners of the jobs with alerts now, if a write since changed what they may be
-    (a collector's after-cycle hook, before the cycle is published): the reads of the open
-    counts that follow, on the web server's event loop, find them in memory."""
+    """Read the owners of the jobs with alerts again, if a write since may have changed them
+    (a collector's after-cycle hook, before the cycle is published): the counts read after the
+    cycle take them as read (:func:`alert_summary`), never querying on the event loop."""
     index = alert_index.index_of(service.store)
     if index is not None:
         alert_index.owners(service.store, index)
