@@ -420,8 +420,8 @@ def open_counts_version(store: Store, *, as_read: bool = False) -> tuple[int, in
     """What :func:`indexed_open_counts` depends on: the changes of the open counts (a new
     alert, one resolved or reopened; an alert's repeat firing, most writes, is none) and the
     writes other than an alert's (the jobs' owners), or with ``as_read`` the version of the
-    owners as last read (:func:`owners_as_read`, once read); None without an index. A view of the counts
-    keyed on it is computed again only when they may differ."""
+    owners as last read (:func:`owners_as_read`, once read); None without an index. A view of
+    the counts keyed on it is computed again only when they may differ."""
     index = index_of(store)
     if index is None:
         return None
