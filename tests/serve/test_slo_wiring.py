@@ -19,7 +19,8 @@ def test_a_bad_hour_reaches_the_alert_engine_through_the_collector_hooks(
     service: Service,
 ) -> None:
     service.store.upsert_jobs(bad_hour(end=utcnow() - timedelta(seconds=30))).result()
-    upkeep, job_documents, job_views, ahead, telemetry, slo, publish = after_cycle_hooks(service)
+    hooks = after_cycle_hooks(service)
+    upkeep, job_documents, job_views, ahead, telemetry, slo, alert_owners, publish = hooks
     assert publish == service.snapshots.publish  # last: the read snapshots see the cycle
     upkeep()  # summaries and retention first
     job_documents()  # finished jobs' time series, on a thread of their own
@@ -27,12 +28,13 @@ def test_a_bad_hour_reaches_the_alert_engine_through_the_collector_hooks(
     ahead()  # the reports kept ahead of their readers
     telemetry()
     assert slo() == 1
+    alert_owners()  # the owners of the jobs with alerts, read before the cycle is published
     (alert,) = alerts(service.store, JobScope(all_jobs=True))
     assert (alert.rule_id, alert.subject) == ("SLO-PAGE", "job_success")
 
 
 def test_an_empty_store_has_quiet_slos(service: Service) -> None:
-    *_, slo, _publish = after_cycle_hooks(service)
+    *_, slo, _owners, _publish = after_cycle_hooks(service)
     assert slo() == 0
     assert alerts(service.store, JobScope(all_jobs=True)) == []
 
