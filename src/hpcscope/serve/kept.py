@@ -144,14 +144,19 @@ def kept_page(
     *,
     every_seconds: float = 0.0,
     version: Hashable = None,
+    inline: bool = False,
 ) -> Response:
     """A rendered page from the snapshots (``render`` reads its data and renders it: its
     status and body), rendered again once per generation (or ``every_seconds``) like the data
     it shows, so one entry per key, whatever the data's changes (``version``: the count of the
     writes between cycles it shows, :meth:`~hpcscope.service.snapshots.Snapshots.get`); a
-    page answered 200 comes with its ETag (304 on a match, :func:`cached_html`)."""
+    page answered 200 comes with its ETag (304 on a match, :func:`cached_html`). ``inline``:
+    ``render`` reads memory only and costs a few milliseconds, rendered on the read lane
+    (:meth:`~hpcscope.service.snapshots.Snapshots.get`)."""
 
-    parts = kept_page_parts(request, key, render, every_seconds=every_seconds, version=version)
+    parts = kept_page_parts(
+        request, key, render, every_seconds=every_seconds, version=version, inline=inline
+    )
     return page_response(request, parts)
 
 
@@ -170,6 +175,7 @@ def kept_page_parts(
     *,
     every_seconds: float = 0.0,
     version: Hashable = None,
+    inline: bool = False,
 ) -> Page:
     """:func:`kept_page`'s status, body and ETag (for a page that holds another)."""
 
@@ -179,7 +185,12 @@ def kept_page_parts(
         return response.status_code, body, etag_of(body)
 
     page: Page = service_of(request).snapshots.get(
-        key, rendered, every_seconds=every_seconds, size=_page_size, version=version
+        key,
+        rendered,
+        every_seconds=every_seconds,
+        size=_page_size,
+        version=version,
+        inline=inline,
     )
     return page
 

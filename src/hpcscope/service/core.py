@@ -234,9 +234,10 @@ class Service:
         min_severity: Severity | None = None,
         vector: Vector | None = None,
         job_id: str | None = None,
+        as_read: bool = False,
     ) -> list[Alert]:
         """Every alert ``principal`` may see (their jobs' only, unless admin, security or
-        auditor; an auditor's with weight paths redacted)."""
+        auditor; an auditor's with weight paths redacted); ``as_read``: ``alerts_for``'s."""
         return alert_access.alerts_for(
             self.store,
             principal,
@@ -245,6 +246,7 @@ class Service:
             vector=vector,
             job_id=job_id,
             weight_paths=self.weight_paths(),
+            as_read=as_read,
         )
 
     def weight_paths(self) -> WeightPaths:

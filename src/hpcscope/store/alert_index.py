@@ -408,27 +408,41 @@ def in_memory(store: Store) -> bool:
     return not jobs  # no job's owner to read: nothing to ask the store
 
 
-def indexed_alerts(store: Store, scope: JobScope, wanted: AlertFilter) -> list[Alert] | None:
-    """:func:`hpcscope.store.alerts.alerts` from the index; None without one."""
+def indexed_alerts(
+    store: Store, scope: JobScope, wanted: AlertFilter, *, as_read: bool = False
+) -> list[Alert] | None:
+    """:func:`hpcscope.store.alerts.alerts` from the index; None without one. ``as_read``:
+    with the jobs' owners as last read, never a query (:func:`owners_as_read`), once read."""
     index = index_of(store)
     if index is None:
         return None
-    return index.select(scope, owners(store, index), wanted)
+    read = owners_as_read(store) if as_read else None
+    return index.select(scope, read[0] if read is not None else owners(store, index), wanted)
 
 
-def open_counts_version(store: Store, *, as_read: bool = False) -> tuple[int, int] | None:
+def owners_read_version(store: Store) -> int | None:
+    """The version of the owners as last read (:func:`owners_as_read`) when the index answers
+    from memory with them; None before."""
+    if index_of(store) is None:
+        return None
+    read = owners_as_read(store)
+    return None if read is None else read[1]
+
+
+def open_counts_version(store: Store, *, as_read: bool = False) -> tuple[int, int, bool] | None:
     """What :func:`indexed_open_counts` depends on: the changes of the open counts (a new
     alert, one resolved or reopened; an alert's repeat firing, most writes, is none) and the
     writes other than an alert's (the jobs' owners), or with ``as_read`` the version of the
-    owners as last read (:func:`owners_as_read`, once read); None without an index. A view of
-    the counts keyed on it is computed again only when they may differ."""
+    owners as last read (:func:`owners_as_read`, once read), and which of the two it is (the
+    numbers of the one never match the other's); None without an index. A view of the counts
+    keyed on it is computed again only when they may differ."""
     index = index_of(store)
     if index is None:
         return None
     read = owners_as_read(store) if as_read else None
     if read is not None:
-        return index.open_version, read[1]
-    return index.open_version, store.writes_committed - index.commits
+        return index.open_version, read[1], True
+    return index.open_version, store.writes_committed - index.commits, False
 
 
 def indexed_open_counts(

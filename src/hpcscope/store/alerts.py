@@ -250,6 +250,7 @@ def alerts(
     key: str | None = None,
     vector: Vector | None = None,
     limit: int = 500,
+    as_read: bool = False,
 ) -> list[Alert]:
     """Stored alerts ``scope`` admits, most severe and most recent first.
 
@@ -261,6 +262,8 @@ def alerts(
         key: only the alert with this deduplication key.
         vector: only alerts of this threat vector.
         limit: at most this many.
+        as_read: from the alert index, with the jobs' owners as the collector last read them
+            (:func:`~hpcscope.store.alert_index.owners_as_read`), never a query for them.
     """
     wanted = AlertFilter(
         job_id=job_id,
@@ -270,7 +273,7 @@ def alerts(
         vector=vector,
         limit=limit,
     )
-    indexed = alert_index.indexed_alerts(store, scope, wanted)
+    indexed = alert_index.indexed_alerts(store, scope, wanted, as_read=as_read)
     if indexed is not None:  # the table in memory, kept by the writes
         return indexed
     return queried_alerts(store, scope, wanted)
@@ -279,6 +282,12 @@ def alerts(
 def alerts_in_memory(store: Store) -> bool:
     """Whether :func:`alerts` answers now from memory, without a query."""
     return alert_index.in_memory(store)
+
+
+def owners_read_version(store: Store) -> int | None:
+    """The version of the jobs' owners :func:`alerts` takes ``as_read`` (None before a
+    first read: it would query)."""
+    return alert_index.owners_read_version(store)
 
 
 def queried_alerts(

@@ -35,12 +35,15 @@ def alerts_for(
     min_severity: Severity | None = None,
     vector: Vector | None = None,
     weight_paths: WeightPaths | None = None,
+    as_read: bool = False,
 ) -> list[Alert]:
     """The alerts ``principal`` may see, most severe first.
 
     Args:
         weight_paths: what counts as weights, for an auditor's redaction (the topology's
             checkpoint roots and formats); None: the default extensions only.
+        as_read: whose job each alert is on as the collector read it after its last cycle
+            (:func:`owners_read`), never a query: a job's first alert since is nobody's.
     """
     found = alert_store.alerts(
         store,
@@ -49,6 +52,7 @@ def alerts_for(
         states=states,
         min_severity=min_severity,
         vector=vector,
+        as_read=as_read,
     )
     if principal.redacts_weight_paths:
         paths = weight_paths or WeightPaths()
@@ -61,6 +65,13 @@ def alerts_in_memory(store: Store) -> bool:
     owners current): a kept list of alerts may then be computed where a read must not block
     (the read lane's event loop)."""
     return alert_store.alerts_in_memory(store)
+
+
+def owners_read(store: Store) -> int | None:
+    """The version of the jobs' owners as the collector last read them, once read: the
+    alerts read ``as_read`` with them come from memory, a kept list of them is versioned by
+    it (None: not read yet, a read ``as_read`` would query)."""
+    return alert_store.owners_read_version(store)
 
 
 @dataclass(frozen=True, slots=True)
