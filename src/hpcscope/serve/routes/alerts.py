@@ -132,7 +132,7 @@ def _owners_read(service: Service) -> int | None:
     made every new list a query, so every reader of the alerts page missed it (about 1,100
     times in 24 s) and waited for a worker thread. A job's first alert since is nobody's job
     (the security team and admins see it) until the cycle's end. None: read as before."""
-    return owners_read(service.store) if service.snapshots.published else None
+    return owners_read(service.store, published=service.snapshots.published)
 
 
 _FILTERS = ("state", "severity", "vector", "job")

@@ -67,11 +67,12 @@ def alerts_in_memory(store: Store) -> bool:
     return alert_store.alerts_in_memory(store)
 
 
-def owners_read(store: Store) -> int | None:
-    """The version of the jobs' owners as the collector last read them, once read: the
-    alerts read ``as_read`` with them come from memory, a kept list of them is versioned by
-    it (None: not read yet, a read ``as_read`` would query)."""
-    return alert_store.owners_read_version(store)
+def owners_read(store: Store, *, published: bool) -> int | None:
+    """Once a collector publishes its cycles (``published``), the version of the jobs' owners
+    as it read them after its last one, once read: the alerts and their counts read
+    ``as_read`` with them come from memory, and what is kept of them is versioned by it.
+    None: read them as before (not published, or not read yet: ``as_read`` would query)."""
+    return alert_store.owners_read_version(store) if published else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.alerts import Severity
+from hpcscope.service.alerts.access import owners_read
 from hpcscope.service.core import Service
 from hpcscope.service.diagram.viewer import Viewer
 from hpcscope.service.snapshots import Snapshots
@@ -82,7 +83,7 @@ def alert_summary(
     # write between cycles (many a second) would make one, on the event loop or in a worker
     # thread that every poll then waits for; a job's first alert since counts as nobody's job
     # (only a principal who sees every alert counts it) until the cycle's end
-    as_read = shared.published and alert_index.owners_as_read(service.store) is not None
+    as_read = owners_read(service.store, published=shared.published) is not None
     indexed = alert_index.open_counts_version(service.store, as_read=as_read)
     version = service.alert_changes if indexed is None else indexed
 
