@@ -6,9 +6,13 @@
 ``bench/soak.py --probe DIR`` starts the demo with ``bench/probe_site`` first on its path and
 ``HPCSCOPE_BENCH_PROBE=DIR``: that folder's ``sitecustomize`` calls :func:`start`, which starts
 a thread that answers each ``DIR/dump-LABEL`` file the soak writes with ``DIR/LABEL.json``
-(:func:`stats`: RSS by kind, glibc's arenas, Python's heap, DuckDB's ``duckdb_memory()``, the
-sizes of the server's caches, the most common object types not frozen, the collector's pauses:
-:class:`GcPauses`). The first dump also starts :mod:`tracemalloc`
+(:func:`stats`: RSS by kind and by kind of mapping, glibc's arenas, Python's heap, pyarrow's
+pool, the Arrow tables and polars frames alive and what holds the largest, DuckDB's
+``duckdb_memory()``, the sizes of the server's caches, the most common object types not frozen,
+the collector's pauses: :class:`GcPauses`). With ``HPCSCOPE_BENCH_PROBE_MEMRAY=1`` and memray
+installed, memray tracks every allocation, C and C++ ones too, between the second and the third
+dump (:data:`ENV_MEMRAY`): DuckDB's own heap, which no other figure here sees.
+The first dump also starts :mod:`tracemalloc`
 (``HPCSCOPE_BENCH_PROBE_FRAMES`` frames per allocation, 8 by default; 0: off), and every later
 one writes ``DIR/LABEL.tracemalloc`` too: what was allocated since the first dump and is still
 alive, so the diff of two later dumps is what grew between them (the demo's start-up, minutes
@@ -23,6 +27,7 @@ import argparse
 import collections
 import ctypes
 import gc
+import importlib
 import json
 import os
 import sys
@@ -35,6 +40,12 @@ from typing import Any
 
 ENV_DIR = "HPCSCOPE_BENCH_PROBE"
 ENV_FRAMES = "HPCSCOPE_BENCH_PROBE_FRAMES"
+#: Set (to anything), with memray installed (``pip install memray``): memray tracks the
+#: allocations between the second and the third dump, C and C++ ones included, with their
+#: native stacks (``DIR/memray.bin``, aggregated: what was allocated then and is still alive
+#: at the third dump is ``memray table --leaks DIR/memray.bin``' answer).
+ENV_MEMRAY = "HPCSCOPE_BENCH_PROBE_MEMRAY"
+_MEMRAY: list[Any] = []  # the tracker while it tracks; the dumps so far (their count)
 MIB = 2**20
 
 
@@ -70,6 +81,108 @@ def _mallinfo() -> dict[str, float]:
         "in_use_mb": info.uordblks / MIB,
         "free_mb": info.fordblks / MIB,
         "top_releasable_mb": info.keepcost / MIB,
+    }
+
+
+def _smaps() -> dict[str, float]:
+    """Resident MiB by kind of mapping (``/proc/self/smaps``): glibc's main heap, anonymous
+    mappings of 64 MiB (glibc's other arenas reserve that much each), other anonymous ones
+    (pymalloc's arenas, mimalloc's and DuckDB's allocations, mmap'd blocks), files, stacks."""
+    kinds: collections.Counter[str] = collections.Counter()
+    kind = ""
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            start, end = (int(x, 16) for x in head[0].split("-"))
+            size_kb = (end - start) // 1024
+            name = head[5] if len(head) > 5 else ""
+            if name == "[heap]":
+                kind = "heap"
+            elif name.startswith("[stack"):
+                kind = "stack"
+            elif name.startswith("/"):
+                kind = "file"
+            elif name:
+                kind = name
+            elif size_kb == 65536:
+                kind = "anon_64mib"
+            elif size_kb >= 65536:
+                kind = "anon_big"
+            else:
+                kind = "anon_small"
+        elif head and head[0] == "Rss:":
+            kinds[kind] += int(head[1])  # KiB
+    return {k: round(v / 1024, 1) for k, v in kinds.most_common()}
+
+
+def _arrow() -> dict[str, object]:
+    """pyarrow's default memory pool: bytes it holds now and its peak, in MiB."""
+    import pyarrow as pa
+
+    pool = pa.default_memory_pool()
+    return {
+        "backend": pool.backend_name,
+        "allocated_mb": pool.bytes_allocated() / MIB,
+        "max_mb": pool.max_memory() / MIB,
+    }
+
+
+def _holder(obj: Any, skip: set[int], depth: int = 3) -> str:
+    """A chain of the types that hold ``obj`` (its first referrers that are not frames or
+    the probe's own lists), for naming what keeps a large buffer alive."""
+    names: list[str] = []
+    at = obj
+    for _ in range(depth):
+        owners = [
+            r
+            for r in gc.get_referrers(at)
+            if id(r) not in skip and type(r).__name__ not in ("frame", "list_iterator")
+        ]
+        if not owners:
+            break
+        at = owners[0]
+        if isinstance(at, dict) and len(owners) > 1:
+            at = owners[1] if not isinstance(owners[1], dict) else at
+        names.append(type(at).__name__ + (f"[{len(at)}]" if isinstance(at, dict) else ""))
+    return " < ".join(names)
+
+
+def _buffers(objects: list[Any]) -> dict[str, Any]:
+    """The Arrow tables, batches and arrays and the polars frames alive (``objects``, the
+    frozen ones included): count and MiB by type, and the largest tables with what holds
+    them. DuckDB's Arrow answers are allocated by DuckDB with ``malloc`` (glibc's in-use heap,
+    not tracemalloc's nor pyarrow's pool)."""
+    import polars as pl
+    import pyarrow as pa
+
+    kinds = (pa.Table, pa.RecordBatch, pa.ChunkedArray, pa.Array, pl.DataFrame)
+    held: dict[int, tuple[Any, Any]] = {}  # not tracked by the collector: found by holders
+    for holder in objects:
+        for obj in gc.get_referents(holder):
+            if isinstance(obj, kinds) and id(obj) not in held:
+                held[id(obj)] = (obj, holder)
+    found: collections.Counter[str] = collections.Counter()
+    sizes: collections.Counter[str] = collections.Counter()  # bytes
+    tables: list[tuple[float, Any, Any]] = []
+    for obj, holder in held.values():
+        name = type(obj).__name__
+        try:
+            size = obj.estimated_size() if isinstance(obj, pl.DataFrame) else obj.nbytes
+        except Exception:  # an array of a type whose size pyarrow does not compute
+            continue
+        found[name] += 1
+        sizes[name] += int(size)
+        tables.append((size / MIB, obj, holder))
+    tables.sort(key=lambda t: -t[0])
+    by_holder: collections.Counter[str] = collections.Counter()  # bytes
+    skip = {id(objects), id(held), id(tables), *(id(t) for t in tables)}
+    skip |= {id(pair) for pair in held.values()}
+    for size, _, holder in tables[:300]:
+        by_holder[type(holder).__name__ + " < " + _holder(holder, skip)] += int(size * MIB)
+    return {
+        "count": dict(found),
+        "mb": {k: round(v / MIB, 1) for k, v in sizes.items()},
+        "largest_tables_mb_by_holder": {k: round(v / MIB, 1) for k, v in by_holder.most_common(15)},
     }
 
 
@@ -250,6 +363,8 @@ def stats() -> dict[str, Any]:
     answer: dict[str, Any] = {
         "status_mb": _status(),
         "mallinfo": _mallinfo(),
+        "smaps_mb": _smaps(),
+        "arrow": _arrow(),
         "python": {
             "allocated_blocks": sys.getallocatedblocks(),
             "gc_objects": len(objects),  # the frozen ones not counted
@@ -269,6 +384,13 @@ def stats() -> dict[str, Any]:
         "types": dict(types.most_common(40)),
         "threads": sorted(t.name for t in threading.enumerate()),
     }
+    gc.unfreeze()  # the buffers of the frozen heap too; the server settles again later
+    try:
+        answer["buffers"] = _buffers(gc.get_objects())
+    except Exception as exc:  # a probe reports what it can
+        answer["buffers"] = repr(exc)
+    finally:
+        gc.freeze()
     del objects
     services = _services()
     for name, part in (("duckdb", _duckdb), ("caches", _caches)):
@@ -280,9 +402,30 @@ def stats() -> dict[str, Any]:
     return answer
 
 
+def _memray(folder: Path) -> None:
+    """Start memray's tracker at the second dump, stop it at the third (:data:`ENV_MEMRAY`)."""
+    if not os.environ.get(ENV_MEMRAY):
+        return
+    _MEMRAY.append(None)
+    if len(_MEMRAY) == 2:
+        # not a dependency of hpcscope nor of its benches: `pip install memray` to probe
+        memray = importlib.import_module("memray")
+        tracker = memray.Tracker(
+            str(folder / "memray.bin"),
+            native_traces=True,
+            file_format=memray.FileFormat.AGGREGATED_ALLOCATIONS,
+        )
+        tracker.__enter__()
+        _MEMRAY[0] = tracker
+    elif len(_MEMRAY) == 3 and _MEMRAY[0] is not None:
+        _MEMRAY[0].__exit__(None, None, None)
+        _MEMRAY[0] = None
+
+
 def dump(folder: Path, label: str, frames: int) -> None:
     """Write ``LABEL.json`` (:func:`stats`) and, when tracing, ``LABEL.tracemalloc``; the
     first dump starts tracing (module docstring)."""
+    _memray(folder)
     if tracemalloc.is_tracing():
         tracemalloc.take_snapshot().dump(str(folder / f"{label}.tracemalloc"))
     (folder / f"{label}.json").write_text(json.dumps(stats(), indent=1, default=str))
@@ -328,7 +471,10 @@ def diff(before: Path, after: Path, *, top: int, key: str) -> None:
     hpcscope) and the two stats files' headlines."""
     for path in (before, after):
         figures = json.loads(path.with_suffix(".json").read_text())
-        print(path.name, json.dumps({k: figures.get(k) for k in ("status_mb", "mallinfo")}))
+        print(
+            path.name,
+            json.dumps({k: figures.get(k) for k in ("status_mb", "mallinfo", "smaps_mb", "arrow")}),
+        )
         print("  python", json.dumps(figures.get("python")))
         print("  duckdb", json.dumps(figures.get("duckdb"))[:1500])
         print("  caches", json.dumps(figures.get("caches"))[:1500])
