@@ -45,7 +45,6 @@ ENV_FRAMES = "HPCSCOPE_BENCH_PROBE_FRAMES"
 #: native stacks (``DIR/memray.bin``, aggregated: what was allocated then and is still alive
 #: at the third dump is ``memray table --leaks DIR/memray.bin``' answer).
 ENV_MEMRAY = "HPCSCOPE_BENCH_PROBE_MEMRAY"
-_MEMRAY: list[Any] = []  # the tracker while it tracks; the dumps so far (their count)
 MIB = 2**20
 
 
@@ -140,9 +139,8 @@ def _holder(obj: Any, skip: set[int], depth: int = 3) -> str:
         ]
         if not owners:
             break
-        at = owners[0]
-        if isinstance(at, dict) and len(owners) > 1:
-            at = owners[1] if not isinstance(owners[1], dict) else at
+        # a dict's owner names it better than the dict (an instance's, a module's globals)
+        at = next((r for r in owners if not isinstance(r, dict)), owners[0])
         names.append(type(at).__name__ + (f"[{len(at)}]" if isinstance(at, dict) else ""))
     return " < ".join(names)
 
@@ -163,7 +161,7 @@ def _buffers(objects: list[Any]) -> dict[str, Any]:
                 held[id(obj)] = (obj, holder)
     found: collections.Counter[str] = collections.Counter()
     sizes: collections.Counter[str] = collections.Counter()  # bytes
-    tables: list[tuple[float, Any, Any]] = []
+    tables: list[tuple[int, Any, Any]] = []  # bytes, the buffer, its holder
     for obj, holder in held.values():
         name = type(obj).__name__
         try:
@@ -172,13 +170,13 @@ def _buffers(objects: list[Any]) -> dict[str, Any]:
             continue
         found[name] += 1
         sizes[name] += int(size)
-        tables.append((size / MIB, obj, holder))
+        tables.append((int(size), obj, holder))
     tables.sort(key=lambda t: -t[0])
     by_holder: collections.Counter[str] = collections.Counter()  # bytes
     skip = {id(objects), id(held), id(tables), *(id(t) for t in tables)}
     skip |= {id(pair) for pair in held.values()}
     for size, _, holder in tables[:300]:
-        by_holder[type(holder).__name__ + " < " + _holder(holder, skip)] += int(size * MIB)
+        by_holder[type(holder).__name__ + " < " + _holder(holder, skip)] += size
     return {
         "count": dict(found),
         "mb": {k: round(v / MIB, 1) for k, v in sizes.items()},
@@ -402,30 +400,38 @@ def stats() -> dict[str, Any]:
     return answer
 
 
-def _memray(folder: Path) -> None:
-    """Start memray's tracker at the second dump, stop it at the third (:data:`ENV_MEMRAY`)."""
-    if not os.environ.get(ENV_MEMRAY):
-        return
-    _MEMRAY.append(None)
-    if len(_MEMRAY) == 2:
-        # not a dependency of hpcscope nor of its benches: `pip install memray` to probe
-        memray = importlib.import_module("memray")
-        tracker = memray.Tracker(
-            str(folder / "memray.bin"),
-            native_traces=True,
-            file_format=memray.FileFormat.AGGREGATED_ALLOCATIONS,
-        )
-        tracker.__enter__()
-        _MEMRAY[0] = tracker
-    elif len(_MEMRAY) == 3 and _MEMRAY[0] is not None:
-        _MEMRAY[0].__exit__(None, None, None)
-        _MEMRAY[0] = None
+class _Memray:
+    """memray's tracker from the second dump to the third (:data:`ENV_MEMRAY`)."""
+
+    def __init__(self) -> None:
+        self.dumps = 0
+        self.tracker: Any = None
+
+    def at_dump(self, folder: Path) -> None:
+        if not os.environ.get(ENV_MEMRAY):
+            return
+        self.dumps += 1
+        if self.dumps == 2:
+            # not a dependency of hpcscope nor of its benches: `pip install memray` to probe
+            memray = importlib.import_module("memray")
+            self.tracker = memray.Tracker(
+                str(folder / "memray.bin"),
+                native_traces=True,
+                file_format=memray.FileFormat.AGGREGATED_ALLOCATIONS,
+            )
+            self.tracker.__enter__()
+        elif self.dumps == 3 and self.tracker is not None:
+            self.tracker.__exit__(None, None, None)
+            self.tracker = None
+
+
+MEMRAY = _Memray()
 
 
 def dump(folder: Path, label: str, frames: int) -> None:
     """Write ``LABEL.json`` (:func:`stats`) and, when tracing, ``LABEL.tracemalloc``; the
     first dump starts tracing (module docstring)."""
-    _memray(folder)
+    MEMRAY.at_dump(folder)
     if tracemalloc.is_tracing():
         tracemalloc.take_snapshot().dump(str(folder / f"{label}.tracemalloc"))
     (folder / f"{label}.json").write_text(json.dumps(stats(), indent=1, default=str))
