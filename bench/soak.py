@@ -22,14 +22,24 @@ live then. A leak raises the median and the floor of the last tenth; a transient
 size raises neither, one that grows with the store raises the median. The point figures are
 printed too (``rss_first_sample_mb``, ``rss_last_sample_mb``), and every sample.
 
+DuckDB's share is read from the server's ``/metrics`` at every sample
+(``hpcscope_store_memory_bytes``, every tag summed, as an admin): it rises as the collector
+appends rows and falls at each checkpoint (``store_checkpoint_threshold_bytes``), and grows
+with the blocks it keeps under its limit (``store_memory_limit_bytes``). The same ends of it,
+and of the RSS less it (what the requests and the kept views hold), are reported: growth that
+is the store's data tells apart from growth that is the server's.
+
 The goals: RSS growth < 10 % over 10 minutes (``rss_growth_ratio``), none after (at most
 :data:`GOAL_SETTLED_RATIO`, the samples' noise), and no errors. The last line printed is one
 JSON object: ``seconds``, ``requests``, ``errors``, ``rss_start_mb``, ``rss_10min_mb``,
 ``rss_end_mb``, ``rss_max_mb`` (MiB), ``rss_growth_ratio`` (10 minutes over start, minus 1),
 ``rss_growth_after_10min_ratio`` (null for a run of 10 minutes or less), ``rss_floor_start_mb``
 and ``rss_floor_end_mb`` (the least sample of the first and the last tenth), the point figures
-above, ``p99_ms``, ``p99_by_endpoint_ms``, ``rps``, ``rss_samples_mb`` (every sample),
-``clients``, ``auth``, ``topology``, ``think_seconds``, ``met``.
+above, ``store_memory_start_mb``, ``store_memory_10min_mb``, ``store_memory_end_mb`` and
+``store_memory_samples_mb`` (DuckDB's buffers), ``rss_less_store_growth_ratio`` and
+``rss_less_store_growth_after_10min_ratio``, ``p99_ms``, ``p99_by_endpoint_ms``, ``rps``,
+``rss_samples_mb`` (every sample), ``clients``, ``auth``, ``topology``, ``think_seconds``,
+``met``.
 """
 
 from __future__ import annotations
@@ -43,11 +53,15 @@ import sys
 import time
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from bench import memprobe
 from bench.api_harness import (
     AUTH_MODES,
     ROOT,
     TOPOLOGIES,
+    Client,
+    Connection,
     Demo,
     Place,
     Tally,
@@ -64,6 +78,22 @@ GOAL_SETTLED_RATIO = 0.02
 END_SHARE = 0.10  # the first and the last tenth of the samples are each end of the window
 END_MIN_SAMPLES = 3
 TEN_MINUTES = 600.0
+
+
+async def store_memory_mb(port: int, admin: Client) -> float:
+    """What DuckDB holds for the server's store (``hpcscope_store_memory_bytes`` summed over
+    its tags, from ``/metrics``), in MiB."""
+    connection = Connection(port)
+    try:
+        status, _, payload = await connection.request("GET", "/metrics", admin.headers())
+    finally:
+        connection.close()
+    if status != 200:
+        raise RuntimeError(f"/metrics answered {status}")
+    for family in text_string_to_metric_families(payload.decode()):
+        if family.name == "hpcscope_store_memory_bytes":
+            return sum(sample.value for sample in family.samples) / 2**20
+    raise RuntimeError("/metrics has no hpcscope_store_memory_bytes")
 
 
 def rss_ends(samples: list[float]) -> tuple[list[float], list[float]]:
@@ -87,6 +117,7 @@ async def soak(
 ) -> dict[str, object]:
     """Warm up, then ``seconds`` of load with RSS sampled (module docstring)."""
     fleet = await prepare_clients(demo, clients, wait_for_jobs_seconds=90, auth=auth)
+    admin = Client(*next(u for u in demo.logins if u[0] == "admin"), auth="basic")
     place = Place.of(demo.topology)
     tally = [Tally()]
     window_start = time.monotonic() + warmup_seconds
@@ -109,6 +140,7 @@ async def soak(
     await asyncio.sleep(max(0.0, window_start - time.monotonic()))
     tally[0] = Tally()
     samples = [rss_mb(demo.pid)]
+    stores = [await store_memory_mb(demo.port, admin)]
     times = [0.0]
     wall_start = time.monotonic()
     dumps = sorted(probe_at) if probe is not None else []
@@ -117,20 +149,23 @@ async def soak(
             memprobe.request_dump(probe, f"{dumps.pop(0):g}")
         await asyncio.sleep(min(sample_seconds, max(0.0, until - time.monotonic())))
         samples.append(rss_mb(demo.pid))
+        stores.append(await store_memory_mb(demo.port, admin))
         times.append(time.monotonic() - wall_start)
     if probe is not None and dumps:
         memprobe.request_dump(probe, f"{dumps[-1]:g}")
     await asyncio.gather(*tasks)
     wall = time.monotonic() - wall_start
     samples.append(rss_mb(demo.pid))
+    stores.append(await store_memory_mb(demo.port, admin))
     times.append(wall)
     figures = summary(tally[0], wall)
-    first_ten = [rss for rss, t in zip(samples, times, strict=True) if t <= TEN_MINUTES]
-    first, at_ten = rss_ends(first_ten)
-    _, last = rss_ends(samples)
-    start_mb, ten_mb, end_mb = (statistics.median(x) for x in (first, at_ten, last))
+    start_mb, ten_mb, end_mb, first, last = _ends(samples, times)
     growth = ten_mb / start_mb - 1
     after = end_mb / ten_mb - 1 if wall > TEN_MINUTES * 1.1 else None
+    # the server less DuckDB's buffers: what the requests and the kept views hold
+    rest = [rss - store for rss, store in zip(samples, stores, strict=True)]
+    rest_start, rest_ten, rest_end, _, _ = _ends(rest, times)
+    store_start, store_ten, store_end, _, _ = _ends(stores, times)
     return {
         "clients": clients,
         "auth": auth,
@@ -156,10 +191,30 @@ async def soak(
         "rss_growth_after_10min_ratio": None if after is None else round(after, 4),
         "rss_floor_start_mb": round(min(first), 1),
         "rss_floor_end_mb": round(min(last), 1),
+        "store_memory_start_mb": round(store_start, 1),
+        "store_memory_10min_mb": round(store_ten, 1),
+        "store_memory_end_mb": round(store_end, 1),
+        "store_memory_samples_mb": [round(s, 1) for s in stores],
+        "rss_less_store_growth_ratio": round(rest_ten / rest_start - 1, 4),
+        "rss_less_store_growth_after_10min_ratio": None
+        if after is None
+        else round(rest_end / rest_ten - 1, 4),
         "rss_first_sample_mb": round(samples[0], 1),
         "rss_last_sample_mb": round(samples[-1], 1),
         "p99_ms": figures["p99_ms"],
     }
+
+
+def _ends(
+    samples: list[float], times: list[float]
+) -> tuple[float, float, float, list[float], list[float]]:
+    """Medians of the first tenth, of the last tenth of the first 10 minutes and of the last
+    tenth of the window; the samples of the first and the last tenth."""
+    first_ten = [value for value, t in zip(samples, times, strict=True) if t <= TEN_MINUTES]
+    first, at_ten = rss_ends(first_ten)
+    _, last = rss_ends(samples)
+    start, ten, end = (statistics.median(x) for x in (first, at_ten, last))
+    return start, ten, end, first, last
 
 
 def main(argv: list[str] | None = None) -> int:

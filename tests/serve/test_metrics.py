@@ -9,15 +9,19 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from hpcscope.model.alerts import Alert, AlertState, Severity, Vector
 from hpcscope.model.schemas import LUSTRE_JOB_STATS_SCHEMA
 from hpcscope.model.timeutil import utcnow
+from hpcscope.serve.app import create_app
 from hpcscope.service.core import Service
+from hpcscope.service.settings import load_settings
 from hpcscope.store.alerts import set_alert_state, upsert_alerts
 from hpcscope.store.lustre import append_job_stats
+from tests.conftest import TEST_PASSWORD_HASH_COST_LOG2, basic_auth, demo_users
 from tests.support.data import populate
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
@@ -43,8 +47,11 @@ def test_metrics_text_is_golden(service: Service, client_as: Callable[[str], Tes
     text = re.sub(
         r"(?m)^hpcscope_store_schema_version \S+$", "hpcscope_store_schema_version N", text
     )
-    # what the kept views cost depends on the machine and the order of reads: the names stay
-    text = re.sub(r"(?m)^(hpcscope_view_\w+\{[^}]*\}) \S+$", r"\1 N", text)
+    # what the kept views cost and DuckDB holds depend on the machine: the names stay
+    text = re.sub(
+        r"(?m)^(hpcscope_store_(memory|memory_limit|spilled)_bytes\S*) \S+$", r"\1 N", text
+    )
+    text = re.sub(r"(?m)^(hpcscope_view_\w+(\{[^}]*\})?) \S+$", r"\1 N", text)
     if os.environ.get("HPCSCOPE_UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
@@ -133,3 +140,29 @@ def test_lustre_throughput_of_running_jobs(
         ("hpcscope_job_storage_read_bytes_per_second", "101"): 9e9 / 180,
         ("hpcscope_job_storage_write_bytes_per_second", "101"): 1.8e9 / 180,
     }
+
+
+def test_the_store_memory_limit_is_the_sites(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``store_memory_limit_bytes`` (here from the environment, as a unit would set it) is
+    DuckDB's limit, and /metrics shows it with what the store holds under it."""
+    monkeypatch.setenv("HPCSCOPE_STORE_MEMORY_LIMIT_BYTES", str(200 * 1024 * 1024))
+    settings = load_settings(
+        store_path=tmp_path / "s.duckdb",
+        secret_key="test-secret",
+        password_hash_cost_log2=TEST_PASSWORD_HASH_COST_LOG2,
+    )
+    assert settings.store_limits().memory_limit_bytes == 200 * 1024 * 1024
+    service = Service.open(settings, users=demo_users())
+    try:
+        populate(service.store, now=utcnow())
+        with TestClient(create_app(service), headers=basic_auth("admin")) as client:
+            text = client.get("/metrics").text
+    finally:
+        service.close()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    (limit,) = families["hpcscope_store_memory_limit_bytes"].samples
+    assert limit.value == 200 * 1024 * 1024
+    held = {s.labels["tag"]: s.value for s in families["hpcscope_store_memory_bytes"].samples}
+    assert 0 < sum(held.values()) <= limit.value

@@ -55,12 +55,35 @@ class HpcscopeCollector:
         )
         schema.add_metric([], float(service.store.schema_version()))
         yield schema
+        yield from self._store_memory()
         yield from self._jobs()
         yield from self._scrapes()
         yield from self._alerts()
         yield from self._slo()
         yield from self._chargeback()
         yield from self._views()
+
+    def _store_memory(self) -> Iterator[Metric]:
+        """What DuckDB holds in memory for the store (``store_memory_limit_bytes``)."""
+        memory = self.service.store.memory()
+        held = GaugeMetricFamily(
+            "hpcscope_store_memory_bytes",
+            "Bytes DuckDB's buffer manager holds for the store, by DuckDB's tag.",
+            labels=["tag"],
+        )
+        for tag, used in sorted(memory.by_tag_bytes.items()):
+            held.add_metric([tag], float(used))
+        limit = GaugeMetricFamily(
+            "hpcscope_store_memory_limit_bytes",
+            "DuckDB's memory_limit for the store (as DuckDB shows it, 3 significant digits).",
+        )
+        limit.add_metric([], float(memory.limit_bytes))
+        spilled = GaugeMetricFamily(
+            "hpcscope_store_spilled_bytes",
+            "Bytes of queries' intermediates DuckDB spilled to <store>.tmp.",
+        )
+        spilled.add_metric([], float(memory.temporary_bytes))
+        yield from (held, limit, spilled)
 
     def _jobs(self) -> Iterator[Metric]:
         live = self.service.live_job_gpus(_SYSTEM, window=LIVE_WINDOW)
@@ -186,6 +209,17 @@ class HpcscopeCollector:
             seconds.add_metric([name], cost.compute_seconds)
             misses.add_metric([name], float(cost.misses))
         yield from (computations, seconds, misses)
+        kept = self.service.snapshots
+        entries = GaugeMetricFamily(
+            "hpcscope_view_kept_entries", "Kept read view values held now (all views)."
+        )
+        entries.add_metric([], float(len(kept)))
+        kept_bytes = GaugeMetricFamily(
+            "hpcscope_view_kept_bytes",
+            "Bytes of the serialised pages and documents among them (their budget's count).",
+        )
+        kept_bytes.add_metric([], float(kept.kept_bytes))
+        yield from (entries, kept_bytes)
 
     def _alerts(self) -> Iterator[Metric]:
         """Open (not resolved) alerts per severity and vector: every pair, zeros included, so

@@ -101,14 +101,18 @@ class Service:
                 else UserDirectory.demo(hash_cost_log2=cost)
             )
         rules = load_site_rules(settings.rules_dir)  # a bad rule file fails the start
-        store = Store(settings.store_path, rollup_grace_seconds=settings.rollup_grace_seconds)
+        store = Store(
+            settings.store_path,
+            rollup_grace_seconds=settings.rollup_grace_seconds,
+            limits=settings.store_limits(),
+        )
         return cls(settings=settings, topology=topology, store=store, users=users, rules=rules)
 
     @classmethod
     def open_read_only(cls, settings: Settings) -> Service:
         """Open an existing store read-only (offline CLI reads; fails while a server holds it)."""
         topology = load_topology(settings.resolved_topology_path())
-        store = Store(settings.store_path, read_only=True)
+        store = Store(settings.store_path, read_only=True, limits=settings.store_limits())
         return cls(settings=settings, topology=topology, store=store, users=UserDirectory([]))
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ from hpcscope.service.source_settings import (
     legacy_replacement,
     nest_legacy_keys,
 )
+from hpcscope.store.connection import DEFAULT_CHECKPOINT_THRESHOLD_BYTES, StoreLimits
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,19 @@ class Settings(EngineSettings, SourceSections):
 
     store_path: Path = Field(
         Path("var/hpcscope.duckdb"), description="DuckDB file owned by the server process."
+    )
+    store_memory_limit_bytes: int | None = Field(
+        None,
+        gt=0,
+        description="Most bytes DuckDB holds in memory for the store (its memory_limit: "
+        "blocks read or written, rows not yet checkpointed, queries' intermediates); at it "
+        "DuckDB evicts blocks and spills to <store>.tmp. Default: DuckDB's, 80 % of RAM.",
+    )
+    store_checkpoint_threshold_bytes: int = Field(
+        DEFAULT_CHECKPOINT_THRESHOLD_BYTES,
+        gt=0,
+        description="Write-ahead log bytes at which DuckDB checkpoints: the rows appended in "
+        "memory between two checkpoints (docs/storage.md).",
     )
     topology_path: Path | None = Field(
         None, description="Cluster topology YAML; default: the bundled 2x8-h100."
@@ -392,6 +406,10 @@ class Settings(EngineSettings, SourceSections):
             if not rate >= 0:
                 raise ValueError(f"rate of {model!r} must be >= 0, not {rate}")
         return value
+
+    def store_limits(self) -> StoreLimits:
+        """DuckDB's memory settings for the store (:mod:`hpcscope.store.connection`)."""
+        return StoreLimits(self.store_memory_limit_bytes, self.store_checkpoint_threshold_bytes)
 
     def resolved_topology_path(self) -> Path:
         return self.topology_path or bundled_topology()

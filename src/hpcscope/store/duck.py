@@ -26,7 +26,8 @@ import pyarrow as pa
 
 from hpcscope.model.access import JobScope
 from hpcscope.model.errors import StoreError
-from hpcscope.store import readings, rollups
+from hpcscope.store import connection, readings, rollups
+from hpcscope.store.connection import StoreLimits, StoreMemory
 from hpcscope.store.migrations import DEFAULT_ROLLUP_GRACE_SECONDS, MIGRATIONS, Migration
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class Store:
             samples (:mod:`hpcscope.store.rollups`).
         migrations: the migrations to apply (all of them; tests pass a prefix to build a store
             as an earlier release wrote it).
+        limits: DuckDB's memory limit and checkpoint threshold (:mod:`hpcscope.store.connection`).
 
     Example::
 
@@ -93,6 +95,7 @@ class Store:
         read_only: bool = False,
         rollup_grace_seconds: float = DEFAULT_ROLLUP_GRACE_SECONDS,
         migrations: Sequence[Migration] = MIGRATIONS,
+        limits: StoreLimits = StoreLimits(),
     ) -> None:
         self.path = str(path)
         self.read_only = read_only
@@ -102,15 +105,8 @@ class Store:
         self._has_rollups = False
         self._has_pending = False
         self._has_readings = False
-        if self.path != ":memory:" and not read_only:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._con = duckdb.connect(self.path, read_only=read_only)
-        except duckdb.Error as exc:  # locked, unreadable, not a DuckDB file, corrupt
-            hint = ""
-            if "not a valid DuckDB" in str(exc) or "orrupt" in str(exc):
-                hint = " (docs/storage.md, 'A corrupt store')"
-            raise StoreError(f"cannot open store {self.path}: {exc}{hint}") from None
+        self.limits = limits
+        self._con = connection.connect(self.path, read_only=read_only, limits=limits)
         self._local = threading.local()
         self._queue: queue.Queue[Any] = queue.Queue()
         self._writes_committed = 0
@@ -420,15 +416,11 @@ class Store:
 
     def size_bytes(self) -> int:
         """Bytes on disk: the database file and its write-ahead log (0 for ``:memory:``)."""
-        if self.path == ":memory:":
-            return 0
-        total = 0
-        for path in (Path(self.path), Path(f"{self.path}.wal")):
-            try:
-                total += path.stat().st_size
-            except FileNotFoundError:
-                pass
-        return total
+        return connection.file_size_bytes(self.path)
+
+    def memory(self) -> StoreMemory:
+        """What DuckDB's buffer manager holds now, by tag, and its limit."""
+        return connection.memory_by_tag(self._cursor())
 
     # ---------------------------------------------------------------- reads
 
