@@ -10,10 +10,11 @@ from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
 
 from hpcscope.model.schemas import GAP_SCHEMA, SCRAPE_SCHEMA
-from hpcscope.model.timeutil import utcnow
+from hpcscope.model.timeutil import iso_z, utcnow
 from hpcscope.serve.contracts import ClusterState, Health, WhoAmI
 from hpcscope.serve.routes.cluster import OVERVIEW_GAPS
 from hpcscope.service.core import Service
+from hpcscope.service.jobs.reports import HEALTH_GAPS
 from tests.support.data import populate
 
 
@@ -70,6 +71,37 @@ def test_the_overview_lists_the_latest_gaps_and_counts_them_all(
     listed = [g["target"] for g in gaps if f"<code>{g['target']}</code>" in page]
     assert listed == [g["target"] for g in gaps[-OVERVIEW_GAPS:]]
     assert len(client_as("admin").get("/api/cluster").json()["gaps"]) == count
+
+
+def test_the_api_lists_the_latest_gaps_of_a_stalled_hour_and_counts_them_all(
+    service: Service, client_as: Callable[[str], TestClient]
+) -> None:
+    """A collector stalled by load leaves a gap per target per stall: the health the pages
+    and the API keep and send holds the latest HEALTH_GAPS of the hour, never all of them."""
+    now = utcnow()
+    count = HEALTH_GAPS * 3
+    gaps = [
+        {"target": f"http://gpu{i % 128:03d}:9400/metrics", "node": f"gpu{i % 128:03d}",
+         "start_ts": now - timedelta(seconds=count - i),
+         "end_ts": now - timedelta(seconds=count - i - 1),
+         "reason": "not scraped: the collector was not running or stalled"}
+        for i in range(count)
+    ]  # fmt: skip
+    old = {
+        **gaps[0],
+        "start_ts": now - timedelta(hours=2),
+        "end_ts": now - timedelta(hours=1, minutes=1),
+    }
+    service.store.append("collection_gaps", pa.Table.from_pylist([old, *gaps], schema=GAP_SCHEMA))
+    service.store.flush()
+    state = ClusterState.model_validate_json(client_as("admin").get("/api/cluster").content)
+    assert state.gaps_last_hour == count
+    assert [(g.target, g.start_ts) for g in state.gaps] == [
+        (g["target"], iso_z(g["start_ts"])) for g in gaps[-HEALTH_GAPS:]
+    ]
+    page = client_as("admin").get("/fragments/overview").text
+    assert f"Collection gaps in the last hour: {count}, the latest {OVERVIEW_GAPS} here" in page
+    assert f"lists the latest {HEALTH_GAPS}" in page
 
 
 def test_a_few_gaps_are_listed_without_a_count(

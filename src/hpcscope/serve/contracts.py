@@ -25,7 +25,10 @@ class ClusterState(BaseModel):
     fresh_seconds: Number
     gpus: list[GpuNow]
     targets: list[TargetHealth]
-    gaps: list[CollectionGap]
+    gaps: list[CollectionGap] = Field(
+        description="the latest 100 collection gaps of the last hour, oldest first"
+    )
+    gaps_last_hour: int = Field(description="every collection gap of the last hour, listed or not")
 
 
 class JobScopeDocument(Contract):

@@ -224,9 +224,17 @@ def scrape_health(store: Store, *, since: datetime) -> pa.Table:
     )
 
 
-def collection_gaps(store: Store, *, since: datetime) -> pa.Table:
-    """Recorded collection gaps that end after ``since``."""
-    return store.query("SELECT * FROM collection_gaps WHERE end_ts >= ? ORDER BY start_ts", [since])
+def collection_gaps(store: Store, *, since: datetime, limit: int) -> tuple[pa.Table, int]:
+    """The latest ``limit`` recorded collection gaps that end after ``since``, oldest first,
+    and how many end after it."""
+    table = store.query(
+        "SELECT * FROM (SELECT *, count(*) OVER () AS total FROM collection_gaps "
+        "WHERE end_ts >= ? ORDER BY start_ts DESC, target DESC LIMIT ?) "
+        "ORDER BY start_ts, target",
+        [since, limit],
+    )
+    total = int(table.column("total")[0].as_py()) if table.num_rows else 0
+    return table.drop_columns(["total"]), total
 
 
 class EmbeddedSamples:

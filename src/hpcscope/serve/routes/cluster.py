@@ -50,9 +50,9 @@ router = APIRouter()
 
 PrincipalDep = Annotated[Principal, Depends(require_principal)]
 
-#: Collection gaps the overview lists, the latest (``/api/cluster`` has the hour's): a collector
-#: stalled by load leaves one per target, thousands an hour at 128 nodes, each in every copy of
-#: the page kept and sent every 5 s.
+#: Collection gaps the overview lists, the latest (``/api/cluster`` lists the latest
+#: :data:`~hpcscope.service.jobs.reports.HEALTH_GAPS`, both count the hour's): a collector
+#: stalled by load leaves one per target, thousands an hour at 128 nodes.
 OVERVIEW_GAPS = 20
 
 
@@ -80,8 +80,7 @@ def _context(request: Request, principal: Principal) -> _Overview:
         return {
             "topology": service.topology,
             "state": state,
-            # no job data in it: one for every visibility (the hour's gaps, thousands at 128
-            # nodes when load stalls the collector, held once, not once per visibility)
+            # no job data in it: one for every visibility, held once
             "health": service.snapshots.get(
                 ("serve.collection_health",),
                 lambda: service.collection_health(now=state.generated_at),

@@ -257,13 +257,21 @@ class TargetHealth(TypedDict):
     rejected_lines: int | None
 
 
+#: Gaps of the last hour the collector's health lists, the latest: a collector stalled by load
+#: leaves one per target per stall (thousands an hour at 128 nodes), and the health is kept
+#: and sent with every poll of the overview and ``/api/cluster``; the count is of them all.
+HEALTH_GAPS = 100
+
+
 @dataclass(frozen=True, slots=True)
 class CollectionHealth:
     """The collector's own health: per target, the last attempt and success; recent gaps."""
 
     generated_at: datetime
     targets: tuple[TargetHealth, ...]
-    gaps: tuple[dict[str, object], ...] = field(default_factory=tuple)  # of collection_gaps
+    #: the latest :data:`HEALTH_GAPS` rows of ``collection_gaps`` in the last hour, oldest first
+    gaps: tuple[dict[str, object], ...] = field(default_factory=tuple)
+    gaps_last_hour: int = 0  # every gap of the last hour, listed or not
 
     def to_dict(self) -> dict[str, object]:
         def plain(value: object) -> object:
@@ -273,6 +281,7 @@ class CollectionHealth:
             "generated_at": plain(self.generated_at),
             "targets": [{k: plain(v) for k, v in t.items()} for t in self.targets],
             "gaps": [{k: plain(v) for k, v in g.items()} for g in self.gaps],
+            "gaps_last_hour": self.gaps_last_hour,
         }
 
 
@@ -284,8 +293,10 @@ def collection_health(store: Store, *, now: datetime) -> CollectionHealth:
         list[TargetHealth],
         queries.scrape_health(store, since=now - timedelta(minutes=15)).to_pylist(),
     )
-    gaps = queries.collection_gaps(store, since=now - timedelta(hours=1)).to_pylist()
-    return CollectionHealth(generated_at=now, targets=tuple(health), gaps=tuple(gaps))
+    gaps, count = queries.collection_gaps(store, since=now - timedelta(hours=1), limit=HEALTH_GAPS)
+    return CollectionHealth(
+        generated_at=now, targets=tuple(health), gaps=tuple(gaps.to_pylist()), gaps_last_hour=count
+    )
 
 
 @dataclass(frozen=True, slots=True)
