@@ -50,10 +50,10 @@ def test_the_store_opens_with_its_limits(tmp_path: Path) -> None:
         assert store.memory().limit_bytes == 96 * MIB
 
 
-def test_defaults_are_duckdbs_memory_limit_and_a_4_mib_checkpoint(tmp_path: Path) -> None:
+def test_defaults_are_duckdbs(tmp_path: Path) -> None:
     with Store(tmp_path / "s.duckdb") as store:
-        assert _setting(store, "checkpoint_threshold") == "4.0 MiB"
-        assert DEFAULT_CHECKPOINT_THRESHOLD_BYTES == 4 * MIB
+        assert _setting(store, "checkpoint_threshold") == "16.0 MiB"
+        assert DEFAULT_CHECKPOINT_THRESHOLD_BYTES == 16 * MIB
         # DuckDB's own default: 80 % of the host's RAM, shown to three digits
         assert store.memory().limit_bytes > 256 * MIB
 
