@@ -39,7 +39,8 @@ above, ``store_memory_start_mb``, ``store_memory_10min_mb``, ``store_memory_end_
 ``store_memory_samples_mb`` (DuckDB's buffers), ``rss_less_store_growth_ratio`` and
 ``rss_less_store_growth_after_10min_ratio``, ``p99_ms``, ``p99_by_endpoint_ms``, ``rps``,
 ``rss_samples_mb`` (every sample), ``clients``, ``auth``, ``topology``, ``think_seconds``,
-``met``.
+``store_memory_limit_bytes`` (``--store-memory-limit-bytes``: the server's setting; null for its
+default), ``met``.
 """
 
 from __future__ import annotations
@@ -229,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auth", choices=AUTH_MODES, default="cookie")
     parser.add_argument("--port", type=int, default=18_918)
     parser.add_argument(
+        "--store-memory-limit-bytes",
+        type=int,
+        help="the server's store_memory_limit_bytes (default: the setting's default)",
+    )
+    parser.add_argument(
         "--probe", type=Path, help="a folder: probe the server's memory (bench/memprobe.py)"
     )
     parser.add_argument(
@@ -244,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
             memprobe.ENV_DIR: str(args.probe.resolve()),
             "PYTHONPATH": f"{site}:{ROOT}:{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}",
         }
+    if args.store_memory_limit_bytes is not None:
+        env["HPCSCOPE_STORE_MEMORY_LIMIT_BYTES"] = str(args.store_memory_limit_bytes)
     demo = Demo(port=args.port, topology=TOPOLOGIES[args.topology], env=env)
     try:
         demo.__enter__()
@@ -263,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         demo.__exit__(None, None, None)
+    result["store_memory_limit_bytes"] = args.store_memory_limit_bytes
     print(json.dumps(result))
     return 0
 
