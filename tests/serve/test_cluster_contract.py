@@ -80,12 +80,13 @@ def test_the_api_lists_the_latest_gaps_of_a_stalled_hour_and_counts_them_all(
     and the API keep and send holds the latest HEALTH_GAPS of the hour, never all of them."""
     now = utcnow()
     count = HEALTH_GAPS * 3
+    starts = [now - timedelta(seconds=count - i) for i in range(count)]
+    targets = [f"http://gpu{i % 128:03d}:9400/metrics" for i in range(count)]
     gaps = [
-        {"target": f"http://gpu{i % 128:03d}:9400/metrics", "node": f"gpu{i % 128:03d}",
-         "start_ts": now - timedelta(seconds=count - i),
-         "end_ts": now - timedelta(seconds=count - i - 1),
+        {"target": target, "node": target[7:13], "start_ts": start,
+         "end_ts": start + timedelta(seconds=1),
          "reason": "not scraped: the collector was not running or stalled"}
-        for i in range(count)
+        for target, start in zip(targets, starts, strict=True)
     ]  # fmt: skip
     old = {
         **gaps[0],
@@ -96,9 +97,8 @@ def test_the_api_lists_the_latest_gaps_of_a_stalled_hour_and_counts_them_all(
     service.store.flush()
     state = ClusterState.model_validate_json(client_as("admin").get("/api/cluster").content)
     assert state.gaps_last_hour == count
-    assert [(g.target, g.start_ts) for g in state.gaps] == [
-        (g["target"], iso_z(g["start_ts"])) for g in gaps[-HEALTH_GAPS:]
-    ]
+    latest = zip(targets[-HEALTH_GAPS:], starts[-HEALTH_GAPS:], strict=True)
+    assert [(g.target, g.start_ts) for g in state.gaps] == [(t, iso_z(s)) for t, s in latest]
     page = client_as("admin").get("/fragments/overview").text
     assert f"Collection gaps in the last hour: {count}, the latest {OVERVIEW_GAPS} here" in page
     assert f"lists the latest {HEALTH_GAPS}" in page
