@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hpcscope.service.contract import Contract, Number, UtcText
 from hpcscope.service.diagram.live import GpuNow
 from hpcscope.service.jobs.contracts import CollectionGap, TargetHealth
+from hpcscope.service.jobs.reports import HEALTH_GAPS
 from hpcscope.service.notify.contracts import JobNotesDocument
 from hpcscope.service.traces.capture_contracts import JobReportWithPhases
 
@@ -26,7 +27,7 @@ class ClusterState(BaseModel):
     gpus: list[GpuNow]
     targets: list[TargetHealth]
     gaps: list[CollectionGap] = Field(
-        description="the latest 100 collection gaps of the last hour, oldest first"
+        description=f"the latest {HEALTH_GAPS} collection gaps of the last hour, oldest first"
     )
     gaps_last_hour: int = Field(description="every collection gap of the last hour, listed or not")
 

@@ -6,7 +6,7 @@ Two of DuckDB's settings decide the store's memory in a long-running server:
   wrote, the rows appended since the last checkpoint, the queries' hash tables and sorts).
   Under it DuckDB keeps every block it touched; at it, it evicts the least recently used and
   spills a query's intermediates to ``<store>.tmp``. DuckDB's default is 80 % of the host's
-  RAM, so a server left to it holds its whole store in memory over the raw retention.
+  RAM, so a server left to it keeps every block of the store it touched, up to that.
 - ``checkpoint_threshold``: the size of write-ahead log at which DuckDB checkpoints, turning
   the rows appended in memory into compressed blocks. The rows waiting for it are the height
   of the store's memory saw (at 128 nodes, 16 MiB of log is 20-36 MiB of rows and ~5 minutes).
