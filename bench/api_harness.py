@@ -35,6 +35,9 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
 from bench.api_routes import BY_NAME, MIX, Route
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -417,6 +420,24 @@ def summary(tally: Tally, seconds: float) -> dict[str, object]:
     }
 
 
+def admin_login(demo: Demo) -> tuple[str, str]:
+    """The demo's admin user and password."""
+    return next(u for u in demo.logins if u[0] == "admin")
+
+
+async def metric_families(port: int, admin: Client) -> list[Metric] | None:
+    """The server's ``/metrics``, asked as ``admin`` on a connection of its own; None when it
+    does not answer 200."""
+    connection = Connection(port)
+    try:
+        status, _, payload = await connection.request("GET", "/metrics", admin.headers())
+    finally:
+        connection.close()
+    if status != 200:
+        return None
+    return list(text_string_to_metric_families(payload.decode()))
+
+
 async def collecting(demo: Demo, admin: Client, *, deadline: float) -> None:
     """Until the collector scrapes the live twin: the demo first writes a month of history
     (minutes at 128 nodes, while it already answers), and a measure taken then would measure
@@ -446,7 +467,7 @@ async def prepare_clients(
     """Authenticate ``count`` clients (round robin over the demo logins) once the twin's jobs
     show and the collector scrapes it (:func:`collecting`); one token per user for ``token``,
     shared by that user's clients."""
-    admin = next(u for u in demo.logins if u[0] == "admin")
+    admin = admin_login(demo)
     deadline = time.monotonic() + wait_for_jobs_seconds
     while time.monotonic() < deadline:  # the collector needs a scrape and a scheduler poll
         probe = await log_in(demo.port, *admin)

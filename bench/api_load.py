@@ -45,13 +45,10 @@ import json
 import sys
 import time
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from bench.api_harness import (
     AUTH_MODES,
     TOPOLOGIES,
     Client,
-    Connection,
     Demo,
     Place,
     Tally,
@@ -59,6 +56,7 @@ from bench.api_harness import (
     cpu_seconds,
     exit_on_sigterm,
     machine_busy_seconds,
+    metric_families,
     prepare_clients,
     rss_mb,
     run_client,
@@ -80,16 +78,12 @@ async def view_costs(port: int, fleet: list[Client]) -> dict[str, list[float]]:
     admin = _admin(fleet)
     if admin is None:
         return {}
-    connection = Connection(port)
-    try:
-        status, _, body = await connection.request("GET", "/metrics", admin.headers())
-    finally:
-        connection.close()
-    if status != 200:
+    families = await metric_families(port, admin)
+    if families is None:
         return {}
     costs: dict[str, list[float]] = {}
     suffixes = ("computations_total", "compute_seconds_total", "misses_total")
-    for family in text_string_to_metric_families(body.decode()):
+    for family in families:
         for sample in family.samples:
             for index, suffix in enumerate(suffixes):
                 if sample.name == f"hpcscope_view_{suffix}":

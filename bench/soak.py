@@ -54,19 +54,18 @@ import sys
 import time
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from bench import memprobe
 from bench.api_harness import (
     AUTH_MODES,
     ROOT,
     TOPOLOGIES,
     Client,
-    Connection,
     Demo,
     Place,
     Tally,
+    admin_login,
     exit_on_sigterm,
+    metric_families,
     prepare_clients,
     rss_mb,
     run_client,
@@ -84,14 +83,10 @@ TEN_MINUTES = 600.0
 async def store_memory_mb(port: int, admin: Client) -> float:
     """What DuckDB holds for the server's store (``hpcscope_store_memory_bytes`` summed over
     its tags, from ``/metrics``), in MiB."""
-    connection = Connection(port)
-    try:
-        status, _, payload = await connection.request("GET", "/metrics", admin.headers())
-    finally:
-        connection.close()
-    if status != 200:
-        raise RuntimeError(f"/metrics answered {status}")
-    for family in text_string_to_metric_families(payload.decode()):
+    families = await metric_families(port, admin)
+    if families is None:
+        raise RuntimeError("/metrics did not answer 200")
+    for family in families:
         if family.name == "hpcscope_store_memory_bytes":
             return sum(sample.value for sample in family.samples) / 2**20
     raise RuntimeError("/metrics has no hpcscope_store_memory_bytes")
@@ -118,7 +113,7 @@ async def soak(
 ) -> dict[str, object]:
     """Warm up, then ``seconds`` of load with RSS sampled (module docstring)."""
     fleet = await prepare_clients(demo, clients, wait_for_jobs_seconds=90, auth=auth)
-    admin = Client(*next(u for u in demo.logins if u[0] == "admin"), auth="basic")
+    admin = Client(*admin_login(demo), auth="basic")
     place = Place.of(demo.topology)
     tally = [Tally()]
     window_start = time.monotonic() + warmup_seconds

@@ -105,7 +105,6 @@ class Store:
         self._has_rollups = False
         self._has_pending = False
         self._has_readings = False
-        self.limits = limits
         self._con = connection.connect(self.path, read_only=read_only, limits=limits)
         self._local = threading.local()
         self._queue: queue.Queue[Any] = queue.Queue()
