@@ -10,16 +10,19 @@ what its own read returns: the same jobs, reports and order, never a job outside
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any, cast
 
+import pyarrow as pa
 import pytest
 
 from hpcscope.model.access import Role, system_principal
 from hpcscope.model.backends import GpuMetrics, JobGpuRead
+from hpcscope.model.schemas import JOB_SCHEMA
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.core import Service
 from hpcscope.service.identity.users import DEMO_LOGINS
-from tests.support.fleet import write_fleet, write_unknown_job
+from tests.support.fleet import UNKNOWN_JOB, write_fleet, write_unknown_job
 
 EVERY_JOB = system_principal("test")
 
@@ -78,3 +81,40 @@ def test_the_kept_lists_read_running_jobs_once_per_generation(service: Service) 
     assert len(reads.raw_reads) == 1
     assert set(reads.raw_reads[0]) >= {"4410001", "4410002", "4410003"}
     assert service.snapshots.costs.snapshot()["jobs.reports"].computations == 5
+
+
+def test_a_shared_report_read_before_the_scheduler_knew_its_job_is_read_again(
+    service: Service,
+) -> None:
+    # the demo's first seconds: a job's GPUs are scraped before sacct reports it, so the list
+    # of every job (a generation older) has it with no user and no account; once Slurm names
+    # carol's team, carol's list shows the job's owner as read now, never the stale "None"
+    now = utcnow()
+    write_fleet(service.store, now=now)
+    write_unknown_job(service.store, now=now)
+    every = service.reports_read(EVERY_JOB, now=now)
+    stale = next(r for r in every if r.job_id == UNKNOWN_JOB)
+    assert (stale.user, stale.account) == (None, None)
+    record: dict[str, object] = {field.name: None for field in JOB_SCHEMA}
+    record |= {
+        "job_id": UNKNOWN_JOB,
+        "cluster": "demo",
+        "name": "late-record",
+        "user": "alice",
+        "account": "vision",
+        "state": "RUNNING",
+        "submit_time": now - timedelta(minutes=2),
+        "start_time": now - timedelta(minutes=1),
+        "gpus": 1,
+        "nodes": "gpu01",
+        "source": "test",
+    }
+    service.store.upsert_jobs(pa.Table.from_pylist([record], schema=JOB_SCHEMA))
+    service.store.flush()
+    carol = service.principal("carol")
+    assert carol is not None
+    given = service.reports_read(carol, now=now, shared=every)
+    assert given == service.reports_read(carol, now=now)
+    late = next(r for r in given if r.job_id == UNKNOWN_JOB)
+    assert (late.user, late.account, late.name) == ("alice", "vision", "late-record")
+    assert {r.account for r in given} <= {"vision", "nlp"}
