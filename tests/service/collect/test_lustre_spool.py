@@ -6,8 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
+from typing import TypeVar
 
+import duckdb
 import pytest
 
 from hpcscope.model.topology import load_topology
@@ -17,7 +21,7 @@ from hpcscope.service.settings import Settings, bundled_topology
 from hpcscope.service.source_settings import LustreJobStatsSection, SlurmSection
 from hpcscope.service.sources import build_sources
 from hpcscope.service.sources.lustre_job_stats import LustreJobStats as JobStatsSource
-from hpcscope.store import Store
+from hpcscope.store import Store, StoreError
 from hpcscope.store.lustre import job_stats
 from hpcscope.twin.lustre import LustreJobStats
 from hpcscope.twin.scheduler import Scheduler
@@ -27,6 +31,8 @@ from tests.support.paths import FIXTURES
 
 LCTL = FIXTURES / "lustre" / "lctl_get_param_job_stats_lustre2.14_slurm_jobids_whamcloud.txt"
 PROC = FIXTURES / "lustre" / "mdt_job_stats_lustre_exporter_fixture.yaml"
+
+T = TypeVar("T")
 
 BAD_LINE = "  write_bytes:     { samples: lots, unit: bytes }\n"
 
@@ -236,3 +242,68 @@ def test_the_twins_spool_reads_cleanly_with_jobs_and_hosts(tmp_path: Path) -> No
         assert set(rows["component"].to_pylist()) == {"ost", "mdt"}
         reads_again = reader.collect_once()
         assert reads_again == []  # nothing rewritten since the last read
+
+
+class _WriteCountingStore(Store):
+    """A real store that counts its writes and refuses the first ``refuse`` of them."""
+
+    def __init__(self, path: Path, *, refuse: int = 0) -> None:
+        super().__init__(path)
+        self.writes = 0
+        self.refuse = refuse
+
+    def submit_write(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> Future[T]:
+        self.writes += 1
+        if self.refuse:
+            self.refuse -= 1
+            refused: Future[T] = Future()
+            refused.set_exception(StoreError("disk full"))
+            return refused
+        return super().submit_write(fn)
+
+
+def test_a_cycles_changed_files_are_stored_in_one_write(tmp_path: Path, spool: Path) -> None:
+    # each write waits its turn on the writer thread behind the GPU rows: one per file cost
+    # the 128-node twin's 16 files 15-27 s a cycle under load, holding up the GPU scrapes
+    store = _WriteCountingStore(tmp_path / "s.duckdb")
+    with store:
+        spooled = LustreSpool(store, spool)
+        reads = spooled.collect_once()
+        assert store.writes == 1
+        assert {r.server: (r.rows, r.stored) for r in reads} == {
+            "oss1": (240, 240),
+            "mds1": (240, 240),
+            "oss2": (15, 15),
+        }
+        # a snapshot in which nothing moved stores nothing, and says so per file
+        _write(spool / "oss1.job_stats", LCTL.read_text(), mtime=2_000)
+        _write(spool / "mds1.job_stats", PROC.read_text(), mtime=2_000)
+        again = spooled.collect_once()
+        assert store.writes == 2
+        assert {r.server: (r.ok, r.rows, r.stored) for r in again} == {
+            "oss1": (True, 240, 0),
+            "mds1": (True, 240, 0),
+        }
+
+
+def test_a_refused_write_fails_every_file_of_it_and_they_are_read_again(
+    tmp_path: Path, spool: Path
+) -> None:
+    store = _WriteCountingStore(tmp_path / "s.duckdb", refuse=1)
+    with store:
+        spooled = LustreSpool(store, spool)
+        refused = spooled.collect_once()
+        assert [(r.server, r.ok, r.stored) for r in refused] == [
+            ("mds1", False, 0),
+            ("oss1", False, 0),
+            ("oss2", False, 0),
+        ]
+        assert all(f"{r.path}: not stored: disk full" == r.error for r in refused)
+        assert job_stats(store).num_rows == 0
+        retried = spooled.collect_once()  # not marked read: the next cycle stores them
+        assert [(r.server, r.stored) for r in retried] == [
+            ("mds1", 240),
+            ("oss1", 240),
+            ("oss2", 15),
+        ]
+        assert job_stats(store).num_rows == 240 + 240 + 15

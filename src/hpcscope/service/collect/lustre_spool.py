@@ -36,7 +36,7 @@ from hpcscope.model.schemas import SCRAPE_SCHEMA
 from hpcscope.model.timeutil import utcnow
 from hpcscope.service.spool import SpoolFiles
 from hpcscope.store import Store
-from hpcscope.store.lustre import append_job_stats
+from hpcscope.store.lustre import append_job_stats_by_server
 
 log = logging.getLogger(__name__)
 
@@ -102,46 +102,85 @@ class LustreSpool:
         return self.files.changed()
 
     def collect_once(self) -> list[SpoolRead]:
-        """Read, parse and store every changed file; one :class:`SpoolRead` per file read."""
-        return [self._read(path, stamp) for path, stamp in self.changed_files()]
+        """Read and parse every changed file, store their rows in one write; one
+        :class:`SpoolRead` per file read."""
+        parsed = [self._parse(path, stamp) for path, stamp in self.changed_files()]
+        tables = [p.table for p in parsed if p.table is not None and p.table.num_rows]
+        stored: dict[str, int] = {}
+        refused: str | None = None
+        started = time.perf_counter()
+        if tables:
+            try:
+                stored = append_job_stats_by_server(self.store, tables).result()
+            except Exception as exc:  # the store refused: retry the files next cycle
+                log.exception("storing %s failed", ", ".join(str(p.path) for p in parsed))
+                refused = str(exc)
+        write_seconds = time.perf_counter() - started
+        return [self._done(p, stored, refused, write_seconds) for p in parsed]
 
-    def _read(self, path: Path, stamp: tuple[int, int]) -> SpoolRead:
+    def _parse(self, path: Path, stamp: tuple[int, int]) -> _Parsed:
         server = path.name[: -len(SUFFIX)]
         ts = utcnow()
         started = time.perf_counter()
-
-        def done(ok: bool, rows: int, stored: int, error: str | None) -> SpoolRead:
-            return SpoolRead(
-                ts=ts,
-                path=path,
-                server=server,
-                ok=ok,
-                duration_seconds=time.perf_counter() - started,
-                rows=rows,
-                stored=stored,
-                error=error,
-            )
-
         try:
             text = path.read_text(encoding="utf-8", errors="strict")
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            return done(False, 0, 0, f"{path}: cannot read: {reason}")
+            error = f"{path}: cannot read: {reason}"
+            return _Parsed(
+                path, stamp, server, ts, None, error, False, time.perf_counter() - started
+            )
         table: pa.Table | None
-        error: str | None = None
+        error_text: str | None = None
         try:
             table = parse_job_stats(
                 text, source=str(path), server=server, jobid_pattern=self.pattern
             )
         except JobStatsFormatError as exc:
-            table, error = exc.partial, exc.describe()
-        rows = table.num_rows if table is not None else 0
-        stored = 0
-        if table is not None and rows:
-            try:
-                stored = append_job_stats(self.store, table).result()
-            except Exception as exc:  # the store refused: retry the file next cycle
-                log.exception("storing %s failed", path)
-                return done(False, rows, 0, f"{path}: not stored: {exc}")
-        self.files.mark_read(path, stamp)  # read (well or badly): not again until it changes
-        return done(error is None, rows, stored, error)
+            table, error_text = exc.partial, exc.describe()
+        return _Parsed(
+            path, stamp, server, ts, table, error_text, True, time.perf_counter() - started
+        )
+
+    def _done(
+        self, parsed: _Parsed, stored: dict[str, int], refused: str | None, write_seconds: float
+    ) -> SpoolRead:
+        rows = parsed.table.num_rows if parsed.table is not None else 0
+        waited = write_seconds if rows else 0.0
+
+        def read(ok: bool, written: int, error: str | None) -> SpoolRead:
+            return SpoolRead(
+                ts=parsed.ts,
+                path=parsed.path,
+                server=parsed.server,
+                ok=ok,
+                duration_seconds=parsed.seconds + waited,
+                rows=rows,
+                stored=written,
+                error=error,
+            )
+
+        if not parsed.read:  # unreadable: retried every cycle
+            return read(False, 0, parsed.error)
+        if rows and refused is not None:  # the store refused: retried next cycle
+            return read(False, 0, f"{parsed.path}: not stored: {refused}")
+        # read (well or badly): not again until it changes
+        self.files.mark_read(parsed.path, parsed.stamp)
+        return read(parsed.error is None, stored.get(parsed.server, 0), parsed.error)
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    """One changed file, read and parsed, before its rows are stored."""
+
+    path: Path
+    stamp: tuple[int, int]
+    server: str
+    ts: datetime
+    table: pa.Table | None
+    error: str | None
+    """The parser's message (a malformed file: ``table`` holds its complete entries), or why
+    the file could not be read."""
+    read: bool
+    """Whether the file could be read at all."""
+    seconds: float
