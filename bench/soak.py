@@ -37,7 +37,11 @@ JSON object: ``seconds``, ``requests``, ``errors``, ``rss_start_mb``, ``rss_10mi
 and ``rss_floor_end_mb`` (the least sample of the first and the last tenth), the point figures
 above, ``store_memory_start_mb``, ``store_memory_10min_mb``, ``store_memory_end_mb`` and
 ``store_memory_samples_mb`` (DuckDB's buffers), ``rss_less_store_growth_ratio`` and
-``rss_less_store_growth_after_10min_ratio``, ``p99_ms``, ``p99_by_endpoint_ms``, ``rps``,
+``rss_less_store_growth_after_10min_ratio``, the collector's figures over the window
+(``collector_cycles``, ``collector_cycle_mean_seconds``, ``collector_cycle_max_seconds``: the
+longest since the server started, ``collector_top_phases_seconds``: the three parts of its
+cycles that took the most, from ``hpcscope_collector_phase_seconds``), ``p99_ms``,
+``p99_by_endpoint_ms``, ``rps``,
 ``rss_samples_mb`` (every sample), ``clients``, ``auth``, ``topology``, ``think_seconds``,
 ``store_memory_limit_bytes`` (``--store-memory-limit-bytes``: the server's setting; null for its
 default), ``met``.
@@ -92,6 +96,54 @@ async def store_memory_mb(port: int, admin: Client) -> float:
     raise RuntimeError("/metrics has no hpcscope_store_memory_bytes")
 
 
+#: A collector part's timings from ``/metrics``: runs, seconds in all, the longest run.
+PhaseTimes = dict[str, tuple[float, float, float]]
+_NONE = (0.0, 0.0, 0.0)
+
+
+async def collector_phases(port: int, admin: Client) -> PhaseTimes:
+    """The collector's timings per part (``hpcscope_collector_phase_seconds`` and
+    ``_max_seconds``, from ``/metrics``): runs, seconds in all, the longest, by part."""
+    families = await metric_families(port, admin)
+    if families is None:
+        raise RuntimeError("/metrics did not answer 200")
+    counts: dict[str, float] = {}
+    sums: dict[str, float] = {}
+    longest: dict[str, float] = {}
+    for family in families:
+        for sample in family.samples:
+            phase = sample.labels.get("phase")
+            if phase is None:
+                continue
+            if sample.name == "hpcscope_collector_phase_seconds_count":
+                counts[phase] = sample.value
+            elif sample.name == "hpcscope_collector_phase_seconds_sum":
+                sums[phase] = sample.value
+            elif sample.name == "hpcscope_collector_phase_max_seconds":
+                longest[phase] = sample.value
+    return {p: (counts[p], sums.get(p, 0.0), longest.get(p, 0.0)) for p in counts}
+
+
+def collector_figures(start: PhaseTimes, end: PhaseTimes) -> dict[str, object]:
+    """What the collector did in the window: cycles, their mean length, the longest cycle
+    since the server started, and the three parts that took the most of the window."""
+    spent = {
+        phase: (
+            runs - start.get(phase, (0.0, 0.0, 0.0))[0],
+            total - start.get(phase, (0, 0.0, 0))[1],
+        )
+        for phase, (runs, total, _) in end.items()
+    }
+    cycles, cycle_seconds = spent.get("cycle", (0.0, 0.0))
+    parts = sorted((p for p in spent if p != "cycle"), key=lambda p: -spent[p][1])
+    return {
+        "collector_cycles": int(cycles),
+        "collector_cycle_mean_seconds": round(cycle_seconds / cycles, 2) if cycles else None,
+        "collector_cycle_max_seconds": round(end["cycle"][2], 2) if "cycle" in end else None,
+        "collector_top_phases_seconds": {p: round(spent[p][1], 1) for p in parts[:3]},
+    }
+
+
 def rss_ends(samples: list[float]) -> tuple[list[float], list[float]]:
     """The samples of the first and of the last tenth of the window (module docstring)."""
     count = min(len(samples), max(END_MIN_SAMPLES, round(len(samples) * END_SHARE)))
@@ -137,6 +189,7 @@ async def soak(
     tally[0] = Tally()
     samples = [rss_mb(demo.pid)]
     stores = [await store_memory_mb(demo.port, admin)]
+    phases_start = await collector_phases(demo.port, admin)
     times = [0.0]
     wall_start = time.monotonic()
     dumps = sorted(probe_at) if probe is not None else []
@@ -154,6 +207,7 @@ async def soak(
     samples.append(rss_mb(demo.pid))
     stores.append(await store_memory_mb(demo.port, admin))
     times.append(wall)
+    collected = collector_figures(phases_start, await collector_phases(demo.port, admin))
     figures = summary(tally[0], wall)
     start_mb, ten_mb, end_mb, first, last = _ends(samples, times)
     growth = ten_mb / start_mb - 1
@@ -197,6 +251,7 @@ async def soak(
         else round(rest_end / rest_ten - 1, 4),
         "rss_first_sample_mb": round(samples[0], 1),
         "rss_last_sample_mb": round(samples[-1], 1),
+        **collected,
         "p99_ms": figures["p99_ms"],
     }
 

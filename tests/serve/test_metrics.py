@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Callable
@@ -17,11 +18,14 @@ from hpcscope.model.alerts import Alert, AlertState, Severity, Vector
 from hpcscope.model.schemas import LUSTRE_JOB_STATS_SCHEMA
 from hpcscope.model.timeutil import utcnow
 from hpcscope.serve.app import create_app
+from hpcscope.service.collect.collector import Collector
+from hpcscope.service.collect.source import FakeSource, Health, Poll
 from hpcscope.service.core import Service
 from hpcscope.service.settings import load_settings
 from hpcscope.store.alerts import set_alert_state, upsert_alerts
 from hpcscope.store.lustre import append_job_stats
 from tests.conftest import TEST_PASSWORD_HASH_COST_LOG2, basic_auth, demo_users
+from tests.support.clock import FakeClock
 from tests.support.data import populate
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
@@ -166,3 +170,42 @@ def test_the_store_memory_limit_is_the_sites(
     assert limit.value == 200 * 1024 * 1024
     held = {s.labels["tag"]: s.value for s in families["hpcscope_store_memory_bytes"].samples}
     assert 0 < sum(held.values()) <= limit.value
+
+
+def test_the_collectors_cycles_polls_and_hooks_are_timed(service: Service) -> None:
+    """A server that collects shows how long its cycles, each source's poll and each
+    after-cycle hook took: count, sum and the longest (which part held a late cycle)."""
+
+    def publish() -> None:
+        return None
+
+    collector = Collector(
+        service.store,
+        [FakeSource("dcgm", lambda now: Poll(Health("dcgm", now, rows=1)))],
+        clock=FakeClock(),
+        after_cycle=[publish],
+    )
+    for _ in range(3):
+        asyncio.run(collector.collect_once())
+    app = create_app(service)
+    app.state.collector = collector
+    with TestClient(app, headers=basic_auth("admin")) as client:
+        text = client.get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    took = families["hpcscope_collector_phase_seconds"]
+    counts = {s.labels["phase"]: s.value for s in took.samples if s.name.endswith("_count")}
+    assert counts == {"cycle": 3, "poll:dcgm": 3, "hook:publish": 3}
+    sums = {s.labels["phase"]: s.value for s in took.samples if s.name.endswith("_sum")}
+    longest = {
+        s.labels["phase"]: s.value for s in families["hpcscope_collector_phase_max_seconds"].samples
+    }
+    assert set(sums) == set(longest) == set(counts)
+    assert all(0 <= longest[p] <= sums[p] for p in counts)
+    assert sums["cycle"] >= sums["poll:dcgm"] + sums["hook:publish"]
+
+
+def test_a_server_that_does_not_collect_shows_no_collector_timings(
+    client_as: Callable[[str], TestClient],
+) -> None:
+    text = client_as("admin").get("/metrics").text
+    assert "hpcscope_collector_phase" not in text

@@ -17,7 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.registry import CollectorRegistry
 
 from hpcscope import __version__
@@ -25,6 +30,7 @@ from hpcscope.model.access import system_principal
 from hpcscope.model.alerts import VECTOR_NAMES, Severity
 from hpcscope.model.timeutil import epoch_seconds, utcnow
 from hpcscope.service.chargeback.reads import account_seconds
+from hpcscope.service.collect.timing import CycleTimings
 from hpcscope.service.core import Service
 from hpcscope.service.jobs.storage import job_storage_rates
 from hpcscope.service.slo.config import SloConfig
@@ -37,10 +43,12 @@ _SYSTEM = system_principal("metrics")
 
 
 class HpcscopeCollector:
-    """Reads the store on every scrape; holds no state of its own."""
+    """Reads the store on every scrape, and the collector's timings when it collects; holds
+    no state of its own."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, *, timings: CycleTimings | None = None) -> None:
         self.service = service
+        self.timings = timings
 
     def describe(self) -> Iterable[Metric]:
         return []  # families depend on the data: do not let the registry call collect() early
@@ -58,6 +66,7 @@ class HpcscopeCollector:
         yield from self._store_memory()
         yield from self._jobs()
         yield from self._scrapes()
+        yield from self._collector_timings()
         yield from self._alerts()
         yield from self._slo()
         yield from self._chargeback()
@@ -84,6 +93,27 @@ class HpcscopeCollector:
         )
         spilled.add_metric([], float(memory.temporary_bytes))
         yield from (held, limit, spilled)
+
+    def _collector_timings(self) -> Iterator[Metric]:
+        """How long the collector's cycles, polls and hooks take (``service/collect/timing.py``);
+        nothing when this server does not collect."""
+        if self.timings is None:
+            return
+        phases = self.timings.snapshot()
+        took = SummaryMetricFamily(
+            "hpcscope_collector_phase_seconds",
+            "Seconds the collector spent per cycle, per source's poll and per after-cycle hook.",
+            labels=["phase"],
+        )
+        longest = GaugeMetricFamily(
+            "hpcscope_collector_phase_max_seconds",
+            "The longest cycle, poll or after-cycle hook since the server started, in seconds.",
+            labels=["phase"],
+        )
+        for phase, total in sorted(phases.items()):
+            took.add_metric([phase], count_value=total.count, sum_value=total.sum_seconds)
+            longest.add_metric([phase], total.max_seconds)
+        yield from (took, longest)
 
     def _jobs(self) -> Iterator[Metric]:
         live = self.service.live_job_gpus(_SYSTEM, window=LIVE_WINDOW)
@@ -292,8 +322,9 @@ class HpcscopeCollector:
         yield from (allocated, useful)
 
 
-def metrics_registry(service: Service) -> CollectorRegistry:
-    """A private registry holding only hpcscope's collector (never the global REGISTRY)."""
+def metrics_registry(service: Service, *, timings: CycleTimings | None = None) -> CollectorRegistry:
+    """A private registry holding only hpcscope's collector (never the global REGISTRY);
+    ``timings``: the running collector's, when the server collects."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(HpcscopeCollector(service))
+    registry.register(HpcscopeCollector(service, timings=timings))
     return registry

@@ -109,7 +109,11 @@ def after_cycle_hooks(
         hooks.append(notifier.after_cycle)
     # the owners of the jobs with alerts, read here rather than by the next read of the open
     # counts, which is on the event loop (service/diagram/alert_counts.py)
-    hooks.append(lambda: read_owners(service))
+
+    def alert_owners() -> None:
+        read_owners(service)
+
+    hooks.append(alert_owners)
     hooks.append(service.snapshots.publish)  # last: the cycle's writes are one generation
     return hooks
 

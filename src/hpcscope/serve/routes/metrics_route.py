@@ -27,7 +27,9 @@ def metrics(
         )
     registry = getattr(request.app.state, "metrics_registry", None)
     if registry is None:
-        registry = metrics_registry(service_of(request))
+        collector = getattr(request.app.state, "collector", None)  # None: nothing collects
+        timings = collector.timings if collector is not None else None
+        registry = metrics_registry(service_of(request), timings=timings)
         request.app.state.metrics_registry = registry
     encoder, content_type = choose_encoder(request.headers.get("accept", ""))
     return Response(encoder(registry), media_type=content_type)

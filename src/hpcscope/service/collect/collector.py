@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
@@ -35,6 +36,7 @@ from hpcscope.service.collect.clock import Clock, SystemClock
 from hpcscope.service.collect.config import CollectorConfig, CycleReport
 from hpcscope.service.collect.source import Health, Poll, Source, SourceState
 from hpcscope.service.collect.status import StatusLog, format_status
+from hpcscope.service.collect.timing import CYCLE, CycleTimings, hook_phase
 from hpcscope.store import Store
 
 log = logging.getLogger(__name__)
@@ -75,7 +77,7 @@ class Collector:
         self.store = store
         self.config = config if config is not None else CollectorConfig()
         self.stages = stages_of(sources)
-        self._after_cycle = tuple(after_cycle)
+        self._after_cycle = tuple((hook_phase(hook), hook) for hook in after_cycle)
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._states = {
             source.name: SourceState(source.name) for stage in self.stages for source in stage
@@ -85,6 +87,7 @@ class Collector:
         self._finished = False
         self.cycles = 0
         self.last_report: CycleReport | None = None
+        self.timings = CycleTimings()  # per cycle, poll and hook (/metrics)
         # one INFO line a minute, on the collector's own clock
         self.status_log = StatusLog(store.size_bytes, clock=self._clock.monotonic)
 
@@ -192,11 +195,14 @@ class Collector:
                 log.exception("source %s: finishing its last poll failed", source.name)
 
     async def _poll(self, source: Source, now: datetime) -> Poll:
+        started = time.perf_counter()
         try:
             return await source.poll(now)
         except Exception as exc:  # a bug in one source must not stop the others
             log.exception("source %s failed", source.name)
             return Poll(Health(source.name, now, errors=(f"{source.name}: {exc}",)))
+        finally:
+            self.timings.observe(f"poll:{source.name}", time.perf_counter() - started)
 
     async def collect_once(self, *, overlap: bool = False) -> CycleReport:
         """Poll every source once, append what they returned, run the after-cycle hooks.
@@ -207,6 +213,7 @@ class Collector:
                 answers; the next round waits for them before it stores its own).
                 :meth:`run` overlaps; by default everything is stored when this returns.
         """
+        started = time.perf_counter()
         now = self._clock.now()
         report = CycleReport(started_at=now)
         for stage in self.stages:
@@ -222,10 +229,13 @@ class Collector:
                 report.errors.extend(poll.health.errors)
         if not overlap:
             await self._settle()
-        for hook in self._after_cycle:
+        for phase, hook in self._after_cycle:
+            hook_started = time.perf_counter()
             try:
                 await asyncio.to_thread(hook)
             except Exception as exc:  # upkeep must never stop collection
                 log.exception("after-cycle hook %r failed", hook)
                 report.errors.append(f"after cycle: {exc}")
+            self.timings.observe(phase, time.perf_counter() - hook_started)
+        self.timings.observe(CYCLE, time.perf_counter() - started)
         return report
