@@ -58,6 +58,8 @@ import sys
 import time
 from pathlib import Path
 
+from prometheus_client.metrics_core import Metric
+
 from bench import memprobe
 from bench.api_harness import (
     AUTH_MODES,
@@ -84,12 +86,18 @@ END_MIN_SAMPLES = 3
 TEN_MINUTES = 600.0
 
 
-async def store_memory_mb(port: int, admin: Client) -> float:
-    """What DuckDB holds for the server's store (``hpcscope_store_memory_bytes`` summed over
-    its tags, from ``/metrics``), in MiB."""
+async def server_metrics(port: int, admin: Client) -> list[Metric]:
+    """The server's ``/metrics``, once per sample: what :func:`store_memory_mb` and
+    :func:`collector_phases` read."""
     families = await metric_families(port, admin)
     if families is None:
         raise RuntimeError("/metrics did not answer 200")
+    return families
+
+
+def store_memory_mb(families: list[Metric]) -> float:
+    """What DuckDB holds for the server's store (``hpcscope_store_memory_bytes`` summed over
+    its tags), in MiB."""
     for family in families:
         if family.name == "hpcscope_store_memory_bytes":
             return sum(sample.value for sample in family.samples) / 2**20
@@ -101,12 +109,9 @@ PhaseTimes = dict[str, tuple[float, float, float]]
 _NONE = (0.0, 0.0, 0.0)
 
 
-async def collector_phases(port: int, admin: Client) -> PhaseTimes:
+def collector_phases(families: list[Metric]) -> PhaseTimes:
     """The collector's timings per part (``hpcscope_collector_phase_seconds`` and
-    ``_max_seconds``, from ``/metrics``): runs, seconds in all, the longest, by part."""
-    families = await metric_families(port, admin)
-    if families is None:
-        raise RuntimeError("/metrics did not answer 200")
+    ``_max_seconds``): runs, seconds in all, the longest, by part."""
     counts: dict[str, float] = {}
     sums: dict[str, float] = {}
     longest: dict[str, float] = {}
@@ -188,8 +193,9 @@ async def soak(
     await asyncio.sleep(max(0.0, window_start - time.monotonic()))
     tally[0] = Tally()
     samples = [rss_mb(demo.pid)]
-    stores = [await store_memory_mb(demo.port, admin)]
-    phases_start = await collector_phases(demo.port, admin)
+    families = await server_metrics(demo.port, admin)
+    stores = [store_memory_mb(families)]
+    phases_start = collector_phases(families)
     times = [0.0]
     wall_start = time.monotonic()
     dumps = sorted(probe_at) if probe is not None else []
@@ -198,16 +204,17 @@ async def soak(
             memprobe.request_dump(probe, f"{dumps.pop(0):g}")
         await asyncio.sleep(min(sample_seconds, max(0.0, until - time.monotonic())))
         samples.append(rss_mb(demo.pid))
-        stores.append(await store_memory_mb(demo.port, admin))
+        stores.append(store_memory_mb(await server_metrics(demo.port, admin)))
         times.append(time.monotonic() - wall_start)
     if probe is not None and dumps:
         memprobe.request_dump(probe, f"{dumps[-1]:g}")
     await asyncio.gather(*tasks)
     wall = time.monotonic() - wall_start
     samples.append(rss_mb(demo.pid))
-    stores.append(await store_memory_mb(demo.port, admin))
+    families = await server_metrics(demo.port, admin)
+    stores.append(store_memory_mb(families))
     times.append(wall)
-    collected = collector_figures(phases_start, await collector_phases(demo.port, admin))
+    collected = collector_figures(phases_start, collector_phases(families))
     figures = summary(tally[0], wall)
     start_mb, ten_mb, end_mb, first, last = _ends(samples, times)
     growth = ten_mb / start_mb - 1

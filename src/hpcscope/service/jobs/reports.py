@@ -80,13 +80,15 @@ def reports_for(
     # a shared report is taken only as it reads the scheduler's record now: the list of every
     # job may be a generation older, from before Slurm knew a job seen on its GPUs (no user,
     # no account) or before it ended, and a scope's list never shows an owner it did not check
-    records = {row["job_id"]: _record_of(row) for row in jobs.iter_rows(named=True)}
+    records = (
+        {row["job_id"]: _record_of(row) for row in jobs.iter_rows(named=True)} if shared else {}
+    )
     taken = {
         r.job_id: r
         for r in shared
         if r.job_id in ids
         and r.job_id not in summarised
-        and records.get(r.job_id, _UNKNOWN_RECORD) == _record_of(r)
+        and records.get(r.job_id, _UNKNOWN_RECORD) == _copied_record(r)
     }
     if taken:
         jobs = jobs.filter(~pl.col("job_id").is_in(list(taken)))
@@ -111,28 +113,31 @@ def reports_for(
     return sorted([*found, *taken.values()], key=lambda r: job_sort_key(r.job_id))
 
 
-#: The scheduler's fields of a report, as :func:`_record_of` reads them.
+#: The scheduler record's columns a report copies, and the report's names of them (the
+#: record's ``gpus`` is a report's ``gpus_allocated``): one list for both sides.
+_RECORD_FIELDS = {
+    "name": "name",
+    "user": "user",
+    "account": "account",
+    "partition": "partition",
+    "state": "state",
+    "start_time": "start_time",
+    "end_time": "end_time",
+    "gpus": "gpus_allocated",
+}
 _Record = tuple[object, ...]
-_RECORD_FIELDS = ("name", "user", "account", "partition", "state", "start_time", "end_time", "gpus")
 #: The record of a job the scheduler does not know (seen on GPUs only).
 _UNKNOWN_RECORD: _Record = (None,) * len(_RECORD_FIELDS)
 
 
-def _record_of(source: JobReport | dict[str, object]) -> _Record:
-    """The scheduler's fields that a report copies from the job's record (``gpus`` is the
-    record's allocation, a report's ``gpus_allocated``)."""
-    if isinstance(source, JobReport):
-        return (
-            source.name,
-            source.user,
-            source.account,
-            source.partition,
-            source.state,
-            source.start_time,
-            source.end_time,
-            source.gpus_allocated,
-        )
-    return tuple(source.get(name) for name in _RECORD_FIELDS)
+def _record_of(row: dict[str, object]) -> _Record:
+    """The scheduler's fields of a job's record row."""
+    return tuple(row.get(column) for column in _RECORD_FIELDS)
+
+
+def _copied_record(report: JobReport) -> _Record:
+    """The scheduler's fields as ``report`` copied them (:func:`_record_of`'s order)."""
+    return tuple(getattr(report, name) for name in _RECORD_FIELDS.values())
 
 
 def earliest_start(jobs: pl.DataFrame, job_ids: Sequence[str]) -> datetime | None:
